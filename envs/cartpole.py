@@ -1,0 +1,52 @@
+"""CartPole-v1: a pole on a cart, pushed left or right; the same dynamics as Gymnasium's.
+
+Reward 1 every step; terminated when |x| > 2.4 or |theta| > 12 degrees; truncated at 500 steps.
+"""
+import math
+
+from workbench.envdef import Box, Discrete, per_env
+from workbench.rng import uniform_range
+
+PARAMS = dict(gravity=9.8, masscart=1.0, masspole=0.1, length=0.5, force_mag=10.0, tau=0.02,
+              theta_threshold=12 * 2 * math.pi / 360, x_threshold=2.4, max_steps=500)
+
+NUM_AGENTS = 1
+MAX_STEPS = "max_steps"
+OBSERVATION = Box(shape=(4,))
+ACTION = Discrete(2)
+STATE = dict(x=per_env(), x_dot=per_env(), theta=per_env(), theta_dot=per_env())
+
+
+def reset(env, key, x, x_dot, theta, theta_dot):
+    x[env] = uniform_range(key, 0, -0.05, 0.05)
+    x_dot[env] = uniform_range(key, 1, -0.05, 0.05)
+    theta[env] = uniform_range(key, 2, -0.05, 0.05)
+    theta_dot[env] = uniform_range(key, 3, -0.05, 0.05)
+
+
+def step(env, agent, action, x, x_dot, theta, theta_dot, reward, terminated):
+    total_mass = masspole + masscart
+    polemass_length = masspole * length
+    force = force_mag if action[env, agent] == 1 else -force_mag
+    costheta = math.cos(theta[env])
+    sintheta = math.sin(theta[env])
+    temp = (force + polemass_length * theta_dot[env] ** 2 * sintheta) / total_mass
+    thetaacc = (gravity * sintheta - costheta * temp) / (
+        length * (4.0 / 3.0 - masspole * costheta ** 2 / total_mass))
+    xacc = temp - polemass_length * thetaacc * costheta / total_mass
+    new_x = x[env] + tau * x_dot[env]
+    x_dot[env] = x_dot[env] + tau * xacc
+    new_theta = theta[env] + tau * theta_dot[env]
+    theta_dot[env] = theta_dot[env] + tau * thetaacc
+    x[env] = new_x
+    theta[env] = new_theta
+    reward[env, agent] = 1.0
+    failed = new_x < -x_threshold or new_x > x_threshold or new_theta < -theta_threshold or new_theta > theta_threshold
+    terminated[env] = 1 if failed else 0
+
+
+def observe(env, agent, x, x_dot, theta, theta_dot, obs):
+    obs[env, agent, 0] = x[env]
+    obs[env, agent, 1] = x_dot[env]
+    obs[env, agent, 2] = theta[env]
+    obs[env, agent, 3] = theta_dot[env]

@@ -1,0 +1,131 @@
+"""Bad input reaches a clear error naming the field and the fix."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import workbench as wb
+
+
+def test_unknown_env_lists_known():
+    with pytest.raises(wb.UnknownEnvError, match="unknown env 'cartpol'; known envs: .*cartpole"):
+        wb.make("cartpol", num_envs=2, target="cpu")
+
+
+def test_cuda_without_gpu_names_available_targets():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    code = "import workbench as wb\ntry:\n    wb.make('cartpole', num_envs=2, target='cuda')\nexcept wb.TargetUnavailableError as e:\n    print(e)"
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert "target 'cuda' is not available: no CUDA GPU" in out.stdout
+    assert "Available here: ['cpu']" in out.stdout
+
+
+def test_unknown_target():
+    with pytest.raises(wb.TargetUnavailableError, match="unknown target 'tpu'"):
+        wb.make("cartpole", num_envs=2, target="tpu")
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2**31, 1.5, "8"])
+def test_num_envs_out_of_range(bad):
+    with pytest.raises(wb.WorkbenchError, match="num_envs must be an int in"):
+        wb.make("cartpole", num_envs=bad, target="cpu")
+
+
+def test_unknown_parameter():
+    with pytest.raises(wb.EnvDefinitionError, match="unknown parameter.*'gravty'.*takes"):
+        wb.make("cartpole", num_envs=2, target="cpu", gravty=3.0)
+
+
+@pytest.fixture(scope="module")
+def cartpole():
+    return wb.make("cartpole", num_envs=4, target="cpu")
+
+
+def test_actions_wrong_shape(cartpole):
+    with pytest.raises(wb.ActionError, match=r"shape \(3,\); this env takes \(4, 1\)"):
+        cartpole.step(torch.zeros(3, dtype=torch.int32))
+
+
+def test_actions_wrong_dtype(cartpole):
+    with pytest.raises(wb.ActionError, match="dtype torch.float32; this env takes integer actions"):
+        cartpole.step(torch.zeros(4, 1))
+
+
+def test_actions_not_a_tensor(cartpole):
+    with pytest.raises(wb.ActionError, match="must be a torch.Tensor"):
+        cartpole.step([0, 1, 0, 1])
+
+
+def test_actions_out_of_range_in_debug_mode():
+    env = wb.make("cartpole", num_envs=4, target="cpu", debug=True)
+    with pytest.raises(wb.ActionError, match=r"must be in \[0, 2\), got values in \[0, 5\]"):
+        env.step(torch.tensor([0, 1, 5, 0], dtype=torch.int32))
+
+
+BROKEN = textwrap.dedent('''
+    from workbench.envdef import Box, Discrete, per_env
+    NUM_AGENTS = 1
+    OBSERVATION = Box(shape=(1,))
+    ACTION = Discrete(2)
+    STATE = dict(x=per_env())
+
+    def reset(env, x):
+        x[env] = 0.0
+
+    def step(env, agent, action, x, reward):
+        x[env] = x[env] + undefined_name
+        reward[env, agent] = 1.0
+
+    def observe(env, agent, x, obs):
+        obs[env, agent, 0] = x[env]
+''')
+
+
+def test_compile_error_names_the_source_line():
+    wb.register("broken_env", BROKEN)
+    with pytest.raises(wb.EnvCompileError) as info:
+        wb.make("broken_env", num_envs=2, target="cpu")
+    text = str(info.value)
+    assert "failed to compile for target 'cpu' at line 12" in text
+    assert "x[env] = x[env] + undefined_name" in text
+    assert "undefined_name" in text
+
+
+def test_missing_step_function():
+    wb.register("no_step_env", BROKEN.replace("def step(", "def stop("))
+    with pytest.raises(wb.EnvDefinitionError, match="defines no step function"):
+        wb.make("no_step_env", num_envs=2, target="cpu")
+
+
+def test_syntax_error_names_line():
+    wb.register("syntax_env", BROKEN.replace("x[env] = 0.0", "x[env] = = 0.0"))
+    with pytest.raises(wb.EnvDefinitionError, match="syntax error at line 9"):
+        wb.make("syntax_env", num_envs=2, target="cpu")
+
+
+def test_phase_argument_that_is_no_array():
+    wb.register("bad_arg_env", BROKEN.replace("def observe(env, agent, x, obs)", "def observe(env, agent, y, obs)"))
+    with pytest.raises(wb.EnvDefinitionError, match="observe\\(\\) .* takes 'y', which is neither"):
+        wb.make("bad_arg_env", num_envs=2, target="cpu")
+
+
+NAN_ENV = BROKEN.replace("x[env] + undefined_name", "x[env] + 1.0").replace(
+    "obs[env, agent, 0] = x[env]", "obs[env, agent, 0] = math.log(-x[env]) if x[env] > 2.5 else x[env]").replace(
+    "from workbench.envdef", "import math\nfrom workbench.envdef")
+
+
+def test_nan_detected_in_debug_mode():
+    wb.register("nan_env", NAN_ENV)
+    quiet = wb.make("nan_env", num_envs=2, target="cpu")
+    for _ in range(3):
+        quiet.step(torch.zeros(2, 1, dtype=torch.int32))  # without debug: no check, no error
+    env = wb.make("nan_env", num_envs=2, target="cpu", debug=True)
+    env.step(torch.zeros(2, 1, dtype=torch.int32))
+    env.step(torch.zeros(2, 1, dtype=torch.int32))
+    with pytest.raises(wb.NonFiniteError, match="non-finite value in 'obs' of replica 0"):
+        env.step(torch.zeros(2, 1, dtype=torch.int32))

@@ -1,0 +1,141 @@
+"""Generates the reset and step drivers that run an env's per-agent phases on a target.
+
+Both numba targets share one driver text; they differ only in how a replica and its agents
+map onto loops or threads (the `header`) and in what a barrier is (`sync`). The driver owns
+the framework's part of a step: clearing rewards and flags, the time-limit truncation,
+episode bookkeeping and the same-step auto-reset of finished replicas with the final
+observation kept.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .envdef import EnvDefinition
+
+STEP_KEY = "make_key(seed, e, a, episode[e], t[e])"
+RESET_KEY = "make_key(seed, e, a, episode[e] + 1, RESET_STEP)"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How replicas and agents map to threads: `threads_per_env` lanes share one replica
+    (agents strided over them), `envs_per_block` replicas share one block."""
+    threads_per_env: int
+    envs_per_block: int
+
+    @property
+    def block(self) -> int:
+        return self.threads_per_env * self.envs_per_block
+
+
+def gpu_layout(num_agents: int, block_size: int = 256, max_threads_per_env: int = 1024) -> Layout:
+    """One replica per group of lanes; single-agent envs pack one replica per thread."""
+    if num_agents == 1:
+        return Layout(1, block_size)
+    tpe = 1
+    while tpe < num_agents and tpe < max_threads_per_env:
+        tpe *= 2
+    tpe = max(tpe, 32)
+    return Layout(tpe, max(1, block_size // tpe))
+
+
+def kernel_args(defn: EnvDefinition) -> list:
+    return ["n_envs", "seed"] + list(defn.arrays)
+
+
+def _call(fn, key_expr: str) -> tuple:
+    names = {"env": "e", "agent": "a", "key": "key"}
+    args = [names.get(p, p) for p in fn.__code__.co_varnames[:fn.__code__.co_argcount]]
+    lines = []
+    if "key" in args:
+        lines.append(f"key = {key_expr}")
+    lines.append(f"{fn.__name__}({', '.join(args)})")
+    return tuple(lines)
+
+
+class _Writer:
+    def __init__(self, sync: str):
+        self.lines: list = []
+        self.sync = sync
+
+    def emit(self, depth: int, *lines: str):
+        self.lines.extend("    " * depth + line for line in lines)
+
+    def barrier(self, depth: int):
+        if self.sync:
+            self.emit(depth, self.sync)
+
+    def agent_loop(self, depth: int, body: tuple, guard: str = "active"):
+        self.emit(depth, f"if {guard}:", "    a = lane", "    while a < NUM_AGENTS:")
+        self.emit(depth + 2, *body, "a += TPE")
+
+
+def _copy_obs(defn: EnvDefinition) -> tuple:
+    dims = defn.obs_shape
+    idx = ", ".join(f"i{k}" for k in range(len(dims)))
+    lines, depth = [], 0
+    for k, d in enumerate(dims):
+        lines.append("    " * depth + f"for i{k} in range({d}):")
+        depth += 1
+    sub = f"e, a, {idx}" if idx else "e, a"
+    lines.append("    " * depth + f"final_obs[{sub}] = obs[{sub}]")
+    return tuple(lines)
+
+
+def _step_body(w: _Writer, defn: EnvDefinition, d: int):
+    w.agent_loop(d, ("reward[e, a] = 0",))
+    w.emit(d, "if active and lane == 0:", "    terminated[e] = 0", "    truncated[e] = 0")
+    w.barrier(d)
+    for fn in defn.step_phases:
+        w.agent_loop(d, _call(fn, STEP_KEY))
+        w.barrier(d)
+    w.agent_loop(d, ("episode_return[e, a] += reward[e, a]",))
+    w.emit(d, "if active and lane == 0:", "    t[e] += 1", "    if t[e] >= MAX_STEPS:", "        truncated[e] = 1",
+           "    done[e] = 1 if (terminated[e] != 0 or truncated[e] != 0) else 0")
+    w.barrier(d)
+    for fn in defn.observe_phases:
+        w.agent_loop(d, _call(fn, STEP_KEY))
+        w.barrier(d)
+    finished = "active and done[e] != 0"
+    w.agent_loop(d, _copy_obs(defn) + ("last_return[e, a] = episode_return[e, a]", "episode_return[e, a] = 0"),
+                 guard=finished)
+    for fn in defn.reset_phases:
+        w.agent_loop(d, _call(fn, RESET_KEY), guard=finished)
+        w.barrier(d)
+    w.emit(d, f"if {finished} and lane == 0:", "    last_length[e] = t[e]", "    t[e] = 0", "    episode[e] += 1")
+    w.barrier(d)
+    for fn in defn.observe_phases:
+        w.agent_loop(d, _call(fn, STEP_KEY), guard=finished)
+        w.barrier(d)
+
+
+def _reset_body(w: _Writer, defn: EnvDefinition, d: int):
+    for fn in defn.reset_phases:
+        w.agent_loop(d, _call(fn, RESET_KEY))
+        w.barrier(d)
+    w.agent_loop(d, ("reward[e, a] = 0", "episode_return[e, a] = 0", "last_return[e, a] = 0"))
+    w.emit(d, "if active and lane == 0:", "    t[e] = 0", "    episode[e] += 1", "    terminated[e] = 0",
+           "    truncated[e] = 0", "    done[e] = 0", "    last_length[e] = 0")
+    w.barrier(d)
+    for fn in defn.observe_phases:
+        w.agent_loop(d, _call(fn, STEP_KEY))
+        w.barrier(d)
+
+
+def numba_drivers(defn: EnvDefinition, *, gpu: bool, layout: Layout) -> str:
+    """Source of `_wb_reset` and `_wb_step` for the cpu (prange) or cuda (threads) target."""
+    args = ", ".join(kernel_args(defn))
+    text = []
+    for kernel, body in (("_wb_reset", _reset_body), ("_wb_step", _step_body)):
+        if gpu:
+            w = _Writer("cuda.syncthreads()" if layout.threads_per_env > 1 else "")
+            w.emit(0, f"def {kernel}({args}):", "    tid = cuda.threadIdx.x",
+                   "    e = cuda.blockIdx.x * EPB + tid // TPE", "    lane = tid % TPE", "    active = e < n_envs")
+            body(w, defn, 1)
+        else:
+            w = _Writer("")
+            w.emit(0, f"def {kernel}({args}):", "    for e in prange(n_envs):", "        lane = 0",
+                   "        active = True")
+            body(w, defn, 2)
+        text.append("\n".join(w.lines))
+    return "\n\n\n".join(text) + "\n"

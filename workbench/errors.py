@@ -1,0 +1,45 @@
+"""Errors with short, precise messages; in IPython they render without a long traceback."""
+
+
+class WorkbenchError(Exception):
+    """Base class: the message names the field or line and the fix."""
+
+    def _render_traceback_(self):
+        return [f"{type(self).__name__}: {self}"]
+
+
+class EnvDefinitionError(WorkbenchError, ValueError):
+    """The env source is malformed; `line` is the source line when known."""
+
+    def __init__(self, message, line=None):
+        super().__init__(message)
+        self.line = line
+
+
+class EnvCompileError(WorkbenchError, RuntimeError):
+    """A kernel failed to compile for a target."""
+
+    def __init__(self, message, line=None):
+        super().__init__(message)
+        self.line = line
+
+
+class TargetUnavailableError(WorkbenchError, RuntimeError):
+    """The requested target cannot run on this machine."""
+
+
+class UnknownEnvError(WorkbenchError, KeyError):
+    def __str__(self):
+        return str(self.args[0])
+
+
+class ActionError(WorkbenchError, ValueError):
+    """Actions of the wrong shape, dtype, device or range."""
+
+
+class NonFiniteError(WorkbenchError, FloatingPointError):
+    """A step produced NaN or inf (raised in debug mode)."""
+
+
+class ConsistencyError(WorkbenchError, AssertionError):
+    """Two targets disagree, or an env breaks the runner's contract."""

@@ -1,0 +1,107 @@
+"""The `cuda` target: numba-cuda kernels, one group of lanes per replica and agents strided over
+the lanes, `cuda.syncthreads()` between phases. Launches go on torch's current stream so they
+order with torch work and can be captured in a CUDA graph. Under NUMBA_ENABLE_CUDASIM=1 the same
+kernels run in numba's simulator on host arrays (for CI without a GPU)."""
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import torch
+
+from ..codegen import gpu_layout
+from ._numba import build_namespace, compile_error
+
+if not hasattr(np, "row_stack"):  # numba-cuda 0.30 still calls np.row_stack, removed in numpy 2.5
+    np.row_stack = np.vstack
+
+_PRELUDE = '''
+def atomic_add(array, index, value):
+    return cuda.atomic.add(array, index, value)
+
+
+def atomic_max(array, index, value):
+    return cuda.atomic.max(array, index, value)
+
+
+def atomic_min(array, index, value):
+    return cuda.atomic.min(array, index, value)
+'''
+
+
+def simulator_enabled() -> bool:
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
+
+
+if simulator_enabled():  # the simulator evaluates uint64 hashing on numpy scalars, which warn on wrap-around
+    warnings.filterwarnings("ignore", message="overflow encountered in scalar", category=RuntimeWarning)
+
+
+class CudaKernels:
+    def __init__(self, defn, ns, layout):
+        from numba import cuda
+        self.defn = defn
+        self.layout = layout
+        self._reset = cuda.jit(ns["_wb_reset"])
+        self._step = cuda.jit(ns["_wb_step"])
+        self.driver_source = ns["_wb_driver_source"]
+        self._streams = {}
+
+    def _stream(self):
+        from numba import cuda
+        if simulator_enabled():
+            return 0
+        handle = torch.cuda.current_stream().cuda_stream
+        stream = self._streams.get(handle)
+        if stream is None:
+            stream = self._streams[handle] = cuda.external_stream(handle)
+        return stream
+
+    def _run(self, kernel, n_envs, seed, views):
+        from numba.core.errors import NumbaError
+        grid = (n_envs + self.layout.envs_per_block - 1) // self.layout.envs_per_block
+        try:
+            kernel[grid, self.layout.block, self._stream()](n_envs, seed, *views)
+        except NumbaError as exc:
+            raise compile_error(self.defn, "cuda", exc) from None
+
+    def reset(self, n_envs, seed, views):
+        self._run(self._reset, n_envs, seed, views)
+
+    def step(self, n_envs, seed, views):
+        self._run(self._step, n_envs, seed, views)
+
+
+class CudaTarget:
+    name = "cuda"
+
+    def availability(self):
+        if simulator_enabled():
+            return None
+        if not torch.cuda.is_available():
+            return "no CUDA GPU is visible to torch on this machine"
+        try:
+            from numba import cuda
+        except ImportError as exc:
+            return f"numba-cuda is not installed ({exc}); pip install numba-cuda"
+        if not cuda.is_available():
+            return "numba-cuda finds no usable GPU driver"
+        return None
+
+    @property
+    def device(self):
+        return torch.device("cpu") if simulator_enabled() else torch.device("cuda")
+
+    def view(self, tensor):
+        if simulator_enabled():
+            return tensor.numpy()
+        from numba import cuda
+        return cuda.as_cuda_array(tensor.detach())
+
+    def compile(self, defn, layout=None):
+        from numba import cuda
+        layout = layout or gpu_layout(defn.num_agents)
+        ns = build_namespace(defn, prelude=_PRELUDE, wrap_device=cuda.jit(device=True), extra={"cuda": cuda},
+                             layout=layout, gpu=True)
+        return CudaKernels(defn, ns, layout)
