@@ -8,6 +8,8 @@ from .errors import (ActionError, ConsistencyError, EnvCompileError, EnvDefiniti
 from .registry import names as env_names
 from .registry import register
 from .targets import available_targets, best_target
+from .config import A2CConfig, DDPGConfig, PPOConfig
+from .trainer import Trainer, TrainResult, make_trainer
 
 __version__ = "0.1.0"
 
@@ -32,7 +34,7 @@ def load_ipython_extension(ipython):
     _load(ipython)
 
 
-__all__ = ["make", "check_env", "Env", "register", "env_names", "available_targets", "best_target", "Box",
+__all__ = ["A2CConfig", "DDPGConfig", "PPOConfig", "Trainer", "TrainResult", "make_trainer", "make", "check_env", "Env", "register", "env_names", "available_targets", "best_target", "Box",
            "Discrete", "MultiDiscrete", "per_env", "per_agent", "ActionError", "ConsistencyError",
            "EnvCompileError", "EnvDefinitionError", "NonFiniteError", "TargetUnavailableError",
            "UnknownEnvError", "WorkbenchError"]
