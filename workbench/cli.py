@@ -1,9 +1,14 @@
-"""`python -m workbench ...`: demo, check, envs."""
+"""`python -m workbench ...`: demo (the main job), train, evaluate, rollouts, check, envs."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
+from importlib import resources
+from pathlib import Path
+
+import yaml
 
 
 def _sync(env):
@@ -23,6 +28,135 @@ def rollout_throughput(env, steps: int) -> float:
         env.step(env.sample_actions())
     _sync(env)
     return steps * env.num_envs / (time.perf_counter() - start)
+
+
+def resolve_config(name_or_path: str) -> Path:
+    """A config file path, or the name of a shipped config (configs/NAME.yaml)."""
+    path = Path(name_or_path)
+    if path.exists():
+        return path
+    shipped = resources.files("workbench.configs") / f"{name_or_path.removesuffix('.yaml')}.yaml"
+    if shipped.is_file():
+        return Path(str(shipped))
+    names = sorted(p.name[:-5] for p in resources.files("workbench.configs").iterdir() if p.name.endswith(".yaml"))
+    from .config import ConfigError
+    raise ConfigError(f"no config file {name_or_path!r}; shipped configs: {names}")
+
+
+class ProgressPrinter:
+    """The CLI's training callback: one progress line per metrics pull."""
+
+    def __init__(self, total_steps: int, stream=sys.stdout):
+        self.total = total_steps
+        self.stream = stream
+        self.start = time.perf_counter()
+
+    def __call__(self, iteration, metrics):
+        frac = min(1.0, metrics["env_steps"] / self.total)
+        bar = "#" * int(frac * 24) + "-" * (24 - int(frac * 24))
+        elapsed = time.perf_counter() - self.start
+        eta = elapsed / frac - elapsed if frac > 0 else float("nan")
+        rets = " ".join(f"{k.split('/', 1)[1]}={v:8.2f}" for k, v in metrics.items()
+                        if k.startswith("return/") and not math.isnan(v))
+        print(f"[{bar}] {100 * frac:5.1f}% it {iteration:5d}  {metrics['env_steps'] / 1e6:8.3f} M steps  "
+              f"{metrics['env_steps_per_s'] / 1e6:7.3f} M/s  ETA {eta:6.0f} s  return {rets}",
+              file=self.stream, flush=True)
+        return True
+
+
+def _overrides(args) -> dict:
+    from .config import ALGORITHMS, describe
+    values = {}
+    for cls in ALGORITHMS.values():
+        for name, *_ in describe(cls):
+            if name in vars(args) and getattr(args, name) is not None:
+                values[name] = getattr(args, name)
+    for item in args.set or []:
+        if "=" not in item:
+            from .config import ConfigError
+            raise ConfigError(f"--set takes key=value, got {item!r}")
+        key, value = item.split("=", 1)
+        values[key] = yaml.safe_load(value)
+    return values
+
+
+def run_training(config, *, resume=None, progress=True, policies=None):
+    """Train per `config`, writing its run folder; returns (trainer, result)."""
+    from . import config as cfg
+    from .report import plot_learning_curve
+    from .trainer import make_trainer
+
+    start = time.perf_counter()
+    trainer = make_trainer(config, policies=policies)
+    compile_s = time.perf_counter() - start
+    if resume:
+        trainer.load(resume)
+    run_dir = Path(config.run_dir) if config.run_dir else None
+    if run_dir is not None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        cfg.save_yaml(config, run_dir / "config.yaml")
+    print(f"training {config.env} with {config.algorithm.upper()} on target '{trainer.env.target.name}' "
+          f"({config.num_envs} replicas x {trainer.env.num_agents} agents; env compiled in {compile_s:.1f} s)")
+    callback = ProgressPrinter(config.total_env_steps) if progress else None
+    result = trainer.train(callback=callback)
+    print(f"stopped by {result.stopped_by} after {result.iterations} iterations, {result.env_steps / 1e6:.2f} M "
+          f"env-steps, {result.wall_time_s:.1f} s of training (compile {compile_s:.1f} s apart); "
+          f"mean return {result.metrics.get('mean_return', float('nan')):.2f}")
+    if run_dir is not None and trainer.history:
+        plot_learning_curve(trainer.history, run_dir / "learning_curve.png", f"{config.env} {config.algorithm}")
+        print(f"run folder: {run_dir} (metrics.csv, learning_curve.png, checkpoint.pt, config.yaml)")
+    return trainer, result
+
+
+def cmd_train(args) -> int:
+    from . import config as cfg
+    config = cfg.load_yaml(resolve_config(args.config))
+    changes = _overrides(args)
+    if args.run_dir:
+        changes["run_dir"] = args.run_dir
+    elif not config.run_dir:
+        changes["run_dir"] = f"runs/{config.env}-{config.algorithm}-{time.strftime('%Y%m%d-%H%M%S')}"
+    config = cfg.replace(config, **changes)
+    run_training(config, resume=args.resume)
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from . import config as cfg
+    from .targets import best_target
+    config = cfg.load_yaml(resolve_config("cartpole"))
+    target = args.target or best_target()
+    config = cfg.replace(config, target=target, run_dir=args.run_dir or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}",
+                         total_env_steps=2_000_000)
+    trainer, result = run_training(config)
+    _animate_if_possible(trainer, Path(config.run_dir))
+    return 0 if result.stopped_by == "target_return" else 1
+
+
+def _animate_if_possible(trainer, run_dir: Path):
+    try:
+        from .render import record_policy_animation
+    except ImportError:
+        return
+    path = record_policy_animation(trainer, run_dir / "policy.html")
+    print(f"animation of the trained policy: {path}")
+
+
+def cmd_evaluate(args) -> int:
+    from . import checkpoint as ckpt
+    from . import config as cfg
+    from .evaluate import evaluate
+    from .trainer import make_trainer
+    payload = ckpt.load(args.checkpoint)
+    config = cfg.from_dict(payload["config"])
+    config = cfg.replace(config, num_envs=args.num_envs or config.num_envs, run_dir=None,
+                         target=args.target or config.target)
+    trainer = make_trainer(config, policies=payload["signature"]["policies"])
+    trainer.load(args.checkpoint, restore_env=False)
+    report = evaluate(trainer, steps=args.steps, random_policies=args.random or ())
+    for key, value in report.items():
+        print(f"{key:32s} {value:.4f}")
+    return 0
 
 
 def cmd_rollouts(args) -> int:
@@ -52,15 +186,51 @@ def cmd_envs(args) -> int:
     return 0
 
 
+def _add_config_options(parser):
+    from .config import ALGORITHMS, describe
+    seen = set()
+    group = parser.add_argument_group("config fields (override the file's values)")
+    for cls in ALGORITHMS.values():
+        for name, kind, _default, doc in describe(cls):
+            if name in seen or name in ("algorithm", "env_params", "hidden_sizes", "run_dir"):
+                continue
+            seen.add(name)
+            base = getattr(kind, "__origin__", kind)
+            if base is bool:
+                group.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None,
+                                   type=lambda s: s.lower() in ("1", "true", "yes"), help=doc)
+            elif base in (int, float, str):
+                group.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, type=base, help=doc)
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE",
+                        help="any config key, value in YAML syntax (e.g. --set hidden_sizes=[128,128])")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m workbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="the main job: rollouts of every shipped env on the best target")
+    demo = sub.add_parser("demo", help="the main job: train CartPole with PPO on the best target until solved")
     demo.add_argument("--target", default=None)
-    demo.add_argument("--num-envs", type=int, default=100_000)
-    demo.add_argument("--steps", type=int, default=100)
-    demo.add_argument("--seed", type=int, default=0)
-    demo.set_defaults(func=cmd_rollouts)
+    demo.add_argument("--run-dir", default=None)
+    demo.set_defaults(func=cmd_demo)
+    train = sub.add_parser("train", help="train from a config file or a shipped config name")
+    train.add_argument("config")
+    train.add_argument("--run-dir", default=None)
+    train.add_argument("--resume", default=None, help="checkpoint to resume from")
+    _add_config_options(train)
+    train.set_defaults(func=cmd_train)
+    ev = sub.add_parser("evaluate", help="evaluate a checkpoint's policies (optionally some replaced by random)")
+    ev.add_argument("checkpoint")
+    ev.add_argument("--steps", type=int, default=1000)
+    ev.add_argument("--num-envs", type=int, default=None)
+    ev.add_argument("--target", default=None)
+    ev.add_argument("--random", nargs="*", help="policy names to replace by uniformly random actions")
+    ev.set_defaults(func=cmd_evaluate)
+    rollouts = sub.add_parser("rollouts", help="random-action rollouts of every shipped env, env-steps/s")
+    rollouts.add_argument("--target", default=None)
+    rollouts.add_argument("--num-envs", type=int, default=100_000)
+    rollouts.add_argument("--steps", type=int, default=100)
+    rollouts.add_argument("--seed", type=int, default=0)
+    rollouts.set_defaults(func=cmd_rollouts)
     check = sub.add_parser("check", help="cross-target consistency check of envs")
     check.add_argument("envs", nargs="*")
     check.add_argument("--targets", nargs="+", default=None)

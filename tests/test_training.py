@@ -1,0 +1,193 @@
+"""Training learns, reproduces, checkpoints atomically and rejects bad input by name."""
+import math
+import textwrap
+
+import pytest
+import torch
+
+import workbench as wb
+from workbench import config as cfg
+from workbench.checkpoint import CheckpointError
+from workbench.rollout import PolicyMapError
+
+RANDOM_CARTPOLE_RETURN = 22.0  # mean episode length of a uniformly random CartPole policy
+
+
+def ppo_cartpole(**kw):
+    base = dict(num_envs=32, rollout_length=64, num_minibatches=4, update_epochs=4, lr=2.5e-3,
+                total_env_steps=60_000, log_every=2, target="cpu")
+    return wb.PPOConfig(**{**base, **kw})
+
+
+def test_ppo_learns_cartpole_far_above_random():
+    trainer = wb.make_trainer(ppo_cartpole(target_return=300.0))
+    result = trainer.train()
+    assert result.metrics["return/shared"] > 10 * RANDOM_CARTPOLE_RETURN
+
+
+def test_a2c_improves_over_random():
+    config = wb.A2CConfig(num_envs=64, rollout_length=16, lr=3e-3, total_env_steps=80_000, log_every=10,
+                          target="cpu", target_return=100.0)
+    result = wb.make_trainer(config).train()
+    assert result.metrics["return/shared"] > 3 * RANDOM_CARTPOLE_RETURN
+
+
+def test_same_seed_same_metrics_on_cpu():
+    runs = [wb.make_trainer(ppo_cartpole(total_env_steps=32 * 64 * 3, log_every=1, seed=5)).train() for _ in range(2)]
+    keys = ["return/shared", "policy_loss/shared", "value_loss/shared", "entropy/shared"]
+    for a, b in zip(runs[0].history, runs[1].history):
+        assert [a[k] for k in keys] == [b[k] for k in keys]
+
+
+def test_callback_false_stops_training():
+    calls = []
+    result = wb.make_trainer(ppo_cartpole(log_every=1)).train(callback=lambda i, m: calls.append(i) or len(calls) < 3)
+    assert result.stopped_by == "callback" and result.iterations == 3 and calls == [1, 2, 3]
+
+
+def test_resume_continues_the_same_learning_curve(tmp_path):
+    straight = wb.make_trainer(ppo_cartpole(log_every=1, seed=3))
+    full = straight.train(num_iterations=4).history
+    first = wb.make_trainer(ppo_cartpole(log_every=1, seed=3))
+    first.train(num_iterations=2)
+    first.save(tmp_path / "ck.pt")
+    resumed = wb.make_trainer(ppo_cartpole(log_every=1, seed=3))
+    resumed.load(tmp_path / "ck.pt")
+    rest = resumed.train(num_iterations=2).history
+    for a, b in zip(full, rest):
+        assert a["iteration"] == b["iteration"]
+        assert a["policy_loss/shared"] == pytest.approx(b["policy_loss/shared"], rel=1e-5)
+        assert a["return/shared"] == pytest.approx(b["return/shared"], rel=1e-5, nan_ok=True)
+
+
+def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
+    trainer = wb.make_trainer(ppo_cartpole())
+    path = tmp_path / "ck.pt"
+    trainer.save(path)
+    good = path.read_bytes()
+
+    def killed(obj, fh, *a, **k):
+        fh.write(b"partial")
+        raise KeyboardInterrupt("killed mid-save")
+
+    monkeypatch.setattr(torch, "save", killed)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.save(path)
+    assert path.read_bytes() == good
+    assert [p.name for p in tmp_path.iterdir()] == ["ck.pt"]
+
+
+def test_corrupt_and_foreign_checkpoints(tmp_path):
+    trainer = wb.make_trainer(ppo_cartpole())
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="corrupt or not a checkpoint"):
+        trainer.load(bad)
+    wb.register("matching", MATCHING)
+    other = wb.make_trainer(ppo_cartpole(env="matching", num_envs=8, rollout_length=8))
+    other.save(tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="written for env='matching'; this trainer has env='cartpole'"):
+        trainer.load(tmp_path / "other.pt")
+
+
+def test_config_rejects_unknown_and_ill_typed_keys(tmp_path):
+    with pytest.raises(cfg.ConfigError, match=r"unknown key\(s\) \['learning_rate'\] for PPOConfig"):
+        cfg.from_dict({"algorithm": "ppo", "learning_rate": 0.1})
+    with pytest.raises(cfg.ConfigError, match="PPOConfig.num_envs must be int, got 'many'"):
+        cfg.from_dict({"algorithm": "ppo", "num_envs": "many"})
+    with pytest.raises(cfg.ConfigError, match="PPOConfig.gamma must be in"):
+        cfg.from_dict({"algorithm": "ppo", "gamma": 1.5})
+    config = wb.PPOConfig(num_envs=8, hidden_sizes=(32, 32))
+    cfg.save_yaml(config, tmp_path / "c.yaml")
+    assert cfg.load_yaml(tmp_path / "c.yaml") == config
+
+
+def test_minibatches_that_do_not_divide():
+    trainer = wb.make_trainer(ppo_cartpole(num_envs=10, rollout_length=3, num_minibatches=4))
+    with pytest.raises(ValueError, match="num_minibatches=4 must divide the batch of 30"):
+        trainer.train(num_iterations=1)
+
+
+def test_policy_map_errors():
+    env = wb.make("cartpole", num_envs=4, target="cpu")
+    with pytest.raises(PolicyMapError, match=r"agents \[0\] belong to no policy"):
+        wb.Trainer(env, ppo_cartpole(), policies={"p": []})
+    with pytest.raises(PolicyMapError, match="agent 3, but the env has agents 0..0"):
+        wb.Trainer(env, ppo_cartpole(), policies={"p": [0, 3]})
+
+
+def test_model_with_the_wrong_action_head():
+    env = wb.make("cartpole", num_envs=4, target="cpu")
+
+    class Wrong(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(4, 3)
+
+        def forward(self, obs):
+            return self.net(obs), obs.sum(-1)
+
+        def value(self, obs):
+            return obs.sum(-1)
+
+    with pytest.raises(PolicyMapError, match="action output has 3 units, the env's action space Discrete"):
+        wb.Trainer(env, ppo_cartpole(), models={"shared": Wrong()})
+
+
+MATCHING = textwrap.dedent('''
+    """Each agent is rewarded for the action that equals its own id modulo 3 (a multi-policy test)."""
+    from workbench.envdef import Box, Discrete
+    NUM_AGENTS = 4
+    MAX_STEPS = 8
+    OBSERVATION = Box(shape=(2,))
+    ACTION = Discrete(3)
+
+    def reset(env, agent):
+        pass
+
+    def step(env, agent, action, reward):
+        reward[env, agent] = 1.0 if action[env, agent] == agent % 3 else 0.0
+
+    def observe(env, agent, obs):
+        obs[env, agent, 0] = agent % 2
+        obs[env, agent, 1] = agent // 2
+''')
+
+
+def test_two_policies_over_non_contiguous_agents_learn():
+    wb.register("matching", MATCHING)
+    env = wb.make("matching", num_envs=64, target="cpu")
+    config = wb.PPOConfig(num_envs=64, rollout_length=8, num_minibatches=2, lr=1e-2, total_env_steps=64 * 8 * 25,
+                          ent_coef=0.0, log_every=5, target="cpu")
+    trainer = wb.Trainer(env, config, policies={"even": [0, 2], "odd": [1, 3]})
+    result = trainer.train()
+    # a random policy earns 8/3 per episode; the optimum is 8
+    assert result.metrics["return/even"] > 7.0 and result.metrics["return/odd"] > 7.0
+
+
+NAN_REWARD = MATCHING.replace("1.0 if action[env, agent] == agent % 3 else 0.0",
+                              "math.nan if action[env, agent] == 2 else 0.0").replace(
+    "from workbench.envdef", "import math\nfrom workbench.envdef")
+
+
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
+    wb.register("nan_reward", NAN_REWARD)
+    config = wb.PPOConfig(env="nan_reward", num_envs=8, rollout_length=8, num_minibatches=1, log_every=1,
+                          target="cpu", run_dir=str(tmp_path), total_env_steps=10_000)
+    trainer = wb.make_trainer(config)
+    trainer.save(tmp_path / "checkpoint.pt")
+    before = (tmp_path / "checkpoint.pt").read_bytes()
+    with pytest.raises(wb.NonFiniteError, match="loss became NaN or inf at iteration 1"):
+        trainer.train()
+    assert (tmp_path / "checkpoint.pt").read_bytes() == before
+
+
+def test_ddpg_on_pendulum_improves_over_random():
+    config = cfg.load_yaml("configs/pendulum.yaml")
+    config = cfg.replace(config, total_env_steps=16 * 900, learning_starts=1000, target="cpu", log_every=100,
+                         hidden_sizes=(64, 64), updates_per_rollout=8)
+    trainer = wb.make_trainer(config)
+    result = trainer.train()
+    random_return = -1200.0  # uniformly random torques average about -1200 per 200-step episode
+    last = [m["return/shared"] for m in result.history[-3:] if not math.isnan(m["return/shared"])]
+    assert last and max(last) > random_return + 300
