@@ -130,7 +130,7 @@ def numba_drivers(defn: EnvDefinition, *, gpu: bool, layout: Layout) -> str:
         if gpu:
             w = _Writer("cuda.syncthreads()" if layout.threads_per_env > 1 else "")
             w.emit(0, f"def {kernel}({args}):", "    tid = cuda.threadIdx.x",
-                   "    e = cuda.blockIdx.x * EPB + tid // TPE", "    lane = tid % TPE", "    active = e < n_envs")
+                   "    e = cuda.blockIdx.x * (cuda.blockDim.x // TPE) + tid // TPE", "    lane = tid % TPE", "    active = e < n_envs")
             body(w, defn, 1)
         else:
             w = _Writer("")

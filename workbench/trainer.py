@@ -6,6 +6,7 @@ The trainer knows nothing of any UI: it reports through `callback(iteration, met
 from __future__ import annotations
 
 import csv
+import warnings
 import math
 import time
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ import torch
 
 from . import checkpoint as ckpt
 from . import config as cfg
+from . import distributed as dist_mod
 from .algorithms import a2c, ddpg, ppo
 from .envdef import Box
 from .errors import NonFiniteError
@@ -39,7 +41,7 @@ class Trainer:
     models: optional {name: nn.Module} replacing the default MLP of that policy.
     """
 
-    def __init__(self, env, config, policies=None, models=None):
+    def __init__(self, env, config, policies=None, models=None, distributed: bool | None = None):
         cfg.validate(config)
         self.env = env
         self.config = config
@@ -72,6 +74,14 @@ class Trainer:
                 buf.terminated, buf.truncated = self.terminated, self.truncated
         self.return_sum = {g.name: torch.zeros((), device=self.device) for g in self.groups}
         self.return_count = {g.name: torch.zeros((), device=self.device) for g in self.groups}
+        self.sync = None
+        self.rank, self.world_size = 0, 1
+        if distributed or (distributed is None and dist_mod.launched_by_torchrun()):
+            context = dist_mod.init(env.target.name)
+            self.sync = dist_mod.GradientSync(context)
+            self.rank, self.world_size = context.rank, context.world_size
+            for model in self.models.values():
+                self.sync.broadcast_parameters(model)
         self.iteration = 0
         self.env_steps = 0
         self.history: list = []
@@ -191,7 +201,7 @@ class Trainer:
                  "logp": buf.logp.reshape(-1), "values": buf.values.reshape(-1),
                  "advantages": advantages.reshape(-1), "returns": returns.reshape(-1)}
         algorithm = ppo if self.algorithm == "ppo" else a2c
-        return algorithm.update(model, self.optimizers[g.name], batch, self.config)
+        return algorithm.update(model, self.optimizers[g.name], batch, self.config, sync=self.sync)
 
     # -- DDPG: exploration rollout into the replay buffer, then gradient steps --------------
     def _collect_ddpg(self):
@@ -230,13 +240,19 @@ class Trainer:
             return stats
         for _ in range(self.config.updates_per_rollout):
             stats = ddpg.update(agent, actor_opt, critic_opt, rb.sample(self.config.batch_size, self.generator),
-                                self.config)
+                                self.config, sync=self.sync)
         return stats
 
     # -- the loop -------------------------------------------------------------------------
     @property
     def steps_per_iteration(self) -> int:
-        return self.E * self.T
+        """Replica steps per iteration, summed over ranks."""
+        return self.E * self.T * self.world_size
+
+    @property
+    def is_main(self) -> bool:
+        """Only the main rank writes files and reports."""
+        return self.rank == 0
 
     def train(self, callback=None, num_iterations: int | None = None) -> TrainResult:
         """Run until `total_env_steps` (or `num_iterations` more iterations), the target return,
@@ -244,7 +260,7 @@ class Trainer:
         config = self.config
         total_iters = max(1, math.ceil(config.total_env_steps / self.steps_per_iteration))
         stop_at = self.iteration + num_iterations if num_iterations is not None else total_iters
-        run_dir = Path(config.run_dir) if config.run_dir else None
+        run_dir = Path(config.run_dir) if config.run_dir and self.is_main else None
         start = time.perf_counter()
         window_start, window_steps = start, 0
         stopped_by = "budget"
@@ -284,7 +300,10 @@ class Trainer:
                         + ". Lower lr, enable normalize_obs, or check the env's rewards for NaN (debug=True).")
                 if config.checkpoint_every and run_dir is not None and self.iteration % config.checkpoint_every == 0:
                     self.save(run_dir / "checkpoint.pt")
-                if callback is not None and callback(self.iteration, metrics) is False:
+                stop = callback is not None and callback(self.iteration, metrics) is False
+                if self.sync is not None:
+                    stop = self.sync.any(stop, self.device)
+                if stop:
                     stopped_by = "callback"
                     break
                 if config.target_return is not None and self._reached(metrics, config.target_return):
@@ -301,11 +320,16 @@ class Trainer:
 
     def _pull_metrics(self, stats, rate, elapsed) -> dict:
         names = [g.name for g in self.groups]
-        device_values = []
+        device_values, is_stat = [], []
         for n in names:
             device_values += [self.return_sum[n], self.return_count[n]]
             device_values += [stats[n][k] for k in sorted(stats[n])]
-        host = torch.stack([v.float() for v in device_values]).cpu().tolist() if device_values else []
+            is_stat += [False, False] + [True] * len(stats[n])
+        stacked = torch.stack([v.float() for v in device_values])
+        if self.sync is not None:  # returns and counts add up over ranks; losses average
+            stacked = self.sync.sum(stacked)
+            stacked = torch.where(torch.tensor(is_stat, device=stacked.device), stacked / self.world_size, stacked)
+        host = stacked.cpu().tolist()
         metrics = {"iteration": self.iteration, "env_steps": self.env_steps, "env_steps_per_s": rate,
                    "time_s": elapsed}
         pos, returns, nonfinite = 0, [], 0.0
@@ -373,8 +397,11 @@ class Trainer:
                 "action_space": repr(self.env.action_space), "policies": {g.name: g.ids for g in self.groups},
                 "algorithm": self.algorithm}
 
-    def save(self, path) -> Path:
-        """Atomically write policies, optimisers, normaliser, RNG, counters and env state."""
+    def save(self, path) -> Path | None:
+        """Atomically write policies, optimisers, normaliser, RNG, counters and env state
+        (on the main rank only; other ranks return None)."""
+        if not self.is_main:
+            return None
         optim = {n: (o.state_dict() if not isinstance(o, tuple) else [x.state_dict() for x in o])
                  for n, o in self.optimizers.items()}
         payload = {
@@ -388,6 +415,7 @@ class Trainer:
                     "env_generator": self.env._generator.get_state()},
             "env_state": {k: v.detach().cpu() for k, v in self.env.store.items()},
             "env_seed": self.env.seed,
+            "world_size": self.world_size,
         }
         return ckpt.save_atomic(payload, path)
 
@@ -414,23 +442,34 @@ class Trainer:
         self.history = list(payload["history"])
         torch.set_rng_state(payload["rng"]["torch"])
         self.generator.set_state(payload["rng"]["generator"])
-        if restore_env and payload["env_state"]["obs"].shape == self.env.store["obs"].shape:
+        saved_world = payload.get("world_size", 1)
+        if restore_env and saved_world != self.world_size:
+            warnings.warn(f"checkpoint written by {saved_world} rank(s), resumed by {self.world_size}: policies, "
+                          f"optimisers and counters are restored; env replicas start new episodes", stacklevel=2)
+        elif restore_env and payload["env_state"]["obs"].shape == self.env.store["obs"].shape and \
+                self.world_size == 1:
             self.env.store.load_snapshot(payload["env_state"])
             self.env.seed = payload["env_seed"]
             self.env._generator.set_state(payload["rng"]["env_generator"])
         return self
 
 
-def make_trainer(config, policies=None, models=None, env=None) -> Trainer:
-    """Build the env named in `config` (on its target) and a trainer for it."""
+def make_trainer(config, policies=None, models=None, env=None, distributed: bool | None = None) -> Trainer:
+    """Build the env named in `config` (on its target) and a trainer for it. Under torchrun
+    (or distributed=True) this joins the process group first, so the env lands on this rank's GPU."""
     from . import make
     from .targets import best_target
     target = best_target() if config.target == "auto" else config.target
+    seed = config.seed
+    if distributed or (distributed is None and dist_mod.launched_by_torchrun()):
+        context = dist_mod.init(target)
+        seed = dist_mod.rank_seed(config.seed, context.rank)
+        distributed = True
     if env is None:
-        env = make(config.env, num_envs=config.num_envs, target=target, seed=config.seed, **(config.env_params or {}))
+        env = make(config.env, num_envs=config.num_envs, target=target, seed=seed, **(config.env_params or {}))
     if policies is None:
         groups = env.definition.namespace.get("AGENT_GROUPS")
         if groups is not None:
             import types
             policies = {k: list(v) for k, v in groups(types.SimpleNamespace(**env.definition.params)).items()}
-    return Trainer(env, config, policies=policies, models=models)
+    return Trainer(env, config, policies=policies, models=models, distributed=distributed)

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 
-def update(model, optimizer, batch: dict, config) -> dict:
+def update(model, optimizer, batch: dict, config, sync=None) -> dict:
     """batch: obs [B, O], actions [B, ...], advantages [B], returns [B]. Returns device scalars."""
     out, value = model(batch["obs"])
     logp, entropy = model.head.log_prob_entropy(out, getattr(model, "log_std", None), batch["actions"])
@@ -23,6 +23,8 @@ def update(model, optimizer, batch: dict, config) -> dict:
 
     optimizer.zero_grad(set_to_none=False)
     loss.backward()
+    if sync is not None:
+        sync.gradients(model.parameters())
     if config.max_grad_norm > 0:
         nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
     optimizer.step()

@@ -49,7 +49,7 @@ class DDPGAgent(nn.Module):
         self.critic_target = copy.deepcopy(critic).requires_grad_(False)
 
 
-def update(agent: DDPGAgent, actor_opt, critic_opt, batch, config) -> dict:
+def update(agent: DDPGAgent, actor_opt, critic_opt, batch, config, sync=None) -> dict:
     """One gradient step of the critic, then of the actor, then the soft target updates."""
     obs, actions, rewards, next_obs, terminated = batch
 
@@ -60,6 +60,8 @@ def update(agent: DDPGAgent, actor_opt, critic_opt, batch, config) -> dict:
     critic_loss = ((q - y) ** 2).mean()
     critic_opt.zero_grad(set_to_none=False)
     critic_loss.backward()
+    if sync is not None:
+        sync.gradients(agent.critic.parameters())
     if config.max_grad_norm > 0:
         nn.utils.clip_grad_norm_(agent.critic.parameters(), config.max_grad_norm)
     critic_opt.step()
@@ -69,6 +71,8 @@ def update(agent: DDPGAgent, actor_opt, critic_opt, batch, config) -> dict:
     actor_loss = -agent.critic(obs, agent.actor(obs)).mean()
     actor_opt.zero_grad(set_to_none=False)
     actor_loss.backward()
+    if sync is not None:
+        sync.gradients(agent.actor.parameters())
     if config.max_grad_norm > 0:
         nn.utils.clip_grad_norm_(agent.actor.parameters(), config.max_grad_norm)
     actor_opt.step()

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 
-def update(model, optimizer, batch: dict, config) -> dict:
+def update(model, optimizer, batch: dict, config, sync=None) -> dict:
     """batch: obs [B, O], actions [B, ...], logp [B], values [B], advantages [B], returns [B].
     Returns device scalars: policy_loss, value_loss, entropy, approx_kl, clip_fraction, nonfinite."""
     B = batch["obs"].shape[0]
@@ -51,6 +51,8 @@ def update(model, optimizer, batch: dict, config) -> dict:
 
             optimizer.zero_grad(set_to_none=False)
             loss.backward()
+            if sync is not None:  # data-parallel: average gradients over ranks before clipping
+                sync.gradients(model.parameters())
             if config.max_grad_norm > 0:
                 nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
             optimizer.step()
@@ -64,8 +66,10 @@ def update(model, optimizer, batch: dict, config) -> dict:
                 stats["clip_fraction"] += ((ratio - 1).abs() > config.clip_coef).float().mean()
                 stats["nonfinite"] += (~torch.isfinite(loss)).float()
             updates += 1
-        if config.target_kl is not None and float(approx_kl) > config.target_kl:
-            break
+        if config.target_kl is not None:
+            kl = sync.mean(approx_kl) if sync is not None else approx_kl
+            if float(kl) > config.target_kl:
+                break
     for k in stats:
         if k != "nonfinite":
             stats[k] /= updates

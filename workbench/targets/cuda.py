@@ -60,9 +60,10 @@ class CudaKernels:
 
     def _run(self, kernel, n_envs, seed, views):
         from numba.core.errors import NumbaError
-        grid = (n_envs + self.layout.envs_per_block - 1) // self.layout.envs_per_block
+        envs_per_block = min(self.layout.envs_per_block, n_envs)  # small runs (and the simulator) launch less
+        grid = (n_envs + envs_per_block - 1) // envs_per_block
         try:
-            kernel[grid, self.layout.block, self._stream()](n_envs, seed, *views)
+            kernel[grid, envs_per_block * self.layout.threads_per_env, self._stream()](n_envs, seed, *views)
         except NumbaError as exc:
             raise compile_error(self.defn, "cuda", exc) from None
 

@@ -1,0 +1,54 @@
+"""MountainCar-v0: an underpowered car in a valley must rock its way up the right hill; the same
+dynamics as Gymnasium's.
+
+Actions 0, 1, 2 push left, not at all, right. Observation (position, velocity). Reward -1 every
+step; terminated when position >= goal_position with velocity >= goal_velocity; truncated at
+200 steps. The car stops dead against the left wall.
+"""
+import math
+
+import numpy as np
+
+from workbench.envdef import Box, Discrete, per_env
+from workbench.rng import uniform_range
+
+PARAMS = dict(min_position=-1.2, max_position=0.6, max_speed=0.07, goal_position=0.5, goal_velocity=0.0,
+              force=0.001, gravity=0.0025, reset_low=-0.6, reset_high=-0.4, max_steps=200)
+
+NUM_AGENTS = 1
+MAX_STEPS = "max_steps"
+OBSERVATION = Box(low=(-1.2, -0.07), high=(0.6, 0.07), shape=(2,))
+ACTION = Discrete(3)
+STATE = dict(position=per_env(), velocity=per_env())
+
+
+def validate_params(p):
+    if p.reset_low > p.reset_high:
+        return f"reset_low ({p.reset_low}) must not exceed reset_high ({p.reset_high})"
+    return None
+
+
+def reset(env, key, position, velocity):
+    position[env] = uniform_range(key, 0, reset_low, reset_high)
+    velocity[env] = 0.0
+
+
+def step(env, agent, action, position, velocity, reward, terminated):
+    p = np.float64(position[env])
+    v = np.float64(velocity[env])
+    v += (action[env, agent] - 1) * force + math.cos(3 * p) * (-gravity)
+    v = min(max(v, -max_speed), max_speed)
+    p += v
+    p = min(max(p, min_position), max_position)
+    if p == min_position and v < 0:
+        v = 0.0
+    position[env] = p
+    velocity[env] = v
+    reward[env, agent] = -1.0
+    # decided on the float64 values, as Gymnasium does, not on their float32 copies
+    terminated[env] = 1 if (p >= goal_position and v >= goal_velocity) else 0
+
+
+def observe(env, agent, position, velocity, obs):
+    obs[env, agent, 0] = position[env]
+    obs[env, agent, 1] = velocity[env]

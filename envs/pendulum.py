@@ -1,0 +1,50 @@
+"""Pendulum-v1: swing a pendulum up and hold it there with limited torque; the same dynamics as Gymnasium's.
+
+State (theta, thetadot), theta = 0 upright and not wrapped. Action: one torque in [-2, 2]
+(clipped). Observation (cos theta, sin theta, thetadot). Reward -(angle_normalize(theta)^2 +
+0.1 thetadot^2 + 0.001 torque^2) of the state before the step; never terminates, truncated at
+200 steps. Starts with theta uniform in [-init_theta, init_theta] and thetadot in
+[-init_thetadot, init_thetadot] (Gymnasium's reset options x_init and y_init).
+"""
+import math
+
+import numpy as np
+
+from workbench.envdef import Box, per_env
+from workbench.rng import uniform_range
+
+PARAMS = dict(max_speed=8.0, max_torque=2.0, dt=0.05, g=10.0, m=1.0, l=1.0, init_theta=math.pi,
+              init_thetadot=1.0, max_steps=200)
+
+NUM_AGENTS = 1
+MAX_STEPS = "max_steps"
+OBSERVATION = Box(low=(-1.0, -1.0, -8.0), high=(1.0, 1.0, 8.0), shape=(3,))
+ACTION = Box(low=-2.0, high=2.0, shape=(1,))
+STATE = dict(theta=per_env(), thetadot=per_env())
+
+
+def angle_normalize(x):
+    return ((x + math.pi) % (2 * math.pi)) - math.pi
+
+
+def reset(env, key, theta, thetadot):
+    theta[env] = uniform_range(key, 0, -init_theta, init_theta)
+    thetadot[env] = uniform_range(key, 1, -init_thetadot, init_thetadot)
+
+
+def step(env, agent, action, theta, thetadot, reward):
+    th = np.float64(theta[env])
+    thdot = np.float64(thetadot[env])
+    u = min(max(np.float64(action[env, agent, 0]), -max_torque), max_torque)
+    costs = angle_normalize(th) ** 2 + 0.1 * thdot ** 2 + 0.001 * (u ** 2)
+    newthdot = thdot + (3 * g / (2 * l) * math.sin(th) + 3.0 / (m * l ** 2) * u) * dt
+    newthdot = min(max(newthdot, -max_speed), max_speed)
+    theta[env] = th + newthdot * dt
+    thetadot[env] = newthdot
+    reward[env, agent] = -costs
+
+
+def observe(env, agent, theta, thetadot, obs):
+    obs[env, agent, 0] = math.cos(theta[env])
+    obs[env, agent, 1] = math.sin(theta[env])
+    obs[env, agent, 2] = thetadot[env]

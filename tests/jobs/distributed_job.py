@@ -1,0 +1,82 @@
+"""Jobs launched by tests/test_distributed.py under torchrun (2 processes, gloo, cpu target)."""
+import copy
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+import workbench as wb
+from workbench import distributed as wbd
+from workbench.algorithms import a2c, ppo
+from workbench.envdef import Discrete
+from workbench.policies import ActionHead, ActorCritic
+
+
+def gathered_params(model):
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    out = [torch.zeros_like(flat) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, flat)
+    return out
+
+
+def equal_batch():
+    """Two ranks on halves of a batch == one process on the whole batch."""
+    context = wbd.init("cpu")
+    sync = wbd.GradientSync(context)
+    torch.manual_seed(0)
+    B, O = 64, 4
+    full = {"obs": torch.randn(B, O), "actions": torch.randint(0, 2, (B,)), "logp": torch.full((B,), -0.69),
+            "values": torch.randn(B), "advantages": torch.randn(B), "returns": torch.randn(B)}
+    half = {k: v.chunk(context.world_size)[context.rank] for k, v in full.items()}
+    for name, algorithm, config in (
+            ("a2c", a2c, wb.A2CConfig(normalize_advantages=False, max_grad_norm=0.5)),
+            ("ppo", ppo, wb.PPOConfig(num_minibatches=1, update_epochs=1, normalize_advantages=False))):
+        torch.manual_seed(1)
+        model = ActorCritic(O, Discrete(2))
+        model.head = ActionHead(Discrete(2))
+        single = copy.deepcopy(model)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        opt_single = torch.optim.Adam(single.parameters(), lr=1e-2)
+        for _ in range(3):
+            algorithm.update(model, opt, half, config, sync=sync)
+            algorithm.update(single, opt_single, full, config)
+        params = gathered_params(model)
+        assert all(torch.equal(params[0], p) for p in params), f"{name}: ranks diverged"
+        reference = torch.cat([p.detach().reshape(-1) for p in single.parameters()])
+        err = float((params[0] - reference).abs().max())
+        assert err < 1e-5, f"{name}: data-parallel differs from single-process by {err}"
+        print(f"rank {context.rank} {name} ok {err:.2e}", flush=True)
+
+
+def train(run_dir, die_at=None):
+    """A short data-parallel PPO run; ranks must end with identical parameters."""
+    config = wb.PPOConfig(num_envs=8, rollout_length=16, num_minibatches=2, total_env_steps=8 * 16 * 2 * 4,
+                          target="cpu", log_every=1, run_dir=run_dir)
+    trainer = wb.make_trainer(config)
+    rank = trainer.rank
+
+    def callback(iteration, metrics):
+        if die_at is not None and rank == 1 and iteration == die_at:
+            os._exit(3)
+        return True
+
+    result = trainer.train(callback=callback)
+    for name, model in trainer.models.items():
+        params = gathered_params(model)
+        assert all(torch.equal(params[0], p) for p in params), f"policy {name}: ranks diverged"
+    seeds = [torch.zeros(1, dtype=torch.long) for _ in range(trainer.world_size)]
+    dist.all_gather(seeds, torch.tensor([trainer.env.seed]))
+    assert len({int(s) for s in seeds}) == trainer.world_size, "ranks share an env seed"
+    print(f"rank {rank} trained {result.iterations} iterations, env_steps {result.env_steps}", flush=True)
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    if mode == "equal_batch":
+        equal_batch()
+    elif mode == "train":
+        train(sys.argv[2])
+    elif mode == "die":
+        train(sys.argv[2], die_at=2)
+    dist.destroy_process_group()

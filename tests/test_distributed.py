@@ -1,0 +1,61 @@
+"""Data-parallel training with torch.distributed: real 2-process gloo jobs launched by torchrun."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import workbench as wb
+from workbench import distributed as wbd
+
+JOB = Path(__file__).resolve().parent / "jobs" / "distributed_job.py"
+
+
+def torchrun(*args, timeout=600):
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["OMP_NUM_THREADS"] = "1"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(JOB), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_two_ranks_equal_single_process_on_the_same_total_batch():
+    out = torchrun("equal_batch")
+    assert out.returncode == 0, out.stdout + out.stderr
+    for rank in (0, 1):
+        for algorithm in ("a2c", "ppo"):
+            assert f"rank {rank} {algorithm} ok" in out.stdout
+
+
+def test_two_rank_training_keeps_parameters_identical_and_resumes_single_process(tmp_path):
+    out = torchrun("train", str(tmp_path))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "rank 0 trained 4 iterations, env_steps 1024" in out.stdout
+    assert "rank 1 trained 4 iterations" in out.stdout
+    assert (tmp_path / "checkpoint.pt").exists() and (tmp_path / "metrics.csv").exists()
+    config = wb.PPOConfig(num_envs=8, rollout_length=16, num_minibatches=2, target="cpu")
+    trainer = wb.make_trainer(config, distributed=False)
+    with pytest.warns(UserWarning, match="written by 2 rank\\(s\\), resumed by 1"):
+        trainer.load(tmp_path / "checkpoint.pt")
+    assert trainer.iteration == 4 and trainer.env_steps == 1024
+    trainer.train(num_iterations=1)
+
+
+def test_a_dead_rank_stops_the_job_with_its_rank_named(tmp_path):
+    out = torchrun("die", str(tmp_path), timeout=300)
+    assert out.returncode != 0
+    text = out.stdout + out.stderr
+    assert "rank: 1" in text or "local_rank: 1" in text, text[-2000:]
+
+
+def test_more_ranks_than_gpus_is_a_clear_error():
+    with pytest.raises(wbd.DistributedError, match="local rank 2 has no GPU: this node has 2 GPU\\(s\\); launch "
+                                                   "with torchrun --nproc-per-node 2"):
+        wbd.check_gpu_count(2, 2)
+
+
+def test_distributed_without_torchrun_says_how_to_launch(monkeypatch):
+    for key in ("MASTER_ADDR", "WORLD_SIZE", "RANK"):
+        monkeypatch.delenv(key, raising=False)
+    with pytest.raises(wbd.DistributedError, match="launch with torchrun"):
+        wb.make_trainer(wb.PPOConfig(num_envs=4, target="cpu"), distributed=True)
