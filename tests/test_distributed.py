@@ -59,3 +59,27 @@ def test_distributed_without_torchrun_says_how_to_launch(monkeypatch):
         monkeypatch.delenv(key, raising=False)
     with pytest.raises(wbd.DistributedError, match="launch with torchrun"):
         wb.make_trainer(wb.PPOConfig(num_envs=4, target="cpu"), distributed=True)
+
+
+def test_auto_scale_search_backs_off_on_out_of_memory():
+    from workbench.autoscale import search_memory
+    import torch
+
+    def trial(n):  # 1 KiB per replica plus 1 MiB; OOM from 64k replicas on
+        if n >= 65536:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate")
+        return 2**20 + 1024 * n
+
+    n, trials = search_memory(trial, free_bytes=2**30, start=1024, max_envs=1 << 24, margin=0.2)
+    assert trials[-1] == (65536, "out of memory", "oom")
+    assert 32768 <= n < 65536
+
+
+def test_auto_scale_on_the_cpu_target_explains_itself():
+    from workbench.autoscale import auto_scale
+    lines = []
+    config, report = auto_scale(wb.PPOConfig(num_envs=8, rollout_length=8, num_minibatches=2, target="cpu"),
+                                start=16, max_envs=64, log=lines.append)
+    assert "cpu target: replicas live in host memory" in lines[0]
+    assert config.num_envs in (16, 32, 64) and config.num_envs % 2 == 0
+    assert [t[0] for t in report.trials][0] == 16

@@ -92,17 +92,18 @@ def run_training(config, *, resume=None, progress=True, policies=None):
     if resume:
         trainer.load(resume)
     run_dir = Path(config.run_dir) if config.run_dir else None
-    if run_dir is not None:
+    if run_dir is not None and trainer.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         cfg.save_yaml(config, run_dir / "config.yaml")
-    print(f"training {config.env} with {config.algorithm.upper()} on target '{trainer.env.target.name}' "
+    say = print if trainer.is_main else (lambda *a, **k: None)
+    say(f"training {config.env} with {config.algorithm.upper()} on target '{trainer.env.target.name}' "
           f"({config.num_envs} replicas x {trainer.env.num_agents} agents; env compiled in {compile_s:.1f} s)")
-    callback = ProgressPrinter(config.total_env_steps) if progress else None
+    callback = ProgressPrinter(config.total_env_steps) if progress and trainer.is_main else None
     result = trainer.train(callback=callback)
-    print(f"stopped by {result.stopped_by} after {result.iterations} iterations, {result.env_steps / 1e6:.2f} M "
+    say(f"stopped by {result.stopped_by} after {result.iterations} iterations, {result.env_steps / 1e6:.2f} M "
           f"env-steps, {result.wall_time_s:.1f} s of training (compile {compile_s:.1f} s apart); "
           f"mean return {result.metrics.get('mean_return', float('nan')):.2f}")
-    if run_dir is not None and trainer.history:
+    if run_dir is not None and trainer.history and trainer.is_main:
         plot_learning_curve(trainer.history, run_dir / "learning_curve.png", f"{config.env} {config.algorithm}")
         print(f"run folder: {run_dir} (metrics.csv, learning_curve.png, checkpoint.pt, config.yaml)")
     return trainer, result
@@ -117,6 +118,9 @@ def cmd_train(args) -> int:
     elif not config.run_dir:
         changes["run_dir"] = f"runs/{config.env}-{config.algorithm}-{time.strftime('%Y%m%d-%H%M%S')}"
     config = cfg.replace(config, **changes)
+    if args.auto_scale:
+        from .autoscale import auto_scale
+        config, _report = auto_scale(config)
     run_training(config, resume=args.resume)
     return 0
 
@@ -216,6 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("config")
     train.add_argument("--run-dir", default=None)
     train.add_argument("--resume", default=None, help="checkpoint to resume from")
+    train.add_argument("--auto-scale", action="store_true",
+                       help="size num_envs to this device by measurement (GPU: free memory; CPU: throughput)")
     _add_config_options(train)
     train.set_defaults(func=cmd_train)
     ev = sub.add_parser("evaluate", help="evaluate a checkpoint's policies (optionally some replaced by random)")

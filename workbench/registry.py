@@ -15,6 +15,8 @@ class EnvSource:
     source: str
     filename: str
     language: str = "python"  # "python" (cpu, cuda targets) or "cuda-c"
+    c_source: str | None = None  # a Python env's CUDA C phases (its sibling NAME.cu), for target cuda-c
+    c_filename: str | None = None
 
 
 _REGISTRY: dict = {}
@@ -30,7 +32,9 @@ def _load_builtins():
     for entry in sorted(package.iterdir(), key=lambda p: p.name):
         if entry.name.endswith(".py") and not entry.name.startswith("_"):
             name = entry.name[:-3]
-            _REGISTRY.setdefault(name, EnvSource(name, entry.read_text(), str(entry)))
+            c_file = package / f"{name}.cu"
+            c_source, c_filename = (c_file.read_text(), str(c_file)) if c_file.is_file() else (None, None)
+            _REGISTRY.setdefault(name, EnvSource(name, entry.read_text(), str(entry), "python", c_source, c_filename))
 
 
 def register(name: str, source: str, *, language: str = "python", filename: str | None = None) -> EnvSource:
@@ -57,4 +61,9 @@ def names() -> list:
 
 def definition(name: str, **params) -> envdef.EnvDefinition:
     entry = lookup(name)
-    return envdef.parse(entry.name, entry.source, entry.filename, params)
+    if entry.language in envdef.C_LANGUAGES:
+        return envdef.parse_c(entry.name, entry.source, entry.filename, params)
+    defn = envdef.parse(entry.name, entry.source, entry.filename, params)
+    if entry.c_source is not None:
+        defn = envdef.attach_c(defn, entry.c_source, entry.c_filename)
+    return defn

@@ -1,0 +1,511 @@
+"""The cuda-c target: C env sources, the generated C drivers, NVRTC compilation and the C runtime.
+
+Without a GPU: the programs compile with NVRTC (needs libnvrtc: pip install nvidia-cuda-nvrtc), and
+the same programs also build with g++ against a small host emulation of CUDA threads, blocks and
+__syncthreads() and are run there against the cpu target (a real check of the driver semantics,
+the C phases and the C random numbers). Launches on a device are marked gpu_only.
+"""
+import dataclasses
+import math
+import shutil
+import subprocess
+from pathlib import Path
+
+import numba
+import numpy as np
+import pytest
+import torch
+
+import workbench as wb
+from workbench import codegen_c, envdef, registry
+from workbench.codegen import Layout, gpu_layout
+from workbench.env import Env
+from workbench.errors import EnvCompileError, EnvDefinitionError
+from workbench.targets import cuda_c
+
+from conftest import gpu_only
+
+RUNTIME_DIR = Path(cuda_c.INCLUDE_DIR)
+GXX = shutil.which("g++")
+needs_gxx = pytest.mark.skipif(GXX is None, reason="needs g++ for the host build of the C runtime")
+
+# A 3-agent env that uses what the cartpole does not: several step phases reading other agents'
+# data (barriers), multi-dim per-agent state and observations, Box actions, atomics, every dtype,
+# every random-number function and a tuple parameter.
+PROBE_PY = '''
+from workbench.envdef import Box, per_agent, per_env
+from workbench.rng import normal, randint, uniform, uniform_range
+
+PARAMS = dict(num_agents=3, speed=0.5, wall=1.5, max_steps=9, gains=(1.0, 0.5))
+NUM_AGENTS = "num_agents"
+MAX_STEPS = "max_steps"
+OBSERVATION = Box(shape=(2, 2))
+ACTION = Box(low=-1.0, high=1.0, shape=(2,))
+STATE = dict(pos=per_agent(shape=(2,)), hits=per_env("int32"), energy=per_agent("float64"),
+             tag=per_agent("uint8"), ticks=per_env("int64"))
+
+
+def reset(env, agent, key, pos, energy, tag, hits, ticks):
+    pos[env, agent, 0] = uniform_range(key, 0, -1.0, 1.0)
+    pos[env, agent, 1] = normal(key, 1)
+    energy[env, agent] = randint(key, 2, 5)
+    tag[env, agent] = 0
+    hits[env] = 0
+    ticks[env] = 0
+
+
+def move(env, agent, key, action, pos, energy, hits, tag):
+    for i in range(2):
+        pos[env, agent, i] += speed * gains[i] * action[env, agent, i] + 0.01 * uniform(key, i)
+    if abs(pos[env, agent, 0]) > wall:
+        atomic_add(hits, env, 1)
+        tag[env, agent] = 1
+    energy[env, agent] -= 0.25
+
+
+def score(env, agent, pos, hits, energy, reward, terminated, ticks):
+    other = (agent + 1) % NUM_AGENTS
+    reward[env, agent] = pos[env, other, 0] - 0.1 * hits[env] + energy[env, agent]
+    if agent == 0:
+        ticks[env] += 1
+        if hits[env] >= 2:
+            terminated[env] = 1
+
+
+STEP = [move, score]
+
+
+def observe(env, agent, pos, obs):
+    other = (agent + 1) % NUM_AGENTS
+    for i in range(2):
+        obs[env, agent, 0, i] = pos[env, agent, i]
+        obs[env, agent, 1, i] = pos[env, other, i]
+'''
+
+PROBE_C = r'''// probe's phases in CUDA C
+__device__ void reset(int env, int agent, wb_key key, pos_view pos, energy_view energy, tag_view tag, int* hits,
+                      long long* ticks)
+{
+    pos(env, agent, 0) = wb_uniform_range(key, 0, -1.0, 1.0);
+    pos(env, agent, 1) = wb_normal(key, 1);
+    energy(env, agent) = wb_randint(key, 2, 5);
+    tag(env, agent) = 0;
+    hits[env] = 0;
+    ticks[env] = 0;
+}
+
+__device__ void move(int env, int agent, wb_key key, action_view action, pos_view pos, energy_view energy, int* hits,
+                     tag_view tag)
+{
+    for (int i = 0; i < 2; ++i)
+        pos(env, agent, i) += speed * gains[i] * action(env, agent, i) + 0.01 * wb_uniform(key, i);
+    if (fabsf(pos(env, agent, 0)) > wall) {
+        wb_atomic_add(hits, env, 1);
+        tag(env, agent) = 1;
+    }
+    energy(env, agent) -= 0.25;
+}
+
+__device__ void score(int env, int agent, const pos_view pos, const int* hits, energy_view energy, reward_view reward,
+                      unsigned char* terminated, long long* ticks)
+{
+    const int other = (agent + 1) % NUM_AGENTS;
+    reward(env, agent) = pos(env, other, 0) - 0.1 * hits[env] + energy(env, agent);
+    if (agent == 0) {
+        ticks[env] += 1;
+        if (hits[env] >= 2)
+            terminated[env] = 1;
+    }
+}
+
+__device__ void observe(int env, int agent, pos_view pos, obs_view obs)
+{
+    const int other = (agent + 1) % NUM_AGENTS;
+    for (int i = 0; i < 2; ++i) {
+        obs(env, agent, 0, i) = pos(env, agent, i);
+        obs(env, agent, 1, i) = pos(env, other, i);
+    }
+}
+'''
+
+# The same env as one pure CUDA C source (what `%%warpenv probe --lang cuda` holds).
+PROBE_PURE = '''/*@workbench
+PARAMS = dict(num_agents=3, speed=0.5, wall=1.5, max_steps=9, gains=(1.0, 0.5))
+NUM_AGENTS = "num_agents"
+MAX_STEPS = "max_steps"
+OBSERVATION = Box(shape=(2, 2))
+ACTION = Box(low=-1.0, high=1.0, shape=(2,))
+STATE = dict(pos=per_agent(shape=(2,)), hits=per_env("int32"), energy=per_agent("float64"),
+             tag=per_agent("uint8"), ticks=per_env("int64"))
+STEP = ["move", "score"]
+*/
+''' + PROBE_C
+
+
+def probe_definition(**params):
+    return envdef.attach_c(envdef.parse("probe", PROBE_PY, "probe.py", params), PROBE_C, "probe.cu")
+
+
+@pytest.fixture(scope="module")
+def nvrtc():
+    try:
+        import cuda.core  # noqa: F401
+    except ImportError as exc:
+        pytest.skip(f"cuda.core is not installed ({exc})")
+    problem = cuda_c.nvrtc_problem()
+    if problem:
+        pytest.skip(problem)
+
+
+# ---- the /*@workbench*/ declaration block and the C phase scan ---------------------------------
+
+def test_workbench_block_parses():
+    defn = envdef.parse_c("probe_pure", PROBE_PURE, overrides={"num_agents": 4})
+    assert defn.language == "cuda-c" and defn.c_source == PROBE_PURE
+    assert defn.num_agents == 4 and defn.max_steps == 9 and defn.obs_shape == (2, 2)
+    assert defn.params["gains"] == (1.0, 0.5)
+    assert defn.arrays["pos"].shape == (2,) and defn.arrays["ticks"].dtype == np.int64
+    phases = envdef.c_phases(defn)
+    assert [p.name for p in phases["step"]] == ["move", "score"]
+    assert phases["observe"][0].args == ("env", "agent", "pos", "obs")
+    lines = PROBE_PURE.splitlines()
+    assert all(lines[p.line - 1].startswith("__device__ void " + p.name) for ps in phases.values() for p in ps)
+    # the same arrays, in the same order, as the Python twin
+    assert list(defn.arrays) == list(probe_definition().arrays)
+
+
+def test_workbench_block_errors_name_the_line():
+    bad = PROBE_PURE.replace('MAX_STEPS = "max_steps"', "MAX_STEPS = max_steps + ")
+    with pytest.raises(EnvDefinitionError) as info:
+        envdef.parse_c("bad", bad)
+    assert info.value.line == 4
+    with pytest.raises(EnvDefinitionError, match=r"takes 'speedz'"):
+        envdef.parse_c("bad", PROBE_PURE.replace("energy_view energy, int* hits,\n                     tag_view tag",
+                                                 "energy_view energy, int* hits,\n                     float speedz"))
+    with pytest.raises(EnvDefinitionError, match=r"no `__device__ void score"):
+        envdef.parse_c("bad", PROBE_PURE.replace("void score(", "void scored("))
+    with pytest.raises(EnvDefinitionError, match=r"/\*@workbench"):
+        envdef.parse_c("bad", PROBE_C)
+
+
+def test_c_functions_ignore_comments_and_read_parameter_names():
+    source = '''
+// __device__ void fake(int env) {
+/* __device__ void fake2(int env) { */
+__device__ static __forceinline__ float helper(float a) { return a; }
+__device__ void step(int env, int agent, wb_view<float, 3, 4> obs, const float* const x, unsigned char done[]) {}
+'''
+    found = envdef.c_functions(source)
+    assert sorted(found) == ["helper", "step"]
+    assert found["step"][0] == envdef.CPhase("step", ("env", "agent", "obs", "x", "done"), 5)
+
+
+def test_registry_attaches_the_sibling_cu():
+    defn = registry.definition("cartpole")
+    assert defn.c_source is not None and defn.c_filename.endswith("cartpole.cu")
+    assert defn.language == "python" and defn.reset_phases[0].__name__ == "reset"
+    assert [p.name for p in envdef.c_phases(defn)["step"]] == ["step"]
+    wb.register("probe_pure_reg", PROBE_PURE, language="cuda")
+    assert registry.definition("probe_pure_reg", speed=1.0).params["speed"] == 1.0
+
+
+def test_python_targets_refuse_a_pure_c_env():
+    wb.register("probe_pure_cpu", PROBE_PURE, language="cuda-c")
+    with pytest.raises(EnvCompileError, match="CUDA_C"):
+        wb.make("probe_pure_cpu", num_envs=2, target="cpu")
+
+
+# ---- generated driver ------------------------------------------------------------------------
+
+def test_driver_mirrors_the_gpu_layout():
+    defn = probe_definition()
+    layout = gpu_layout(defn.num_agents)
+    source = codegen_c.c_program(defn, layout)
+    assert f"constexpr int TPE = {layout.threads_per_env};" in source
+    assert "for (int a = lane; a < NUM_AGENTS; a += TPE)" in source
+    assert source.count("__syncthreads();") > 0
+    assert "__device__ constexpr double gains[2] = {1.0, 0.5};" in source
+    assert "typedef wb_view<float, NUM_AGENTS, 2, 2> obs_view;" in source
+    assert "typedef wb_view<long long> ticks_view;" in source
+    single = codegen_c.c_program(registry.definition("cartpole"), gpu_layout(1))
+    assert "__syncthreads" not in single.split('#line 1 "')[-1].split("wb_reset")[-1]
+    # every generated #line directive names the physical line that follows it
+    for k, line in enumerate(single.splitlines()):
+        if line.startswith('#line ') and line.endswith('"<workbench driver>"'):
+            assert int(line.split()[1]) == k + 2
+
+
+# ---- NVRTC -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_cartpole_compiles_with_nvrtc(nvrtc, arch):
+    code, source = cuda_c.compile_program(registry.definition("cartpole"), arch)
+    assert len(code.code) > 1000 and "wb_step" in source
+
+
+def test_probe_and_pure_c_compile_with_nvrtc(nvrtc):
+    for defn in (probe_definition(), envdef.parse_c("probe_pure", PROBE_PURE)):
+        code, _ = cuda_c.compile_program(defn, "sm_90")
+        assert len(code.code) > 1000
+
+
+def test_c_syntax_error_names_the_cu_line(nvrtc):
+    cu = (RUNTIME_DIR.parent.parent / "envs" / "cartpole.cu").read_text()
+    broken = cu.replace("    reward(env, agent) = 1.0f;", "    reward(env, agent) = 1.0f")
+    line = broken.splitlines().index("    reward(env, agent) = 1.0f") + 1
+    defn = envdef.attach_c(registry.definition("cartpole"), broken, "/somewhere/cartpole.cu")
+    with pytest.raises(EnvCompileError) as info:
+        cuda_c.compile_program(defn, "sm_90")
+    # NVRTC reports a missing ';' at the next token: this line or the next
+    assert info.value.line in (line, line + 1)
+    assert f"at line {info.value.line} of cartpole.cu" in str(info.value)
+    assert "error" in str(info.value)
+
+
+def test_phase_type_mismatch_names_the_phase_line(nvrtc):
+    broken = PROBE_PURE.replace("unsigned char* terminated, long long* ticks", "int* terminated, long long* ticks")
+    defn = envdef.parse_c("probe_pure", broken, filename="<warpenv probe_pure>")
+    score_line = next(p.line for p in envdef.c_phases(defn)["step"] if p.name == "score")
+    with pytest.raises(EnvCompileError) as info:
+        cuda_c.compile_program(defn, "sm_90")
+    assert info.value.line == score_line
+    assert "incompatible" in str(info.value)
+
+
+# ---- host build of the C runtime and drivers (g++) -------------------------------------------
+
+_HOST_CUDA = r'''
+#include <barrier>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+// Just enough CUDA to run the generated kernels on the host: one std::thread per CUDA thread,
+// blocks one after another, __syncthreads() a barrier over the block's threads.
+struct wb_dim3 { unsigned x, y, z; };
+static thread_local wb_dim3 threadIdx, blockIdx;
+static std::barrier<>* wb_block_barrier;
+static void __syncthreads() { wb_block_barrier->arrive_and_wait(); }
+
+template <typename Kernel>
+static void wb_launch(Kernel kernel, int grid, int block)
+{
+    for (int b = 0; b < grid; ++b) {
+        std::barrier<> barrier(block);
+        wb_block_barrier = &barrier;
+        std::vector<std::thread> threads;
+        for (int t = 0; t < block; ++t)
+            threads.emplace_back([&, b, t] {
+                threadIdx = {unsigned(t), 0, 0};
+                blockIdx = {unsigned(b), 0, 0};
+                kernel();
+            });
+        for (auto& thread : threads)
+            thread.join();
+    }
+}
+'''
+
+
+def _build(tmp_path, name, text):
+    src = tmp_path / f"{name}.cpp"
+    src.write_text(text)
+    exe = tmp_path / name
+    result = subprocess.run([GXX, "-std=c++20", "-O1", "-pthread", "-w", f"-I{RUNTIME_DIR}", str(src), "-o", str(exe)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[:4000]
+    return exe
+
+
+def _host_run(tmp_path, defn, layout, n_envs, seed, actions):
+    """Reset then one step per entry of `actions` in the host build; the store after each launch."""
+    specs = list(defn.arrays.values())
+    sizes = [n_envs * (defn.num_agents if s.layout == "agent" else 1) * int(np.prod(s.shape, dtype=np.int64))
+             for s in specs]
+    grid = (n_envs + layout.envs_per_block - 1) // layout.envs_per_block
+    args = ", ".join(["n_envs", "seed"] + [f"{s.name}.data()" for s in specs])
+    main = [codegen_c.c_program(defn, layout), "int main(int argc, char** argv)", "{",
+            f"    const int n_envs = {n_envs};", "    const wb_u64 seed = strtoull(argv[1], 0, 10);",
+            "    const int steps = atoi(argv[2]);", "    FILE* acts = fopen(argv[3], \"rb\");",
+            "    FILE* out = fopen(argv[4], \"wb\");"]
+    main += [f"    std::vector<{codegen_c.c_type(s.dtype)}> {s.name}({n});" for s, n in zip(specs, sizes)]
+    dump = [f"        fwrite({s.name}.data(), sizeof({s.name}[0]), {s.name}.size(), out);" for s in specs]
+    main += [f"    wb_launch([&] {{ wb_reset({args}); }}, {grid}, {layout.block});", "    {", *dump, "    }",
+             "    for (int k = 0; k < steps; ++k) {",
+             "        if (fread(action.data(), sizeof(action[0]), action.size(), acts) != action.size()) return 1;",
+             f"        wb_launch([&] {{ wb_step({args}); }}, {grid}, {layout.block});", *dump, "    }",
+             "    fclose(out);", "    return 0;", "}"]
+    (tmp_path / "program.cu").write_text(main[0])
+    exe = _build(tmp_path, defn.name, _HOST_CUDA + "\n#include \"program.cu\"\n" + "\n".join(main[1:]))
+    (tmp_path / "actions.bin").write_bytes(b"".join(np.ascontiguousarray(a).tobytes() for a in actions))
+    subprocess.run([str(exe), str(seed), str(len(actions)), str(tmp_path / "actions.bin"), str(tmp_path / "out.bin")],
+                   check=True, timeout=300)
+    raw = (tmp_path / "out.bin").read_bytes()
+    frames, offset = [], 0
+    for _ in range(len(actions) + 1):
+        frame = {}
+        for s, n in zip(specs, sizes):
+            frame[s.name] = np.frombuffer(raw, dtype=s.dtype, count=n, offset=offset)
+            offset += n * s.dtype.itemsize
+        frames.append(frame)
+    assert offset == len(raw)
+    return frames
+
+
+def _compare_with_cpu(tmp_path, defn, layout, n_envs=5, steps=40, seed=3):
+    """The host build of `defn`'s C program against the cpu target on the same actions."""
+    env = Env(defn, num_envs=n_envs, target="cpu", seed=seed)
+    rng = np.random.default_rng(seed)
+    shape = tuple(env.store["action"].shape)
+    actions, frames = [], [{k: v.numpy().copy() for k, v in env.store.items()}]
+    for _ in range(steps):
+        if isinstance(defn.action, wb.Discrete):
+            act = rng.integers(0, defn.action.n, size=shape, dtype=np.int32)
+        else:
+            act = rng.uniform(-1.0, 1.0, size=shape).astype(np.float32)
+        actions.append(act)
+        env.step(torch.from_numpy(act))
+        frames.append({k: v.numpy().copy() for k, v in env.store.items()})
+    host = _host_run(tmp_path, defn, layout, n_envs, seed, actions)
+    for k, (want, got) in enumerate(zip(frames, host)):
+        for name, expected in want.items():
+            actual = got[name].reshape(expected.shape)
+            if expected.dtype.kind == "f":
+                np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6,
+                                           err_msg=f"'{name}' after {'reset' if k == 0 else f'step {k}'}")
+            else:
+                np.testing.assert_array_equal(actual, expected,
+                                              err_msg=f"'{name}' after {'reset' if k == 0 else f'step {k}'}")
+    return frames
+
+
+@needs_gxx
+def test_c_rng_equals_python_rng(tmp_path):
+    from workbench.targets._numba import _RNG_SOURCE
+    ns = {}
+    exec(compile(_RNG_SOURCE, "<rng>", "exec"), ns)
+    for fn in ("mix64", "make_key", "uniform", "uniform_range", "randint", "normal"):
+        ns[fn] = numba.njit(ns[fn])
+    rng = np.random.default_rng(0)
+    cases = [(int(rng.choice([0, 1, 12345, 2**63 - 1])), int(rng.integers(0, 2**31 - 1)), int(rng.integers(0, 1000)),
+              int(rng.choice([0, 1, 2**31 - 1])), int(rng.choice([0, 7, 0xFFFFFFFF])), int(rng.integers(0, 300)),
+              int(rng.integers(1, 2**31 - 1)), float(np.float32(rng.uniform(-5, 0))), float(np.float32(rng.uniform(0, 5))))
+             for _ in range(300)]
+    program = r'''
+#include <cstdio>
+#include "wb_runtime.cuh"
+int main()
+{
+    unsigned long long seed, env, agent, episode, step, i;
+    long long n;
+    float low, high;
+    while (scanf("%llu %llu %llu %llu %llu %llu %lld %a %a", &seed, &env, &agent, &episode, &step, &i, &n, &low,
+                 &high) == 9) {
+        const wb_key key = wb_make_key(seed, env, agent, episode, step);
+        printf("%llu %a %a %d %a\n", key, wb_uniform(key, i), wb_uniform_range(key, i, low, high),
+               wb_randint(key, i, n), wb_normal(key, i));
+    }
+    return 0;
+}
+'''
+    exe = _build(tmp_path, "rng", program)
+    stdin = "\n".join(" ".join([*map(str, c[:7]), float.hex(c[7]), float.hex(c[8])]) for c in cases)
+    out = subprocess.run([str(exe)], input=stdin, capture_output=True, text=True, check=True).stdout.split("\n")
+    for case, line in zip(cases, out):
+        seed, env, agent, episode, step, i, n, low, high = case
+        key, u, ur, ri, nrm = line.split()
+        want_key = np.uint64(ns["make_key"](seed, env, agent, episode, step))  # a uint64, as in the kernels
+        assert int(key) == int(want_key)
+        assert float.fromhex(u) == wb.rng.reference_uniform(seed, env, agent, episode, step, i) \
+            == float(ns["uniform"](want_key, i))
+        assert float.fromhex(ur) == float(ns["uniform_range"](want_key, i, low, high))
+        assert int(ri) == int(ns["randint"](want_key, i, n))
+        assert math.isclose(float.fromhex(nrm), float(ns["normal"](want_key, i)), rel_tol=1e-6, abs_tol=1e-6)
+    assert len([ln for ln in out if ln]) == len(cases)
+
+
+@needs_gxx
+def test_host_build_of_cartpole_matches_cpu(tmp_path):
+    defn = registry.definition("cartpole")  # (the probe below reaches its time limit)
+    frames = _compare_with_cpu(tmp_path, defn, gpu_layout(defn.num_agents), steps=60)
+    assert frames[-1]["episode"].min() > 1
+
+
+@needs_gxx
+@pytest.mark.parametrize("layout", [None, Layout(2, 3)], ids=["gpu_layout", "strided_lanes"])
+def test_host_build_of_multi_agent_probe_matches_cpu(tmp_path, layout):
+    defn = probe_definition()
+    frames = _compare_with_cpu(tmp_path, defn, layout or gpu_layout(defn.num_agents), n_envs=5, steps=30)
+    assert any(f["tag"].any() for f in frames) and any(f["terminated"].any() for f in frames)
+    assert any(f["truncated"].any() for f in frames)
+
+
+@needs_gxx
+def test_host_build_of_pure_c_probe_matches_python_probe(tmp_path):
+    pure = envdef.parse_c("probe_pure", PROBE_PURE)
+    python = probe_definition()
+    frames = _host_run(tmp_path, pure, gpu_layout(3), 4, 7, [np.full((4, 3, 2), 0.5, np.float32)] * 12)
+    env = Env(python, num_envs=4, target="cpu", seed=7)
+    for _ in range(12):
+        env.step(torch.full((4, 3, 2), 0.5))
+    for name, tensor in env.store.items():
+        np.testing.assert_allclose(frames[-1][name].reshape(tensor.shape), tensor.numpy(), rtol=1e-5, atol=1e-6,
+                                   err_msg=name)
+
+
+# ---- on a GPU --------------------------------------------------------------------------------
+
+@gpu_only
+def test_cartpole_agrees_on_every_target():
+    report = wb.check_env("cartpole", targets=("cpu", "cuda", "cuda-c"), num_envs=512, steps=200)
+    assert report.episodes_finished > 0
+
+
+@gpu_only
+def test_probe_agrees_with_cpu_on_the_gpu():
+    entry = wb.register("probe_gpu", PROBE_PY)
+    registry._REGISTRY["probe_gpu"] = dataclasses.replace(entry, c_source=PROBE_C, c_filename="probe.cu")
+    report = wb.check_env("probe_gpu", targets=("cpu", "cuda", "cuda-c"), num_envs=300, steps=40)
+    assert report.episodes_finished > 0
+
+
+@gpu_only
+def test_pure_c_env_runs_on_the_gpu_and_matches_python():
+    wb.register("probe_pure_gpu", PROBE_PURE, language="cuda")
+    c_env = wb.make("probe_pure_gpu", num_envs=64, target="cuda-c", seed=5)
+    py_env = Env(probe_definition(), num_envs=64, target="cpu", seed=5)
+    for _ in range(20):
+        actions = torch.rand(64, 3, 2) * 2 - 1
+        c_env.step(actions.cuda())
+        py_env.step(actions)
+    for name in py_env.store:
+        torch.testing.assert_close(c_env.store[name].cpu(), py_env.store[name], rtol=1e-4, atol=1e-4)
+
+
+@gpu_only
+def test_launches_follow_torchs_current_stream():
+    env = wb.make("cartpole", num_envs=1000, target="cuda-c")
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        for _ in range(10):
+            obs, reward, done, info = env.step(env.sample_actions())
+        total = reward.sum()
+    stream.synchronize()
+    assert float(total) == 1000.0 and env.store["t"].max().item() <= 10
+
+
+@gpu_only
+def test_a_captured_cuda_graph_replays_the_step():
+    env = wb.make("cartpole", num_envs=256, target="cuda-c", seed=1)
+    ref = wb.make("cartpole", num_envs=256, target="cuda-c", seed=1)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        env.step()
+    for k in range(30):
+        actions = torch.randint(0, 2, (256, 1), dtype=torch.int32, device="cuda")
+        env.store["action"].copy_(actions)
+        graph.replay()
+        ref.step(actions)
+        for name in ref.store:
+            assert torch.equal(env.store[name], ref.store[name]), (name, k)
