@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Every GPU check in one script: tests on the real GPU, full-size cross-target checks,
+# compute-sanitizer, benchmarks, then a short table. Stages (default: all of them):
+#     bash bench/gpu_check.sh tests check sanitize     # correctness
+#     bash bench/gpu_check.sh bench                    # speed
+# Results land in $OUT (default ./gpu_out): summary.md (the table, last), results.tar.gz (logs, JSON).
+# Needs no network: wheels missing from the machine's image are taken from .whl/ when present.
+set -u
+OUT=${OUT:-$PWD/gpu_out}
+LOGS=$OUT/logs
+mkdir -p "$LOGS"
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+STAGES=${*:-tests check sanitize bench}
+SUMMARY=$LOGS/summary.rows
+: > "$SUMMARY"
+row() { echo "| $1 | $2 | $3 |" >> "$SUMMARY"; }
+
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+python3 -m pip install -q --no-deps --no-build-isolation -e . > "$LOGS/install.log" 2>&1 || { cat "$LOGS/install.log"; exit 1; }
+{ nvidia-smi; python3 -c "import torch, numba, numpy; from numba import cuda; print('torch', torch.__version__, 'numba', numba.__version__, 'numpy', numpy.__version__, torch.cuda.get_device_name())"; } > "$LOGS/machine.log" 2>&1
+DEVICE=$(python3 -c "import torch; print(torch.cuda.get_device_name())" 2>/dev/null || echo "no GPU")
+python3 -c "import workbench as wb; print('targets:', wb.available_targets())" >> "$LOGS/machine.log" 2>&1
+
+timed() {  # timed NAME CMD...: run, log to $LOGS/NAME.log, add a summary row
+  local name=$1; shift
+  local start=$(date +%s)
+  "$@" > "$LOGS/$name.log" 2>&1
+  local rc=$?
+  local took=$(( $(date +%s) - start ))
+  if [ $rc -eq 0 ]; then row "$name" "ok" "${took} s"; else row "$name" "FAIL (rc $rc)" "${took} s: $(tail -n 3 "$LOGS/$name.log" | tr '\n|' ' /' | cut -c1-200)"; fi
+  echo "== $name rc=$rc ${took}s"; tail -n 4 "$LOGS/$name.log"
+  return $rc
+}
+
+for stage in $STAGES; do
+  case $stage in
+    tests)
+      timed pytest_gpu python3 -m pytest -q -x -p no:cacheprovider tests/test_cartpole.py tests/test_check_env.py \
+        tests/test_classic_control.py tests/test_cuda_c.py tests/test_sampling.py tests/test_tag.py \
+        $(ls tests/test_tag_cuda_c.py 2>/dev/null) tests/test_training.py tests/test_errors.py
+      grep -E "passed|failed" "$LOGS/pytest_gpu.log" | tail -n 1 | sed 's/^/    /' ;;
+    check)
+      timed cross_check python3 bench/cross_check.py --num-envs 4096 --steps 300 --tag-num-envs 64 ;;
+    sanitize)
+      command -v compute-sanitizer >/dev/null || { row sanitize "FAIL" "compute-sanitizer not found"; continue; }
+      i=0
+      for tool in memcheck racecheck; do
+        for spec in "cartpole cuda" "cartpole cuda-c" "tag_continuous cuda --param num_taggers=3 --param num_runners=40" \
+                    "tag_continuous cuda --param num_taggers=40 --param num_runners=1100 --num-envs 2 --steps 10" \
+                    "tag_grid cuda --param num_taggers=4 --param num_runners=60" \
+                    "tag_continuous cuda-c --param num_taggers=3 --param num_runners=40"; do
+          set -- $spec
+          if [ "$2" = cuda-c ] && ! python3 -c "import sys, workbench.registry as r; sys.exit(r.lookup('$1').c_source is None)"; then continue; fi
+          i=$((i + 1))
+          timed "sanitize_${i}_${tool}_$1_$2" compute-sanitizer --tool $tool --error-exitcode 3 \
+            python3 bench/sanitize_env.py "$@"
+        done
+      done ;;
+    bench)
+      timed bench_classic python3 bench/bench_envs.py --envs cartpole acrobot mountain_car mountain_car_continuous pendulum \
+        --targets cuda --num-envs 1e3 1e4 1e5 1e6 1e7 --gym-num-envs 16 256 --out "$LOGS/bench_classic.json"
+      if python3 -c "import workbench as wb, sys; sys.exit('cuda-c' not in wb.available_targets())"; then
+        timed bench_cartpole_cuda_c python3 bench/bench_envs.py --envs cartpole --targets cuda-c --num-envs 1e3 1e5 1e7 \
+          --gym-num-envs --out "$LOGS/bench_cartpole_cuda_c.json"
+        TAG_TARGETS="cuda cuda-c"
+      else
+        TAG_TARGETS="cuda"
+      fi
+      timed bench_tag_grid python3 bench/bench_envs.py --envs tag_grid --targets cuda --num-envs 2000 \
+        --param num_taggers=50 --param num_runners=950 --param grid_length=100 --out "$LOGS/bench_tag_grid.json"
+      for cfg in "10 100 100 1000" "40 600 2000" "50 950 100 500 1000 2000 4000" "200 3800 100" "500 9500 100"; do
+        set -- $cfg; taggers=$1; runners=$2; shift 2
+        for t in $TAG_TARGETS; do
+          if [ "$t" = cuda-c ] && ! python3 -c "import sys, workbench.registry as r; sys.exit(r.lookup('tag_continuous').c_source is None)"; then continue; fi
+          timed "bench_tag_continuous_${t}_$((taggers + runners))" python3 bench/bench_envs.py --envs tag_continuous --targets $t \
+            --num-envs "$@" --param num_taggers=$taggers --param num_runners=$runners --repeats 5 --max-steps 200 \
+            --out "$LOGS/bench_tag_continuous_${t}_$((taggers + runners)).json"
+        done
+      done
+      timed bench_sampling python3 bench/bench_sampling.py --devices cuda --n 1e4 1e5 1e6 --k 2 21 100 --out "$LOGS/bench_sampling.json"
+      timed bench_training python3 bench/bench_training.py --target cuda --num-envs 1000 10000 100000 1000000 \
+        --iterations 5 --no-graph-too --solve --out "$LOGS/bench_training.json"
+      timed bench_bandwidth python3 bench/bench_bandwidth.py --target cuda --num-envs 1e7 --out "$LOGS/bench_bandwidth.json" ;;
+    *) echo "unknown stage '$stage' (tests, check, sanitize, bench)"; exit 2 ;;
+  esac
+done
+
+python3 bench/summarize.py "$LOGS" > "$LOGS/bench_table.md" 2>&1 || true
+tar -czf "$OUT/results.tar.gz" -C "$OUT" logs
+{
+  echo "# GPU check: $DEVICE, $(date -u +%Y-%m-%d), stages: $STAGES"
+  echo
+  echo "| step | result | time / detail |"
+  echo "|---|---|---|"
+  cat "$SUMMARY"
+  echo
+  cat "$LOGS/bench_table.md"
+} > "$OUT/summary.md"
+cat "$OUT/summary.md"
