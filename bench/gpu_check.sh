@@ -7,8 +7,8 @@
 # Needs no network: wheels missing from the machine's image are taken from .whl/ when present.
 set -u
 OUT=${OUT:-$PWD/gpu_out}
-LOGS=$OUT/logs
-mkdir -p "$LOGS"
+LOGS=${LOGS:-/tmp/gpu_check_logs}  # packed into $OUT/results.tar.gz at the end
+rm -rf "$LOGS"; mkdir -p "$LOGS" "$OUT"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 STAGES=${*:-tests check sanitize bench}
 SUMMARY=$LOGS/summary.rows
@@ -55,8 +55,8 @@ for stage in $STAGES; do
           set -- $spec
           if [ "$2" = cuda-c ] && ! python3 -c "import sys, workbench.registry as r; sys.exit(r.lookup('$1').c_source is None)"; then continue; fi
           i=$((i + 1))
-          timed "sanitize_${i}_${tool}_$1_$2" compute-sanitizer --tool $tool --error-exitcode 3 \
-            python3 bench/sanitize_env.py "$@"
+          timed "sanitize_${i}_${tool}_$1_$2" compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 3 \
+            python3 bench/sanitize_env.py "$1" --target "$2" "${@:3}"
         done
       done ;;
     bench)
@@ -89,7 +89,7 @@ for stage in $STAGES; do
 done
 
 python3 bench/summarize.py "$LOGS" > "$LOGS/bench_table.md" 2>&1 || true
-tar -czf "$OUT/results.tar.gz" -C "$OUT" logs
+tar -czf "$OUT/results.tar.gz" -C "$(dirname "$LOGS")" "$(basename "$LOGS")"
 {
   echo "# GPU check: $DEVICE, $(date -u +%Y-%m-%d), stages: $STAGES"
   echo

@@ -191,3 +191,20 @@ def test_ddpg_on_pendulum_improves_over_random():
     random_return = -1200.0  # uniformly random torques average about -1200 per 200-step episode
     last = [m["return/shared"] for m in result.history[-3:] if not math.isnan(m["return/shared"])]
     assert last and max(last) > random_return + 300
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_graph_rollout_learns_and_replays():
+    """On a GPU the rollout is captured once and replayed: the env advances T steps per replay
+    (its buffers alias the store) and the policy noise generator moves on between replays."""
+    trainer = wb.make_trainer(ppo_cartpole(target="cuda", num_envs=256, total_env_steps=256 * 64 * 40,
+                                           target_return=200.0, cuda_graph=True))
+    trainer.train(num_iterations=2)
+    assert trainer.graph is not None
+    before_t = trainer.env.store["t"].clone()
+    noise_state = trainer.generator.get_state()
+    trainer.train(num_iterations=1)
+    assert not torch.equal(noise_state, trainer.generator.get_state())
+    assert not torch.equal(before_t, trainer.env.store["t"])
+    result = trainer.train()
+    assert result.metrics["return/shared"] > 5 * RANDOM_CARTPOLE_RETURN

@@ -28,8 +28,10 @@ class Layout:
         return self.threads_per_env * self.envs_per_block
 
 
-def gpu_layout(num_agents: int, block_size: int = 256, max_threads_per_env: int = 1024) -> Layout:
-    """One replica per group of lanes; single-agent envs pack one replica per thread."""
+def gpu_layout(num_agents: int, block_size: int = 256, max_threads_per_env: int = 256) -> Layout:
+    """One replica per group of lanes; single-agent envs pack one replica per thread.
+    At most 256 lanes per replica, agents strided over them: a block of 256 threads launches
+    whatever the kernel's register count (<= 255 each), which 1024 threads do not."""
     if num_agents == 1:
         return Layout(1, block_size)
     tpe = 1

@@ -185,6 +185,8 @@ class Trainer:
                     self._collect()  # warm-up: allocator and kernels settle before capture
                 torch.cuda.current_stream().wait_stream(side)
                 self.graph = torch.cuda.CUDAGraph()
+                # the policy noise comes from self.generator: replays must advance its offset
+                self.graph.register_generator_state(self.generator)
                 with torch.cuda.graph(self.graph):
                     self._collect()
             self.graph.replay()
