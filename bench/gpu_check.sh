@@ -3,6 +3,7 @@
 # compute-sanitizer, benchmarks, then a short table. Stages (default: all of them):
 #     bash bench/gpu_check.sh tests check sanitize     # correctness
 #     bash bench/gpu_check.sh bench                    # speed
+#     bash bench/gpu_check.sh scaling                  # data-parallel training on every GPU here
 # Results land in $OUT (default ./gpu_out): summary.md (the table, last), results.tar.gz (logs, JSON).
 # Needs no network: wheels missing from the machine's image are taken from .whl/ when present.
 set -u
@@ -84,7 +85,16 @@ for stage in $STAGES; do
       timed bench_training python3 bench/bench_training.py --target cuda --num-envs 1000 10000 100000 1000000 \
         --iterations 5 --no-graph-too --solve --out "$LOGS/bench_training.json"
       timed bench_bandwidth python3 bench/bench_bandwidth.py --target cuda --num-envs 1e7 --out "$LOGS/bench_bandwidth.json" ;;
-    *) echo "unknown stage '$stage' (tests, check, sanitize, bench)"; exit 2 ;;
+    scaling)
+      GPUS=$(python3 -c "import torch; print(torch.cuda.device_count())")
+      for n in $(seq 1 "$GPUS"); do
+        timed "scaling_cartpole_${n}gpu" torchrun --standalone --nproc-per-node "$n" bench/bench_distributed.py \
+          --env cartpole --num-envs 100000 --out "$LOGS/scaling_cartpole_${n}.json"
+        timed "scaling_tag_continuous_${n}gpu" torchrun --standalone --nproc-per-node "$n" bench/bench_distributed.py \
+          --env tag_continuous --num-envs 1000 --param num_taggers=10 --param num_runners=100 \
+          --out "$LOGS/scaling_tag_continuous_${n}.json"
+      done ;;
+    *) echo "unknown stage '$stage' (tests, check, sanitize, bench, scaling)"; exit 2 ;;
   esac
 done
 

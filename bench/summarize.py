@@ -37,6 +37,15 @@ def env_rows(folder: Path) -> list:
     return rows
 
 
+def scaling_rows(folder: Path) -> list:
+    rows = []
+    for path in sorted(folder.glob("scaling_*.json")):
+        for r in json.loads(path.read_text())["results"]:
+            rows.append([r["env"], r["ranks"], f"{r['num_envs_per_rank']:,}", C.fmt_time(r["s_per_iteration"]),
+                         C.fmt_rate(r["env_steps_per_s"])])
+    return rows
+
+
 def printed_tables(folder: Path, names) -> str:
     out = []
     for name in names:
@@ -53,6 +62,10 @@ def main(folder: str) -> int:
     rows = env_rows(folder)
     if rows:
         print(C.markdown(["env", "target", "replicas", "agents", "env-steps/s", "agent-steps/s", "vs WarpDrive"], rows))
+        print()
+    scaling = scaling_rows(folder)
+    if scaling:
+        print(C.markdown(["env", "GPUs", "replicas per GPU", "time/iteration", "env-steps/s (learning included)"], scaling))
         print()
     print(printed_tables(folder, ["bench_sampling", "bench_training", "bench_bandwidth"]))
     return 0
