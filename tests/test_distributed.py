@@ -33,7 +33,7 @@ def test_two_rank_training_keeps_parameters_identical_and_resumes_single_process
     assert "rank 0 trained 4 iterations, env_steps 1024" in out.stdout
     assert "rank 1 trained 4 iterations" in out.stdout
     assert (tmp_path / "checkpoint.pt").exists() and (tmp_path / "metrics.csv").exists()
-    config = wb.PPOConfig(num_envs=8, rollout_length=16, num_minibatches=2, target="cpu")
+    config = wb.PPOConfig(num_envs=8, rollout_length=16, num_minibatches=2, target="cpu", normalize_obs=True)
     trainer = wb.make_trainer(config, distributed=False)
     with pytest.warns(UserWarning, match="written by 2 rank\\(s\\), resumed by 1"):
         trainer.load(tmp_path / "checkpoint.pt")

@@ -17,6 +17,7 @@ class EnvSource:
     language: str = "python"  # "python" (cpu, cuda targets) or "cuda-c"
     c_source: str | None = None  # a Python env's CUDA C phases (its sibling NAME.cu), for target cuda-c
     c_filename: str | None = None
+    params: tuple = ()  # (name, value) pairs: defaults given at registration (the magic's --agents), before make()'s
 
 
 _REGISTRY: dict = {}
@@ -37,12 +38,13 @@ def _load_builtins():
             _REGISTRY.setdefault(name, EnvSource(name, entry.read_text(), str(entry), "python", c_source, c_filename))
 
 
-def register(name: str, source: str, *, language: str = "python", filename: str | None = None) -> EnvSource:
-    """Register (or replace) the env `name` from source text."""
+def register(name: str, source: str, *, language: str = "python", filename: str | None = None,
+             params: dict | None = None) -> EnvSource:
+    """Register (or replace) the env `name` from source text; `params` override its PARAMS defaults."""
     if not name.isidentifier():
         raise ValueError(f"env name must be an identifier, got {name!r}")
     _load_builtins()
-    entry = EnvSource(name, source, filename or f"<warpenv {name}>", language)
+    entry = EnvSource(name, source, filename or f"<warpenv {name}>", language, params=tuple((params or {}).items()))
     _REGISTRY[name] = entry
     return entry
 
@@ -61,6 +63,7 @@ def names() -> list:
 
 def definition(name: str, **params) -> envdef.EnvDefinition:
     entry = lookup(name)
+    params = {**dict(entry.params), **params}
     if entry.language in envdef.C_LANGUAGES:
         return envdef.parse_c(entry.name, entry.source, entry.filename, params)
     defn = envdef.parse(entry.name, entry.source, entry.filename, params)

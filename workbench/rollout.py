@@ -80,7 +80,12 @@ class RunningNorm:
         self.sumsq.add_((flat * flat).sum(0))
         self.n.add_(flat.shape[0])
 
-    def commit(self):
+    def commit(self, sync=None):
+        """Fold the accumulated batch into the running statistics; with `sync` (data-parallel
+        training) the batch is the sum over ranks, so every rank keeps the same statistics."""
+        if sync is not None:
+            for stat in (self.sum, self.sumsq, self.n):
+                stat.copy_(sync.sum(stat))
         batch_mean = self.sum / self.n
         batch_var = (self.sumsq / self.n - batch_mean ** 2).clamp_min(0)
         total = self.count + self.n

@@ -281,7 +281,7 @@ class Trainer:
                 self._rollout()
                 stats = {g.name: self._update_on_policy(g) for g in self.groups}
                 for norm in self.norms.values():
-                    norm.commit()
+                    norm.commit(self.sync)
             self._last_stats = stats
             self.iteration += 1
             self.env_steps += self.steps_per_iteration
@@ -397,7 +397,7 @@ class Trainer:
     def _signature(self) -> dict:
         return {"env": self.env.name, "num_agents": self.env.num_agents, "obs_shape": list(self.env.obs_shape),
                 "action_space": repr(self.env.action_space), "policies": {g.name: g.ids for g in self.groups},
-                "algorithm": self.algorithm}
+                "algorithm": self.algorithm, "normalize_obs": bool(self.norms)}
 
     def save(self, path) -> Path | None:
         """Atomically write policies, optimisers, normaliser, RNG, counters and env state

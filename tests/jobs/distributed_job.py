@@ -52,7 +52,7 @@ def equal_batch():
 def train(run_dir, die_at=None):
     """A short data-parallel PPO run; ranks must end with identical parameters."""
     config = wb.PPOConfig(num_envs=8, rollout_length=16, num_minibatches=2, total_env_steps=8 * 16 * 2 * 4,
-                          target="cpu", log_every=1, run_dir=run_dir)
+                          target="cpu", log_every=1, run_dir=run_dir, normalize_obs=True)
     trainer = wb.make_trainer(config)
     rank = trainer.rank
 
@@ -65,6 +65,9 @@ def train(run_dir, die_at=None):
     for name, model in trainer.models.items():
         params = gathered_params(model)
         assert all(torch.equal(params[0], p) for p in params), f"policy {name}: ranks diverged"
+    for name, norm in trainer.norms.items():
+        stats = gathered_params(torch.nn.ParameterList([norm.mean, norm.var]))
+        assert all(torch.equal(stats[0], s) for s in stats), f"normaliser {name}: ranks diverged"
     seeds = [torch.zeros(1, dtype=torch.long) for _ in range(trainer.world_size)]
     dist.all_gather(seeds, torch.tensor([trainer.env.seed]))
     assert len({int(s) for s in seeds}) == trainer.world_size, "ranks share an env seed"
