@@ -4,6 +4,7 @@ order with torch work and can be captured in a CUDA graph. Under NUMBA_ENABLE_CU
 kernels run in numba's simulator on host arrays (for CI without a GPU)."""
 from __future__ import annotations
 
+import contextvars
 import os
 import warnings
 
@@ -28,6 +29,28 @@ def atomic_max(array, index, value):
 def atomic_min(array, index, value):
     return cuda.atomic.min(array, index, value)
 '''
+
+
+_NO_FMA = contextvars.ContextVar("workbench_no_fma", default=False)
+
+
+def _install_fma_switch():
+    """NVVM contracts a*b + c into one fused multiply-add by default; the cpu target never does,
+    so near-ties (k-NN order, a tag at exactly the radius) could resolve differently. Env kernels
+    compile with contraction off, as the cuda-c target's __fmul_rn/__fadd_rn do; other numba-cuda
+    code in the process is left alone."""
+    from numba.cuda.cudadrv import nvvm
+    original = nvvm.compile_ir
+    if getattr(original, "_workbench_no_fma", False):
+        return
+
+    def compile_ir(llvmir, **options):
+        if _NO_FMA.get() and not options.get("fastmath"):
+            options["fma"] = False
+        return original(llvmir, **options)
+
+    compile_ir._workbench_no_fma = True
+    nvvm.compile_ir = compile_ir
 
 
 def simulator_enabled() -> bool:
@@ -62,10 +85,13 @@ class CudaKernels:
         from numba.core.errors import NumbaError
         envs_per_block = min(self.layout.envs_per_block, n_envs)  # small runs (and the simulator) launch less
         grid = (n_envs + envs_per_block - 1) // envs_per_block
+        token = _NO_FMA.set(True)  # the first launch compiles
         try:
             kernel[grid, envs_per_block * self.layout.threads_per_env, self._stream()](n_envs, seed, *views)
         except NumbaError as exc:
             raise compile_error(self.defn, "cuda", exc) from None
+        finally:
+            _NO_FMA.reset(token)
 
     def reset(self, n_envs, seed, views):
         self._run(self._reset, n_envs, seed, views)
@@ -102,6 +128,8 @@ class CudaTarget:
 
     def compile(self, defn, layout=None):
         from numba import cuda
+        if not simulator_enabled():
+            _install_fma_switch()
         layout = layout or gpu_layout(defn.num_agents)
         ns = build_namespace(defn, prelude=_PRELUDE, wrap_device=cuda.jit(device=True), extra={"cuda": cuda},
                              layout=layout, gpu=True)
