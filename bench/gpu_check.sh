@@ -41,7 +41,8 @@ for stage in $STAGES; do
     tests)
       timed pytest_gpu python3 -m pytest -q -x -p no:cacheprovider tests/test_cartpole.py tests/test_check_env.py \
         tests/test_classic_control.py tests/test_cuda_c.py tests/test_sampling.py tests/test_tag.py \
-        $(ls tests/test_tag_cuda_c.py 2>/dev/null) tests/test_training.py tests/test_errors.py
+        tests/test_tag_cuda_c.py tests/test_step_graph.py tests/test_magic.py tests/test_training.py tests/test_errors.py \
+        $(ls tests/test_tag_grid_search.py 2>/dev/null)
       grep -E "passed|failed" "$LOGS/pytest_gpu.log" | tail -n 1 | sed 's/^/    /' ;;
     check)
       timed cross_check python3 bench/cross_check.py --num-envs 4096 --steps 300 --tag-num-envs 64 ;;
