@@ -39,7 +39,8 @@ timed() {  # timed NAME CMD...: run, log to $LOGS/NAME.log, add a summary row
 for stage in $STAGES; do
   case $stage in
     tests)
-      timed pytest_gpu python3 -m pytest -q -x -p no:cacheprovider tests/test_cartpole.py tests/test_check_env.py \
+      XDIST=$(python3 -c "import xdist" 2>/dev/null && echo "-n 6")
+      timed pytest_gpu python3 -m pytest -q $XDIST -p no:cacheprovider tests/test_cartpole.py tests/test_check_env.py \
         tests/test_classic_control.py tests/test_cuda_c.py tests/test_sampling.py tests/test_tag.py \
         tests/test_tag_cuda_c.py tests/test_step_graph.py tests/test_magic.py tests/test_training.py tests/test_errors.py \
         $(ls tests/test_tag_grid_search.py 2>/dev/null)
