@@ -1,0 +1,272 @@
+"""The rollout viewer: frames of real recorded episodes of every shipped env, the drawing follows
+the state, every agent is drawn, mp4 export decodes, and nothing is dropped silently at the
+embed limit."""
+import math
+import shutil
+import sys
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+import workbench as wb
+from workbench import registry, render
+
+# small variants (the ones tests/test_tag.py uses too, so a full run compiles them once)
+TAG_SMALL = dict(num_taggers=2, num_runners=6, grid_length=10.0, episode_length=4, tagging_distance=0.1,
+                 max_speed_tagger=1.0, max_speed_runner=0.5, edge_hit_penalty=-0.125, tag_reward_for_tagger=10.0,
+                 step_penalty_for_tagger=-0.25, tag_penalty_for_runner=-3.0, step_reward_for_runner=0.5,
+                 end_of_game_reward_for_runner=7.0, num_other_agents_observed=3)
+GRID_SMALL = dict(num_taggers=2, num_runners=6, grid_length=5, episode_length=6, wall_hit_penalty=0.5,
+                  tag_reward_for_tagger=10.0, tag_penalty_for_runner=3.0, step_cost_for_tagger=0.25,
+                  shared_tag_reward=0)
+ENVS = {"cartpole": {}, "acrobot": {}, "mountain_car": {}, "mountain_car_continuous": {}, "pendulum": {},
+        "tag_grid": GRID_SMALL, "tag_continuous": TAG_SMALL}
+REPLICAS = [0, 1, 2, 3]
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    """{name: (env, trajectories)}: one real recorded episode (at most 40 steps) per replica, random actions."""
+    out = {}
+    for name, params in ENVS.items():
+        env = wb.make(name, num_envs=len(REPLICAS), target="cpu", seed=3, **params)
+        out[name] = (env, render.record_episode(env, replicas=REPLICAS, max_steps=40))
+    return out
+
+
+def test_every_shipped_env_has_a_drawer_and_is_tested_here():
+    from importlib import resources
+    shipped = {p.name[:-3] for p in resources.files("workbench.envs").iterdir()
+               if p.name.endswith(".py") and not p.name.startswith("_")}
+    assert shipped == set(ENVS)
+    assert shipped <= set(render.DRAWERS)
+
+
+@pytest.mark.parametrize("name", list(ENVS))
+def test_frames_of_a_real_episode(recorded, name):
+    env, trajectories = recorded[name]
+    traj = trajectories[0]
+    assert len(traj["t"]) >= 2
+    frames = render.render_frames(traj, env)
+    assert len(frames) == len(traj["t"])
+    h, w = frames[0].shape[:2]
+    assert frames[0].dtype == np.uint8 and frames[0].shape == (h, w, 3) and h > 100 and w > 100
+    assert all(f.shape == frames[0].shape for f in frames)
+    # the system moves: some frames differ from the first
+    assert any(not np.array_equal(frames[0], f) for f in frames[1:])
+    # stride keeps every k-th frame
+    assert len(render.render_frames(traj, env, stride=3)) == math.ceil(len(traj["t"]) / 3)
+
+
+@pytest.mark.parametrize("name", ["tag_grid", "tag_continuous"])
+def test_every_agent_is_drawn_in_every_frame(recorded, name):
+    env, trajectories = recorded[name]
+    for traj in trajectories:
+        source = render.FrameSource(traj, env)
+        drawer = source.drawer
+        assert isinstance(drawer, render.PointsDrawer)
+        for k in range(len(source)):
+            source.rgb(k)
+            assert drawer.drawn_agents() == env.num_agents
+            taggers = next(line for line, _ in drawer.lines if line.get_label().startswith("taggers"))
+            runners = next(line for line, _ in drawer.lines if line.get_label().startswith("runners"))
+            in_game = traj["in_game"][k] != 0
+            assert len(taggers.get_xdata()) == len(env.taggers)  # taggers never leave the game
+            assert len(runners.get_xdata()) == int(in_game[env.runners].sum())
+            np.testing.assert_allclose(taggers.get_xdata(), traj["x"][k][env.taggers])
+        # one Line2D per group (plus crosses and rings), never a scatter collection per agent
+        assert len(source.fig.axes[0].collections) == 0
+        moving = [line for line in source.fig.axes[0].lines if line.get_animated()]
+        assert len(moving) == len(drawer.lines) + 2  # + crosses (out of the game) and rings (tags)
+
+
+def test_tags_are_marked(recorded):
+    env, trajectories = recorded["tag_continuous"]
+    traj = dict(trajectories[0])
+    in_game = np.ones_like(traj["in_game"])
+    runner = env.runners[0]
+    in_game[2:, runner] = 0  # tagged during step 1: out of the game from frame 2 on
+    traj["in_game"] = in_game
+    source = render.FrameSource(traj, env)
+    drawer = source.drawer
+    source.rgb(1)
+    assert len(drawer.tag_ring.get_xdata()) == 0 and len(drawer.out.get_xdata()) == 0
+    source.rgb(2)
+    assert list(drawer.tag_ring.get_xdata()) == [traj["x"][2][runner]]
+    assert list(drawer.out.get_xdata()) == [traj["x"][2][runner]]
+    assert "tagged=1" in drawer.captions[2] and "out=1" in drawer.captions[2]
+
+
+def test_real_tags_show_as_crosses(recorded):
+    env, trajectories = recorded["tag_continuous"]
+    tagged = [t for t in trajectories if (t["in_game"][:, env.runners] == 0).any()]
+    assert tagged, "seed 3 tags at least one runner within these episodes"
+    traj = tagged[0]
+    source = render.FrameSource(traj, env)
+    k = int(np.flatnonzero((traj["in_game"][:, env.runners] == 0).any(axis=1))[0])
+    source.rgb(k)
+    assert len(source.drawer.out.get_xdata()) == int((traj["in_game"][k] == 0).sum()) >= 1
+    assert len(source.drawer.tag_ring.get_xdata()) >= 1
+
+
+def test_classic_control_drawings_follow_the_state(recorded):
+    env, (traj, *_) = recorded["cartpole"]
+    source = render.FrameSource(traj, env)
+    k = len(source) - 1
+    source.rgb(k)
+    x, th, pole = float(traj["x"][k]), float(traj["theta"][k]), 2 * env.definition.params["length"]
+    px, py = source.drawer.pole.get_data()
+    assert px[0] == pytest.approx(x) and px[1] == pytest.approx(x + pole * math.sin(th))
+    assert py[1] == pytest.approx(0.2 + pole * math.cos(th))
+
+    env, (traj, *_) = recorded["acrobot"]
+    source = render.FrameSource(traj, env)
+    source.rgb(5)
+    p = env.definition.params
+    t1, t2 = float(traj["theta1"][5]), float(traj["theta2"][5])
+    xs, ys = source.drawer.links.get_data()
+    tip = (p["link_length_1"] * math.sin(t1) + p["link_length_2"] * math.sin(t1 + t2),
+           -p["link_length_1"] * math.cos(t1) - p["link_length_2"] * math.cos(t1 + t2))
+    assert (xs[2], ys[2]) == pytest.approx(tip, abs=1e-6)
+
+    for name in ("mountain_car", "mountain_car_continuous"):
+        env, (traj, *_) = recorded[name]
+        source = render.FrameSource(traj, env)
+        source.rgb(7)
+        cx, cy = source.drawer.car.get_data()
+        assert cx[0] == pytest.approx(float(traj["position"][7]))
+
+    env, (traj, *_) = recorded["pendulum"]
+    source = render.FrameSource(traj, env)
+    source.rgb(3)
+    rx, ry = source.drawer.rod.get_data()
+    th = float(traj["theta"][3])
+    assert (rx[1], ry[1]) == pytest.approx((math.sin(th), math.cos(th)), abs=1e-6)
+    assert "torque=" in source.drawer.captions[3]
+
+
+def test_html_player_holds_every_frame_and_a_slider(recorded):
+    env, trajectories = recorded["cartpole"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no embed-limit warning for a short episode
+        anim = render.show(trajectories[0], env)
+    n = len(trajectories[0]["t"])
+    assert len(anim.frames) == n and anim.steps == list(range(n)) and anim.note == ""
+    page = anim.to_html()
+    assert f'type="range" min="0" max="{n - 1}"' in page
+    assert page.count("iVBOR") == n + 1  # every PNG frame in the script, the first also in the <img>
+    group = render.show(trajectories[:2], env)
+    assert isinstance(group, render.AnimationGroup) and len(group) == 2
+    assert group.to_html().count("wb-player") == 2
+
+
+def test_embed_limit_strides_with_a_warning_and_a_note(recorded):
+    env, (traj, *_) = recorded["acrobot"]  # 40 steps: the episode is still running
+    total = len(traj["t"])
+    full = render.Animation(traj, env)
+    limit_mb = full.nbytes / 3.5 / 2**20
+    with pytest.warns(render.EmbedLimitWarning, match="embed limit"):
+        anim = render.Animation(traj, env, embed_limit_mb=limit_mb)
+    assert anim.stride >= 4 and len(anim.frames) == math.ceil(total / anim.stride) < total
+    assert anim.steps == list(range(0, total, anim.stride))
+    assert anim.nbytes <= limit_mb * 2**20
+    assert f"every {anim.stride}th step ({len(anim.frames)} of {total} frames)" in anim.note
+    assert anim.note in anim.to_html().replace("&#x27;", "'")
+    # the player advances `stride` steps per frame at the same speed: a longer interval
+    assert f"1000*{anim.stride}/(fps*" in anim.to_html()
+
+
+def test_embed_limit_can_raise_instead(recorded):
+    env, (traj, *_) = recorded["acrobot"]
+    with pytest.raises(render.EmbedLimitError, match=r"over the embed limit of 0\.0 MB: pass embed_limit_mb="):
+        render.Animation(traj, env, embed_limit_mb=0.01, on_limit="raise")
+    with pytest.raises(ValueError, match="on_limit"):
+        render.Animation(traj, env, on_limit="drop")
+
+
+def test_max_frames_caps_without_a_warning(recorded):
+    env, (traj, *_) = recorded["acrobot"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        anim = render.Animation(traj, env, max_frames=10)
+    assert len(anim.frames) <= 10 and "max_frames=10" in anim.note
+
+
+def test_mp4_is_written_and_decodes(recorded, tmp_path):
+    import imageio_ffmpeg
+    env, (traj, *_) = recorded["cartpole"]
+    path = render.show(traj, env).save_mp4(tmp_path / "cartpole.mp4")
+    head = path.read_bytes()[:12]
+    assert head[4:8] == b"ftyp"
+    reader = imageio_ffmpeg.read_frames(str(path))
+    meta = reader.__next__()
+    frame_bytes = [len(f) for f in reader]
+    w, h = meta["size"]
+    first = render.render_frames(traj, env)[0]
+    assert (h, w) == (first.shape[0] - first.shape[0] % 2, first.shape[1] - first.shape[1] % 2)
+    assert len(frame_bytes) == len(traj["t"]) and set(frame_bytes) == {w * h * 3}
+
+    env, (traj, *_) = recorded["tag_grid"]
+    path = render.to_mp4(traj, env, tmp_path / "tag.mp4", fps=10)
+    frames = list(imageio_ffmpeg.read_frames(str(path)))[1:]
+    assert len(frames) == len(traj["t"])
+
+
+def test_missing_ffmpeg_says_how_to_get_it(recorded, tmp_path, monkeypatch):
+    import imageio_ffmpeg
+
+    def no_binary():
+        raise RuntimeError("no ffmpeg exe could be found")
+
+    monkeypatch.setattr(imageio_ffmpeg, "get_ffmpeg_exe", no_binary)
+    monkeypatch.setattr(shutil, "which", lambda _name: None)
+    env, (traj, *_) = recorded["cartpole"]
+    with pytest.raises(render.FFmpegNotFoundError, match=r"pip install imageio-ffmpeg.*apt-get install ffmpeg"):
+        render.to_mp4(traj, env, tmp_path / "x.mp4")
+    assert not (tmp_path / "x.mp4").exists()
+    # the HTML player needs no ffmpeg
+    assert render.show(traj, env).to_html().startswith("<div")
+
+
+def test_missing_ffmpeg_python_says_so(recorded, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ffmpeg", None)  # import ffmpeg -> ImportError
+    env, (traj, *_) = recorded["cartpole"]
+    with pytest.raises(render.FFmpegNotFoundError, match="pip install ffmpeg-python"):
+        render.to_mp4(traj, env, tmp_path / "x.mp4")
+
+
+def test_thousands_of_agents_render_at_an_interactive_rate():
+    n_taggers, n_runners, steps = 25, 2975, 30
+    defn = registry.definition("tag_continuous", num_taggers=n_taggers, num_runners=n_runners, grid_length=50.0)
+    rng = np.random.default_rng(0)
+    n = n_taggers + n_runners
+    in_game = np.ones((steps, n), np.int32)
+    in_game[10:, n_taggers:n_taggers + 500] = 0
+    traj = {"x": rng.uniform(0, 50, (steps, n)).astype(np.float32), "y": rng.uniform(0, 50, (steps, n)).astype(np.float32),
+            "in_game": in_game, "t": np.arange(steps), "reward": np.zeros((steps, n), np.float32),
+            "done": np.zeros(steps, bool)}
+    source = render.FrameSource(traj, defn)
+    source.rgb(0)
+    start = time.perf_counter()
+    for k in range(1, steps):
+        source.rgb(k)
+        assert source.drawer.drawn_agents() == n
+    per_frame = (time.perf_counter() - start) / (steps - 1)
+    assert per_frame < 0.15, f"{per_frame * 1000:.0f} ms per frame of {n} agents"
+    ax = source.fig.axes[0]
+    assert len(ax.collections) == 0 and len(ax.lines) == 4  # taggers, runners, crosses, rings
+    assert all(line.get_animated() for line in ax.lines)
+    assert len(source.drawer.out.get_xdata()) == 500
+
+
+def test_record_episode_with_a_trained_policy_and_animation_files(tmp_path):
+    config = wb.PPOConfig(env="cartpole", num_envs=4, rollout_length=8, num_minibatches=1, update_epochs=1,
+                          total_env_steps=64, target="cpu")
+    trainer = wb.make_trainer(config)
+    trainer.train()
+    path = render.record_policy_animation(trainer, tmp_path / "policy.html")
+    assert path.exists() and "wb-player" in path.read_text()
+    assert path.with_suffix(".mp4").stat().st_size > 1000
+    assert trainer.env.recorder is None  # recording was detached again

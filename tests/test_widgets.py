@@ -1,0 +1,321 @@
+"""The training panel: a form generated from the config dataclasses, runs in a background thread,
+Stop through an Event, throttled live curves, errors shown in the panel, rollouts alone (random or
+a checkpoint's policy) and the rollout viewer fed by recorded episodes."""
+import html
+import threading
+import time
+
+import ipywidgets as widgets
+import pytest
+import torch
+
+import workbench as wb
+from workbench import config as cfg
+from workbench.config import ConfigError
+from workbench.widgets import (ConfigForm, EnvParamsForm, LivePlot, Runner, RunSpec, TrainingPanel, agent_params,
+                               device_summary)
+from workbench.widgets.panel import CONTROLLED
+
+TIMEOUT = 300
+TINY = dict(rollout_length=8, num_minibatches=1, update_epochs=1, log_every=1)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled_cartpole():
+    """Compile cartpole once for the module (the kernel cache serves every later make)."""
+    return wb.make("cartpole", num_envs=4, target="cpu")
+
+
+def tiny_panel(**kw):
+    base = dict(target="cpu", num_envs=8, total_env_steps=8 * 8 * 6, **TINY)
+    return TrainingPanel(**{**base, **kw})
+
+
+def wait_for(predicate, timeout=TIMEOUT, what="condition"):
+    end = time.perf_counter() + timeout
+    while time.perf_counter() < end:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+# ---- the generated form ---------------------------------------------------------------------------
+
+def test_form_has_one_widget_per_config_field_with_its_doc_as_tooltip():
+    form = ConfigForm(cfg.PPOConfig, exclude=CONTROLLED)
+    fields = [(n, d) for n, _k, _v, d in cfg.describe(cfg.PPOConfig) if n not in CONTROLLED]
+    assert list(form.inputs) == [n for n, _ in fields]
+    for name, doc in fields:
+        assert form.inputs[name].tooltip == doc and doc
+        assert form.inputs[name].description == name
+        assert html.escape(doc) in "".join(c.value for row in form.children[1:] for c in row.children
+                                           if isinstance(c, widgets.HTML))
+    assert isinstance(form.inputs["update_epochs"], widgets.IntText)
+    assert isinstance(form.inputs["lr"], widgets.FloatText)
+    assert isinstance(form.inputs["anneal_lr"], widgets.Checkbox)
+    assert form.inputs["hidden_sizes"].value == "64, 64"
+    assert form.inputs["target_kl"].value == "" and form.inputs["target_kl"].placeholder == "None"
+    defaults = {n: v for n, _k, v, _d in cfg.describe(cfg.PPOConfig) if n not in CONTROLLED}
+    assert form.values() == defaults
+
+
+def test_form_values_are_typed_and_bad_ones_named():
+    form = ConfigForm(cfg.PPOConfig, exclude=CONTROLLED)
+    form.inputs["hidden_sizes"].value = "32, 16"
+    form.inputs["target_kl"].value = "0.02"
+    form.inputs["lr"].value = 0.01
+    form.inputs["anneal_lr"].value = False
+    values = form.values()
+    assert values["hidden_sizes"] == (32, 16) and values["target_kl"] == 0.02
+    assert values["lr"] == 0.01 and values["anneal_lr"] is False
+    config = cfg.from_dict({**values, "env": "cartpole"}, cfg.PPOConfig)
+    assert config.hidden_sizes == (32, 16)
+    form.inputs["hidden_sizes"].value = "wide"
+    with pytest.raises(ConfigError, match=r"PPOConfig\.hidden_sizes: cannot read 'wide'"):
+        form.values()
+
+
+def test_panel_form_follows_the_algorithm_and_keeps_shared_values():
+    panel = TrainingPanel("cartpole", target="cpu", lr=0.0123, clip_coef=0.3)
+    assert panel.forms.titles[0] == "Hyperparameters: PPOConfig"
+    assert panel.config_form.inputs["clip_coef"].value == 0.3
+    panel.algorithm.value = "ddpg"
+    assert panel.forms.titles[0] == "Hyperparameters: DDPGConfig"
+    assert {"tau", "buffer_size", "exploration_noise"} <= set(panel.config_form.inputs)
+    assert "clip_coef" not in panel.config_form.inputs
+    assert panel.config_form.inputs["lr"].value == 0.0123
+    assert panel.config_form.inputs["tau"].tooltip == cfg.DDPGConfig.__dataclass_fields__["tau"].metadata["doc"]
+    with pytest.raises(ConfigError, match="unknown PPOConfig field"):
+        TrainingPanel("cartpole", target="cpu", no_such_field=1)
+
+
+def test_agents_are_set_through_the_envs_agent_parameters():
+    assert agent_params("tag_continuous") == ["num_taggers", "num_runners"]
+    assert agent_params("cartpole") == []
+    panel = TrainingPanel("cartpole", target="cpu")
+    assert "1</b> agent per replica (fixed by the env)" in panel.env_form.agent_count.value
+    panel.env_name.value = "tag_continuous"
+    assert panel.env_form.agent_names == ["num_taggers", "num_runners"]
+    panel.env_form.inputs["num_runners"].value = 12
+    assert "13</b> agents per replica" in panel.env_form.agent_count.value
+    panel.num_envs.value = 3
+    spec = panel.spec()
+    assert spec.config.env == "tag_continuous" and spec.config.num_envs == 3
+    assert spec.config.env_params == {"num_runners": 12}
+    form = EnvParamsForm("tag_continuous", {"num_taggers": 0})
+    assert "num_taggers must be an int &gt;= 1, got 0" in form.agent_count.value
+
+
+def test_device_info_and_one_device():
+    panel = TrainingPanel("cartpole", target="cpu")
+    assert "cpu:" in panel.device_info.value and "GiB" in panel.device_info.value
+    assert "1 device" in panel.device_info.value
+    assert panel.gpus.value == 1 and panel.gpus.disabled
+    assert device_summary("cpu").startswith("cpu: ")
+    with pytest.raises(ConfigError, match=r"gpus=2: .* \d+ GPU\(s\) and target 'cpu'"):
+        TrainingPanel("cartpole", target="cpu", gpus=2)
+
+
+def test_live_plot_draws_returns_losses_and_throughput():
+    plot = LivePlot()
+    empty = plot.render([])
+    history = [{"iteration": i, "env_steps": 100 * i, "env_steps_per_s": 1e5 + i, "return/shared": float(i),
+                "policy_loss/shared": 0.1 * i, "value_loss/shared": 1.0 / i, "entropy/shared": 0.6}
+               for i in range(1, 6)]
+    image = plot.render(history)
+    assert image[:8] == b"\x89PNG\r\n\x1a\n" and image != empty
+    assert list(plot.lines["return/shared"].get_ydata()) == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert list(plot.lines["env_steps_per_s"].get_xdata()) == [100, 200, 300, 400, 500]
+    assert {"policy_loss/shared", "value_loss/shared"} <= set(plot.lines)
+    assert plot.lines["policy_loss/shared"].axes is plot.ax_loss and plot.lines["value_loss/shared"].axes is plot.ax_value
+
+
+# ---- runs --------------------------------------------------------------------------------------
+
+def test_panel_trains_in_the_background_and_shows_progress():
+    panel = tiny_panel(record_every=2, record_replicas=(0, 1))
+    first_image = panel.curves.value
+    images = []
+    panel.curves.observe(lambda change: images.append(change["new"]), names="value")
+    runner = panel.start()
+    assert isinstance(runner, Runner) and runner.spec.config.total_env_steps == 384
+    assert panel.start_button.disabled and not panel.stop_button.disabled
+    result = panel.wait(timeout=TIMEOUT)
+    assert result.stopped_by == "budget" and result.iterations == 6 and len(panel.history) == 6
+    assert panel.status.startswith("finished (total_env_steps reached) after 6 iterations")
+    assert panel.progress.value == 1.0
+    assert "100.0%" in panel.progress_text.value and "env-steps/s" in panel.progress_text.value
+    assert images and images[-1] == panel.curves.value != first_image
+    assert panel.plot.lines["return/shared"].get_xdata()[-1] == 384
+    assert not panel.start_button.disabled and panel.stop_button.disabled
+    # the recorded episodes of replicas 0 and 1 reached the viewer
+    assert panel.animation is not None and len(panel.animation) == 2
+    (output,) = panel.viewer.outputs
+    assert output["data"]["text/html"].count("wb-player") == 2
+    assert "replica(s) 0, 1" in panel.viewer_title.value
+    assert panel.trainer.env.recorder is None and panel.error_html.value == ""
+
+
+def test_stop_button_stops_within_an_iteration():
+    panel = tiny_panel(total_env_steps=10**9)
+    panel.start()
+    wait_for(lambda: len(panel.history) >= 2, what="two iterations")
+    at_stop = panel.trainer.iteration
+    panel.stop_button.click()  # the button's handler only sets the run's Event
+    assert panel.runner.stop_requested
+    assert panel.status.startswith("stopping")
+    result = panel.wait(timeout=TIMEOUT)
+    assert result.stopped_by == "callback"
+    assert at_stop <= result.iterations <= at_stop + 1
+    assert panel.status.startswith(f"stopped (Stop pressed) after {result.iterations} iterations")
+    assert panel.progress.value < 0.01
+    assert not panel.start_button.disabled and panel.stop_button.disabled
+
+
+def test_the_notebook_thread_stays_free_while_training():
+    panel = tiny_panel(total_env_steps=10**9)
+    panel.start()
+    wait_for(lambda: len(panel.history) >= 1, what="the first iteration")
+    ticks = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < 0.5:  # this thread keeps running code meanwhile
+        ticks += 1
+        time.sleep(0.01)
+    assert panel.runner.running and ticks >= 10
+    with pytest.raises(RuntimeError, match="a run is going"):
+        panel.start()
+    panel.stop()
+    panel.wait(timeout=TIMEOUT)
+
+
+def test_redraws_are_throttled():
+    panel = tiny_panel(num_envs=4, rollout_length=4, total_env_steps=4 * 4 * 150, redraw_interval=0.4)
+    updates = []
+    panel.curves.observe(lambda change: updates.append(time.perf_counter()), names="value")
+    start = time.perf_counter()
+    panel.start()
+    panel.wait(timeout=TIMEOUT)
+    elapsed = time.perf_counter() - start
+    assert len(panel.history) == 150
+    assert len(updates) < len(panel.history)
+    assert len(updates) <= elapsed / 0.4 + 2
+    gaps = [b - a for a, b in zip(updates, updates[1:-1])]  # the last redraw comes right after the end
+    assert all(gap >= 0.3 for gap in gaps), gaps
+
+
+def test_errors_in_the_training_thread_are_shown(monkeypatch):
+    from workbench.trainer import Trainer
+
+    def broken_update(self, group):
+        raise RuntimeError("the update exploded")
+
+    monkeypatch.setattr(Trainer, "_update_on_policy", broken_update)
+    panel = tiny_panel()
+    panel.start()
+    assert panel.wait(timeout=TIMEOUT, raise_error=False) is None
+    assert panel.status == "error: RuntimeError: the update exploded"
+    assert "the update exploded" in panel.error_html.value
+    assert "traceback" in panel.error_html.value and "broken_update" in panel.error_html.value
+    assert not panel.start_button.disabled
+    with pytest.raises(RuntimeError, match="the update exploded"):
+        panel.wait()
+
+
+def test_bad_fields_are_shown_and_nothing_starts():
+    panel = tiny_panel()
+    panel.config_form.inputs["hidden_sizes"].value = "wide"
+    panel.start_button.click()
+    assert panel.runner is None
+    assert "hidden_sizes" in panel.error_html.value and panel.status.startswith("cannot start")
+    panel.config_form.inputs["hidden_sizes"].value = "16"
+    with pytest.raises(ConfigError):
+        panel.set(gamma=2.0).start()
+    assert "gamma must be in [0, 1]" in panel.error_html.value
+
+
+def test_errors_before_training_are_shown_too():
+    panel = tiny_panel(env_params=None)
+    panel.record_replicas.value = "0, 99"
+    panel.record_every.value = 1
+    panel.start()
+    panel.wait(timeout=TIMEOUT, raise_error=False)
+    assert panel.runner.state == "error"
+    assert "replicas to animate [99] are out of range" in panel.error_html.value
+
+
+def test_rollouts_alone_with_random_actions_and_the_viewer():
+    panel = tiny_panel(mode="rollouts", num_envs=8, total_env_steps=8 * 8 * 5, record_every=1)
+    assert panel.algorithm.disabled and panel.rollout_row.layout.display == ""
+    panel.start()
+    result = panel.wait(timeout=TIMEOUT)
+    assert panel.trainer is None
+    assert result["iterations"] == 5 and result["env_steps"] == 320 and result["stopped_by"] == "budget"
+    last = panel.history[-1]
+    assert last["env_steps_per_s"] > 0 and last["episodes"] >= 0 and "return/shared" in last
+    assert not any("loss" in k for k in last)
+    assert panel.status.startswith("finished") and "rollouts (random actions)" in panel.status
+    assert panel.animation is not None and "wb-player" in panel.viewer.outputs[0]["data"]["text/html"]
+
+
+def test_rollouts_alone_with_a_checkpoint_policy(tmp_path):
+    config = wb.PPOConfig(env="cartpole", num_envs=8, target="cpu", total_env_steps=128, **TINY)
+    trainer = wb.make_trainer(config)
+    trainer.train()
+    path = trainer.save(tmp_path / "ck.pt")
+    panel = tiny_panel(mode="rollouts", num_envs=5, total_env_steps=5 * 8 * 3, checkpoint=str(path))
+    assert panel.policy.value == "checkpoint" and panel.checkpoint.layout.display == ""
+    panel.start()
+    result = panel.wait(timeout=TIMEOUT)
+    assert result["iterations"] == 3
+    loaded = panel.trainer
+    assert loaded is not None and loaded.env.num_envs == 5 and loaded.iteration == trainer.iteration
+    for a, b in zip(trainer.models["shared"].parameters(), loaded.models["shared"].parameters()):
+        assert torch.equal(a, b)
+    assert "policy of ck.pt" in panel.status
+    panel.policy.value = "checkpoint"
+    panel.checkpoint.value = ""
+    with pytest.raises(ConfigError, match="needs the checkpoint's path"):
+        panel.start()
+
+
+def test_runner_works_without_any_widget():
+    seen, states = [], []
+    config = wb.PPOConfig(env="cartpole", num_envs=8, target="cpu", total_env_steps=8 * 8 * 3, **TINY)
+    run = Runner(RunSpec(config=config), on_metrics=seen.append, on_state=states.append)
+    assert run.state == "idle"
+    result = run.start().wait(timeout=TIMEOUT)
+    assert result.iterations == 3 and [m["iteration"] for m in seen] == [1, 2, 3]
+    assert states == ["compiling", "running", "finished"] and run.state == "finished"
+    with pytest.raises(ValueError, match="mode must be"):
+        RunSpec(config=config, mode="evaluate")
+
+
+def test_stop_during_compilation_ends_the_run_before_training():
+    config = wb.PPOConfig(env="cartpole", num_envs=8, target="cpu", total_env_steps=10**9, **TINY)
+    gate = threading.Event()
+    run = Runner(RunSpec(config=config), on_state=lambda s: s == "compiling" and gate.wait(5))
+    run.start()
+    run.stop()
+    gate.set()
+    run.wait(timeout=TIMEOUT)
+    assert run.state == "stopped" and run.history == [] and run.trainer.iteration == 0
+
+
+@pytest.mark.slow
+def test_several_ranks_run_under_torchrun_and_stop(tmp_path):
+    """GPUs > 1 launches `python -m workbench train` under torchrun (here 2 cpu ranks over gloo); the
+    panel reads its metrics.csv and Stop interrupts it."""
+    config = wb.PPOConfig(env="cartpole", num_envs=8, target="cpu", total_env_steps=10**9,
+                          run_dir=str(tmp_path / "run"), **TINY)
+    seen = []
+    run = Runner(RunSpec(config=config, world_size=2), on_metrics=seen.append)
+    run.start()
+    wait_for(lambda: len(seen) >= 2, what="two metrics rows from the ranks")
+    assert seen[1]["env_steps"] == 2 * 8 * 8 * 2  # replica steps of both ranks
+    assert run.state == "running"
+    run.stop()
+    result = run.wait(timeout=60)
+    assert run.state == "stopped" and result["stopped_by"] == "callback"
+    assert result["iterations"] >= 2 and (tmp_path / "run" / "metrics.csv").exists()
+    assert "training cartpole with PPO" in run.log_path.read_text()

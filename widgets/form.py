@@ -1,0 +1,207 @@
+"""Forms generated from the config dataclasses (`workbench.config.describe`) and from an env's
+PARAMS: one widget per field, its type from the field's annotation, its tooltip and the grey text
+beside it from the field's doc. Nothing here lists a field by hand, so a field added to a config
+class appears in the panel by itself."""
+from __future__ import annotations
+
+import html
+import typing
+
+import ipywidgets as widgets
+import numpy as np
+import yaml
+
+from workbench import config as cfg
+from workbench.config import ConfigError
+
+LABEL_WIDTH = "180px"
+
+
+def _base(kind):
+    return typing.get_origin(kind) or kind
+
+
+def _text(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, tuple):
+        return ", ".join(str(v) for v in value)
+    if isinstance(value, dict):
+        return yaml.safe_dump(value, default_flow_style=True).strip()
+    return str(value)
+
+
+def field_widget(name: str, kind, default, value, doc: str) -> widgets.Widget:
+    """The widget of one field: Checkbox (bool), IntText (int), FloatText (float), else Text (str,
+    tuples as "64, 64", dicts as YAML, and any field whose default is None: empty means None)."""
+    base = _base(kind)
+    common = dict(description=name, tooltip=doc, style={"description_width": LABEL_WIDTH},
+                  layout=widgets.Layout(width="340px"))
+    if base is bool:
+        common["layout"] = widgets.Layout(width="360px")  # the name sits right of the box: room for long names
+        widget = widgets.Checkbox(value=bool(value), indent=True, **common)
+    elif base is int and default is not None and value is not None:
+        widget = widgets.IntText(value=int(value), **common)
+    elif base is float and default is not None and value is not None:
+        widget = widgets.FloatText(value=float(value), **common)
+    else:
+        widget = widgets.Text(value=_text(value), placeholder="None" if default is None else "", **common)
+    widget.add_class(f"wb-field-{name}")
+    widget.add_class("wb-field")
+    return widget
+
+
+def parse_field(owner: str, name: str, kind, default, widget):
+    """The value of `widget` as the field's type; ConfigError naming the field otherwise."""
+    base = _base(kind)
+    if not isinstance(widget, widgets.Text):
+        return widget.value
+    text = widget.value.strip()
+    if text in ("", "None", "none", "null"):
+        if default is None or base is str:
+            return None if default is None else ""
+        raise ConfigError(f"{owner}.{name} needs a value (it has no 'None'): e.g. {_text(default)!r}")
+    try:
+        if base is tuple:
+            parts = [p for p in text.strip("()[] ").split(",") if p.strip()]
+            return tuple(int(p) for p in parts)
+        if base is dict:
+            value = yaml.safe_load(text)
+            if not isinstance(value, dict):
+                raise ValueError("not a mapping")
+            return value
+        if base is float:
+            return float(text)
+        if base is int:
+            return int(text)
+        if base is bool:
+            return {"true": True, "false": False}[text.lower()]
+        return text
+    except (ValueError, KeyError, yaml.YAMLError):
+        example = {tuple: "64, 64", dict: "{max_steps: 200}", float: "0.5", int: "8", bool: "true"}.get(base, "")
+        raise ConfigError(f"{owner}.{name}: cannot read {text!r} as {getattr(base, '__name__', base)}"
+                          + (f" (e.g. {example})" if example else "")) from None
+
+
+class ConfigForm(widgets.VBox):
+    """Every field of a config class (less `exclude`), with its doc beside it.
+
+    form.values() -> {name: value} (typed; ConfigError names a bad field); form.inputs[name];
+    form.set(**values)."""
+
+    def __init__(self, cls, values: dict | None = None, exclude=(), **kwargs):
+        self.cls = cls
+        self.exclude = tuple(exclude)
+        self.fields = {}
+        self.inputs = {}
+        rows = []
+        values = dict(values or {})
+        for name, kind, default, doc in cfg.describe(cls):
+            if name in self.exclude:
+                continue
+            value = values.get(name, default)
+            widget = field_widget(name, kind, default, value, doc)
+            self.fields[name] = (kind, default, doc)
+            self.inputs[name] = widget
+            note = widgets.HTML(f'<span style="color:#666;font-size:11px;line-height:1.2">{html.escape(doc)}</span>',
+                                layout=widgets.Layout(width="auto", max_width="560px"))
+            rows.append(widgets.HBox([widget, note], layout=widgets.Layout(align_items="center")))
+        doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+        header = widgets.HTML(f'<b>{cls.__name__}</b> <span style="color:#666">{html.escape(doc)}</span>')
+        super().__init__([header, *rows], **kwargs)
+        self.add_class("wb-config-form")
+
+    def values(self) -> dict:
+        return {name: parse_field(self.cls.__name__, name, kind, default, self.inputs[name])
+                for name, (kind, default, _doc) in self.fields.items()}
+
+    def set(self, **values) -> None:
+        for name, value in values.items():
+            if name not in self.inputs:
+                raise ConfigError(f"{self.cls.__name__} has no field {name!r} in this form; fields: {list(self.inputs)}")
+            widget = self.inputs[name]
+            widget.value = _text(value) if isinstance(widget, widgets.Text) else value
+
+
+# ---- env parameters -------------------------------------------------------------------------------
+
+def agent_params(env_name: str) -> list:
+    """The integer PARAMS of `env_name` that change its agent count (found by trying each + 1)."""
+    from workbench import registry
+    base = registry.definition(env_name)
+    found = []
+    for name, value in base.params.items():
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+            try:
+                if registry.definition(env_name, **{name: int(value) + 1}).num_agents != base.num_agents:
+                    found.append(name)
+            except Exception:  # noqa: BLE001 - a value its validate_params refuses: not an agent count
+                pass
+    return found
+
+
+class EnvParamsForm(widgets.VBox):
+    """The PARAMS of one env; its agent-count parameters apart, on top, with the resulting count.
+
+    form.values() -> the parameters that differ from the env's defaults (what config.env_params holds);
+    form.num_agents() -> the agent count these values give."""
+
+    def __init__(self, env_name: str, values: dict | None = None, **kwargs):
+        from workbench import registry
+        self.env_name = env_name
+        defn = registry.definition(env_name)
+        self.defaults = dict(defn.params)
+        self.agent_names = agent_params(env_name)
+        values = dict(values or {})
+        unknown = sorted(set(values) - set(self.defaults))
+        if unknown:
+            raise ConfigError(f"env {env_name!r} has no parameter(s) {unknown}; its PARAMS: {sorted(self.defaults)}")
+        self.inputs = {}
+        for name, default in self.defaults.items():
+            kind = type(default) if isinstance(default, (bool, int, float, str)) else object
+            if isinstance(default, np.integer):
+                kind = int
+            widget = field_widget(name, kind, default, values.get(name, default),
+                                  f"{env_name} parameter {name} (default {default!r}); a compile-time constant: "
+                                  f"a new value compiles a variant of the env")
+            widget.layout.width = "300px"
+            self.inputs[name] = widget
+        self.agent_count = widgets.HTML(layout=widgets.Layout(margin="0 0 0 8px"))
+        self.agent_count.add_class("wb-agent-count")
+        for name in self.agent_names:
+            self.inputs[name].observe(lambda _change: self._update_count(), names="value")
+        if self.agent_names:
+            agents_row = widgets.HBox([widgets.HTML("<b>Agents</b>", layout=widgets.Layout(width="60px")),
+                                       *[self.inputs[n] for n in self.agent_names], self.agent_count],
+                                      layout=widgets.Layout(align_items="center", flex_flow="row wrap"))
+        else:
+            agents_row = widgets.HBox([widgets.HTML("<b>Agents</b>", layout=widgets.Layout(width="60px")),
+                                       self.agent_count], layout=widgets.Layout(align_items="center"))
+        others = [self.inputs[n] for n in self.defaults if n not in self.agent_names]
+        grid = widgets.GridBox(others, layout=widgets.Layout(grid_template_columns="repeat(2, 320px)"))
+        hint = widgets.HTML('<span style="color:#666;font-size:11px">Parameters are compile-time constants: '
+                            'changed values compile a variant of the env when the run starts.</span>')
+        super().__init__([agents_row, grid, hint], **kwargs)
+        self.add_class("wb-env-params")
+        self._update_count()
+
+    def values(self) -> dict:
+        out = {}
+        for name, default in self.defaults.items():
+            kind = int if isinstance(default, np.integer) else type(default)
+            value = parse_field(self.env_name, name, kind, default, self.inputs[name])
+            if value != default:
+                out[name] = value
+        return out
+
+    def num_agents(self) -> int:
+        from workbench import registry
+        return registry.definition(self.env_name, **self.values()).num_agents
+
+    def _update_count(self):
+        try:
+            n = self.num_agents()
+            fixed = "" if self.agent_names else " (fixed by the env)"
+            self.agent_count.value = f"<b>{n}</b> agent{'s' if n != 1 else ''} per replica{fixed}"
+        except Exception as exc:  # noqa: BLE001 - a count the env refuses: say why, next to the fields
+            self.agent_count.value = f'<span style="color:#b00">{html.escape(str(exc))}</span>'
