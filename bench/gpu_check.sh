@@ -25,22 +25,37 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . > "$LOGS/install.l
 DEVICE=$(python3 -c "import torch; print(torch.cuda.get_device_name())" 2>/dev/null || echo "no GPU")
 python3 -c "import workbench as wb; print('targets:', wb.available_targets())" >> "$LOGS/machine.log" 2>&1
 
-timed() {  # timed NAME CMD...: run, log to $LOGS/NAME.log, add a summary row
+write_summary() {  # after every step, so a run cut off at its time limit still returns what it did
+  python3 bench/summarize.py "$LOGS" > "$LOGS/bench_table.md" 2>&1 || true
+  {
+    echo "# GPU check: $DEVICE, $(date -u +%Y-%m-%d), stages: $STAGES"
+    echo
+    echo "| step | result | time / detail |"
+    echo "|---|---|---|"
+    cat "$SUMMARY"
+    echo
+    cat "$LOGS/bench_table.md"
+  } > "$OUT/summary.md"
+  tar -czf "$OUT/results.tar.gz" -C "$(dirname "$LOGS")" "$(basename "$LOGS")"
+}
+
+timed() {  # timed NAME CMD...: run, log to $LOGS/NAME.log (and live to $OUT/current.log), add a summary row
   local name=$1; shift
   local start=$(date +%s)
-  "$@" > "$LOGS/$name.log" 2>&1
-  local rc=$?
+  "$@" 2>&1 | tee "$LOGS/$name.log" > "$OUT/current.log"
+  local rc=${PIPESTATUS[0]}
   local took=$(( $(date +%s) - start ))
   if [ $rc -eq 0 ]; then row "$name" "ok" "${took} s"; else row "$name" "FAIL (rc $rc)" "${took} s: $(tail -n 3 "$LOGS/$name.log" | tr '\n|' ' /' | cut -c1-200)"; fi
   echo "== $name rc=$rc ${took}s"; tail -n 4 "$LOGS/$name.log"
+  write_summary
   return $rc
 }
 
 for stage in $STAGES; do
   case $stage in
     tests)
-      XDIST=$(python3 -c "import xdist" 2>/dev/null && echo "-n 6")
-      timed pytest_gpu python3 -m pytest -q $XDIST -p no:cacheprovider tests/test_cartpole.py tests/test_check_env.py \
+      TIMEOUT=$(python3 -c "import pytest_timeout" 2>/dev/null && echo "--timeout 240")
+      timed pytest_gpu python3 -m pytest -q -rfE $TIMEOUT -p no:cacheprovider tests/test_cartpole.py tests/test_check_env.py \
         tests/test_classic_control.py tests/test_cuda_c.py tests/test_sampling.py tests/test_tag.py \
         tests/test_tag_cuda_c.py tests/test_step_graph.py tests/test_magic.py tests/test_training.py tests/test_errors.py \
         $(ls tests/test_tag_grid_search.py 2>/dev/null)
@@ -100,15 +115,5 @@ for stage in $STAGES; do
   esac
 done
 
-python3 bench/summarize.py "$LOGS" > "$LOGS/bench_table.md" 2>&1 || true
-tar -czf "$OUT/results.tar.gz" -C "$(dirname "$LOGS")" "$(basename "$LOGS")"
-{
-  echo "# GPU check: $DEVICE, $(date -u +%Y-%m-%d), stages: $STAGES"
-  echo
-  echo "| step | result | time / detail |"
-  echo "|---|---|---|"
-  cat "$SUMMARY"
-  echo
-  cat "$LOGS/bench_table.md"
-} > "$OUT/summary.md"
+write_summary
 cat "$OUT/summary.md"
