@@ -27,29 +27,24 @@ Observation (an agent out of the game sees zeros):
       x_j / L for every agent j, then y_j / L, is_runner_j, in_game_j, a one-hot of the agent
       itself, then t / episode_length (WarpDrive's layout with the in_game block added).
 
-How it is computed (O(agents) per replica and step, no agent scans all the others):
-  Cell maps. Two state arrays hold one int32 per cell of the (L+1)^2 grid and every replica:
-      tagger_at and runner_at. They are all zeros between steps: each phase that writes a cell
-      has a later phase that zeroes it again, so no phase clears a whole map and the state never
-      depends on the order in which atomics ran.
-  Tags. In `move` every tagger writes 1 to tagger_at at its new cell (the rule counts every
-      tagger). In `tag` a runner in the game reads its cell there: nonzero means tagged, and the
-      runner adds 1 to runner_at at its cell. In `settle` each tagger reads runner_at at its
-      cell: the number of runners tagged there, its credit with shared_tag_reward=0 (tags_made);
-      it zeroes its tagger_at cell; `clear_tag_counts` then zeroes its runner_at cell.
-  Nearest opponent (partial observation). `bin_agents`: every agent in the game writes
-      num_agents - id into its kind's map with atomic_max, so a cell holds its lowest id (the only
-      one of that cell that can win a tie). `fill_blocks`: that lowest id claims a slot in a
-      list of its kind's coarse block, a square of block_width(count) cells (about two agents a
-      block when spread out): block_count [E, blocks] and block_members [E, blocks,
-      BLOCK_CAPACITY], the taggers' blocks first, then the runners'. `observe_agent` searches
-      square rings of the opponent's blocks outward from its own and stops once its best
-      squared distance is below the square of the least distance (in cells, along x or y) to
-      any block not yet searched: exact, ties to the lower id included. A block whose list
-      overflowed (more occupied cells than BLOCK_CAPACITY) is read cell by cell from the map
-      instead, so overflow costs time, never correctness, and many agents on one cell cost
-      nothing. `clear_search` zeroes the map cells, the block counts and the used slots.
-  Positions stay in [0, L] (the rules keep them there); state pushed from outside must too.
+How it is computed: no agent scans all the others, so a step costs about O(agents) per replica.
+Each kind has a grid of square blocks, block_width(count) cells a side (about two agents of
+that kind a block when they are spread out): the taggers' blocks, then the runners', in the state
+array blocks [E, block, 1 + BLOCK_CAPACITY], a count and then the ids listed there.
+  - `move`: every tagger lists itself in its block (an atomic slot claim).
+  - `tag`: a runner reads its block's list of taggers for those on its own cell (crediting each,
+    as before); a runner still in the game then lists itself in its block.
+  - `observe_agent`: an agent searches the opponents' blocks in square rings outward from its
+    own block, and stops once its best squared distance is below the square of the least
+    distance (in cells, along x or y) from it to any block not yet searched: the result is exact,
+    ties to the lower id included (taggers out of the game, listed for the tag check, are
+    skipped).
+  - `clear_blocks` empties the lists again (each agent a share of the blocks), so between steps
+    the array is all zeros and never depends on the order in which the slot claims ran. After
+    an auto-reset `list_after_reset` lists everyone again for the new episode's observation.
+A block holding more than BLOCK_CAPACITY agents keeps counting but lists no more: whoever needs
+its list (a runner's tag check, a search reaching that block) scans every agent of that kind
+instead, so a crowded block costs time, never correctness.
 """
 import math
 
@@ -62,26 +57,21 @@ PARAMS = dict(num_taggers=10, num_runners=1, grid_length=10, episode_length=100,
               tag_reward_for_tagger=10.0, tag_penalty_for_runner=2.0, step_cost_for_tagger=0.01,
               full_observation=0, shared_tag_reward=1)
 
-TAGGERS = 0  # planes of the cell maps: the taggers and the runners binned for the search ...
+TAGGERS = 0  # the kinds
 RUNNERS = 1
-TAGS = 2  # ... and the taggers of this step's tag check
-MAX_BLOCK_WIDTH = 5  # a block's occupancy mask has a bit per cell: at most 25 bits of an int32
+BLOCK_CAPACITY = 8  # ids listed per block; a fuller block makes its readers scan every agent of its kind
 NO_GAP = 1 << 30  # "no unsearched block on this side"
 
 
 def block_width(count, side):
-    """Side, in cells, of the search blocks of a kind with `count` agents on a `side` x `side`
-    grid: about two agents a block when they are spread out, at most MAX_BLOCK_WIDTH."""
-    return min(max(int(math.sqrt(2.0 * side * side / count)), 1), MAX_BLOCK_WIDTH, side)
+    """Side, in cells, of the blocks of a kind with `count` agents on a `side` x `side` grid:
+    about two agents a block when they are spread out."""
+    return min(max(int(math.sqrt(2.0 * side * side / count)), 1), side)
 
 
 def blocks_per_side(count, side):
     width = block_width(count, side)
     return (side + width - 1) // width
-
-
-def _num_cells(p):
-    return (p.grid_length + 1) ** 2
 
 
 def _num_blocks(p):
@@ -97,9 +87,7 @@ AGENT_GROUPS = lambda p: {"taggers": range(0, p.num_taggers),  # noqa: E731
                           "runners": range(p.num_taggers, p.num_taggers + p.num_runners)}
 STATE = dict(x=per_agent("int32"), y=per_agent("int32"), in_game=per_agent("int32"),
              tags_made=per_agent("int32"), runners_left=per_env("int32"), tagged_now=per_env("int32"),
-             cells=per_env("int32", (3, _num_cells)),  # [E, plane, cell]: num_agents - lowest id there, or 0
-             masks=per_env("int32", (_num_blocks,)),  # [E, block]: a bit per occupied cell of the block
-             binned_cell=per_agent("int32"))  # 1 + the agent's cell in its search plane, 0 when not binned
+             blocks=per_env("int32", (_num_blocks, BLOCK_CAPACITY + 1)))  # [E, block, (count, ids...)]
 
 
 def validate_params(p):
@@ -122,13 +110,8 @@ def validate_params(p):
 
 # -- helpers (compiled into the kernels with the phases) ------------------------------------
 
-def cell(px, py):
-    """Index of cell (px, py) in a plane of the cell maps."""
-    return np.int64(px) + (grid_length + 1) * np.int64(py)
-
-
 def blocks_of(kind):
-    """(first block, block width, blocks per side) of one kind's search blocks, the taggers' first."""
+    """(first block, block width, blocks per side) of one kind's blocks, the taggers' first."""
     side = grid_length + 1
     tagger_side = blocks_per_side(num_taggers, side)
     if kind == RUNNERS:
@@ -136,11 +119,17 @@ def blocks_of(kind):
     return 0, block_width(num_taggers, side), tagger_side
 
 
-def block_and_bit(kind, px, py):
-    """(block index, mask bit) of cell (px, py) among one kind's blocks."""
+def block_of(kind, px, py):
     first, width, per_side = blocks_of(kind)
-    b = first + px // width + per_side * (py // width)
-    return b, np.int32(1 << ((px % width) + width * (py % width)))
+    return first + px // width + per_side * (py // width)
+
+
+def list_agent(env, agent, kind, px, py, blocks):
+    """Add the agent to its block's list (an atomic slot claim; the count still grows past capacity)."""
+    b = block_of(kind, px, py)
+    slot = atomic_add(blocks, (env, b, 0), np.int32(1))
+    if slot < BLOCK_CAPACITY:
+        blocks[env, b, 1 + slot] = agent
 
 
 def nearer(j, dx, dy, best, best_d2):
@@ -151,37 +140,9 @@ def nearer(j, dx, dy, best, best_d2):
     return best, best_d2
 
 
-def bin_agent(env, agent, x, y, cells, masks, binned_cell):
-    """Put an agent in the game on its kind's search plane: a cell keeps its lowest id, and the
-    first agent on an empty cell sets the cell's bit in its block's mask."""
-    kind = TAGGERS if agent < num_taggers else RUNNERS
-    px = np.int64(x[env, agent])
-    py = np.int64(y[env, agent])
-    c = cell(px, py)
-    if atomic_max(cells, (env, kind, c), np.int32(NUM_AGENTS - agent)) == 0:
-        b, bit = block_and_bit(kind, px, py)
-        atomic_add(masks, (env, b), bit)
-    binned_cell[env, agent] = c + 1
-
-
-def unbin_agent(env, agent, cells, masks, binned_cell):
-    """Undo bin_agent (from binned_cell, not the position, which may have been set from outside):
-    the cell's lowest id clears the cell and its bit."""
-    c = np.int64(binned_cell[env, agent]) - 1
-    if c < 0:
-        return
-    binned_cell[env, agent] = 0
-    kind = TAGGERS if agent < num_taggers else RUNNERS
-    if cells[env, kind, c] == NUM_AGENTS - agent:
-        cells[env, kind, c] = 0
-        b, bit = block_and_bit(kind, c % (grid_length + 1), c // (grid_length + 1))
-        atomic_add(masks, (env, b), -bit)
-
-
 # -- reset ---------------------------------------------------------------------------------
 
-def reset(env, agent, key, x, y, in_game, tags_made, runners_left, tagged_now, cells, masks, binned_cell):
-    unbin_agent(env, agent, cells, masks, binned_cell)
+def reset(env, agent, key, x, y, in_game, tags_made, runners_left, tagged_now):
     x[env, agent] = randint(key, 0, grid_length + 1)
     y[env, agent] = randint(key, 1, grid_length + 1)
     in_game[env, agent] = 1
@@ -191,18 +152,17 @@ def reset(env, agent, key, x, y, in_game, tags_made, runners_left, tagged_now, c
         tagged_now[env] = 0
 
 
-def bin_after_reset(env, agent, x, y, cells, masks, binned_cell):
-    if not full_observation:
-        bin_agent(env, agent, x, y, cells, masks, binned_cell)
+def list_after_reset(env, agent, x, y, blocks):
+    if agent < num_taggers or not full_observation:
+        list_agent(env, agent, TAGGERS if agent < num_taggers else RUNNERS, x[env, agent], y[env, agent], blocks)
 
 
-RESET = [reset, bin_after_reset]
+RESET = [reset, list_after_reset]
 
 
 # -- step phases ---------------------------------------------------------------------------
 
-def move(env, agent, action, x, y, in_game, reward, tags_made, tagged_now, cells, masks, binned_cell):
-    unbin_agent(env, agent, cells, masks, binned_cell)  # the last observation's binning
+def move(env, agent, action, x, y, in_game, reward, tags_made, tagged_now, blocks):
     if agent == 0:
         tagged_now[env] = 0
     tags_made[env, agent] = 0
@@ -224,39 +184,40 @@ def move(env, agent, action, x, y, in_game, reward, tags_made, tagged_now, cells
         if hit:
             reward[env, agent] = -wall_hit_penalty
     if agent < num_taggers:  # every tagger tags (taggers never leave the game)
-        atomic_max(cells, (env, TAGS, cell(x[env, agent], y[env, agent])), np.int32(NUM_AGENTS - agent))
+        list_agent(env, agent, TAGGERS, x[env, agent], y[env, agent], blocks)
 
 
-def tag(env, agent, x, y, in_game, reward, tags_made, runners_left, tagged_now, cells, masks, binned_cell):
+def tag(env, agent, x, y, in_game, reward, tags_made, runners_left, tagged_now, blocks):
     if agent < num_taggers or in_game[env, agent] == 0:
         return
-    lowest_tagger = cells[env, TAGS, cell(x[env, agent], y[env, agent])]
-    if lowest_tagger != 0:
+    px = x[env, agent]
+    py = y[env, agent]
+    b = block_of(TAGGERS, px, py)
+    n = blocks[env, b, 0]
+    taggers_here = 0
+    for s in range(n if n <= BLOCK_CAPACITY else num_taggers):  # the block's taggers, or all of them
+        j = np.int64(blocks[env, b, 1 + s] if n <= BLOCK_CAPACITY else s)
+        if x[env, j] == px and y[env, j] == py:
+            taggers_here += 1
+            atomic_add(tags_made, (env, j), np.int32(1))  # several runners may credit one tagger
+    if taggers_here > 0:
         reward[env, agent] -= tag_penalty_for_runner
         in_game[env, agent] = 0
         atomic_add(runners_left, env, np.int32(-1))
         atomic_add(tagged_now, env, np.int32(1))
-        # credit the cell's lowest tagger; in `settle` the others on the cell copy its count
-        atomic_add(tags_made, (env, NUM_AGENTS - lowest_tagger), np.int32(1))
     else:
         reward[env, agent] += step_cost_for_tagger
-        if not full_observation:
-            bin_agent(env, agent, x, y, cells, masks, binned_cell)
+        if not full_observation:  # still in the game: listed for the taggers' search
+            list_agent(env, agent, RUNNERS, px, py, blocks)
 
 
-def settle(env, agent, x, y, in_game, reward, tags_made, runners_left, tagged_now, terminated, cells, masks,
-           binned_cell):
+def settle(env, agent, reward, tags_made, runners_left, tagged_now, terminated):
     if agent < num_taggers:
-        lowest = NUM_AGENTS - cells[env, TAGS, cell(x[env, agent], y[env, agent])]
-        if lowest != agent:  # one credit per runner tagged on this tagger's cell
-            tags_made[env, agent] = tags_made[env, lowest]
         n = tagged_now[env] if shared_tag_reward else tags_made[env, agent]
         if n > 0:
             reward[env, agent] += tag_reward_for_tagger * n
         else:
             reward[env, agent] -= step_cost_for_tagger
-        if in_game[env, agent] != 0 and not full_observation:
-            bin_agent(env, agent, x, y, cells, masks, binned_cell)
     if agent == 0 and runners_left[env] <= 0:
         terminated[env] = 1
 
@@ -264,11 +225,9 @@ def settle(env, agent, x, y, in_game, reward, tags_made, runners_left, tagged_no
 STEP = [move, tag, settle]
 
 
-# -- observation ---------------------------------------------------------------------------
+# -- observation phases --------------------------------------------------------------------
 
-def observe(env, agent, t, x, y, in_game, cells, masks, obs):
-    if agent < num_taggers:  # this step's tag check is done: leave its plane all zeros
-        cells[env, TAGS, cell(x[env, agent], y[env, agent])] = 0
+def observe_agent(env, agent, t, x, y, in_game, blocks, obs):
     if in_game[env, agent] == 0:
         for i in range(obs.shape[2]):
             obs[env, agent, i] = 0.0
@@ -282,20 +241,20 @@ def observe(env, agent, t, x, y, in_game, cells, masks, obs):
             obs[env, agent, 4 * NUM_AGENTS + j] = 1.0 if j == agent else 0.0
         obs[env, agent, 5 * NUM_AGENTS] = t[env] / episode_length
         return
-    # the nearest opponent: square rings of the opponents' blocks outward from this agent's block
+    # the nearest opponent in the game: square rings of the opponents' blocks outward from this
+    # agent's block, until nothing outside the searched square can be as near
     runner = agent >= num_taggers
-    kind = TAGGERS if runner else RUNNERS
-    first, width, per_side = blocks_of(kind)
-    side = grid_length + 1
+    first, width, per_side = blocks_of(TAGGERS if runner else RUNNERS)
     px = np.int64(x[env, agent])
     py = np.int64(y[env, agent])
     cx = px // width
     cy = py // width
     best = np.int64(-1)
     best_d2 = np.int64(0)
+    overflow = False
     r_max = max(max(cx, per_side - 1 - cx), max(cy, per_side - 1 - cy))
     r = 0
-    while r <= r_max:
+    while r <= r_max and not overflow:
         for gy in range(max(cy - r, 0), min(cy + r, per_side - 1) + 1):
             if gy == cy - r or gy == cy + r:  # a whole row of the ring
                 gx = max(cx - r, 0)
@@ -307,16 +266,13 @@ def observe(env, agent, t, x, y, in_game, cells, masks, obs):
                 gx_step = 2 * r
             while gx <= gx_last:
                 if gx >= 0 and gx < per_side:
-                    mask = masks[env, first + gx + per_side * gy]
-                    k = 0
-                    while mask != 0:  # each occupied cell of the block: its lowest id
-                        if mask & 1:
-                            fx = gx * width + k % width
-                            fy = gy * width + k // width
-                            j = np.int64(NUM_AGENTS - cells[env, kind, fx + side * fy])
-                            best, best_d2 = nearer(j, fx - px, fy - py, best, best_d2)
-                        mask >>= 1
-                        k += 1
+                    b = first + gx + per_side * gy
+                    n = blocks[env, b, 0]
+                    overflow = overflow or n > BLOCK_CAPACITY
+                    for s in range(1, min(n, BLOCK_CAPACITY) + 1):
+                        j = np.int64(blocks[env, b, s])
+                        if in_game[env, j] != 0:  # the taggers' lists hold every tagger
+                            best, best_d2 = nearer(j, x[env, j] - px, y[env, j] - py, best, best_d2)
                 gx += gx_step
         # an agent in a block outside the searched square is at least `gap` cells away along x or y
         gap = NO_GAP
@@ -331,9 +287,28 @@ def observe(env, agent, t, x, y, in_game, cells, masks, obs):
         if best >= 0 and best_d2 < gap * gap:
             break
         r += 1
+    if overflow:  # a list it needed was incomplete: scan every opponent instead
+        best = np.int64(-1)
+        for j in range(np.int64(0 if runner else num_taggers), np.int64(num_taggers if runner else NUM_AGENTS)):
+            if in_game[env, j] != 0:
+                best, best_d2 = nearer(j, x[env, j] - px, y[env, j] - py, best, best_d2)
     obs[env, agent, 0] = x[env, agent] / grid_length
     obs[env, agent, 1] = y[env, agent] / grid_length
     obs[env, agent, 2] = x[env, best] / grid_length if best >= 0 else 0.0
     obs[env, agent, 3] = y[env, best] / grid_length if best >= 0 else 0.0
     obs[env, agent, 4] = 1.0 if runner else 0.0
     obs[env, agent, 5] = t[env] / episode_length
+
+
+def clear_blocks(env, agent, blocks):
+    """Empty the lists again (each agent a share of the blocks), so the state never depends on
+    the order in which the slot claims ran."""
+    b = agent
+    while b < blocks.shape[1]:
+        for s in range(1, min(blocks[env, b, 0], BLOCK_CAPACITY) + 1):
+            blocks[env, b, s] = 0
+        blocks[env, b, 0] = 0
+        b += NUM_AGENTS
+
+
+observe = [observe_agent, clear_blocks]
