@@ -66,8 +66,11 @@ class CudaKernels:
         from numba import cuda
         self.defn = defn
         self.layout = layout
-        self._reset = cuda.jit(ns["_wb_reset"])
-        self._step = cuda.jit(ns["_wb_step"])
+        # without link-time optimisation: nvJitLink would contract a*b + c again at link time,
+        # whatever NVVM was told (the simulator has no such option)
+        options = {} if simulator_enabled() else {"lto": False}
+        self._reset = cuda.jit(ns["_wb_reset"], **options)
+        self._step = cuda.jit(ns["_wb_step"], **options)
         self.driver_source = ns["_wb_driver_source"]
         self._streams = {}
 
