@@ -146,20 +146,43 @@ def _animate_if_possible(trainer, run_dir: Path):
     print(f"animation of the trained policy: {path}")
 
 
+def _checkpoint_path(path: str) -> Path:
+    """A checkpoint file, or a run folder holding checkpoint.pt."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "checkpoint.pt"
+    if not p.is_file():
+        from .checkpoint import CheckpointError
+        raise CheckpointError(f"no checkpoint at {str(p)!r} (pass a run folder or a checkpoint file)")
+    return p
+
+
 def cmd_evaluate(args) -> int:
     from . import checkpoint as ckpt
     from . import config as cfg
-    from .evaluate import evaluate
+    from .evaluate import compare, evaluate, format_comparison
     from .trainer import make_trainer
-    payload = ckpt.load(args.checkpoint)
+    path = _checkpoint_path(args.checkpoint)
+    payload = ckpt.load(path)
     config = cfg.from_dict(payload["config"])
     config = cfg.replace(config, num_envs=args.num_envs or config.num_envs, run_dir=None,
                          target=args.target or config.target)
     trainer = make_trainer(config, policies=payload["signature"]["policies"])
-    trainer.load(args.checkpoint, restore_env=False)
-    report = evaluate(trainer, steps=args.steps, random_policies=args.random or ())
-    for key, value in report.items():
-        print(f"{key:32s} {value:.4f}")
+    trainer.load(path, restore_env=False)
+    options = dict(episodes=args.episodes, steps=args.steps, deterministic=args.deterministic,
+                   seed=config.seed if args.seed is None else args.seed)
+    if args.random is not None:
+        results = {"trained": evaluate(trainer, **options)}
+        if args.random:
+            results["random " + " ".join(args.random)] = evaluate(trainer, random_policies=args.random, **options)
+    else:
+        results = compare(trainer, **options)
+    print(f"{config.env}: {config.num_envs} replicas x {options['episodes']} episode(s) each, "
+          f"{'deterministic' if args.deterministic else 'stochastic'} policies, seed {options['seed']}")
+    print(format_comparison(results))
+    if args.json:
+        import json
+        Path(args.json).write_text(json.dumps(results, indent=2))
     return 0
 
 
@@ -224,12 +247,19 @@ def build_parser() -> argparse.ArgumentParser:
                        help="size num_envs to this device by measurement (GPU: free memory; CPU: throughput)")
     _add_config_options(train)
     train.set_defaults(func=cmd_train)
-    ev = sub.add_parser("evaluate", help="evaluate a checkpoint's policies (optionally some replaced by random)")
-    ev.add_argument("checkpoint")
-    ev.add_argument("--steps", type=int, default=1000)
+    ev = sub.add_parser("evaluate", help="evaluate a run's policies against random ones (per-episode returns "
+                                          "and the env's metrics, e.g. Tag's tag rate)")
+    ev.add_argument("checkpoint", help="run folder (its checkpoint.pt) or checkpoint file")
+    ev.add_argument("--episodes", type=int, default=1, help="episodes counted per replica")
+    ev.add_argument("--steps", type=int, default=None, help="steps to play (default: episodes x the env's MAX_STEPS)")
     ev.add_argument("--num-envs", type=int, default=None)
     ev.add_argument("--target", default=None)
-    ev.add_argument("--random", nargs="*", help="policy names to replace by uniformly random actions")
+    ev.add_argument("--seed", type=int, default=None, help="env and sampling seed (default: the run's seed)")
+    ev.add_argument("--deterministic", action="store_true", help="act with the policies' modes, not samples")
+    ev.add_argument("--random", nargs="*", default=None,
+                    help="only these policies replaced by random actions (no names: only the trained policies); "
+                         "default: each policy replaced in turn")
+    ev.add_argument("--json", default=None, help="also write the results to this JSON file")
     ev.set_defaults(func=cmd_evaluate)
     rollouts = sub.add_parser("rollouts", help="random-action rollouts of every shipped env, env-steps/s")
     rollouts.add_argument("--target", default=None)

@@ -1,0 +1,93 @@
+"""Learning, not just running: short CPU trainings whose final policies must clearly beat the uniformly
+random policy, both measured by workbench.evaluate in the same test from the same starts.
+
+Fixed seeds and one thread (torch and numba) make every number here the same on every run on the CPU
+target; the margins are a fraction of the gap these short runs reach. The shipped configs' full runs
+(and their figures) are in docs/learning.md (bench/learning_runs.py).
+"""
+import numba
+import pytest
+import torch
+
+import workbench as wb
+from workbench.evaluate import compare, evaluate
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Deterministic float sums, and no oversubscription on a small shared machine."""
+    torch_threads, numba_threads = torch.get_num_threads(), numba.get_num_threads()
+    torch.set_num_threads(1)
+    numba.set_num_threads(1)
+    yield
+    torch.set_num_threads(torch_threads)
+    numba.set_num_threads(numba_threads)
+
+
+def test_ppo_acrobot_far_above_random():
+    config = wb.PPOConfig(env="acrobot", num_envs=64, rollout_length=64, num_minibatches=4, update_epochs=4,
+                          lr=1e-3, normalize_obs=True, total_env_steps=64 * 64 * 50, log_every=5, target="cpu",
+                          seed=0)
+    trainer = wb.make_trainer(config)
+    trainer.train()
+    results = compare(trainer, seed=7)
+    trained, random = results["trained"]["return/shared"], results["random"]["return/shared"]
+    # random play rarely swings the tip up within the 500 steps (about -490); this run reaches about -150
+    assert random < -400
+    assert trained > random + 200, results
+
+
+def test_ddpg_pendulum_above_random():
+    config = wb.DDPGConfig(env="pendulum", num_envs=16, rollout_length=1, updates_per_rollout=8, batch_size=128,
+                           learning_starts=1000, buffer_size=50_000, exploration_noise=0.1, hidden_sizes=(64, 64),
+                           actor_lr=1e-3, critic_lr=1e-3, max_grad_norm=0, total_env_steps=16 * 400, log_every=100,
+                           target="cpu", seed=0)
+    trainer = wb.make_trainer(config)
+    trainer.train()
+    results = compare(trainer, seed=7)
+    trained, random = results["trained"]["return/shared"], results["random"]["return/shared"]
+    assert random < -1000
+    assert trained > random + 400, results
+
+
+TAG_GRID = dict(num_taggers=1, num_runners=3, grid_length=9, episode_length=30, tag_penalty_for_runner=10.0)
+
+
+def tag_grid_config(**kw):
+    base = dict(env="tag_grid", env_params=TAG_GRID, num_envs=64, rollout_length=32, num_minibatches=4,
+                update_epochs=4, lr=1e-3, ent_coef=0.0, log_every=10, target="cpu", seed=0)
+    return wb.PPOConfig(**{**base, **kw})
+
+
+def test_tag_metrics_agree_with_a_count_of_tag_penalties():
+    """The device metrics (in-game flags at each episode's end) against a host count of the steps on
+    which a runner paid the tag penalty, over the same starts and the same random actions."""
+    trainer = wb.make_trainer(tag_grid_config(total_env_steps=64))
+    report = evaluate(trainer, random_policies=("taggers", "runners"), seed=3)
+    env, runners = trainer.env, slice(1, 4)
+    env.reset(seed=3)
+    tagged = torch.zeros(env.num_envs)
+    finished = torch.zeros(env.num_envs)
+    for _ in range(TAG_GRID["episode_length"]):
+        env.step(env.sample_actions())
+        first = (finished == 0).float()
+        tagged += (env.data["reward"][:, runners] < -5).sum(1).float() * first
+        finished += env.data["done"].float()
+    assert bool((finished == 1).all())
+    assert report["episodes"] == env.num_envs
+    assert report["runners_tagged"] == pytest.approx(float(tagged.mean()), abs=1e-6)
+    assert report["tag_rate"] == pytest.approx(float(tagged.mean()) / 3, abs=1e-6)
+    assert report["runner_survival"] == pytest.approx(1 - float(tagged.mean()) / 3, abs=1e-6)
+    assert 0.05 < report["tag_rate"] < 0.5  # random play does tag, and not everyone
+
+
+def test_tag_grid_trained_teams_beat_random_ones():
+    trainer = wb.make_trainer(tag_grid_config(total_env_steps=64 * 32 * 50))
+    before = compare(trainer, seed=7, episodes=2)
+    trainer.train()
+    after = compare(trainer, seed=7, episodes=2)
+    trained, random_taggers = after["trained"]["tag_rate"], after["random taggers"]["tag_rate"]
+    assert after["trained"]["episodes"] == 2 * 64
+    assert 0.0 <= random_taggers <= trained <= 1.0
+    assert trained > random_taggers + 0.2, after
+    assert trained > before["trained"]["tag_rate"] + 0.15, (before, after)
