@@ -5,7 +5,10 @@
 #     bash bench/gpu_check.sh bench                    # speed
 #     bash bench/gpu_check.sh scaling                  # data-parallel training on every GPU here
 # Results land in $OUT (default ./gpu_out): summary.md (the table, last), results.tar.gz (logs, JSON).
-# Needs no network: wheels missing from the machine's image are taken from .whl/ when present.
+# Needs no network: wheels missing from the machine's image are taken from .whl/ when present. The
+# image lacks gymnasium (reference checks) and IPython (the magic's tests); fill .whl/ beforehand with
+#     pip download gymnasium ipython --python-version 3.12 --only-binary=:all: --platform manylinux2014_x86_64 -d .whl
+# and delete typing_extensions from it (the image's torch brings its own).
 set -u
 OUT=${OUT:-$PWD/gpu_out}
 LOGS=${LOGS:-/tmp/gpu_check_logs}  # packed into $OUT/results.tar.gz at the end
