@@ -44,6 +44,12 @@ def _importable(name: str) -> bool:
         return False
 
 
+def _widgets_extension_visible() -> bool:
+    """The labextension that renders widgets, where this Python's JupyterLab server looks for it."""
+    from jupyter_core.paths import jupyter_path
+    return any((Path(d) / "@jupyter-widgets" / "jupyterlab-manager").is_dir() for d in jupyter_path("labextensions"))
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -69,6 +75,9 @@ def lab(tmp_path):
     _require(_importable("playwright.sync_api"), "the playwright package is not installed")
     _require(_importable("jupyterlab"), "jupyterlab is not installed")
     _require(_importable("jupyterlab_widgets"), "the ipywidgets JupyterLab extension (jupyterlab_widgets) is missing")
+    _require(_widgets_extension_visible(), "JupyterLab would not find the ipywidgets extension on its data path "
+             "(a venv made with --system-site-packages hides the parent's share/jupyter): widgets would show as "
+             "text; pip install jupyterlab_widgets into this environment")
     root = tmp_path / "root"
     root.mkdir()
     shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
