@@ -193,8 +193,9 @@ class TrainingPanel(widgets.VBox):
                                                    tooltip="pull and animate the last episode of the replicas "
                                                            "every this many iterations (0: never)",
                                                    layout=widgets.Layout(width="200px"))
-        self.record_replicas = widgets.Text(value=", ".join(str(r) for r in record_replicas), description="replicas",
-                                            style=style, tooltip="replica indices to animate, e.g. 0, 1",
+        self.record_replicas = widgets.Text(value=", ".join(str(r) for r in record_replicas),
+                                            description="of replicas", style=style,
+                                            tooltip="replica indices to animate, e.g. 0, 1",
                                             layout=widgets.Layout(width="200px"))
         self.start_button = widgets.Button(description="Start", button_style="success", icon="play",
                                            tooltip="start the run in the background",
