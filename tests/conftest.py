@@ -11,6 +11,19 @@ if not HAS_GPU:
 gpu_only = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA GPU")
 
 
+@pytest.fixture(scope="session")
+def nvrtc():
+    """Skips unless the cuda-c target can compile here (cuda.core and NVRTC present)."""
+    try:
+        import cuda.core  # noqa: F401
+    except ImportError as exc:
+        pytest.skip(f"cuda.core is not installed ({exc})")
+    from workbench.targets.cuda_c import nvrtc_problem
+    problem = nvrtc_problem()
+    if problem:
+        pytest.skip(problem)
+
+
 @pytest.fixture(params=["cpu", "cuda"])
 def target(request):
     return request.param

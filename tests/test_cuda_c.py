@@ -146,16 +146,6 @@ def probe_definition(**params):
     return envdef.attach_c(envdef.parse("probe", PROBE_PY, "probe.py", params), PROBE_C, "probe.cu")
 
 
-@pytest.fixture(scope="module")
-def nvrtc():
-    try:
-        import cuda.core  # noqa: F401
-    except ImportError as exc:
-        pytest.skip(f"cuda.core is not installed ({exc})")
-    problem = cuda_c.nvrtc_problem()
-    if problem:
-        pytest.skip(problem)
-
 
 # ---- the /*@workbench*/ declaration block and the C phase scan ---------------------------------
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench.evaluate import compare, evaluate
+from workbench import cli
+from workbench.evaluate import EvaluationError, compare, evaluate
 
 
 @pytest.fixture(autouse=True)
@@ -24,14 +25,19 @@ def one_thread():
     numba.set_num_threads(numba_threads)
 
 
+def train_then_compare(config):
+    """(trained return, random-policy return, the whole comparison) from the same starts."""
+    trainer = wb.make_trainer(config)
+    trainer.train()
+    results = compare(trainer, seed=7)
+    return results["trained"]["return/shared"], results["random"]["return/shared"], results
+
+
 def test_ppo_acrobot_far_above_random():
     config = wb.PPOConfig(env="acrobot", num_envs=64, rollout_length=64, num_minibatches=4, update_epochs=4,
                           lr=1e-3, normalize_obs=True, total_env_steps=64 * 64 * 50, log_every=5, target="cpu",
                           seed=0)
-    trainer = wb.make_trainer(config)
-    trainer.train()
-    results = compare(trainer, seed=7)
-    trained, random = results["trained"]["return/shared"], results["random"]["return/shared"]
+    trained, random, results = train_then_compare(config)
     # random play rarely swings the tip up within the 500 steps (about -490); this run reaches about -150
     assert random < -400
     assert trained > random + 200, results
@@ -42,10 +48,7 @@ def test_ddpg_pendulum_above_random():
                            learning_starts=1000, buffer_size=50_000, exploration_noise=0.1, hidden_sizes=(64, 64),
                            actor_lr=1e-3, critic_lr=1e-3, max_grad_norm=0, total_env_steps=16 * 400, log_every=100,
                            target="cpu", seed=0)
-    trainer = wb.make_trainer(config)
-    trainer.train()
-    results = compare(trainer, seed=7)
-    trained, random = results["trained"]["return/shared"], results["random"]["return/shared"]
+    trained, random, results = train_then_compare(config)
     assert random < -1000
     assert trained > random + 400, results
 
@@ -91,3 +94,17 @@ def test_tag_grid_trained_teams_beat_random_ones():
     assert 0.0 <= random_taggers <= trained <= 1.0
     assert trained > random_taggers + 0.2, after
     assert trained > before["trained"]["tag_rate"] + 0.15, (before, after)
+
+
+def test_evaluate_refuses_bad_requests_by_name(tmp_path, capsys):
+    trainer = wb.make_trainer(tag_grid_config(total_env_steps=64))
+    unknown = r"random_policies \(--random\) names \['tagger'\].*\['taggers', 'runners'\]"
+    with pytest.raises(EvaluationError, match=unknown):
+        evaluate(trainer, random_policies=("tagger",))
+    with pytest.raises(EvaluationError, match=r"episodes \(--episodes\) must be >= 1, got 0"):
+        evaluate(trainer, episodes=0)
+    trainer.save(tmp_path / "checkpoint.pt")
+    assert cli.main(["evaluate", str(tmp_path), "--random", "tagger"]) == 2
+    assert "error: random_policies (--random) names ['tagger']" in capsys.readouterr().err
+    assert cli.main(["evaluate", str(tmp_path / "missing")]) == 2
+    assert "no checkpoint at" in capsys.readouterr().err

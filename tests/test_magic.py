@@ -13,7 +13,6 @@ import workbench as wb
 from workbench import magic, registry
 from workbench.errors import EnvCompileError, EnvDefinitionError
 from workbench.targets import all_targets
-from workbench.targets.cuda_c import nvrtc_problem
 
 # Agents on a line: agent a starts at a, moves by action - 1 and earns scale * its position, so
 # after k steps of action 2 agent a is at a + k and earns scale * (a + k).
@@ -250,16 +249,6 @@ def test_agents_needs_a_parameter(ip):
 
 
 # ---- --lang cuda -----------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def nvrtc():
-    try:
-        import cuda.core  # noqa: F401
-    except ImportError as exc:
-        pytest.skip(f"cuda.core is not installed ({exc})")
-    problem = nvrtc_problem()
-    if problem:
-        pytest.skip(problem)
 
 
 def test_cuda_c_cell_compiles(ip, nvrtc, capsys):

@@ -13,14 +13,9 @@ import pytest
 import workbench as wb
 from workbench import registry, render
 
-# small variants (the ones tests/test_tag.py uses too, so a full run compiles them once)
-TAG_SMALL = dict(num_taggers=2, num_runners=6, grid_length=10.0, episode_length=4, tagging_distance=0.1,
-                 max_speed_tagger=1.0, max_speed_runner=0.5, edge_hit_penalty=-0.125, tag_reward_for_tagger=10.0,
-                 step_penalty_for_tagger=-0.25, tag_penalty_for_runner=-3.0, step_reward_for_runner=0.5,
-                 end_of_game_reward_for_runner=7.0, num_other_agents_observed=3)
-GRID_SMALL = dict(num_taggers=2, num_runners=6, grid_length=5, episode_length=6, wall_hit_penalty=0.5,
-                  tag_reward_for_tagger=10.0, tag_penalty_for_runner=3.0, step_cost_for_tagger=0.25,
-                  shared_tag_reward=0)
+from test_tag import GRID as GRID_SMALL  # the small variants test_tag uses: a full run compiles them once
+from test_tag import SMALL as TAG_SMALL
+
 ENVS = {"cartpole": {}, "acrobot": {}, "mountain_car": {}, "mountain_car_continuous": {}, "pendulum": {},
         "tag_grid": GRID_SMALL, "tag_continuous": TAG_SMALL}
 REPLICAS = [0, 1, 2, 3]

@@ -155,16 +155,6 @@ def test_registry_attaches_the_cu_with_every_phase():
             assert list(phase.args) == defn.phase_args(fn), phase.name
 
 
-@pytest.fixture(scope="module")
-def nvrtc():
-    try:
-        import cuda.core  # noqa: F401
-    except ImportError as exc:
-        pytest.skip(f"cuda.core is not installed ({exc})")
-    problem = cuda_c.nvrtc_problem()
-    if problem:
-        pytest.skip(problem)
-
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("params", [TAG, FULL, dict(num_taggers=100, num_runners=1000)],

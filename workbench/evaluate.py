@@ -24,7 +24,13 @@ import math
 
 import torch
 
+from .errors import WorkbenchError
+
 DEFAULT_STEPS_CAP = 100_000
+
+
+class EvaluationError(WorkbenchError, ValueError):
+    """An evaluation asked for something the run cannot do (an unknown policy, no episodes)."""
 
 
 def _runner_ids(params):
@@ -74,14 +80,15 @@ def evaluate(trainer, episodes: int = 1, random_policies=(), deterministic: bool
     names = [g.name for g in trainer.groups]
     unknown = sorted(set(random_policies) - set(names))
     if unknown:
-        raise ValueError(f"random policies {unknown} are not in the policy map; the policies are {names}")
+        raise EvaluationError(f"random_policies (--random) names {unknown}, which are not in the policy map; "
+                              f"choose from {names}")
     if episodes < 1:
-        raise ValueError(f"episodes must be >= 1, got {episodes}")
+        raise EvaluationError(f"episodes (--episodes) must be >= 1, got {episodes}")
     if steps is None:
         steps = episodes * env.definition.max_steps
         if steps > DEFAULT_STEPS_CAP:
-            raise ValueError(f"{env.name} has no practical episode bound (MAX_STEPS={env.definition.max_steps}); "
-                             f"pass steps")
+            raise EvaluationError(f"{env.name} has no practical episode bound (MAX_STEPS={env.definition.max_steps}):"
+                                  f" pass steps (--steps)")
     random_groups = [g for g in trainer.groups if g.name in random_policies]
     # leave the env as it was found (state, seed, sampler), so evaluating mid-training changes nothing
     saved = env.store.snapshot(), env.seed, env._generator.get_state()
