@@ -39,7 +39,17 @@ class RunConfig:
     gamma: float = _f(0.99, "Discount factor.")
     max_grad_norm: float = _f(0.5, "Gradient clipping by global norm (0 disables).")
     normalize_obs: bool = _f(False, "Normalise observations with running mean and variance.")
-    cuda_graph: bool = _f(True, "Capture the rollout in a CUDA graph on GPU targets.")
+    cuda_graph: bool = _f(True, "Replay each training iteration (rollout, advantages, every update) from CUDA "
+                                 "graphs on GPU targets.")
+    precision: str = _f("auto", "Learner arithmetic: fp32, tf32 (tensor-core matmuls) or bf16 (autocast, and "
+                                "rollout observations stored in bf16); auto: bf16 on a GPU, fp32 on the CPU.")
+    learner_memory_gb: float = _f(2.0, "Bound on the learner's activations: a batch or minibatch needing more is "
+                                       "processed in chunks with gradient accumulation (the same update).")
+    centralised_critic: tuple = _f((), "Policies whose value function sees the replica's joint observation "
+                                       "(MAPPO with PPO, or A2C), e.g. [runners]; [all] for every policy.")
+    cpu_threads: int = _f(0, "Threads for the CPU target's kernels and torch (0: chosen by measuring 1 thread "
+                             "against all cores at the start).")
+    progress: bool = _f(False, "Show a progress bar with env-steps/s and an ETA while training.")
     checkpoint_every: int = _f(0, "Save a checkpoint every this many iterations into run_dir (0: only at the end).")
     run_dir: str = _f(None, "Folder for metrics.csv, the learning curve, checkpoints (None: no files).")
 
@@ -86,8 +96,11 @@ class DDPGConfig(RunConfig):
     exploration_noise: float = _f(0.1, "Std of the Gaussian exploration noise, as a fraction of the action range.")
     actor_lr: float = _f(1e-3, "Actor learning rate.")
     critic_lr: float = _f(1e-3, "Critic learning rate.")
+    max_grad_norm: float = _f(0.0, "Gradient clipping by global norm (0, the default, disables it: the DDPG paper "
+                                   "and its reference implementations do not clip).")
 
 
+PRECISIONS = ("auto", "fp32", "tf32", "bf16")
 ALGORITHMS = {"a2c": A2CConfig, "ppo": PPOConfig, "ddpg": DDPGConfig}
 
 
@@ -118,6 +131,10 @@ def _coerce(cls, name, kind, value):
     elif origin is tuple:
         if isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
             return tuple(value)
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        if isinstance(value, str) and name == "centralised_critic":
+            return (value,)
     elif origin is dict:
         if isinstance(value, dict):
             return dict(value)
@@ -151,7 +168,10 @@ def validate(config) -> None:
               ("gamma", 0.0 <= config.gamma <= 1.0, "must be in [0, 1]"),
               ("lr", config.lr > 0, "must be > 0"),
               ("rollout_length", config.rollout_length >= 1, "must be >= 1"),
-              ("log_every", config.log_every >= 1, "must be >= 1")]
+              ("log_every", config.log_every >= 1, "must be >= 1"),
+              ("precision", config.precision in PRECISIONS, f"must be one of {PRECISIONS}"),
+              ("learner_memory_gb", config.learner_memory_gb > 0, "must be > 0"),
+              ("cpu_threads", config.cpu_threads >= 0, "must be >= 0 (0 picks by measurement)")]
     if isinstance(config, PPOConfig):
         checks += [("num_minibatches", config.num_minibatches >= 1, "must be >= 1"),
                    ("update_epochs", config.update_epochs >= 1, "must be >= 1"),

@@ -130,3 +130,23 @@ class QCritic(nn.Module):
 
     def forward(self, obs, actions):
         return self.net(torch.cat([obs, actions], dim=-1)).squeeze(-1)
+
+
+class CentralisedActorCritic(nn.Module):
+    """MAPPO's policy (Yu et al. 2022): a decentralised actor over each agent's own observation and a
+    centralised critic over the replica's joint observation `state` [N, S], with one value output
+    per agent of the group ([N, n]); `agent` [N] picks each sample's own value."""
+
+    def __init__(self, obs_dim: int, state_dim: int, num_agents: int, space, hidden=(64, 64)):
+        super().__init__()
+        self.head = ActionHead(space)
+        self.actor = mlp([obs_dim, *hidden, self.head.out_dim], out_gain=0.01)
+        self.critic = mlp([state_dim, *hidden, num_agents], out_gain=1.0)
+        self.log_std = nn.Parameter(torch.zeros(self.head.out_dim)) if self.head.kind == "gaussian" else None
+
+    def forward(self, obs, state, agent):
+        return self.actor(obs), self.critic(state).gather(1, agent.long().unsqueeze(1)).squeeze(1)
+
+    def values(self, state):
+        """state [E, S] -> the group's values [E, n]."""
+        return self.critic(state)

@@ -109,46 +109,100 @@ class RunningNorm:
 
 
 class RolloutBuffer:
-    """T steps of one group's experience, [T, E, n, ...], allocated once."""
+    """T steps of one group's experience, [T, E, n, ...], allocated once (fixed addresses, so a CUDA
+    graph can replay the rollout and the update that read and write them).
 
-    def __init__(self, T, E, n, obs_shape, act_shape, act_dtype, device):
-        self.obs = torch.zeros((T, E, n, *obs_shape), device=device)
-        self.final_obs = torch.zeros((T, E, n, *obs_shape), device=device)
+    mask [T + 1, E, n] is 1 where an agent is in the game before step t (mask[T]: after the last
+    step); agents out of the game (a tagged runner) are left out of every loss and statistic.
+    final_values [T, E, n] holds V(final observation) of replicas truncated at step t, else 0.
+    state [T, E, S] is the replica's joint observation, kept only for a centralised critic.
+    """
+
+    def __init__(self, T, E, n, obs_shape, act_shape, act_dtype, device, obs_dtype=torch.float32, state_dim=0):
+        self.obs = torch.zeros((T, E, n, *obs_shape), dtype=obs_dtype, device=device)
         self.actions = torch.zeros((T, E, n, *act_shape), dtype=act_dtype, device=device)
         self.logp = torch.zeros((T, E, n), device=device)
         self.values = torch.zeros((T, E, n), device=device)
         self.rewards = torch.zeros((T, E, n), device=device)
+        self.final_values = torch.zeros((T, E, n), device=device)
+        self.mask = torch.ones((T + 1, E, n), device=device)
+        self.state = torch.zeros((T, E, state_dim), dtype=obs_dtype, device=device) if state_dim else None
         self.terminated = torch.zeros((T, E), device=device)
         self.truncated = torch.zeros((T, E), device=device)
+        self.advantages = torch.zeros((T, E, n), device=device)
+        self.returns = torch.zeros((T, E, n), device=device)
+
+    @property
+    def shape(self):
+        return tuple(self.values.shape)
+
+    def batch(self) -> "Batch":
+        """The rollout flattened to B = T * E * n samples (views, no copies)."""
+        T, E, n = self.shape
+        fields = {"obs": self.obs.reshape(T * E * n, -1), "actions": self.actions.reshape((T * E * n,) + self.actions.shape[3:]),
+                  "logp": self.logp.reshape(-1), "values": self.values.reshape(-1),
+                  "advantages": self.advantages.reshape(-1), "returns": self.returns.reshape(-1),
+                  "mask": self.mask[:T].reshape(-1)}
+        state = self.state.reshape(T * E, -1) if self.state is not None else None
+        return Batch(fields, state, n)
 
 
-def truncation_values(buffer: RolloutBuffer, value_fn) -> torch.Tensor:
-    """V(final_obs) where a replica was truncated (and not terminated), else 0: [T, E, n]."""
-    out = torch.zeros_like(buffer.values)
-    mask = (buffer.truncated > 0) & (buffer.terminated == 0)
-    if bool(mask.any()):
-        selected = buffer.final_obs[mask]  # [M, n, O]
-        with torch.no_grad():
-            values = value_fn(selected.reshape(-1, selected.shape[-1])).reshape(selected.shape[:2])
-        out[mask] = values
-    return out
+class Batch:
+    """Flat samples [B, ...] of a rollout; `take(idx)` gathers a minibatch (idx: a slice or index tensor).
 
-
-def gae(rewards, values, next_value, terminated, truncated, final_values, gamma: float, lam: float):
-    """Generalised advantage estimation over [T, E, n]; returns (advantages, returns).
-
-    An episode that ends at step t stops the recursion there. Termination bootstraps nothing;
-    a time-limit truncation bootstraps from V(final observation) (`final_values`).
+    With a centralised critic, `state` [T * E, S] is stored once per replica-step and gathered per
+    sample (sample i belongs to replica-step i // n and is agent i % n of its group).
     """
-    T = rewards.shape[0]
-    done = ((terminated + truncated) > 0).float().unsqueeze(-1)
-    term = terminated.unsqueeze(-1)
-    advantages = torch.zeros_like(rewards)
+
+    def __init__(self, fields: dict, state=None, agents_per_replica: int = 1):
+        self.fields, self.state, self.n = fields, state, agents_per_replica
+        self.size = fields["values"].shape[0]
+
+    def __getitem__(self, key):
+        return self.fields[key]
+
+    def take(self, idx) -> dict:
+        out = {k: v[idx] for k, v in self.fields.items()}
+        if self.state is not None:
+            sample = torch.arange(self.size, device=self.fields["values"].device)[idx] if isinstance(idx, slice) else idx
+            out["state"] = self.state[sample // self.n]
+            out["agent"] = sample % self.n
+        return out
+
+
+def chunks(size: int, chunk: int) -> list:
+    """Static slices covering range(size) in pieces of at most `chunk` (the learner's memory bound)."""
+    chunk = max(1, min(int(chunk), size))
+    return [slice(s, min(s + chunk, size)) for s in range(0, size, chunk)]
+
+
+def masked_mean_std(x, mask, count):
+    """Mean and (unbiased) std of x over the entries where mask is 1; `count` = mask.sum() >= 1."""
+    mean = (x * mask).sum() / count
+    var = (((x - mean) * mask) ** 2).sum() / (count - 1).clamp_min(1)
+    return mean, var.sqrt()
+
+
+def gae(buffer: RolloutBuffer, next_value, gamma: float, lam: float):
+    """Generalised advantage estimation over [T, E, n], written into buffer.advantages/returns.
+
+    An episode that ends at step t stops the recursion there: the replica's termination
+    bootstraps nothing, a time-limit truncation bootstraps from V(final observation)
+    (buffer.final_values), and an agent leaving the game at step t (mask t -> t+1 drops to 0
+    while its replica runs on) ends its own episode as a termination.
+    """
+    T = buffer.rewards.shape[0]
+    replica_done = ((buffer.terminated + buffer.truncated) > 0).float().unsqueeze(-1)
+    replica_term = buffer.terminated.unsqueeze(-1)
+    left_game = buffer.mask[:T] * (1 - buffer.mask[1:]) * (1 - replica_done)
+    done = (replica_done + left_game).clamp_max(1)
+    term = (replica_term + left_game).clamp_max(1)
     last = torch.zeros_like(next_value)
     for t in reversed(range(T)):
-        v_next = next_value if t == T - 1 else values[t + 1]
-        bootstrap = (1 - done[t]) * v_next + done[t] * (1 - term[t]) * final_values[t]
-        delta = rewards[t] + gamma * bootstrap - values[t]
+        v_next = next_value if t == T - 1 else buffer.values[t + 1]
+        bootstrap = (1 - done[t]) * v_next + done[t] * (1 - term[t]) * buffer.final_values[t]
+        delta = buffer.rewards[t] + gamma * bootstrap - buffer.values[t]
         last = delta + gamma * lam * (1 - done[t]) * last
-        advantages[t] = last
-    return advantages, advantages + values
+        buffer.advantages[t].copy_(last)
+    torch.add(buffer.advantages, buffer.values, out=buffer.returns)
+    return buffer.advantages, buffer.returns

@@ -1,14 +1,20 @@
 """The trainer: device-resident rollouts, per-policy updates, metrics through a callback, checkpoints.
 
+One iteration is: the rollout (policy forward, sampling, env step, buffer writes, V of truncated
+final observations), GAE, the algorithm's update, and the metric sums. On a GPU target the whole
+iteration is captured once in a CUDA graph and replayed; the same code runs eagerly on the CPU.
 The trainer knows nothing of any UI: it reports through `callback(iteration, metrics) -> bool`
 (False stops) every `log_every` iterations, the only time metrics cross to the host.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
-import warnings
 import math
+import signal
+import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,11 +23,14 @@ import torch
 from . import checkpoint as ckpt
 from . import config as cfg
 from . import distributed as dist_mod
+from . import threads
 from .algorithms import a2c, ddpg, ppo
 from .envdef import Box
-from .errors import NonFiniteError
-from .policies import ActionHead, ActorCritic, DeterministicActor, QCritic
-from .rollout import PolicyMapError, RolloutBuffer, RunningNorm, build_groups, gae, truncation_values
+from .errors import NonFiniteError, WorkbenchError
+from .policies import ActionHead, ActorCritic, CentralisedActorCritic, DeterministicActor, QCritic
+from .rollout import PolicyMapError, RolloutBuffer, RunningNorm, build_groups, gae
+
+ON_POLICY = {"ppo": ppo, "a2c": a2c}
 
 
 @dataclass
@@ -29,9 +38,17 @@ class TrainResult:
     iterations: int
     env_steps: int
     wall_time_s: float
-    stopped_by: str  # "budget", "target_return", "callback"
+    stopped_by: str  # "budget", "target_return", "callback", "interrupted"
     metrics: dict
     history: list = field(default_factory=list)
+    checkpoint: str | None = None
+
+
+def resolve_precision(precision: str, device) -> str:
+    """auto -> bf16 on a GPU, fp32 on the CPU (where autocast to bf16 is slower, not faster)."""
+    if precision == "auto":
+        return "bf16" if device.type == "cuda" else "fp32"
+    return precision
 
 
 class Trainer:
@@ -43,19 +60,45 @@ class Trainer:
 
     def __init__(self, env, config, policies=None, models=None, distributed: bool | None = None):
         cfg.validate(config)
+        if config.algorithm not in cfg.ALGORITHMS:
+            raise cfg.ConfigError(f"algorithm must be one of {sorted(cfg.ALGORITHMS)}, got {config.algorithm!r}")
         self.env = env
         self.config = config
         self.device = env.device
         self.algorithm = config.algorithm
+        self.sync = None
+        self.rank, self.world_size = 0, 1
+        if distributed or (distributed is None and dist_mod.launched_by_torchrun()):
+            context = dist_mod.init(env.target.name)
+            self.sync = dist_mod.GradientSync(context)
+            self.rank, self.world_size = context.rank, context.world_size
         torch.manual_seed(config.seed)
         self.generator = torch.Generator(device=self.device)
-        self.generator.manual_seed(config.seed + 1)
+        # every rank explores with its own policy noise, as every rank's env has its own seed
+        self.generator.manual_seed(dist_mod.rank_seed(config.seed + 1, self.rank))
         self.groups = build_groups(policies, env.num_agents, self.device)
         self.obs_dim = int(math.prod(env.obs_shape)) if env.obs_shape else 1
         self.E, self.T = env.num_envs, config.rollout_length
+        self._check_batch_sizes()
+        self.precision = resolve_precision(config.precision, self.device)
+        if self.device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = self.precision in ("tf32", "bf16")
+            torch.backends.cudnn.allow_tf32 = self.precision in ("tf32", "bf16")
+        self.obs_dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32
+        self.active = env.definition.namespace.get("ACTIVE")  # per-agent array: nonzero while in the game
+        central = tuple(config.centralised_critic or ())
+        self.central = {g.name for g in self.groups} if "all" in central else set(central)
+        unknown = sorted(self.central - {g.name for g in self.groups})
+        if unknown:
+            raise PolicyMapError(f"centralised_critic names {unknown}, which are not policies; the policies are "
+                                 f"{[g.name for g in self.groups]}")
+        if self.central and self.algorithm == "ddpg":
+            raise cfg.ConfigError("centralised_critic is for PPO and A2C; DDPG's critic is per agent")
+        self.state_dim = self.obs_dim * env.num_agents if self.central else 0
         space = env.action_space
         self.head = ActionHead(space).to(self.device)
         self.models, self.optimizers, self.norms, self.buffers = {}, {}, {}, {}
+        self._lr_tensors: list = []
         models = dict(models or {})
         unknown = sorted(set(models) - {g.name for g in self.groups})
         if unknown:
@@ -67,48 +110,74 @@ class Trainer:
                 self._build_on_policy(g, space, models.get(g.name))
             if config.normalize_obs:
                 self.norms[g.name] = RunningNorm(self.obs_dim, self.device)
-        if self.algorithm != "ddpg":
-            self.terminated = torch.zeros((self.T, self.E), device=self.device)
-            self.truncated = torch.zeros((self.T, self.E), device=self.device)
-            for buf in self.buffers.values():
-                buf.terminated, buf.truncated = self.terminated, self.truncated
-        self.return_sum = {g.name: torch.zeros((), device=self.device) for g in self.groups}
-        self.return_count = {g.name: torch.zeros((), device=self.device) for g in self.groups}
-        self.sync = None
-        self.rank, self.world_size = 0, 1
-        if distributed or (distributed is None and dist_mod.launched_by_torchrun()):
-            context = dist_mod.init(env.target.name)
-            self.sync = dist_mod.GradientSync(context)
-            self.rank, self.world_size = context.rank, context.world_size
+        if self.sync is not None:
             for model in self.models.values():
                 self.sync.broadcast_parameters(model)
+        self.return_sum = {g.name: torch.zeros((), device=self.device) for g in self.groups}
+        self.return_count = {g.name: torch.zeros((), device=self.device) for g in self.groups}
+        stat_names = ddpg.STATS if self.algorithm == "ddpg" else ON_POLICY[self.algorithm].STATS
+        self.stat_sums = {g.name: {k: torch.zeros((), device=self.device) for k in stat_names} for g in self.groups}
+        self._stat_iterations = 0
+        self.chunk_size = {g.name: self._chunk_size(g) for g in self.groups}
         self.iteration = 0
         self.env_steps = 0
         self.history: list = []
         self.graph = None
-        self.graph_ready = False
-        self._last_stats: dict = {}
+        self._graph_state = "eager-first"  # -> "capture" -> "replay", or "eager" after a failed capture
+        self._divergence_seen: dict = {}
+        self._interrupt: str | None = None
+        self.threads = self._configure_threads() if self.device.type == "cpu" else None
 
     # -- construction ---------------------------------------------------------------------
     def _check_model(self, name, model, out_dim):
         with torch.no_grad():
-            out = model(torch.zeros(2, self.obs_dim, device=self.device))
+            obs = torch.zeros(2, self.obs_dim, device=self.device)
+            if isinstance(model, CentralisedActorCritic):
+                out = model.actor(obs)
+            else:
+                out = model(obs)
         head_out = out[0] if isinstance(out, tuple) else out
         if head_out.shape[-1] != out_dim:
             raise PolicyMapError(f"policy '{name}': the model's action output has {head_out.shape[-1]} units, "
                                  f"the env's action space {self.env.action_space} needs {out_dim}")
 
+    def _check_batch_sizes(self):
+        if self.algorithm != "ppo":
+            return
+        for g in self.groups:
+            batch = self.E * self.T * g.n
+            if batch % self.config.num_minibatches:
+                raise cfg.ConfigError(
+                    f"PPOConfig.num_minibatches={self.config.num_minibatches} must divide the batch of {batch} "
+                    f"(num_envs {self.E} x rollout_length {self.T} x {g.n} agents of policy '{g.name}'); "
+                    f"pick a divisor of {batch}")
+
+    def _adam(self, params, lr):
+        """Adam whose step can be replayed from a CUDA graph on a GPU (fused, capturable, with the
+        learning rate in a device tensor that annealing rewrites in place)."""
+        if self.device.type == "cuda":
+            lr_tensor = torch.tensor(float(lr), device=self.device)
+            self._lr_tensors.append((lr_tensor, float(lr)))
+            return torch.optim.Adam(params, lr=lr_tensor, eps=1e-5, fused=True, capturable=True)
+        return torch.optim.Adam(params, lr=lr, eps=1e-5)
+
     def _build_on_policy(self, g, space, model):
+        central = g.name in self.central
         if model is None:
-            model = ActorCritic(self.obs_dim, space, self.config.hidden_sizes)
+            model = (CentralisedActorCritic(self.obs_dim, self.state_dim, g.n, space, self.config.hidden_sizes)
+                     if central else ActorCritic(self.obs_dim, space, self.config.hidden_sizes))
+        elif central and not isinstance(model, CentralisedActorCritic):
+            raise PolicyMapError(f"policy '{g.name}' has a centralised critic: its model must be a "
+                                 f"CentralisedActorCritic (actor(obs), values(state) -> [E, n])")
         model = model.to(self.device)
         model.head = self.head
         self._check_model(g.name, model, self.head.out_dim)
         self.models[g.name] = model
-        self.optimizers[g.name] = torch.optim.Adam(model.parameters(), lr=self.config.lr, eps=1e-5)
+        self.optimizers[g.name] = self._adam(model.parameters(), self.config.lr)
         act_dtype = torch.float32 if self.head.kind == "gaussian" else torch.long
         self.buffers[g.name] = RolloutBuffer(self.T, self.E, g.n, (self.obs_dim,), self.head.act_shape, act_dtype,
-                                             self.device)
+                                             self.device, obs_dtype=self.obs_dtype,
+                                             state_dim=self.state_dim if central else 0)
 
     def _build_ddpg(self, g, space, model):
         if not isinstance(space, Box):
@@ -119,14 +188,45 @@ class Trainer:
         agent = agent.to(self.device)
         self._check_model(g.name, agent.actor, act_dim)
         self.models[g.name] = agent
-        self.optimizers[g.name] = (torch.optim.Adam(agent.actor.parameters(), lr=self.config.actor_lr),
-                                   torch.optim.Adam(agent.critic.parameters(), lr=self.config.critic_lr))
+        self.optimizers[g.name] = (self._adam(agent.actor.parameters(), self.config.actor_lr),
+                                   self._adam(agent.critic.parameters(), self.config.critic_lr))
         n = self.E * g.n
-        capacity = max(self.config.buffer_size, n)
-        self.buffers[g.name] = ddpg.ReplayBuffer(capacity, self.obs_dim, act_dim, self.device)
-        self.buffers[g.name].last_obs = torch.zeros((n, self.obs_dim), device=self.device)
-        self.buffers[g.name].last_actions = torch.zeros((n, act_dim), device=self.device)
-        self.buffers[g.name].noise = torch.zeros((n, act_dim), device=self.device)
+        self.buffers[g.name] = ddpg.ReplayBuffer(max(self.config.buffer_size, n), self.obs_dim, act_dim, self.device,
+                                                 batch=n)
+
+    def _chunk_size(self, g) -> int:
+        """Samples per learner chunk: activations of a forward and backward pass of the actor and the
+        critic, estimated per sample, kept within `learner_memory_gb`."""
+        if self.algorithm == "ddpg":
+            return self.config.batch_size
+        hidden = sum(self.config.hidden_sizes)
+        floats = 2 * self.obs_dim + 2 * 4 * hidden + 4 * self.head.out_dim + 16
+        if g.name in self.central:
+            floats += self.state_dim + g.n
+        return max(1024, int(self.config.learner_memory_gb * 2**30 / (4 * floats)))
+
+    def _configure_threads(self) -> dict:
+        g = self.groups[0]
+        model = self.models[g.name]
+        net = model.actor if self.algorithm == "ddpg" else model
+        rows = min(self.E * g.n * self.T, 4096)
+        sample = torch.zeros(rows, self.obs_dim)
+
+        def learner_pass():
+            if isinstance(net, CentralisedActorCritic):
+                out = net.actor(sample)
+            else:
+                out = net(sample)
+            (out[0] if isinstance(out, tuple) else out).float().sum().backward()
+            net.zero_grad(set_to_none=False)
+
+        return threads.configure(self.config.cpu_threads, self.env.step, learner_pass)
+
+    def autocast(self):
+        """The learner's and the rollout's precision context."""
+        if self.precision == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
 
     # -- shared pieces --------------------------------------------------------------------
     def _obs(self, g, tensor):
@@ -135,115 +235,216 @@ class Trainer:
         norm = self.norms.get(g.name)
         return norm(obs) if norm is not None else obs
 
+    def _joint_obs(self, tensor):
+        """[E, A, *O] -> each replica's joint observation [E, A * O] (each group's part normalised
+        as that group's own observations are)."""
+        parts = torch.empty((self.E, self.env.num_agents, self.obs_dim), device=self.device)
+        for g in self.groups:
+            g.scatter(parts, self._obs(g, tensor))
+        return parts.reshape(self.E, self.state_dim)
+
+    def _policy_forward(self, g, model, obs, state):
+        """obs [E, n, O] -> (head output [E * n, D], values [E, n])."""
+        if g.name in self.central:
+            return model.actor(obs.reshape(-1, self.obs_dim)), model.values(state)
+        out, value = model(obs.reshape(-1, self.obs_dim))
+        return out, value.reshape(self.E, g.n)
+
+    def _values(self, g, model, obs, state):
+        """V of observations obs [E, n, O] (or of the joint state [E, S]) -> [E, n]."""
+        if g.name in self.central:
+            return model.values(state)
+        flat = obs.reshape(-1, self.obs_dim)
+        value = model.value(flat) if hasattr(model, "value") else model(flat)[1]
+        return value.reshape(self.E, g.n)
+
     def _track_returns(self, g, done):
         last = g.gather(self.env.store["last_return"])
         self.return_sum[g.name].add_((last * done.unsqueeze(1)).sum())
         self.return_count[g.name].add_(done.sum() * g.n)
 
-    # -- on-policy rollout: policy forward, sampling, env step, buffer writes ---------------
+    def _sample(self, model, out):
+        """Actions [N, ...] and their log-probabilities [N] from head output `out` [N, D]."""
+        log_std = getattr(model, "log_std", None)
+        if self.head.kind == "gaussian":
+            noise = torch.randn(out.shape, device=self.device, generator=self.generator)
+        else:
+            noise = torch.rand(out.shape, device=self.device, generator=self.generator).clamp_(1e-10, 1.0)
+        actions = self.head.sample(out, log_std, noise)
+        logp, _ = self.head.log_prob_entropy(out, log_std, actions)
+        return actions, logp
+
+    # -- on-policy iteration: rollout, advantages, update ------------------------------------
     def _collect(self):
         store = self.env.store
         done = store["done"]
+        central = bool(self.central)
         for t in range(self.T):
+            state = self._joint_obs(store["obs"]) if central else None
             for g in self.groups:
                 model, buf = self.models[g.name], self.buffers[g.name]
                 if g.name in self.norms:
                     self.norms[g.name].accumulate(g.gather(store["obs"]).reshape(self.E, g.n, self.obs_dim))
                 obs = self._obs(g, store["obs"])
                 buf.obs[t].copy_(obs)
-                out, value = model(obs.reshape(-1, self.obs_dim))
-                noise = torch.rand(out.shape, device=self.device, generator=self.generator) \
-                    if self.head.kind != "gaussian" else \
-                    torch.randn(out.shape, device=self.device, generator=self.generator)
-                if self.head.kind != "gaussian":
-                    noise.clamp_(1e-10, 1.0)
-                actions = self.head.sample(out, getattr(model, "log_std", None), noise)
-                logp, _ = self.head.log_prob_entropy(out, getattr(model, "log_std", None), actions)
+                if buf.state is not None:
+                    buf.state[t].copy_(state)
+                if self.active is not None:
+                    buf.mask[t].copy_(g.gather(store[self.active]) != 0)
+                with self.autocast():
+                    out, value = self._policy_forward(g, model, obs, state)
+                actions, logp = self._sample(model, out.float())
                 buf.actions[t].copy_(actions.reshape(buf.actions[t].shape))
                 buf.logp[t].copy_(logp.reshape(self.E, g.n))
-                buf.values[t].copy_(value.reshape(self.E, g.n))
+                buf.values[t].copy_(value)
                 g.scatter(store["action"], self.head.to_env(actions).reshape((self.E, g.n) + self.head.act_shape))
             self.env.step()
-            self.terminated[t].copy_(store["terminated"])
-            self.truncated[t].copy_(store["truncated"])
+            truncated_only = store["truncated"].float() * (1 - store["terminated"].float())
+            final_state = self._joint_obs(store["final_obs"]) if central else None
             for g in self.groups:
-                buf = self.buffers[g.name]
+                model, buf = self.models[g.name], self.buffers[g.name]
+                buf.terminated[t].copy_(store["terminated"])
+                buf.truncated[t].copy_(store["truncated"])
                 buf.rewards[t].copy_(g.gather(store["reward"]))
-                buf.final_obs[t].copy_(self._obs(g, store["final_obs"]))
+                if self.env.definition.max_steps < 2**31 - 1:  # an env without a time limit never truncates
+                    with self.autocast():
+                        final = self._values(g, model, self._obs(g, store["final_obs"]), final_state)
+                    buf.final_values[t].copy_(final.float() * truncated_only.unsqueeze(1))
                 self._track_returns(g, done)
+        if self.active is not None:
+            for g in self.groups:
+                self.buffers[g.name].mask[self.T].copy_(g.gather(store[self.active]) != 0)
 
-    def _rollout(self):
-        use_graph = (self.config.cuda_graph and self.device.type == "cuda" and self.algorithm != "ddpg")
-        with torch.no_grad():
-            if not use_graph:
-                self._collect()
-                return
-            if self.graph is None:
-                side = torch.cuda.Stream()
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
-                    self._collect()  # warm-up: allocator and kernels settle before capture
-                torch.cuda.current_stream().wait_stream(side)
-                self.graph = torch.cuda.CUDAGraph()
-                # the policy noise comes from self.generator: replays must advance its offset
-                self.graph.register_generator_state(self.generator)
-                with torch.cuda.graph(self.graph):
-                    self._collect()
-            self.graph.replay()
-
-    def _update_on_policy(self, g) -> dict:
+    def _learn(self, g):
         model, buf = self.models[g.name], self.buffers[g.name]
+        store = self.env.store
+        with torch.no_grad(), self.autocast():
+            state = self._joint_obs(store["obs"]) if g.name in self.central else None
+            next_value = self._values(g, model, self._obs(g, store["obs"]), state).float()
         with torch.no_grad():
-            next_value = model.value(self._obs(g, self.env.store["obs"]).reshape(-1, self.obs_dim)).reshape(self.E, g.n)
-            final_values = truncation_values(buf, model.value)
-            advantages, returns = gae(buf.rewards, buf.values, next_value, buf.terminated, buf.truncated,
-                                      final_values, self.config.gamma, self.config.gae_lambda)
-        batch = {"obs": buf.obs.reshape(-1, self.obs_dim),
-                 "actions": buf.actions.reshape((-1,) + self.head.act_shape),
-                 "logp": buf.logp.reshape(-1), "values": buf.values.reshape(-1),
-                 "advantages": advantages.reshape(-1), "returns": returns.reshape(-1)}
-        algorithm = ppo if self.algorithm == "ppo" else a2c
-        return algorithm.update(model, self.optimizers[g.name], batch, self.config, sync=self.sync)
+            gae(buf, next_value, self.config.gamma, self.config.gae_lambda)
+        ON_POLICY[self.algorithm].update(model, self.optimizers[g.name], buf.batch(), self.config, sync=self.sync,
+                                         chunk_size=self.chunk_size[g.name], generator=self.generator,
+                                         autocast=self.autocast, stats=self.stat_sums[g.name])
+
+    def _on_policy_iteration(self):
+        with torch.no_grad():
+            self._collect()
+        for g in self.groups:
+            self._learn(g)
+        for norm in self.norms.values():
+            norm.commit(self.sync)
 
     # -- DDPG: exploration rollout into the replay buffer, then gradient steps --------------
-    def _collect_ddpg(self):
+    def _collect_ddpg(self, learning: bool):
         store = self.env.store
         done = store["done"]
         for _ in range(self.T):
             for g in self.groups:
                 agent, rb = self.models[g.name], self.buffers[g.name]
-                obs = self._obs(g, store["obs"]).reshape(-1, self.obs_dim)
-                rb.last_obs.copy_(obs)
-                if rb.size < self.config.learning_starts:
+                raw = g.gather(store["obs"]).reshape(-1, self.obs_dim)
+                if g.name in self.norms:
+                    self.norms[g.name].accumulate(raw)
+                rb.stage_obs(raw)
+                if not learning:
                     rb.noise.uniform_(0, 1, generator=self.generator)
                     actions = self.head.low.reshape(-1) + rb.noise * (self.head.high - self.head.low).reshape(-1)
                 else:
                     rb.noise.normal_(0, 1, generator=self.generator)
                     span = (self.head.high - self.head.low).reshape(-1) / 2
-                    actions = agent.actor(obs) + rb.noise * self.config.exploration_noise * span
+                    with self.autocast():
+                        mu = agent.actor(self._obs(g, store["obs"]).reshape(-1, self.obs_dim))
+                    actions = mu.float() + rb.noise * self.config.exploration_noise * span
                 actions = self.head.to_env(actions.reshape((-1,) + self.head.act_shape)).reshape(-1, self.head.out_dim)
-                rb.last_actions.copy_(actions)
+                rb.stage_actions(actions)
                 g.scatter(store["action"], actions.reshape((self.E, g.n) + self.head.act_shape))
             self.env.step()
             for g in self.groups:
                 rb = self.buffers[g.name]
                 ended = done.bool().reshape(self.E, 1, 1)
-                next_obs = torch.where(ended, self._obs(g, store["final_obs"]), self._obs(g, store["obs"]))
+                raw_next = torch.where(ended, g.gather(store["final_obs"]), g.gather(store["obs"]))
                 term = store["terminated"].float().reshape(self.E, 1).expand(self.E, g.n)
-                rb.add(rb.last_obs, rb.last_actions, g.gather(store["reward"]).reshape(-1),
-                       next_obs.reshape(-1, self.obs_dim), term.reshape(-1))
+                rb.add(g.gather(store["reward"]).reshape(-1), raw_next.reshape(-1, self.obs_dim), term.reshape(-1))
                 self._track_returns(g, done)
 
-    def _update_ddpg(self, g) -> dict:
-        agent, rb = self.models[g.name], self.buffers[g.name]
-        actor_opt, critic_opt = self.optimizers[g.name]
-        stats = {}
-        if rb.size < self.config.learning_starts:
-            return stats
-        for _ in range(self.config.updates_per_rollout):
-            stats = ddpg.update(agent, actor_opt, critic_opt, rb.sample(self.config.batch_size, self.generator),
-                                self.config, sync=self.sync)
-        return stats
+    def _ddpg_iteration(self):
+        learning = self._ddpg_learning()
+        with torch.no_grad():
+            self._collect_ddpg(learning)
+        if learning:
+            for g in self.groups:
+                agent, rb = self.models[g.name], self.buffers[g.name]
+                actor_opt, critic_opt = self.optimizers[g.name]
+                for _ in range(self.config.updates_per_rollout):
+                    batch = rb.sample(self.config.batch_size, self.generator, self.norms.get(g.name))
+                    ddpg.update(agent, actor_opt, critic_opt, batch, self.config, sync=self.sync,
+                                autocast=self.autocast, stats=self.stat_sums[g.name])
+        for norm in self.norms.values():
+            norm.commit(self.sync)
+
+    def _ddpg_learning(self) -> bool:
+        return all(self.buffers[g.name].size >= self.config.learning_starts for g in self.groups)
+
+    def _after_ddpg_iteration(self):
+        for g in self.groups:
+            self.buffers[g.name].advance_host_size(self.T)
+
+    # -- one iteration, eagerly or replayed from a CUDA graph --------------------------------
+    def _graphable(self) -> str | None:
+        """Why this run cannot replay iterations from a CUDA graph (None: it can)."""
+        if not (self.config.cuda_graph and self.device.type == "cuda"):
+            return "off"
+        if getattr(self.config, "target_kl", None) is not None:
+            return "target_kl stops an update's epochs on a value read back from the device"
+        if self.algorithm == "ddpg" and not self._ddpg_learning():
+            return "collecting random transitions until learning_starts"
+        return None
+
+    def _iteration_body(self):
+        if self.algorithm == "ddpg":
+            self._ddpg_iteration()
+        else:
+            self._on_policy_iteration()
+
+    def _run_iteration(self):
+        reason = self._graphable()
+        if reason is not None or self._graph_state == "eager":
+            self._iteration_body()
+        elif self._graph_state == "eager-first":
+            # the first iteration runs eagerly on a side stream: optimiser state, gradients and
+            # the allocator settle before capture (and it is a real iteration of training)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self._iteration_body()
+            torch.cuda.current_stream().wait_stream(side)
+            self._graph_state = "capture"
+        elif self._graph_state == "capture":
+            graph = torch.cuda.CUDAGraph()
+            graph.register_generator_state(self.generator)
+            try:
+                with torch.cuda.graph(graph):
+                    self._iteration_body()
+            except Exception as exc:  # noqa: BLE001 - any capture failure falls back to eager
+                warnings.warn(f"CUDA graph capture of the training iteration failed ({type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0][:200]}); training goes on eagerly", stacklevel=3)
+                self._graph_state = "eager"
+                torch.cuda.synchronize()
+                self._iteration_body()
+            else:
+                self.graph = graph
+                self._graph_state = "replay"
+                graph.replay()
+        else:
+            self.graph.replay()
+        if self.algorithm == "ddpg":
+            self._after_ddpg_iteration()
+
+    def _invalidate_graph(self):
+        """Optimiser state or buffers were replaced (a checkpoint load): capture again."""
+        self.graph = None
+        if self._graph_state != "eager":
+            self._graph_state = "eager-first"
 
     # -- the loop -------------------------------------------------------------------------
     @property
@@ -256,82 +457,159 @@ class Trainer:
         """Only the main rank writes files and reports."""
         return self.rank == 0
 
-    def train(self, callback=None, num_iterations: int | None = None) -> TrainResult:
+    def total_iterations(self) -> int:
+        return max(1, math.ceil(self.config.total_env_steps / self.steps_per_iteration))
+
+    def _anneal(self, total_iters: int):
+        if not getattr(self.config, "anneal_lr", False):
+            return
+        frac = max(0.0, 1.0 - self.iteration / total_iters)  # past the budget the rate stays at 0
+        if frac == 0.0 and not getattr(self, "_warned_lr_floor", False):
+            self._warned_lr_floor = True
+            warnings.warn(f"training past total_env_steps={self.config.total_env_steps} with anneal_lr: the "
+                          f"learning rate has reached 0, so the policy no longer changes; raise total_env_steps "
+                          f"or set anneal_lr false", stacklevel=3)
+        if self._lr_tensors:
+            for tensor, base in self._lr_tensors:
+                tensor.fill_(frac * base)
+        else:
+            for opt in self.optimizers.values():
+                for group in opt.param_groups:
+                    group["lr"] = frac * self.config.lr
+
+    def _install_signal_handlers(self):
+        """Ctrl-C / SIGTERM stop training at the end of the current iteration (a second Ctrl-C
+        interrupts at once). Only the main thread may install handlers: elsewhere, none."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        previous = {}
+
+        def handler(signum, frame):
+            if self._interrupt is not None and signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            self._interrupt = signal.Signals(signum).name
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                previous[sig] = signal.signal(sig, handler)
+            except (ValueError, OSError):
+                pass
+        return previous
+
+    def train(self, callback=None, num_iterations: int | None = None, progress: bool | None = None) -> TrainResult:
         """Run until `total_env_steps` (or `num_iterations` more iterations), the target return,
-        or `callback(iteration, metrics)` returning False. Returns a TrainResult."""
+        `callback(iteration, metrics)` returning False, or Ctrl-C / SIGTERM (which finish the
+        iteration, save a checkpoint into run_dir and return stopped_by="interrupted")."""
         config = self.config
-        total_iters = max(1, math.ceil(config.total_env_steps / self.steps_per_iteration))
+        total_iters = self.total_iterations()
         stop_at = self.iteration + num_iterations if num_iterations is not None else total_iters
         run_dir = Path(config.run_dir) if config.run_dir and self.is_main else None
+        show = config.progress if progress is None else progress
+        bar = None
+        if show and self.is_main:
+            from .progress import ProgressBar
+            bar = ProgressBar(stop_at, self.iteration, config.target_return)
+        callbacks = [c for c in (bar, callback) if c is not None]
         start = time.perf_counter()
         window_start, window_steps = start, 0
         stopped_by = "budget"
         metrics = self.history[-1] if self.history else {}
-        while self.iteration < stop_at:
-            if getattr(config, "anneal_lr", False):
-                frac = 1.0 - self.iteration / total_iters
-                for opt in self.optimizers.values():
-                    for group in opt.param_groups:
-                        group["lr"] = frac * config.lr
-            if self.algorithm == "ddpg":
-                with torch.no_grad():
-                    self._collect_ddpg()
-                stats = {g.name: self._update_ddpg(g) for g in self.groups}
-            else:
-                self._rollout()
-                stats = {g.name: self._update_on_policy(g) for g in self.groups}
-                for norm in self.norms.values():
-                    norm.commit(self.sync)
-            self._last_stats = stats
-            self.iteration += 1
-            self.env_steps += self.steps_per_iteration
-            window_steps += self.steps_per_iteration
-            last = self.iteration >= stop_at
-            if self.iteration % config.log_every == 0 or last:
-                now = time.perf_counter()
-                metrics = self._pull_metrics(stats, window_steps / max(now - window_start, 1e-9), now - start)
-                window_start, window_steps = now, 0
-                self.history.append(metrics)
-                if run_dir is not None:
-                    self._append_csv(run_dir / "metrics.csv", metrics)
-                if metrics.get("nonfinite"):
-                    raise NonFiniteError(
-                        f"the loss became NaN or inf at iteration {self.iteration}; training stopped and no "
-                        f"checkpoint was written from this state"
-                        + (f" (the last good one is in {run_dir})" if run_dir else "")
-                        + ". Lower lr, enable normalize_obs, or check the env's rewards for NaN (debug=True).")
+        self._interrupt = None
+        previous = self._install_signal_handlers()
+        try:
+            while self.iteration < stop_at:
+                self._anneal(total_iters)
+                self._run_iteration()
+                self._stat_iterations += 1
+                self.iteration += 1
+                self.env_steps += self.steps_per_iteration
+                window_steps += self.steps_per_iteration
+                interrupted = self._interrupt is not None
+                if self.sync is not None:
+                    interrupted = self.sync.any(interrupted, self.device)
+                last = self.iteration >= stop_at or interrupted
+                if self.iteration % config.log_every == 0 or last:
+                    now = time.perf_counter()
+                    metrics = self._pull_metrics(window_steps / max(now - window_start, 1e-9), now - start)
+                    window_start, window_steps = now, 0
+                    self.history.append(metrics)
+                    if run_dir is not None:
+                        self._append_csv(run_dir / "metrics.csv", metrics)
+                    if metrics.get("nonfinite"):
+                        saved = run_dir is not None and (run_dir / "checkpoint.pt").exists()
+                        raise NonFiniteError(
+                            f"the loss became NaN or inf by iteration {self.iteration}; training stopped and no "
+                            f"checkpoint was written from this state"
+                            + (f" (the last good one is {run_dir / 'checkpoint.pt'})" if saved else "")
+                            + ". Lower lr, enable normalize_obs, or check the env's rewards for NaN (debug=True).")
+                    self._warn_divergence(metrics)
+                    stop = any(c(self.iteration, metrics) is False for c in callbacks)
+                    if self.sync is not None:
+                        stop = self.sync.any(stop, self.device)
+                    if stop:
+                        stopped_by = "callback"
+                        break
+                    if config.target_return is not None and self._reached(metrics, config.target_return):
+                        stopped_by = "target_return"
+                        break
+                if interrupted:
+                    stopped_by = "interrupted"
+                    break
                 if config.checkpoint_every and run_dir is not None and self.iteration % config.checkpoint_every == 0:
                     self.save(run_dir / "checkpoint.pt")
-                stop = callback is not None and callback(self.iteration, metrics) is False
-                if self.sync is not None:
-                    stop = self.sync.any(stop, self.device)
-                if stop:
-                    stopped_by = "callback"
-                    break
-                if config.target_return is not None and self._reached(metrics, config.target_return):
-                    stopped_by = "target_return"
-                    break
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            if bar is not None:
+                bar.close()
         wall = time.perf_counter() - start
-        if run_dir is not None:
-            self.save(run_dir / "checkpoint.pt")
-        return TrainResult(self.iteration, self.env_steps, wall, stopped_by, metrics, list(self.history))
+        saved = self.save(run_dir / "checkpoint.pt") if run_dir is not None else None
+        return TrainResult(self.iteration, self.env_steps, wall, stopped_by, metrics, list(self.history),
+                           str(saved) if saved else None)
 
     def _reached(self, metrics, target) -> bool:
         values = [metrics.get(f"return/{g.name}") for g in self.groups]
         return all(v is not None and not math.isnan(v) and v >= target for v in values)
 
-    def _pull_metrics(self, stats, rate, elapsed) -> dict:
+    def _warn_divergence(self, metrics):
+        """A loss growing by orders of magnitude, or a discrete policy's entropy collapsing to zero
+        within a few iterations, is almost always a learning rate that is too high."""
+        lr = self.config.lr if self.algorithm != "ddpg" else self.config.critic_lr
+        for g in self.groups:
+            loss_key = "critic_loss" if self.algorithm == "ddpg" else "value_loss"
+            loss = metrics.get(f"{loss_key}/{g.name}")
+            entropy = metrics.get(f"entropy/{g.name}")
+            first = self._divergence_seen.setdefault(g.name, {"loss": loss, "entropy": entropy,
+                                                               "iteration": self.iteration, "warned": False})
+            if first["warned"] or loss is None or first["loss"] is None:
+                continue
+            message = None
+            if loss > 1e3 * max(first["loss"], 1e-2):
+                message = f"the {loss_key.replace('_', ' ')} grew from {first['loss']:.3g} to {loss:.3g}"
+            elif (entropy is not None and first["entropy"] and self.head.kind != "gaussian" and first["entropy"] > 0
+                  and entropy < 1e-3 * first["entropy"] and self.iteration - first["iteration"] <= 50):
+                message = (f"the policy's entropy collapsed from {first['entropy']:.3g} to {entropy:.2g} in "
+                           f"{self.iteration - first['iteration']} iterations")
+            if message:
+                first["warned"] = True
+                warnings.warn(f"policy '{g.name}' looks divergent: {message} by iteration {self.iteration}; the "
+                              f"likely cause is a learning rate too high for this problem (lr={lr:g}): try 10x "
+                              f"lower, or normalize_obs / smaller rewards", stacklevel=3)
+
+    def _pull_metrics(self, rate, elapsed) -> dict:
         names = [g.name for g in self.groups]
         device_values, is_stat = [], []
         for n in names:
+            stats = self.stat_sums[n]
             device_values += [self.return_sum[n], self.return_count[n]]
-            device_values += [stats[n][k] for k in sorted(stats[n])]
-            is_stat += [False, False] + [True] * len(stats[n])
+            device_values += [stats[k] for k in sorted(stats)]
+            is_stat += [False, False] + [True] * len(stats)
         stacked = torch.stack([v.float() for v in device_values])
         if self.sync is not None:  # returns and counts add up over ranks; losses average
             stacked = self.sync.sum(stacked)
             stacked = torch.where(torch.tensor(is_stat, device=stacked.device), stacked / self.world_size, stacked)
         host = stacked.cpu().tolist()
+        iterations = max(self._stat_iterations, 1)
         metrics = {"iteration": self.iteration, "env_steps": self.env_steps, "env_steps_per_s": rate,
                    "time_s": elapsed}
         pos, returns, nonfinite = 0, [], 0.0
@@ -341,14 +619,17 @@ class Trainer:
             value = total / count if count > 0 else float("nan")
             metrics[f"return/{n}"] = value
             returns.append(value)
-            for k in sorted(stats[n]):
+            for k in sorted(self.stat_sums[n]):
                 if k == "nonfinite":
                     nonfinite += host[pos]
-                else:
-                    metrics[f"{k}/{n}"] = host[pos]
+                elif not (self.algorithm == "ddpg" and not self._ddpg_learning()):
+                    metrics[f"{k}/{n}"] = host[pos] / iterations
                 pos += 1
             self.return_sum[n].zero_()
             self.return_count[n].zero_()
+            for stat in self.stat_sums[n].values():
+                stat.zero_()
+        self._stat_iterations = 0
         finite = [r for r in returns if not math.isnan(r)]
         metrics["mean_return"] = sum(finite) / len(finite) if finite else float("nan")
         metrics["nonfinite"] = nonfinite > 0
@@ -359,7 +640,7 @@ class Trainer:
         path.parent.mkdir(parents=True, exist_ok=True)
         new = not path.exists()
         with path.open("a", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=list(metrics))
+            writer = csv.DictWriter(fh, fieldnames=list(metrics), extrasaction="ignore")
             if new:
                 writer.writeheader()
             writer.writerow(metrics)
@@ -375,7 +656,7 @@ class Trainer:
                 if self.algorithm == "ddpg":
                     actions = model.actor(obs)
                 else:
-                    out, _ = model(obs)
+                    out = model.actor(obs) if g.name in self.central else model(obs)[0]
                     if deterministic:
                         actions = self._mode(out)
                     else:
@@ -394,10 +675,24 @@ class Trainer:
         return out
 
     # -- checkpoints ----------------------------------------------------------------------
+    def _restore_lr_tensors(self):
+        """A loaded optimiser state brings its own learning-rate values: copy them into the device
+        tensors the fused Adam (and a captured graph) read, and keep those tensors in place."""
+        if not self._lr_tensors:
+            return
+        tensors = iter(self._lr_tensors)
+        for opt in self.optimizers.values():
+            for o in (opt if isinstance(opt, tuple) else (opt,)):
+                for group in o.param_groups:
+                    tensor, base = next(tensors)
+                    tensor.fill_(float(group["lr"]))
+                    group["lr"] = tensor
+
     def _signature(self) -> dict:
         return {"env": self.env.name, "num_agents": self.env.num_agents, "obs_shape": list(self.env.obs_shape),
                 "action_space": repr(self.env.action_space), "policies": {g.name: g.ids for g in self.groups},
-                "algorithm": self.algorithm, "normalize_obs": bool(self.norms)}
+                "algorithm": self.algorithm, "normalize_obs": bool(self.norms),
+                "centralised_critic": sorted(self.central)}
 
     def save(self, path) -> Path | None:
         """Atomically write policies, optimisers, normaliser, RNG, counters and env state
@@ -418,6 +713,7 @@ class Trainer:
             "env_state": {k: v.detach().cpu() for k, v in self.env.store.items()},
             "env_seed": self.env.seed,
             "world_size": self.world_size,
+            "replay": {n: b.state_dict() for n, b in self.buffers.items() if isinstance(b, ddpg.ReplayBuffer)},
         }
         return ckpt.save_atomic(payload, path)
 
@@ -426,7 +722,7 @@ class Trainer:
         payload = ckpt.load(path)
         mine, theirs = self._signature(), payload["signature"]
         for key in mine:
-            if mine[key] != theirs.get(key):
+            if mine[key] != theirs.get(key, [] if key == "centralised_critic" else None):
                 raise ckpt.CheckpointError(f"checkpoint {str(path)!r} was written for {key}={theirs.get(key)!r}; "
                                            f"this trainer has {key}={mine[key]!r}")
         for n, state in payload["models"].items():
@@ -438,12 +734,16 @@ class Trainer:
                     o.load_state_dict(s)
             else:
                 opt.load_state_dict(state)
+        self._restore_lr_tensors()
+        for n, state in payload.get("replay", {}).items():
+            self.buffers[n].load_state_dict(state)
         for n, state in payload["norms"].items():
             self.norms[n].load_state_dict(state)
         self.iteration, self.env_steps = payload["iteration"], payload["env_steps"]
         self.history = list(payload["history"])
         torch.set_rng_state(payload["rng"]["torch"])
         self.generator.set_state(payload["rng"]["generator"])
+        self._invalidate_graph()
         saved_world = payload.get("world_size", 1)
         if restore_env and saved_world != self.world_size:
             warnings.warn(f"checkpoint written by {saved_world} rank(s), resumed by {self.world_size}: policies, "

@@ -1,32 +1,67 @@
-"""A2C update (Mnih et al. 2016, synchronous): one gradient step on the whole rollout batch.
+"""A2C (Mnih et al. 2016, synchronous): one gradient step on the whole rollout batch.
 
 loss = -E[log pi(a|s) * A] + c_v * E[(V(s) - R)^2] / 2 - c_e * E[H(pi(.|s))]
+
+Agents out of the game (mask 0) are left out of every mean. The batch is processed in chunks
+whose gradients add up to the whole batch's (gradient accumulation), so the learner's memory is
+bounded by the chunk, not by the rollout: one optimiser step per iteration, as the algorithm says.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from ..rollout import Batch, chunks, masked_mean_std
 
-def update(model, optimizer, batch: dict, config, sync=None) -> dict:
-    """batch: obs [B, O], actions [B, ...], advantages [B], returns [B]. Returns device scalars."""
-    out, value = model(batch["obs"])
-    logp, entropy = model.head.log_prob_entropy(out, getattr(model, "log_std", None), batch["actions"])
+STATS = ("policy_loss", "value_loss", "entropy", "nonfinite")
+
+
+def loss(model, batch: dict, config, count):
+    """The batch loss restricted to one chunk of it.
+
+    batch: obs [b, O], actions [b, ...], advantages [b] (normalised already), returns [b], mask [b]
+    (and state [b, S], agent [b] for a centralised critic); count: live samples of the whole batch.
+    Returns (loss, stats): sums over the chunk divided by `count`.
+    """
+    out, value = model(batch["obs"], batch["state"], batch["agent"]) if "state" in batch else model(batch["obs"])
+    logp, entropy = model.head.log_prob_entropy(out.float(), getattr(model, "log_std", None), batch["actions"])
+    live = batch["mask"] > 0
+    weight = batch["mask"] / count
+
+    def mean(x):
+        return torch.where(live, x, torch.zeros_like(x)).mul(weight).sum()
+
+    pg_loss = mean(-logp * batch["advantages"])
+    v_loss = mean(0.5 * (value.float() - batch["returns"]) ** 2)
+    ent = mean(entropy)
+    total = pg_loss + config.vf_coef * v_loss - config.ent_coef * ent
+    return total, {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": ent.detach()}
+
+
+def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int, generator=None,
+           autocast=None, stats: dict) -> dict:
+    """One optimiser step on the whole batch (B samples), accumulated over chunks.
+    `stats` (device scalars, STATS) is added to and returned."""
+    mask = batch["mask"]
+    count = mask.sum().clamp_min(1)
     adv = batch["advantages"]
     if config.normalize_advantages:
-        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-
-    pg_loss = -(logp * adv).mean()
-    v_loss = 0.5 * ((value - batch["returns"]) ** 2).mean()
-    ent = entropy.mean()
-    loss = pg_loss + config.vf_coef * v_loss - config.ent_coef * ent
+        mean, std = masked_mean_std(adv, mask, count)
+        adv = (adv - mean) / (std + 1e-8)
 
     optimizer.zero_grad(set_to_none=False)
-    loss.backward()
+    for part in chunks(batch.size, chunk_size):
+        chunk = batch.take(part)
+        chunk["advantages"] = adv[part]
+        with autocast():
+            chunk_loss, chunk_stats = loss(model, chunk, config, count)
+        chunk_loss.backward()
+        for k, value in chunk_stats.items():
+            stats[k] += value
+        stats["nonfinite"] += (~torch.isfinite(chunk_loss.detach())).float()
     if sync is not None:
         sync.gradients(model.parameters())
     if config.max_grad_norm > 0:
         nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
     optimizer.step()
-    return {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": ent.detach(),
-            "nonfinite": (~torch.isfinite(loss)).float()}
+    return stats

@@ -1,76 +1,106 @@
-"""PPO update (Schulman et al. 2017): clipped surrogate objective on minibatches over several epochs.
+"""PPO (Schulman et al. 2017): the clipped surrogate objective on minibatches over several epochs.
 
-The old log-probabilities pi_old(a|s) are the ones stored at rollout time, not recomputed here,
-so the ratio r = pi_theta / pi_old measures how far the update moved the policy.
+The old log-probabilities log pi_old(a|s) are the ones stored at rollout time, not recomputed here,
+so the ratio r = pi_theta / pi_old measures how far the update moved the policy. Agents out of the
+game (mask 0) are left out of every mean. A minibatch larger than the learner's memory bound is
+processed in chunks whose gradients add up to the minibatch's, before one optimiser step.
+
+The same code runs eagerly on the CPU and is replayed from a CUDA graph on a GPU: it allocates
+nothing that outlives an iteration, draws its permutations on the device and never reads a value
+back to the host (except for `target_kl`, which therefore keeps the update out of the graph).
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from ..rollout import Batch, chunks, masked_mean_std
 
-def update(model, optimizer, batch: dict, config, sync=None) -> dict:
-    """batch: obs [B, O], actions [B, ...], logp [B], values [B], advantages [B], returns [B].
-    Returns device scalars: policy_loss, value_loss, entropy, approx_kl, clip_fraction, nonfinite."""
-    B = batch["obs"].shape[0]
-    if B % config.num_minibatches:
-        raise ValueError(f"PPOConfig.num_minibatches={config.num_minibatches} must divide the batch of {B} "
-                         f"(num_envs x rollout_length x agents of the policy)")
-    mb = B // config.num_minibatches
-    head = model.head
-    log_std = getattr(model, "log_std", None)
-    stats = {k: torch.zeros((), device=batch["obs"].device) for k in
-             ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "nonfinite")}
+STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "nonfinite")
+
+
+def loss(model, mb: dict, config, count):
+    """The minibatch loss restricted to one chunk of it.
+
+    mb: obs [b, O], actions [b, ...], logp [b], values [b], advantages [b] (normalised already),
+    returns [b], mask [b] (and state [b, S], agent [b] for a centralised critic); count: live
+    samples of the whole minibatch. Returns (loss, stats): sums over the chunk divided by `count`,
+    so the chunks of a minibatch add up to its means.
+    """
+    out, value = model(mb["obs"], mb["state"], mb["agent"]) if "state" in mb else model(mb["obs"])
+    logp, entropy = model.head.log_prob_entropy(out.float(), getattr(model, "log_std", None), mb["actions"])
+    value = value.float()
+    live = mb["mask"] > 0
+    weight = mb["mask"] / count
+    log_ratio = torch.where(live, logp - mb["logp"], torch.zeros_like(logp))
+    ratio = log_ratio.exp()
+    adv = mb["advantages"]
+
+    # L^CLIP: the pessimistic bound of the unclipped and clipped surrogate
+    pg = torch.max(-adv * ratio, -adv * ratio.clamp(1 - config.clip_coef, 1 + config.clip_coef))
+
+    if config.clip_value:
+        v_clipped = mb["values"] + (value - mb["values"]).clamp(-config.clip_coef, config.clip_coef)
+        v = 0.5 * torch.max((value - mb["returns"]) ** 2, (v_clipped - mb["returns"]) ** 2)
+    else:
+        v = 0.5 * (value - mb["returns"]) ** 2
+
+    def mean(x):
+        return torch.where(live, x, torch.zeros_like(x)).mul(weight).sum()
+
+    pg_loss, v_loss, ent = mean(pg), mean(v), mean(entropy)
+    total = pg_loss - config.ent_coef * ent + config.vf_coef * v_loss
+    with torch.no_grad():
+        stats = {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": ent.detach(),
+                 "approx_kl": mean((ratio - 1) - log_ratio),
+                 "clip_fraction": mean(((ratio - 1).abs() > config.clip_coef).float())}
+    return total, stats
+
+
+def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int, generator=None,
+           autocast=None, stats: dict) -> dict:
+    """update_epochs passes of num_minibatches optimiser steps over `batch` (B samples).
+
+    `stats` (device scalars, STATS) receives the means over the minibatches (added to, so the
+    caller can sum several iterations). Returns `stats`.
+    """
+    B = batch.size
+    mb_size = B // config.num_minibatches
+    device = batch["values"].device
+    local = {k: torch.zeros((), device=device) for k in STATS}
     updates = 0
     for _epoch in range(config.update_epochs):
-        order = torch.randperm(B, device=batch["obs"].device)
-        for start in range(0, B, mb):
-            idx = order[start:start + mb]
-            obs, actions = batch["obs"][idx], batch["actions"][idx]
-            old_logp, old_values = batch["logp"][idx], batch["values"][idx]
-            adv, returns = batch["advantages"][idx], batch["returns"][idx]
-
-            out, value = model(obs)
-            logp, entropy = head.log_prob_entropy(out, log_std, actions)
-            log_ratio = logp - old_logp
-            ratio = log_ratio.exp()
+        order = torch.rand(B, device=device, generator=generator).argsort()
+        for m in range(config.num_minibatches):
+            idx = order[m * mb_size:(m + 1) * mb_size]
+            mask = batch["mask"][idx]
+            count = mask.sum().clamp_min(1)
+            adv = batch["advantages"][idx]
             if config.normalize_advantages:
-                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-
-            # L^CLIP: the pessimistic bound of the unclipped and clipped surrogate
-            pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - config.clip_coef, 1 + config.clip_coef)).mean()
-
-            if config.clip_value:
-                v_clipped = old_values + (value - old_values).clamp(-config.clip_coef, config.clip_coef)
-                v_loss = 0.5 * torch.max((value - returns) ** 2, (v_clipped - returns) ** 2).mean()
-            else:
-                v_loss = 0.5 * ((value - returns) ** 2).mean()
-
-            ent = entropy.mean()
-            loss = pg_loss - config.ent_coef * ent + config.vf_coef * v_loss
+                mean, std = masked_mean_std(adv, mask, count)
+                adv = (adv - mean) / (std + 1e-8)
 
             optimizer.zero_grad(set_to_none=False)
-            loss.backward()
+            for part in chunks(mb_size, chunk_size):
+                mb = batch.take(idx[part])
+                mb["advantages"] = adv[part]
+                with autocast():
+                    chunk_loss, chunk_stats = loss(model, mb, config, count)
+                chunk_loss.backward()
+                for k, value in chunk_stats.items():
+                    local[k] += value
+                local["nonfinite"] += (~torch.isfinite(chunk_loss.detach())).float()
             if sync is not None:  # data-parallel: average gradients over ranks before clipping
                 sync.gradients(model.parameters())
             if config.max_grad_norm > 0:
                 nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
             optimizer.step()
-
-            with torch.no_grad():
-                approx_kl = ((ratio - 1) - log_ratio).mean()
-                stats["policy_loss"] += pg_loss.detach()
-                stats["value_loss"] += v_loss.detach()
-                stats["entropy"] += ent.detach()
-                stats["approx_kl"] += approx_kl
-                stats["clip_fraction"] += ((ratio - 1).abs() > config.clip_coef).float().mean()
-                stats["nonfinite"] += (~torch.isfinite(loss)).float()
             updates += 1
         if config.target_kl is not None:
-            kl = sync.mean(approx_kl) if sync is not None else approx_kl
+            kl = local["approx_kl"] / updates
+            kl = sync.mean(kl) if sync is not None else kl
             if float(kl) > config.target_kl:
                 break
-    for k in stats:
-        if k != "nonfinite":
-            stats[k] /= updates
+    for k in STATS:
+        stats[k] += local[k] / (updates if k != "nonfinite" else 1)
     return stats

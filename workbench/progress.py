@@ -1,0 +1,58 @@
+"""A progress bar for training (tqdm): env-steps/s, returns, and an ETA that knows about early stops.
+
+Used as a trainer callback, so the trainer itself stays UI-free. The bar runs over the iteration
+budget; when `target_return` is set it also shows an estimate of the time left until the target
+is reached, extrapolated from the recent slope of the mean return.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+
+
+class ProgressBar:
+    """callback(iteration, metrics) -> True, drawing a tqdm bar over `total_iterations`."""
+
+    def __init__(self, total_iterations: int, start_iteration: int = 0, target_return: float | None = None,
+                 file=None, desc: str = "training"):
+        from tqdm.auto import tqdm
+        self.bar = tqdm(total=total_iterations, initial=start_iteration, desc=desc, unit="it", file=file,
+                        dynamic_ncols=True, leave=True)
+        self.last_iteration = start_iteration
+        self.target = target_return
+        self.recent = deque(maxlen=8)  # (time, mean return)
+
+    def eta_to_target(self) -> float | None:
+        """Seconds until the mean return reaches the target at the recent rate (None: unknown)."""
+        if self.target is None or len(self.recent) < 3:
+            return None
+        (t0, r0), (t1, r1) = self.recent[0], self.recent[-1]
+        if r1 >= self.target:
+            return 0.0
+        slope = (r1 - r0) / max(t1 - t0, 1e-9)
+        return (self.target - r1) / slope if slope > 0 else None
+
+    def __call__(self, iteration: int, metrics: dict) -> bool:
+        ret = metrics.get("mean_return", float("nan"))
+        if not math.isnan(ret):
+            self.recent.append((time.perf_counter(), ret))
+        post = {"steps/s": _si(metrics.get("env_steps_per_s", 0.0)),
+                "return": "-" if math.isnan(ret) else f"{ret:.4g}"}
+        if self.target is not None:
+            eta = self.eta_to_target()
+            post["to target"] = "?" if eta is None else f"~{eta:.0f}s"
+        self.bar.set_postfix(post, refresh=False)
+        self.bar.update(iteration - self.last_iteration)
+        self.last_iteration = iteration
+        return True
+
+    def close(self):
+        self.bar.close()
+
+
+def _si(value: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g}{unit}"
+    return f"{value:.3g}"

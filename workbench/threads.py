@@ -1,0 +1,77 @@
+"""CPU thread counts chosen by measurement.
+
+numba's and torch's thread pools each default to every core. On a 2-core laptop, or beside another
+busy process, the two pools oversubscribe the cores and small batches run many times slower than
+on one thread. Unless the user set OMP_NUM_THREADS / NUMBA_NUM_THREADS (or `cpu_threads`), the
+trainer times one env step and one learner pass at 1 thread and at all cores, and keeps the faster
+count for each pool.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+import torch
+
+USER_VARIABLES = ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _time(fn, repeats: int = 3) -> float:
+    fn()  # first call pays for any lazy initialisation
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _set_numba(n: int) -> None:
+    import numba
+    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+
+
+def pick(candidates, setter, work) -> tuple:
+    """Time `work` under each thread count in `candidates` (via `setter`); keep the fastest.
+    Returns (chosen count, {count: seconds})."""
+    timings = {}
+    for n in candidates:
+        setter(n)
+        timings[n] = _time(work)
+    best = min(timings, key=timings.get)
+    setter(best)
+    return best, timings
+
+
+def configure(requested: int, env_step, learner_pass) -> dict:
+    """Set numba's and torch's thread counts for CPU training and return what was chosen.
+
+    requested > 0 sets both pools to it; 0 measures `env_step()` and `learner_pass()` (callables
+    doing one representative unit of work) at 1 thread and at all cores, unless the user fixed the
+    counts through the environment variables, which are then left as they are.
+    """
+    cores = available_cores()
+    if requested > 0:
+        _set_numba(requested)
+        torch.set_num_threads(requested)
+        return {"env": requested, "learner": requested, "how": "cpu_threads"}
+    if any(os.environ.get(v) for v in USER_VARIABLES):
+        import numba
+        return {"env": numba.get_num_threads(), "learner": torch.get_num_threads(), "how": "environment variables"}
+    if cores == 1:
+        _set_numba(1)
+        torch.set_num_threads(1)
+        return {"env": 1, "learner": 1, "how": "one core"}
+    candidates = (1, cores)
+    env_threads, env_times = pick(candidates, _set_numba, env_step)
+    learner_threads, learner_times = pick(candidates, torch.set_num_threads, learner_pass)
+    return {"env": env_threads, "learner": learner_threads, "how": "measured",
+            "env_s": env_times, "learner_s": learner_times}
