@@ -17,6 +17,7 @@ import statistics
 import time
 
 import torch
+import yaml
 
 import workbench as wb
 from workbench import config as cfg
@@ -28,12 +29,14 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def throughput(target, num_envs, iterations, graph=True, env="cartpole", extra=None):
+def throughput(target, num_envs, iterations, graph=True, env="cartpole", extra=None, precision="auto"):
     config = wb.PPOConfig(env=env, num_envs=num_envs, rollout_length=32, num_minibatches=4, update_epochs=4,
                           target=target, cuda_graph=graph, log_every=10**9, total_env_steps=10**15,
-                          **(extra or {}))
+                          precision=precision, **(extra or {}))
     trainer = wb.make_trainer(config)
-    trainer.train(num_iterations=2)  # compile, capture, allocator warm-up
+    if trainer.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    trainer.train(num_iterations=3)  # compile, eager first iteration, capture, allocator warm-up
     times = []
     for _ in range(iterations):
         sync(trainer.device)
@@ -42,15 +45,21 @@ def throughput(target, num_envs, iterations, graph=True, env="cartpole", extra=N
         sync(trainer.device)
         times.append(time.perf_counter() - start)
     median = statistics.median(times)
-    return {"target": target, "env": env, "num_envs": num_envs, "cuda_graph": graph,
-            "env_steps_per_s": trainer.steps_per_iteration / median, "iteration_s": median}
+    peak = torch.cuda.max_memory_allocated() if trainer.device.type == "cuda" else 0
+    row = {"target": target, "env": env, "num_envs": num_envs, "cuda_graph": graph,
+           "precision": trainer.precision, "graph_state": trainer._graph_state,
+           "env_steps_per_s": trainer.steps_per_iteration / median, "iteration_s": median, "peak_bytes": peak}
+    del trainer
+    if target != "cpu":
+        torch.cuda.empty_cache()
+    return row
 
 
-def solve(target, repeats=1):
+def solve(target, repeats=1, overrides=None):
     results = []
     for seed in range(repeats):
         config = cfg.replace(cfg.load_yaml(resolve_config("cartpole")), target=target, seed=seed,
-                             total_env_steps=5_000_000, log_every=1)
+                             total_env_steps=5_000_000, log_every=1, **(overrides or {}))
         start = time.perf_counter()
         trainer = wb.make_trainer(config)
         compile_s = time.perf_counter() - start
@@ -69,20 +78,30 @@ def main():
     parser.add_argument("--no-graph-too", action="store_true", help="also time without the CUDA graph")
     parser.add_argument("--solve", action="store_true")
     parser.add_argument("--solve-repeats", type=int, default=1)
+    parser.add_argument("--precisions", nargs="*", default=["auto"], help="fp32 tf32 bf16 auto")
+    parser.add_argument("--solve-set", nargs="*", default=[], help="config overrides for --solve, KEY=VALUE")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     device = torch.cuda.get_device_name() if args.target != "cpu" else platform.processor() or platform.machine()
     rows = []
     for n in args.num_envs:
-        rows.append(throughput(args.target, n, args.iterations))
+        for precision in args.precisions:
+            rows.append(throughput(args.target, n, args.iterations, precision=precision))
+            print(rows[-1], flush=True)
         if args.no_graph_too and args.target != "cpu":
             rows.append(throughput(args.target, n, args.iterations, graph=False))
-    print(f"| env | target | replicas | CUDA graph | env-steps/s (learning incl.) | s/iteration |  ({device})")
-    print("|---|---|---|---|---|---|")
+            print(rows[-1], flush=True)
+    print(f"| env | target | replicas | precision | CUDA graph | env-steps/s (learning incl.) | s/iteration "
+          f"| peak memory |  ({device})")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['env']} | {r['target']} | {r['num_envs']} | {r['cuda_graph']} | {r['env_steps_per_s'] / 1e6:.3f} M "
-              f"| {r['iteration_s'] * 1e3:.1f} ms |")
-    solved = solve(args.target, args.solve_repeats) if args.solve else []
+        print(f"| {r['env']} | {r['target']} | {r['num_envs']} | {r['precision']} | {r['graph_state'] if r['cuda_graph'] else 'off'} "
+              f"| {r['env_steps_per_s'] / 1e6:.3f} M | {r['iteration_s'] * 1e3:.2f} ms | {r['peak_bytes'] / 2**20:.0f} MiB |")
+    overrides = {}
+    for item in args.solve_set:
+        key, value = item.split("=", 1)
+        overrides[key] = yaml.safe_load(value)
+    solved = solve(args.target, args.solve_repeats, overrides) if args.solve else []
     for s in solved:
         print(f"CartPole PPO to return >= 475 on {args.target}: {s['train_s']:.2f} s of training "
               f"({s['env_steps']} env-steps; compile {s['compile_s']:.1f} s apart; solved={s['solved']})")

@@ -91,6 +91,7 @@ NUM_AGENTS = lambda p: p.num_taggers + p.num_runners  # noqa: E731
 MAX_STEPS = "episode_length"
 OBSERVATION = Box(shape=(_obs_size,))
 ACTION = MultiDiscrete((lambda p: p.num_acceleration_levels + 1, lambda p: p.num_turn_levels + 1))
+ACTIVE = "in_game"  # runners out of the game are left out of the learner's losses and statistics
 AGENT_GROUPS = lambda p: {"taggers": range(0, p.num_taggers),  # noqa: E731
                           "runners": range(p.num_taggers, p.num_taggers + p.num_runners)}
 STATE = dict(

@@ -225,7 +225,7 @@ class Trainer:
     def autocast(self):
         """The learner's and the rollout's precision context."""
         if self.precision == "bf16":
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+            return torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=False)
         return contextlib.nullcontext()
 
     # -- shared pieces --------------------------------------------------------------------
