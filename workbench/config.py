@@ -25,7 +25,10 @@ def yaml_problem(exc) -> str:
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
     where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-    return f"{where}{problem}"
+    context, start = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    opened = f" ({context} that starts at line {start.line + 1}, column {start.column + 1})" \
+        if context and start is not None and (mark is None or start.line != mark.line) else ""
+    return f"{where}{problem}{opened}"
 
 
 def _f(default, doc: str, **kw):
