@@ -4,7 +4,9 @@
 #     bash bench/gpu_check.sh tests check sanitize     # correctness
 #     bash bench/gpu_check.sh bench                    # speed
 #     bash bench/gpu_check.sh scaling                  # data-parallel training on every GPU here
-# Results land in $OUT (default ./gpu_out): summary.md (the table, last), results.tar.gz (logs, JSON).
+# Results land in $OUT (default ./gpu_out): summary.md (the table, last), results.tar.gz (logs, JSON),
+# and from the tests stage gpu-record.md (commit, device, date, counts, failing tests): copy it to
+# docs/gpu-record.md and commit it (set WORKBENCH_COMMIT=<sha> when this tree has no .git).
 # Needs no network: wheels missing from the machine's image are taken from .whl/ when present. The
 # image lacks gymnasium (reference checks) and IPython (the magic's tests); fill .whl/ beforehand with
 #     pip download gymnasium ipython --python-version 3.12 --only-binary=:all: --platform manylinux2014_x86_64 -d .whl
@@ -62,7 +64,11 @@ for stage in $STAGES; do
         tests/test_classic_control.py tests/test_cuda_c.py tests/test_sampling.py tests/test_tag.py \
         tests/test_tag_cuda_c.py tests/test_step_graph.py tests/test_magic.py tests/test_training.py tests/test_errors.py \
         $(ls tests/test_tag_grid_search.py 2>/dev/null)
-      grep -E "passed|failed" "$LOGS/pytest_gpu.log" | tail -n 1 | sed 's/^/    /' ;;
+      grep -E "passed|failed" "$LOGS/pytest_gpu.log" | tail -n 1 | sed 's/^/    /'
+      # The record of this run: into $OUT (this tree may be a copy; commit it from there) and docs/.
+      COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo "${WORKBENCH_COMMIT:-unknown}")
+      python3 bench/gpu_record.py write "$LOGS/pytest_gpu.log" --commit "$COMMIT" --device "$DEVICE" \
+        --out "$OUT/gpu-record.md" --out docs/gpu-record.md > /dev/null ;;
     check)
       timed cross_check python3 bench/cross_check.py --num-envs 4096 --steps 300 --tag-num-envs 64 ;;
     sanitize)

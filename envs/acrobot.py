@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from workbench.envdef import Box, Discrete, per_env
+from workbench.envdef import Box, Discrete, check_ranges, per_env
 from workbench.rng import uniform_range
 
 PARAMS = dict(dt=0.2, link_length_1=1.0, link_length_2=1.0, link_mass_1=1.0, link_mass_2=1.0,
@@ -28,12 +28,18 @@ ACTION = Discrete(3)
 STATE = dict(theta1=per_env(), theta2=per_env(), dtheta1=per_env(), dtheta2=per_env())
 
 
+PARAM_RANGES = dict(dt="(0, inf)", link_length_1="(0, inf)", link_length_2="(0, inf)", link_mass_1="(0, inf)",
+                    link_mass_2="(0, inf)", link_com_pos_1="[0, inf)", link_com_pos_2="[0, inf)", link_moi="(0, inf)",
+                    gravity="[0, inf)", max_vel_1="(0, inf)", max_vel_2="(0, inf)", torque_noise_max="[0, inf)",
+                    reset_low="(-inf, inf)", reset_high="(-inf, inf)", max_steps="int [1, inf)")
+
+
 def validate_params(p):
     if p.book_or_nips not in ("book", "nips"):
         return f"book_or_nips must be 'book' or 'nips', got {p.book_or_nips!r}"
     if p.reset_low > p.reset_high:
         return f"reset_low ({p.reset_low}) must not exceed reset_high ({p.reset_high})"
-    return None
+    return check_ranges(p, PARAM_RANGES)
 
 
 def dsdt(theta1, theta2, dtheta1, dtheta2, a):

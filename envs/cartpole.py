@@ -4,7 +4,7 @@ Reward 1 every step; terminated when |x| > 2.4 or |theta| > 12 degrees; truncate
 """
 import math
 
-from workbench.envdef import Box, Discrete, per_env
+from workbench.envdef import Box, Discrete, check_ranges, per_env
 from workbench.rng import uniform_range
 
 PARAMS = dict(gravity=9.8, masscart=1.0, masspole=0.1, length=0.5, force_mag=10.0, tau=0.02,
@@ -15,6 +15,13 @@ MAX_STEPS = "max_steps"
 OBSERVATION = Box(shape=(4,))
 ACTION = Discrete(2)
 STATE = dict(x=per_env(), x_dot=per_env(), theta=per_env(), theta_dot=per_env())
+PARAM_RANGES = dict(gravity="[0, inf)", masscart="(0, inf)", masspole="(0, inf)", length="(0, inf)",
+                    force_mag="[0, inf)", tau="(0, inf)", theta_threshold="(0, pi]", x_threshold="(0, inf)",
+                    max_steps="int [1, inf)")
+
+
+def validate_params(p):
+    return check_ranges(p, PARAM_RANGES)
 
 
 def reset(env, key, x, x_dot, theta, theta_dot):

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from workbench.envdef import Box, Discrete, per_env
+from workbench.envdef import Box, Discrete, check_ranges, per_env
 from workbench.rng import uniform_range
 
 PARAMS = dict(min_position=-1.2, max_position=0.6, max_speed=0.07, goal_position=0.5, goal_velocity=0.0,
@@ -20,9 +20,17 @@ MAX_STEPS = "max_steps"
 OBSERVATION = Box(low=(-1.2, -0.07), high=(0.6, 0.07), shape=(2,))
 ACTION = Discrete(3)
 STATE = dict(position=per_env(), velocity=per_env())
+PARAM_RANGES = dict(min_position="(-inf, inf)", max_position="(-inf, inf)", max_speed="(0, inf)",
+                    goal_position="(-inf, inf)", goal_velocity="(-inf, inf)", force="[0, inf)", gravity="[0, inf)",
+                    reset_low="(-inf, inf)", reset_high="(-inf, inf)", max_steps="int [1, inf)")
 
 
 def validate_params(p):
+    message = check_ranges(p, PARAM_RANGES)
+    if message:
+        return message
+    if not p.min_position < p.max_position:
+        return f"min_position ({p.min_position}) must be below max_position ({p.max_position})"
     if p.reset_low > p.reset_high:
         return f"reset_low ({p.reset_low}) must not exceed reset_high ({p.reset_high})"
     return None

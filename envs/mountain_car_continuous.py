@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from workbench.envdef import Box, per_env
+from workbench.envdef import Box, check_ranges, per_env
 from workbench.rng import uniform_range
 
 PARAMS = dict(min_action=-1.0, max_action=1.0, min_position=-1.2, max_position=0.6, max_speed=0.07,
@@ -21,9 +21,18 @@ MAX_STEPS = "max_steps"
 OBSERVATION = Box(low=(-1.2, -0.07), high=(0.6, 0.07), shape=(2,))
 ACTION = Box(low=-1.0, high=1.0, shape=(1,))
 STATE = dict(position=per_env(), velocity=per_env())
+PARAM_RANGES = dict(min_action="(-inf, inf)", max_action="(-inf, inf)", min_position="(-inf, inf)",
+                    max_position="(-inf, inf)", max_speed="(0, inf)", goal_position="(-inf, inf)",
+                    goal_velocity="(-inf, inf)", power="[0, inf)", gravity="[0, inf)",
+                    reset_low="(-inf, inf)", reset_high="(-inf, inf)", max_steps="int [1, inf)")
 
 
 def validate_params(p):
+    message = check_ranges(p, PARAM_RANGES)
+    if message:
+        return message
+    if not p.min_position < p.max_position:
+        return f"min_position ({p.min_position}) must be below max_position ({p.max_position})"
     if p.reset_low > p.reset_high:
         return f"reset_low ({p.reset_low}) must not exceed reset_high ({p.reset_high})"
     if p.min_action > p.max_action:

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from workbench.envdef import Box, per_env
+from workbench.envdef import Box, check_ranges, per_env
 from workbench.rng import uniform_range
 
 PARAMS = dict(max_speed=8.0, max_torque=2.0, dt=0.05, g=10.0, m=1.0, l=1.0, init_theta=math.pi,
@@ -21,6 +21,12 @@ MAX_STEPS = "max_steps"
 OBSERVATION = Box(low=(-1.0, -1.0, -8.0), high=(1.0, 1.0, 8.0), shape=(3,))
 ACTION = Box(low=-2.0, high=2.0, shape=(1,))
 STATE = dict(theta=per_env(), thetadot=per_env())
+PARAM_RANGES = dict(max_speed="(0, inf)", max_torque="[0, inf)", dt="(0, inf)", g="[0, inf)", m="(0, inf)",
+                    l="(0, inf)", init_theta="[0, inf)", init_thetadot="[0, inf)", max_steps="int [1, inf)")
+
+
+def validate_params(p):
+    return check_ranges(p, PARAM_RANGES)
 
 
 def angle_normalize(x):

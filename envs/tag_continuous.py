@@ -51,7 +51,7 @@ import math
 
 import numpy as np
 
-from workbench.envdef import Box, MultiDiscrete, per_agent, per_env
+from workbench.envdef import Box, MultiDiscrete, check_ranges, per_agent, per_env
 from workbench.rng import randint, uniform_range
 
 MAX_AGENTS = 10_000
@@ -106,6 +106,14 @@ STATE = dict(
 )
 
 
+PARAM_RANGES = dict(grid_length="(0, inf)", tagging_distance="(0, inf)", max_speed_tagger="[0, inf)",
+                    max_speed_runner="[0, inf)", max_acceleration="(-inf, inf)", min_acceleration="(-inf, inf)",
+                    max_turn="(-inf, inf)", min_turn="(-inf, inf)", edge_hit_penalty="(-inf, inf)",
+                    tag_reward_for_tagger="(-inf, inf)", step_penalty_for_tagger="(-inf, inf)",
+                    tag_penalty_for_runner="(-inf, inf)", step_reward_for_runner="(-inf, inf)",
+                    end_of_game_reward_for_runner="(-inf, inf)")
+
+
 def validate_params(p):
     def is_int(v):
         return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
@@ -142,7 +150,9 @@ def validate_params(p):
         return f"knn_cell_capacity must be an int >= 1, got {p.knn_cell_capacity!r}"
     if not is_int(p.knn_cells_per_side) or not 0 <= p.knn_cells_per_side <= 4096:
         return f"knn_cells_per_side must be an int in [0, 4096] (0: automatic), got {p.knn_cells_per_side!r}"
-    return None
+    if p.min_acceleration > p.max_acceleration or p.min_turn > p.max_turn:
+        return "min_acceleration/min_turn must not exceed max_acceleration/max_turn"
+    return check_ranges(p, PARAM_RANGES)
 
 
 # -- helpers (compiled into the kernels with the phases) ------------------------------------

@@ -50,7 +50,7 @@ import math
 
 import numpy as np
 
-from workbench.envdef import Box, Discrete, per_agent, per_env
+from workbench.envdef import Box, Discrete, check_ranges, per_agent, per_env
 from workbench.rng import randint
 
 PARAMS = dict(num_taggers=10, num_runners=1, grid_length=10, episode_length=100, wall_hit_penalty=0.1,
@@ -91,6 +91,10 @@ STATE = dict(x=per_agent("int32"), y=per_agent("int32"), in_game=per_agent("int3
              blocks=per_env("int32", (_num_blocks, BLOCK_CAPACITY + 1)))  # [E, block, (count, ids...)]
 
 
+PARAM_RANGES = dict(wall_hit_penalty="(-inf, inf)", tag_reward_for_tagger="(-inf, inf)",
+                    tag_penalty_for_runner="(-inf, inf)", step_cost_for_tagger="(-inf, inf)")
+
+
 def validate_params(p):
     def is_int(v):
         return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
@@ -106,7 +110,7 @@ def validate_params(p):
     for name in ("full_observation", "shared_tag_reward"):
         if getattr(p, name) not in (0, 1):
             return f"{name} must be 0 or 1, got {getattr(p, name)!r}"
-    return None
+    return check_ranges(p, PARAM_RANGES)
 
 
 # -- helpers (compiled into the kernels with the phases) ------------------------------------

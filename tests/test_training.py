@@ -103,7 +103,7 @@ def test_config_rejects_unknown_and_ill_typed_keys(tmp_path):
 
 
 def test_minibatches_that_do_not_divide_fail_at_construction():
-    with pytest.raises(ValueError, match="num_minibatches=4 must divide the batch of 30"):
+    with pytest.raises(ValueError, match="num_minibatches=4 does not divide the batch of policy .shared."):
         wb.make_trainer(ppo_cartpole(num_envs=10, rollout_length=3, num_minibatches=4))
 
 

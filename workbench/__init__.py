@@ -1,15 +1,40 @@
 """warp-workbench: end-to-end multi-agent reinforcement learning on the device."""
 from __future__ import annotations
 
-from .env import Env
-from .envdef import Box, Discrete, MultiDiscrete, per_agent, per_env
+import importlib
+
+from .config import A2CConfig, DDPGConfig, PPOConfig
 from .errors import (ActionError, ConsistencyError, EnvCompileError, EnvDefinitionError, NonFiniteError,
                      TargetUnavailableError, UnknownEnvError, WorkbenchError)
-from .registry import names as env_names
-from .registry import register
-from .targets import available_targets, best_target
-from .config import A2CConfig, DDPGConfig, PPOConfig
-from .trainer import Trainer, TrainResult, make_trainer
+
+# Loaded on first use, so that `python -m workbench --help` and `import workbench.config` need no
+# torch or numba.
+_LAZY = {"Env": ("env", "Env"), "Box": ("envdef", "Box"), "Discrete": ("envdef", "Discrete"),
+         "MultiDiscrete": ("envdef", "MultiDiscrete"), "per_agent": ("envdef", "per_agent"),
+         "per_env": ("envdef", "per_env"), "env_names": ("registry", "names"), "register": ("registry", "register"),
+         "available_targets": ("targets", "available_targets"), "best_target": ("targets", "best_target"),
+         "Trainer": ("trainer", "Trainer"), "TrainResult": ("trainer", "TrainResult"),
+         "make_trainer": ("trainer", "make_trainer")}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+        globals()[name] = value
+        return value
+    if not name.startswith("__"):
+        try:
+            return importlib.import_module(f"{__name__}.{name}")  # submodules as attributes (wb.targets)
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{name}":
+                raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 
@@ -18,7 +43,9 @@ def make(name: str, num_envs: int = 1, *, target: str | None = None, seed: int =
          **params) -> Env:
     """All `num_envs` replicas of env `name` on `target` ("cpu", "cuda", "cuda-c"; default: the
     best present). Extra keyword arguments override the env's PARAMS."""
+    from .env import Env
     from .registry import definition
+    from .targets import best_target
     defn = definition(name, **params)
     return Env(defn, num_envs=num_envs, target=target or best_target(), seed=seed, debug=debug)
 

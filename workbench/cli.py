@@ -76,8 +76,28 @@ def _overrides(args) -> dict:
             from .config import ConfigError
             raise ConfigError(f"--set takes key=value, got {item!r}")
         key, value = item.split("=", 1)
-        values[key] = yaml.safe_load(value)
+        try:
+            values[key] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            from .config import ConfigError, yaml_problem
+            raise ConfigError(f"--set {item}: the value {value!r} is not valid YAML ({yaml_problem(exc)}); "
+                              f"e.g. --set hidden_sizes=[64,64]") from None
     return values
+
+
+def _with_changes(config, changes: dict):
+    """`config` with CLI `changes`; a changed `algorithm` switches the config class, keeping the
+    fields the two classes share."""
+    from . import config as cfg
+    algorithm = changes.pop("algorithm", config.algorithm)
+    if algorithm != config.algorithm:
+        if algorithm not in cfg.ALGORITHMS:
+            raise cfg.ConfigError(f"algorithm must be one of {sorted(cfg.ALGORITHMS)}, got {algorithm!r}")
+        cls = cfg.ALGORITHMS[algorithm]
+        names = {f.name for f in cfg.dataclasses.fields(cls)}
+        kept = {k: v for k, v in cfg.to_dict(config).items() if k in names and k != "algorithm"}
+        config = cfg.from_dict(kept, cls)
+    return cfg.replace(config, **changes)
 
 
 def run_training(config, *, resume=None, progress=True, policies=None):
@@ -117,12 +137,31 @@ def cmd_train(args) -> int:
         changes["run_dir"] = args.run_dir
     elif not config.run_dir:
         changes["run_dir"] = f"runs/{config.env}-{config.algorithm}-{time.strftime('%Y%m%d-%H%M%S')}"
-    config = cfg.replace(config, **changes)
+    config = _with_changes(config, changes)
     if args.auto_scale:
         from .autoscale import auto_scale
         config, _report = auto_scale(config)
-    run_training(config, resume=args.resume)
-    return 0
+    _trainer, result = run_training(config, resume=args.resume)
+    return exit_code(result, config)
+
+
+EXIT_INTERRUPTED = 130  # the shell's code for a run stopped by SIGINT
+
+
+def exit_code(result, config) -> int:
+    """0, or 130 for a run stopped by Ctrl-C / SIGTERM, after saying where its checkpoint went."""
+    if result.stopped_by != "interrupted":
+        return 0
+    checkpoint = getattr(result, "checkpoint", None)
+    if checkpoint is None and config.run_dir:
+        checkpoint = Path(config.run_dir) / "checkpoint.pt"
+    if checkpoint is not None and Path(checkpoint).is_file():
+        print(f"interrupted after {result.iterations} iterations: checkpoint saved to {checkpoint}; resume with "
+              f"--resume {checkpoint}", file=sys.stderr)
+    else:
+        print(f"interrupted after {result.iterations} iterations: no checkpoint was saved (no run_dir)",
+              file=sys.stderr)
+    return EXIT_INTERRUPTED
 
 
 def cmd_demo(args) -> int:
@@ -133,6 +172,8 @@ def cmd_demo(args) -> int:
     config = cfg.replace(config, target=target, run_dir=args.run_dir or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}",
                          total_env_steps=2_000_000)
     trainer, result = run_training(config)
+    if result.stopped_by == "interrupted":
+        return exit_code(result, config)
     _animate_if_possible(trainer, Path(config.run_dir))
     return 0 if result.stopped_by == "target_return" else 1
 
@@ -278,14 +319,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def one_line(exc: BaseException) -> str:
+    """An error as one line: its text with line breaks folded, an OSError as 'reason: path'."""
+    if isinstance(exc, OSError) and exc.strerror:
+        text = f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    elif isinstance(exc, yaml.YAMLError):
+        from .config import yaml_problem
+        text = f"not valid YAML at {yaml_problem(exc)}"
+    else:
+        text = str(exc) or type(exc).__name__
+    return "; ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     from .errors import WorkbenchError
     try:
         return args.func(args)
-    except WorkbenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (WorkbenchError, yaml.YAMLError, OSError) as exc:
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

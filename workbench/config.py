@@ -6,6 +6,7 @@ The CLI, the YAML loader and the notebook's form are all generated from these cl
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,17 @@ from .errors import WorkbenchError
 
 class ConfigError(WorkbenchError, ValueError):
     """A config key that is unknown or of the wrong type."""
+
+
+def yaml_problem(exc) -> str:
+    """A YAML parse error as 'line L, column C: problem' (1-based, as editors count)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    context, start = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    opened = f" ({context} that starts at line {start.line + 1}, column {start.column + 1})" \
+        if context and start is not None and (mark is None or start.line != mark.line) else ""
+    return f"{where}{problem}{opened}"
 
 
 def _f(default, doc: str, **kw):
@@ -52,6 +64,26 @@ class RunConfig:
     progress: bool = _f(False, "Show a progress bar with env-steps/s and an ETA while training.")
     checkpoint_every: int = _f(0, "Save a checkpoint every this many iterations into run_dir (0: only at the end).")
     run_dir: str = _f(None, "Folder for metrics.csv, the learning curve, checkpoints (None: no files).")
+
+    def __post_init__(self):
+        """Every config, however built, has a known algorithm, typed fields and sane ranges."""
+        fixed = type(self).__dataclass_fields__["algorithm"].default if "algorithm" in self.__dataclass_fields__ else None
+        algorithm = getattr(self, "algorithm", None)
+        if fixed is not None and algorithm != fixed:
+            classes = ", ".join(f"{k} ({c.__name__})" for k, c in ALGORITHMS.items())
+            if algorithm in ALGORITHMS:
+                fix = f"use {ALGORITHMS[algorithm].__name__} for {algorithm!r}"
+            else:
+                fix = f"{algorithm!r} is not an algorithm of this workbench"
+            raise ConfigError(f"{type(self).__name__}.algorithm is fixed to {fixed!r}, got {algorithm!r}: {fix}; "
+                              f"the algorithms are {classes}")
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            coerced = _coerce(type(self), f.name, hints[f.name], value)
+            if coerced is not value:
+                object.__setattr__(self, f.name, coerced)
+        validate(self)
 
 
 @dataclass(frozen=True)
@@ -120,17 +152,23 @@ def _coerce(cls, name, kind, value):
     elif origin is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            return int(value)
         if isinstance(value, float) and value.is_integer():
             return int(value)
     elif origin is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, float):
+            return value
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
             return float(value)
     elif origin is str:
         if isinstance(value, str):
             return value
     elif origin is tuple:
-        if isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            return tuple(value)
+        if isinstance(value, (list, tuple)) and all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
+                                                    for v in value):
+            return value if isinstance(value, tuple) and all(type(v) is int for v in value) \
+                else tuple(int(v) for v in value)
         if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
             return tuple(value)
         if isinstance(value, str) and name == "centralised_critic":
@@ -156,9 +194,7 @@ def from_dict(data: dict, cls=None):
     if unknown:
         raise ConfigError(f"unknown key(s) {unknown} for {cls.__name__}; valid keys: {names}")
     values = {k: _coerce(cls, k, hints[k], v) for k, v in data.items()}
-    config = cls(**values)
-    validate(config)
-    return config
+    return cls(**values)  # __post_init__ validates
 
 
 def validate(config) -> None:
@@ -184,6 +220,35 @@ def validate(config) -> None:
             raise ConfigError(f"{type(config).__name__}.{name} {message}, got {getattr(config, name)!r}")
 
 
+def check_against_env(config, env, groups=None) -> None:
+    """Checks of `config` that need the env and the policy map, run before anything compiles or
+    allocates: the env's replica count and PPO's minibatch split of every policy's batch.
+
+    groups: the policies' agents, as {name: agent ids} or objects with `name` and `ids`
+    (None: one policy for every agent)."""
+    name = type(config).__name__
+    if env.num_envs != config.num_envs:
+        raise ConfigError(f"{name}.num_envs is {config.num_envs} but the env was made with num_envs={env.num_envs}; "
+                          f"make them agree: replace(config, num_envs={env.num_envs}) or make the env with "
+                          f"num_envs={config.num_envs}")
+    if not isinstance(config, PPOConfig):
+        return
+    if groups is None:
+        sizes = {"shared": env.num_agents}
+    elif isinstance(groups, dict):
+        sizes = {str(k): len(list(v)) for k, v in groups.items()}
+    else:
+        sizes = {g.name: len(list(g.ids)) for g in groups}
+    for policy, agents in sizes.items():
+        batch = config.num_envs * config.rollout_length * agents
+        if batch % config.num_minibatches:
+            divisors = [d for d in range(1, min(batch, 64) + 1) if batch % d == 0]
+            raise ConfigError(
+                f"{name}.num_minibatches={config.num_minibatches} does not divide the batch of policy '{policy}': "
+                f"num_envs {config.num_envs} x rollout_length {config.rollout_length} x {agents} agent(s) = {batch}; "
+                f"pick one of {divisors}{' ...' if batch > 64 else ''} or change num_envs or rollout_length")
+
+
 def to_dict(config) -> dict:
     out = {}
     for f in dataclasses.fields(config):
@@ -197,7 +262,10 @@ def load_yaml(path) -> object:
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"config file {str(path)!r} does not exist")
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML at {yaml_problem(exc)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config file holds a mapping of keys to values")
     return from_dict(data)

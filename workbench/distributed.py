@@ -41,7 +41,12 @@ def rank_seed(seed: int, rank: int) -> int:
     return seed + 1_000_003 * rank
 
 
-def check_gpu_count(local_rank: int, gpus: int) -> None:
+def check_gpu_count(local_rank: int, gpus: int, target: str = "cuda") -> None:
+    """A clear error when this rank has no GPU of its own for a GPU target."""
+    if gpus == 0:
+        raise DistributedError(f"target '{target}' needs a GPU and this node has none (no rank count fixes that); "
+                               f"train on the CPU instead: --target cpu (torchrun --nproc-per-node N then runs N "
+                               f"CPU ranks over gloo)")
     if local_rank >= gpus:
         raise DistributedError(f"local rank {local_rank} has no GPU: this node has {gpus} GPU(s); launch with "
                                f"torchrun --nproc-per-node {max(gpus, 1)} (or fewer), or train on the cpu target")
@@ -56,7 +61,7 @@ def init(target: str, timeout_s: float = 120.0) -> Context:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     gpu = target in ("cuda", "cuda-c")
     if gpu:
-        check_gpu_count(local_rank, torch.cuda.device_count())
+        check_gpu_count(local_rank, torch.cuda.device_count(), target)
         torch.cuda.set_device(local_rank)
         from numba import cuda
         cuda.select_device(local_rank)

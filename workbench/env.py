@@ -1,13 +1,15 @@
 """The env runner: gym-style reset/step over all replicas at once, launching kernels in place."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
 from .envdef import Box, Discrete, EnvDefinition, MultiDiscrete
 from .errors import ActionError, NonFiniteError, WorkbenchError
 from .recorder import TrajectoryRecorder
-from .store import DataStore
+from .store import DataStore, check_fits
 from .targets import get_target
 
 MAX_NUM_ENVS = 2**31 - 1
@@ -35,8 +37,13 @@ class Env:
         self.target = get_target(target)
         self.device = self.target.device
         self.debug = debug
+        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
+            raise WorkbenchError(f"seed must be an int, got {seed!r} ({type(seed).__name__})")
         self.seed = int(seed) & 0x7FFFFFFFFFFFFFFF
         self.store = DataStore(self.target, self.num_envs, self.num_agents)
+        check_fits(self.device, self.store.bytes_needed(defn.arrays.values()),
+                   f"the arrays of {self.num_envs} replicas of '{defn.name}' ({self.num_agents} agent(s) each)",
+                   "use fewer replicas (num_envs)")
         for spec in defn.arrays.values():
             self.store.allocate(spec)
         self._views = [self.store.view(name) for name in defn.arrays]
@@ -55,6 +62,8 @@ class Env:
         self._generator = torch.Generator(device=self.device)
         self._generator.manual_seed(self.seed)
         self._uniform = None
+        self._action_check = ActionCheck(defn.action, tuple(self.store["action"].shape), self.device,
+                                         deferred=self.device.type == "cuda" and not debug)
         self.recorder: TrajectoryRecorder | None = None
         if fresh:  # compile both kernels now, so a broken env fails in make() rather than mid-run
             self.kernels.reset(self.num_envs, self.seed, self._views)
@@ -100,7 +109,10 @@ class Env:
     # -- the loop -----------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> torch.Tensor:
         """Reset every replica to a fresh random start; obs: [E, A, *O]."""
+        self._action_check.report(wait=True)
         if seed is not None:
+            if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
+                raise WorkbenchError(f"seed must be an int, got {seed!r} ({type(seed).__name__})")
             self.seed = int(seed) & 0x7FFFFFFFFFFFFFFF
             self.store["episode"].zero_()
             self._generator.manual_seed(self.seed)
@@ -116,7 +128,14 @@ class Env:
         (for single-agent envs [E, ...] is accepted too). Returns (obs [E, A, *O],
         reward [E, A], done [E], info) with info's terminated, truncated, final_obs,
         episode_return and episode_length (last finished episode per replica).
+
+        Given actions are range-checked on the device (the store's own tensor, which the trainer
+        samples into, is not): out-of-range discrete values and non-finite continuous ones raise
+        ActionError, on a GPU at the next step() or reset() (no host sync per step; debug=True
+        checks before the step).
         """
+        if self._action_check.pending:
+            self._action_check.report()
         if actions is not None:
             self._accept_actions(actions)
         if self.recorder is not None:
@@ -187,22 +206,8 @@ class Env:
         if not continuous and (actions.is_floating_point() or actions.dtype == torch.bool):
             raise ActionError(f"actions have dtype {actions.dtype}; this env takes integer actions "
                               f"(int32 or int64)")
-        if self.debug:
-            self._check_action_range(actions)
+        self._action_check.check(actions)
         buf.copy_(actions)
-
-    def _check_action_range(self, actions):
-        space = self.action_space
-        if isinstance(space, Discrete):
-            lo, hi = int(actions.min()), int(actions.max())
-            if lo < 0 or hi >= space.n:
-                raise ActionError(f"actions must be in [0, {space.n}), got values in [{lo}, {hi}]")
-        elif isinstance(space, MultiDiscrete):
-            nvec = torch.tensor(space.nvec, device=actions.device)
-            if bool((actions < 0).any()) or bool((actions >= nvec).any()):
-                raise ActionError(f"multi-discrete actions must be in [0, nvec) with nvec={space.nvec}")
-        elif not bool(torch.isfinite(actions).all()):
-            raise ActionError("continuous actions contain NaN or inf")
 
     def _check_finite(self):
         for name in ("obs", "reward"):
@@ -231,6 +236,98 @@ class Env:
     def __repr__(self):
         return (f"Env({self.name!r}, num_envs={self.num_envs}, num_agents={self.num_agents}, "
                 f"target={self.target.name!r}, obs={self.obs_shape}, action={self.action_space})")
+
+
+class ActionCheck:
+    """Range check of actions given to `Env.step`: discrete values outside [0, n), continuous ones
+    NaN or inf. Immediate (raising before the step) on a CPU device or in debug mode. Deferred on a
+    GPU: the first fault (flag, flat index, value) is kept in a device record, copied to pinned host
+    memory asynchronously, and reported by the next call that finds the copy done, so no step
+    waits for the device."""
+
+    def __init__(self, space, shape: tuple, device, deferred: bool):
+        self.space, self.shape, self.device, self.deferred = space, shape, torch.device(device), deferred
+        self.nvec = torch.tensor(space.nvec, device=device) if isinstance(space, MultiDiscrete) else None
+        self.record = torch.zeros(3, dtype=torch.float64, device=device)  # [fault, flat index, value]
+        self.host = None
+        if deferred and self.device.type == "cuda":
+            self.host = torch.zeros(3, dtype=torch.float64, pin_memory=True)
+        self.event = None
+        self.pending = False
+
+    def bad(self, actions: torch.Tensor) -> torch.Tensor:
+        """Mask of the faulty entries of `actions` (shaped like the store's action tensor)."""
+        if isinstance(self.space, Discrete):
+            return (actions < 0) | (actions >= self.space.n)
+        if isinstance(self.space, MultiDiscrete):
+            return (actions < 0) | (actions >= self.nvec)
+        return ~torch.isfinite(actions)
+
+    def _clean_fast(self, actions) -> bool:
+        """A cheap reduction that proves `actions` clean in the common case (no mask allocated)."""
+        if isinstance(self.space, Discrete):
+            low, high = torch.aminmax(actions)
+            return int(low) >= 0 and int(high) < self.space.n
+        if isinstance(self.space, MultiDiscrete):
+            flat = actions.reshape(-1, len(self.space.nvec))
+            return bool((flat.amin(0) >= 0).all()) and bool((flat.amax(0) < self.nvec).all())
+        return bool(torch.isfinite(actions.sum()))
+
+    def check(self, actions: torch.Tensor) -> None:
+        if actions.numel() == 0:
+            return
+        if not self.deferred:
+            if self._clean_fast(actions):
+                return
+            bad = self.bad(actions).reshape(-1)
+            if bool(bad.any()):
+                index = int(bad.nonzero()[0, 0])
+                raise ActionError(self.describe(index, float(actions.reshape(-1)[index])))
+            return
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            return  # inside someone's graph capture: no record to publish
+        bad = self.bad(actions).reshape(-1)
+        first = bad.to(torch.int32).argmax().reshape(1)
+        value = actions.reshape(-1).index_select(0, first).to(torch.float64)
+        found = torch.cat([bad.any().reshape(1).to(torch.float64), first.to(torch.float64), value])
+        self.record.copy_(torch.where(self.record[0] > 0, self.record, found))
+        if self.host is not None:
+            self.host.copy_(self.record, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+        self.pending = True
+
+    def report(self, wait: bool = False) -> None:
+        """Raise the fault a deferred check recorded, once its copy reached the host (`wait`: block for it)."""
+        if not self.pending:
+            return
+        if self.event is not None:
+            if wait:
+                self.event.synchronize()
+            elif not self.event.query():
+                return
+        fault, index, value = (self.host if self.host is not None else self.record).tolist()
+        self.pending = False
+        if fault:
+            self.record.zero_()
+            raise ActionError(self.describe(int(index), value) + " (found on the device after an earlier step(), "
+                              "which ran with it; make the env with debug=True to check before every step)")
+
+    def describe(self, index: int, value: float) -> str:
+        """The fault at flat `index` of the action tensor: replica, agent, value and the valid range."""
+        per_agent = math.prod(self.shape[2:])
+        replica, agent, part = index // (self.shape[1] * per_agent), (index // per_agent) % self.shape[1], \
+            index % per_agent
+        who = f"agent {agent} in replica {replica}"
+        space = self.space
+        if isinstance(space, Discrete):
+            return (f"action {int(value)} of {who} is out of range: this env takes Discrete({space.n}) actions, "
+                    f"integers in [0, {space.n - 1}]")
+        if isinstance(space, MultiDiscrete):
+            return (f"action component {part} of {who} is {int(value)}, out of range: this env takes "
+                    f"MultiDiscrete(nvec={tuple(space.nvec)}) actions, component {part} in [0, {space.nvec[part] - 1}]")
+        return (f"continuous action component {part} of {who} is {value}: actions must be finite numbers "
+                f"(this env's Box: low={space.low}, high={space.high})")
 
 
 def _finite_bounds(space: Box, device) -> tuple:

@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from .errors import EnvDefinitionError
+from .errors import EnvDefinitionError, EnvParameterError
 
 SPECIAL_ARGS = ("env", "agent", "key")
 _DTYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "int64": np.int64, "uint8": np.uint8}
@@ -111,6 +111,42 @@ class EnvDefinition:
         return list(inspect.signature(fn).parameters)
 
 
+_INTERVAL = re.compile(r"^\s*(int\s+)?([\[(])\s*([^,]+?)\s*,\s*([^\])]+?)\s*([\])])\s*$")
+
+
+def check_ranges(p, ranges: Mapping) -> str | None:
+    """For an env's `validate_params`: the first parameter of `p` outside its range, as a message
+    naming the parameter, its value and the range; None when all are inside.
+
+    ranges: {name: "(0, inf)" | "[0, 1]" | "int [1, inf)" | ...}, intervals in the usual notation
+    ("[" closed, "(" open; "inf", "pi" and numbers as bounds; "int" asks for an integer). NaN is in
+    no range."""
+    for name, spec in ranges.items():
+        m = _INTERVAL.match(spec)
+        if m is None:
+            raise EnvDefinitionError(f"range of '{name}' must read like '(0, inf)' or 'int [1, inf)', got {spec!r}")
+        want_int, left, low, high, right = m.groups()
+        low, high = _bound(name, low), _bound(name, high)
+        value = getattr(p, name)
+        is_number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+        is_int = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+        ok = is_number and (is_int or not want_int) and \
+            (low < value if left == "(" else low <= value) and (value < high if right == ")" else value <= high)
+        if not ok:
+            shown = spec.replace("int ", "").strip()
+            return f"parameter {name}={value!r} is out of range: it must be {'an int ' if want_int else ''}in {shown}"
+    return None
+
+
+def _bound(name, text):
+    sign, body = (-1.0, text[1:].strip()) if text.startswith("-") else (1.0, text)
+    named = {"inf": math.inf, "pi": math.pi}
+    try:
+        return sign * (named[body] if body in named else float(body))
+    except ValueError:
+        raise EnvDefinitionError(f"range of '{name}': bound {text!r} is not a number, inf or pi") from None
+
+
 def _as_int(value, params, what):
     if callable(value):
         value = value(types.SimpleNamespace(**params))
@@ -173,7 +209,7 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
     if validate is not None:
         message = validate(types.SimpleNamespace(**params))
         if message:
-            raise EnvDefinitionError(f"{name}: {message}")
+            raise EnvParameterError(f"{name}: {message}")
 
     for required in ("NUM_AGENTS", "OBSERVATION", "ACTION", "reset", "observe"):
         if required not in namespace:

@@ -16,6 +16,10 @@ class EnvDefinitionError(WorkbenchError, ValueError):
         self.line = line
 
 
+class EnvParameterError(EnvDefinitionError):
+    """An env parameter outside its valid range (the env's validate_params refused it)."""
+
+
 class EnvCompileError(WorkbenchError, RuntimeError):
     """A kernel failed to compile for a target."""
 
@@ -35,6 +39,10 @@ class UnknownEnvError(WorkbenchError, KeyError):
 
 class ActionError(WorkbenchError, ValueError):
     """Actions of the wrong shape, dtype, device or range."""
+
+
+class InsufficientMemoryError(WorkbenchError, MemoryError):
+    """The arrays asked for do not fit in the device's free memory."""
 
 
 class NonFiniteError(WorkbenchError, FloatingPointError):

@@ -1,13 +1,14 @@
 """The data store: named device tensors with their layout, pushed once, viewed by kernels, pulled on demand."""
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
 import torch
 
 from .envdef import ResolvedArray
-from .errors import WorkbenchError
+from .errors import InsufficientMemoryError, WorkbenchError
 
 _TORCH_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64,
                  np.dtype(np.int32): torch.int32, np.dtype(np.int64): torch.int64, np.dtype(np.uint8): torch.uint8}
@@ -15,6 +16,42 @@ _TORCH_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torc
 
 class StoreError(WorkbenchError, ValueError):
     pass
+
+
+def free_memory_bytes(device) -> int | None:
+    """Bytes that can still be allocated on `device` (host RAM for a CPU device); None if unknown."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        import psutil
+        return int(psutil.virtual_memory().available)
+    except ImportError:
+        return None
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1024 or unit == "TB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+
+
+def check_fits(device, needed: int, what: str, fix: str = "") -> None:
+    """Raise InsufficientMemoryError, before allocating, when `needed` bytes exceed the free memory of `device`."""
+    free = free_memory_bytes(device)
+    if free is not None and needed > free:
+        where = "GPU memory" if torch.device(device).type == "cuda" else "host memory (RAM)"
+        raise InsufficientMemoryError(f"{what} need {format_bytes(needed)} but only {format_bytes(free)} of {where} "
+                                      f"is free on {device}{'; ' + fix if fix else ''}")
 
 
 class DataStore(Mapping):
@@ -37,6 +74,10 @@ class DataStore(Mapping):
     def full_shape(self, spec: ResolvedArray) -> tuple:
         lead = (self.num_envs,) if spec.layout == "env" else (self.num_envs, self.num_agents)
         return lead + tuple(spec.shape)
+
+    def bytes_needed(self, specs) -> int:
+        """Bytes the arrays of `specs` take in this store's layout."""
+        return sum(math.prod(self.full_shape(spec)) * np.dtype(spec.dtype).itemsize for spec in specs)
 
     def allocate(self, spec: ResolvedArray) -> torch.Tensor:
         """Create a zeroed tensor for `spec` on the device."""

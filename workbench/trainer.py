@@ -79,7 +79,7 @@ class Trainer:
         self.groups = build_groups(policies, env.num_agents, self.device)
         self.obs_dim = int(math.prod(env.obs_shape)) if env.obs_shape else 1
         self.E, self.T = env.num_envs, config.rollout_length
-        self._check_batch_sizes()
+        cfg.check_against_env(config, env, self.groups)
         self.precision = resolve_precision(config.precision, self.device)
         if self.device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = self.precision in ("tf32", "bf16")
@@ -140,17 +140,6 @@ class Trainer:
         if head_out.shape[-1] != out_dim:
             raise PolicyMapError(f"policy '{name}': the model's action output has {head_out.shape[-1]} units, "
                                  f"the env's action space {self.env.action_space} needs {out_dim}")
-
-    def _check_batch_sizes(self):
-        if self.algorithm != "ppo":
-            return
-        for g in self.groups:
-            batch = self.E * self.T * g.n
-            if batch % self.config.num_minibatches:
-                raise cfg.ConfigError(
-                    f"PPOConfig.num_minibatches={self.config.num_minibatches} must divide the batch of {batch} "
-                    f"(num_envs {self.E} x rollout_length {self.T} x {g.n} agents of policy '{g.name}'); "
-                    f"pick a divisor of {batch}")
 
     def _adam(self, params, lr):
         """Adam whose step can be replayed from a CUDA graph on a GPU (fused, capturable, with the

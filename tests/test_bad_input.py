@@ -1,0 +1,426 @@
+"""A sweep of bad inputs, as a new user would try them: each must end in a clear error (its class,
+and a message naming the field, the value and the fix), never in a wrong result or a traceback.
+docs/errors.md counts the cases. Fast: one small CartPole and one Pendulum serve every env case."""
+import errno
+import os
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+import workbench as wb
+from workbench import checkpoint as ckpt
+from workbench import cli
+from workbench import config as cfg
+from workbench import distributed as wbd
+from workbench import store as store_mod
+from workbench.env import ActionCheck
+from workbench.envdef import Box, Discrete, MultiDiscrete
+from workbench.errors import EnvParameterError, InsufficientMemoryError
+
+
+@pytest.fixture(scope="module")
+def cartpole():
+    return wb.make("cartpole", num_envs=8, target="cpu")
+
+
+@pytest.fixture(scope="module")
+def pendulum():
+    return wb.make("pendulum", num_envs=4, target="cpu")
+
+
+def raises(error, *keywords):
+    """A case's expectation: `error` whose message holds every keyword."""
+    return error, keywords
+
+
+def check(call, expected):
+    error, keywords = expected
+    with pytest.raises(error) as info:
+        call()
+    text = str(info.value)
+    for word in keywords:
+        assert word in text, f"{word!r} not in {text!r}"
+    return text
+
+
+# -- configs ---------------------------------------------------------------------------------------
+
+CONFIG_CASES = {
+    "PPOConfig(algorithm='sac')": (lambda: wb.PPOConfig(algorithm="sac"),
+                                   raises(cfg.ConfigError, "algorithm", "'sac'", "ppo (PPOConfig)")),
+    "A2CConfig(algorithm='ppo')": (lambda: wb.A2CConfig(algorithm="ppo"),
+                                   raises(cfg.ConfigError, "A2CConfig.algorithm", "use PPOConfig")),
+    "from_dict algorithm sac": (lambda: cfg.from_dict({"algorithm": "sac"}),
+                                raises(cfg.ConfigError, "algorithm must be one of", "'sac'")),
+    "replace(algorithm='sac')": (lambda: cfg.replace(wb.PPOConfig(), algorithm="sac"),
+                                 raises(cfg.ConfigError, "algorithm", "'sac'")),
+    "PPOConfig(seed='abc')": (lambda: wb.PPOConfig(seed="abc"), raises(cfg.ConfigError, "PPOConfig.seed", "'abc'")),
+    "PPOConfig(num_envs=0)": (lambda: wb.PPOConfig(num_envs=0), raises(cfg.ConfigError, "num_envs", ">= 1")),
+    "PPOConfig(gamma=2)": (lambda: wb.PPOConfig(gamma=2.0), raises(cfg.ConfigError, "gamma", "[0, 1]")),
+    "PPOConfig(lr=0)": (lambda: wb.PPOConfig(lr=0.0), raises(cfg.ConfigError, "lr", "> 0")),
+    "PPOConfig(hidden_sizes='wide')": (lambda: wb.PPOConfig(hidden_sizes="wide"),
+                                       raises(cfg.ConfigError, "hidden_sizes", "'wide'")),
+    "DDPGConfig(batch_size > buffer)": (lambda: wb.DDPGConfig(batch_size=10, buffer_size=5),
+                                        raises(cfg.ConfigError, "batch_size", "buffer_size")),
+    "from_dict unknown key": (lambda: cfg.from_dict({"learning_rate": 1.0}),
+                              raises(cfg.ConfigError, "unknown key", "learning_rate")),
+}
+
+
+@pytest.mark.parametrize("case", CONFIG_CASES)
+def test_config(case):
+    call, expected = CONFIG_CASES[case]
+    check(call, expected)
+
+
+def test_config_coerces_what_it_can():
+    config = wb.PPOConfig(lr=1, hidden_sizes=[32, 32], num_envs=torch.tensor(8).numpy()[()])
+    assert config.lr == 1.0 and isinstance(config.lr, float)
+    assert config.hidden_sizes == (32, 32) and type(config.num_envs) is int
+
+
+def test_malformed_yaml_names_file_line_and_column(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("env: cartpole\nhidden_sizes: [64,\nlr: 0.1\n")
+    text = check(lambda: cfg.load_yaml(path), raises(cfg.ConfigError, str(path), "not valid YAML at line 4, column 1",
+                                                      "flow sequence that starts at line 2, column 15"))
+    assert "\n" not in text
+
+
+FAKE_ENV = types.SimpleNamespace(num_envs=8, num_agents=3)
+
+ENV_CONFIG_CASES = {
+    "num_minibatches 7 of 8x16x3": (wb.PPOConfig(num_envs=8, rollout_length=16, num_minibatches=7), None,
+                                    raises(cfg.ConfigError, "num_minibatches=7", "policy 'shared'",
+                                           "num_envs 8 x rollout_length 16 x 3 agent(s) = 384", "pick one of")),
+    "one policy's batch not divided": (wb.PPOConfig(num_envs=8, rollout_length=1, num_minibatches=16),
+                                       {"a": [0], "b": [1, 2]},
+                                       raises(cfg.ConfigError, "policy 'a'", "= 8")),
+    "config.num_envs != env.num_envs": (wb.A2CConfig(num_envs=1024), None,
+                                        raises(cfg.ConfigError, "num_envs is 1024", "num_envs=8",
+                                               "replace(config, num_envs=8)")),
+}
+
+
+@pytest.mark.parametrize("case", ENV_CONFIG_CASES)
+def test_check_against_env(case):
+    config, groups, expected = ENV_CONFIG_CASES[case]
+    check(lambda: cfg.check_against_env(config, FAKE_ENV, groups), expected)
+
+
+def test_check_against_env_accepts_a_good_config_and_group_objects():
+    config = wb.PPOConfig(num_envs=8, rollout_length=16, num_minibatches=4)
+    cfg.check_against_env(config, FAKE_ENV, None)
+    groups = [types.SimpleNamespace(name="taggers", ids=[0]), types.SimpleNamespace(name="runners", ids=[1, 2])]
+    cfg.check_against_env(config, FAKE_ENV, groups)
+    with pytest.raises(cfg.ConfigError, match="policy 'taggers'"):
+        cfg.check_against_env(cfg.replace(config, num_minibatches=256), FAKE_ENV, groups)
+
+
+# -- envs: parameters, seeds, memory ---------------------------------------------------------------
+
+PARAM_CASES = {
+    "cartpole length=0": ("cartpole", {"length": 0.0}, raises(EnvParameterError, "length=0.0", "(0, inf)")),
+    "cartpole masscart=-1": ("cartpole", {"masscart": -1.0}, raises(EnvParameterError, "masscart=-1.0")),
+    "cartpole max_steps=0": ("cartpole", {"max_steps": 0}, raises(EnvParameterError, "max_steps=0", "an int in")),
+    "acrobot dt=nan": ("acrobot", {"dt": float("nan")}, raises(EnvParameterError, "dt=nan", "(0, inf)")),
+    "mountain_car max_speed=0": ("mountain_car", {"max_speed": 0.0}, raises(EnvParameterError, "max_speed=0.0")),
+    "mountain_car_continuous power=-1": ("mountain_car_continuous", {"power": -1.0},
+                                         raises(EnvParameterError, "power=-1.0", "[0, inf)")),
+    "pendulum l=0": ("pendulum", {"l": 0.0}, raises(EnvParameterError, "l=0.0", "(0, inf)")),
+    "pendulum dt=inf": ("pendulum", {"dt": float("inf")}, raises(EnvParameterError, "dt=inf")),
+    "tag_grid grid_length=0": ("tag_grid", {"grid_length": 0}, raises(EnvParameterError, "grid_length", ">= 1")),
+    "tag_grid wall_hit_penalty=nan": ("tag_grid", {"wall_hit_penalty": float("nan")},
+                                      raises(EnvParameterError, "wall_hit_penalty=nan")),
+    "tag_continuous tagging_distance=0": ("tag_continuous", {"tagging_distance": 0.0},
+                                          raises(EnvParameterError, "tagging_distance")),
+    "tag_continuous max_speed_runner=-1": ("tag_continuous", {"max_speed_runner": -1.0},
+                                           raises(EnvParameterError, "max_speed_runner")),
+    "unknown parameter": ("cartpole", {"gravty": 3.0}, raises(wb.EnvDefinitionError, "gravty", "takes")),
+    "parameter not a number": ("cartpole", {"length": "long"}, raises(wb.EnvDefinitionError, "length",
+                                                                        "must be a number")),
+}
+
+
+@pytest.mark.parametrize("case", PARAM_CASES)
+def test_env_parameter(case):
+    from workbench.registry import definition
+    name, params, expected = PARAM_CASES[case]
+    check(lambda: definition(name, **params), expected)
+
+
+def test_make_refuses_a_zero_length_pole():
+    check(lambda: wb.make("cartpole", 8, target="cpu", length=0.0),
+          raises(EnvParameterError, "cartpole", "length=0.0", "(0, inf)"))
+
+
+def test_every_shipped_env_declares_its_ranges():
+    from workbench.registry import definition, lookup
+    for name in ("cartpole", "acrobot", "mountain_car", "mountain_car_continuous", "pendulum", "tag_grid",
+                 "tag_continuous"):
+        namespace = definition(name).namespace
+        assert callable(namespace.get("validate_params")), name
+        assert namespace.get("PARAM_RANGES"), name
+        assert "check_ranges" in lookup(name).source, name
+
+
+ENV_CASES = {
+    "unknown env": (lambda: wb.make("cartpol", 2, target="cpu"), raises(wb.UnknownEnvError, "cartpol", "known envs")),
+    "unknown target": (lambda: wb.make("cartpole", 2, target="tpu"), raises(wb.TargetUnavailableError, "'tpu'")),
+    "num_envs=0": (lambda: wb.make("cartpole", 0, target="cpu"), raises(wb.WorkbenchError, "num_envs must be an int")),
+    "num_envs='8'": (lambda: wb.make("cartpole", "8", target="cpu"), raises(wb.WorkbenchError, "num_envs")),
+    "seed='abc'": (lambda: wb.make("cartpole", 2, target="cpu", seed="abc"),
+                   raises(wb.WorkbenchError, "seed must be an int", "'abc'")),
+}
+
+
+@pytest.mark.parametrize("case", ENV_CASES)
+def test_env(case):
+    call, expected = ENV_CASES[case]
+    check(call, expected)
+
+
+def test_too_many_replicas_for_the_free_memory_is_refused_before_allocating(cartpole, monkeypatch):
+    monkeypatch.setattr(store_mod, "free_memory_bytes", lambda device: 1 << 30)
+    check(lambda: wb.make("cartpole", 2_000_000_000, target="cpu"),
+          raises(InsufficientMemoryError, "2000000000 replicas", "need 147.1 GB", "only 1.0 GB", "free",
+                 "fewer replicas"))
+    wb.make("cartpole", 8, target="cpu")  # what fits is still made
+
+
+# -- actions ---------------------------------------------------------------------------------------
+
+def _int_actions(value, where=(0, 0), n=8):
+    actions = torch.zeros(n, 1, dtype=torch.int32)
+    actions[where] = value
+    return actions
+
+
+ACTION_CASES = {
+    "99 on CartPole": (_int_actions(99), raises(wb.ActionError, "action 99", "agent 0", "replica 0", "[0, 1]")),
+    "-1 in replica 5": (_int_actions(-1, (5, 0)).long(), raises(wb.ActionError, "action -1", "replica 5")),
+    "flat [E] actions out of range": (torch.full((8,), 2, dtype=torch.int32), raises(wb.ActionError, "action 2")),
+    "wrong shape": (torch.zeros(3, dtype=torch.int32), raises(wb.ActionError, "shape (3,)", "(8, 1)")),
+    "float actions": (torch.zeros(8, 1), raises(wb.ActionError, "dtype torch.float32", "integer actions")),
+    "not a tensor": ([0] * 8, raises(wb.ActionError, "must be a torch.Tensor")),
+}
+
+
+@pytest.mark.parametrize("case", ACTION_CASES)
+def test_actions(cartpole, case):
+    actions, expected = ACTION_CASES[case]
+    check(lambda: cartpole.step(actions), expected)
+    cartpole.step(torch.ones(8, 1, dtype=torch.int32))  # good actions still step
+
+
+def test_nan_continuous_action_raises(pendulum):
+    actions = torch.zeros(4, 1, 1)
+    actions[2, 0, 0] = float("nan")
+    check(lambda: pendulum.step(actions), raises(wb.ActionError, "component 0 of agent 0 in replica 2 is nan",
+                                                 "finite"))
+    assert torch.isfinite(pendulum.store["obs"]).all()  # the bad step did not run
+
+
+def test_multi_discrete_out_of_range_names_the_component():
+    actions = torch.zeros(2, 4, 2, dtype=torch.int32)
+    actions[1, 3, 1] = 7
+    checker = ActionCheck(MultiDiscrete((3, 5)), (2, 4, 2), "cpu", deferred=False)
+    check(lambda: checker.check(actions), raises(wb.ActionError, "component 1 of agent 3 in replica 1 is 7",
+                                                 "nvec=(3, 5)", "[0, 4]"))
+
+
+def test_deferred_check_reports_at_the_next_step_without_waiting(cartpole):
+    """The GPU path: the fault is recorded on the device, reported by a later call."""
+    checker = cartpole._action_check
+    checker.deferred = True
+    try:
+        cartpole.step(_int_actions(5, (3, 0)))  # no host sync: nothing raised yet
+        with pytest.raises(wb.ActionError, match=r"action 5 of agent 0 in replica 3 .* earlier step"):
+            cartpole.step(torch.ones(8, 1, dtype=torch.int32))
+        cartpole.step(torch.ones(8, 1, dtype=torch.int32))  # reported once
+        cartpole.step(_int_actions(-4, (1, 0)))
+        with pytest.raises(wb.ActionError, match="action -4 of agent 0 in replica 1"):
+            cartpole.reset()
+    finally:
+        checker.deferred = False
+        checker.pending = False
+
+
+def test_the_stores_own_action_tensor_is_not_checked(cartpole, monkeypatch):
+    """The trainer samples into store['action'] and steps it: that path must cost no check."""
+    def refuse(self, actions):
+        raise AssertionError("checked the store's own actions")
+    monkeypatch.setattr(ActionCheck, "check", refuse)
+    cartpole.store["action"].fill_(1)
+    cartpole.step()
+    cartpole.step(cartpole.store["action"])
+    with pytest.raises(AssertionError):
+        cartpole.step(torch.ones(8, 1, dtype=torch.int32))
+
+
+def test_box_and_discrete_checks_pass_good_actions():
+    ActionCheck(Box(-1.0, 1.0, (2,)), (3, 1, 2), "cpu", deferred=False).check(torch.rand(3, 1, 2))
+    ActionCheck(Discrete(5), (3, 2), "cpu", deferred=False).check(torch.full((3, 2), 4))
+
+
+# -- checkpoints -----------------------------------------------------------------------------------
+
+def test_disk_full_while_saving_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    path = tmp_path / "checkpoint.pt"
+    ckpt.save_atomic({"weights": torch.ones(3)}, path)
+    before = path.read_bytes()
+    real_fdopen = os.fdopen
+
+    def full_disk(fd, mode="r", *args, **kwargs):
+        os.close(fd)
+        return real_fdopen(os.open("/dev/full", os.O_WRONLY), mode, *args, **kwargs)
+    monkeypatch.setattr(os, "fdopen", full_disk)
+    text = check(lambda: ckpt.save_atomic({"weights": torch.zeros(100_000)}, path),
+                 raises(ckpt.CheckpointError, str(path), "the disk is full", "previous checkpoint", "intact"))
+    assert "\n" not in text
+    assert path.read_bytes() == before
+    assert list(tmp_path.glob(".checkpoint.pt.*.tmp")) == []
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_killed_saves_temp_files_are_removed_by_the_next_save(tmp_path):
+    import socket
+    host = socket.gethostname().replace(".", "_")
+    path = tmp_path / "checkpoint.pt"
+    dead = tmp_path / f".checkpoint.pt.{host}-{_dead_pid()}.abc123.tmp"
+    live = tmp_path / f".checkpoint.pt.{host}-{os.getppid()}.def456.tmp"  # a concurrent save: kept
+    old_unknown = tmp_path / ".checkpoint.pt.k2j4h5.tmp"  # an older name, an hour old: removed
+    new_unknown = tmp_path / ".checkpoint.pt.q9w8e7.tmp"  # an older name, just written: kept
+    other_file = tmp_path / ".other.pt.x.tmp"
+    for f in (dead, live, old_unknown, new_unknown, other_file):
+        f.write_bytes(b"partial")
+    hour_ago = time.time() - 3600
+    os.utime(old_unknown, (hour_ago, hour_ago))
+    ckpt.save_atomic({"weights": torch.ones(2)}, path)
+    assert not dead.exists() and not old_unknown.exists()
+    assert live.exists() and new_unknown.exists() and other_file.exists()
+    assert ckpt.load(path)["weights"].tolist() == [1.0, 1.0]
+
+
+def test_unwritable_checkpoint_folder_is_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    check(lambda: ckpt.save_atomic({}, blocker / "run" / "checkpoint.pt"),
+          raises(ckpt.CheckpointError, "cannot write checkpoint"))
+
+
+# -- CLI -------------------------------------------------------------------------------------------
+
+def _cli(argv, capsys):
+    code = cli.main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _assert_one_line_error(code, err, *keywords):
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    for word in keywords:
+        assert word in err, f"{word!r} not in {err!r}"
+
+
+CLI_CASES = {
+    "--set hidden_sizes=[64,": (["--set", "hidden_sizes=[64,"], ("--set hidden_sizes=[64,", "not valid YAML",
+                                                                  "column")),
+    "--set algorithm=sac": (["--set", "algorithm=sac"], ("algorithm", "'sac'")),
+    "--set seed=abc": (["--set", "seed=abc"], ("seed", "'abc'")),
+    "--set without =": (["--set", "lr"], ("--set takes key=value",)),
+    "--set unknown key": (["--set", "learning_rate=1"], ("unknown key", "learning_rate")),
+    "--num-minibatches 0": (["--num-minibatches", "0"], ("num_minibatches", ">= 1")),
+}
+
+
+@pytest.mark.parametrize("case", CLI_CASES)
+def test_cli_train_option(case, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "run_training", lambda *a, **k: pytest.fail("trained despite a bad option"))
+    argv, keywords = CLI_CASES[case]
+    _assert_one_line_error(*_cli(["train", "cartpole", *argv], capsys)[::2], *keywords)
+
+
+def test_cli_malformed_config_file(tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text("env: cartpole\nlr: [0.1\n")
+    _assert_one_line_error(*_cli(["train", str(path)], capsys)[::2], str(path), "line", "column")
+
+
+def test_cli_missing_config_and_checkpoint(tmp_path, capsys):
+    _assert_one_line_error(*_cli(["train", "no_such_config"], capsys)[::2], "no config file", "shipped configs")
+    _assert_one_line_error(*_cli(["evaluate", str(tmp_path)], capsys)[::2], "no checkpoint at")
+
+
+@pytest.mark.parametrize("fault", [OSError(errno.ENOSPC, "No space left on device", "/runs/x/metrics.csv"),
+                                   wb.EnvDefinitionError("syntax error at line 3: invalid syntax\n    x = = 1")])
+def test_cli_turns_faults_into_one_line(fault, capsys, monkeypatch):
+    def fail(*args, **kwargs):
+        raise fault
+    monkeypatch.setattr(cli, "run_training", fail)
+    code, _out, err = _cli(["train", "cartpole", "--run-dir", "unused"], capsys)
+    _assert_one_line_error(code, err, str(fault).splitlines()[0] if not isinstance(fault, OSError)
+                           else "No space left on device: /runs/x/metrics.csv")
+
+
+def test_cli_switches_algorithm_with_set(capsys, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(cli, "run_training", lambda config, **k: seen.setdefault("config", config) and
+                        (None, types.SimpleNamespace(stopped_by="budget")))
+    assert cli.main(["train", "cartpole", "--run-dir", "unused", "--set", "algorithm=a2c"]) == 0
+    assert isinstance(seen["config"], wb.A2CConfig)
+
+
+def test_cli_interrupted_training_says_where_the_checkpoint_went(tmp_path, capsys, monkeypatch):
+    (tmp_path / "checkpoint.pt").write_bytes(b"saved")
+    result = types.SimpleNamespace(stopped_by="interrupted", iterations=7)
+    monkeypatch.setattr(cli, "run_training", lambda config, **k: (None, result))
+    code, _out, err = _cli(["train", "cartpole", "--run-dir", str(tmp_path)], capsys)
+    assert code == 130
+    assert f"interrupted after 7 iterations: checkpoint saved to {tmp_path / 'checkpoint.pt'}" in err
+    assert "--resume" in err
+
+
+def test_cli_ctrl_c_outside_training_is_one_line(capsys, monkeypatch):
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "run_training", interrupt)
+    code, _out, err = _cli(["train", "cartpole", "--run-dir", "unused"], capsys)
+    assert code == 130 and err.strip() == "interrupted"
+
+
+def test_help_needs_no_torch_and_runs():
+    probe = ("import sys\nimport workbench.cli as c\ntry:\n    c.main(['--help'])\nexcept SystemExit:\n    pass\n"
+             "print('HEAVY', [m for m in ('torch', 'numba') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert "usage: python -m workbench" in out.stdout and "HEAVY []" in out.stdout, out.stdout + out.stderr
+    out = subprocess.run([sys.executable, "-m", "workbench", "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "train" in out.stdout and "evaluate" in out.stdout, out.stderr
+
+
+# -- distributed -----------------------------------------------------------------------------------
+
+def test_torchrun_gpu_target_without_gpu_points_at_the_cpu_target():
+    text = check(lambda: wbd.check_gpu_count(0, 0, "cuda"), raises(wbd.DistributedError, "target 'cuda' needs a GPU",
+                                                                  "--target cpu"))
+    assert "--nproc-per-node 1" not in text
+
+
+def test_package_attributes_load_on_first_use():
+    assert wb.rng.reference_uniform(0, 0, 0, 0, 0, 0) >= 0.0  # a submodule nothing imported yet
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        wb.nothing_here  # noqa: B018
+    assert Path(wb.__file__).name == "__init__.py"
