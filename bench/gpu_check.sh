@@ -16,7 +16,7 @@ OUT=${OUT:-$PWD/gpu_out}
 LOGS=${LOGS:-/tmp/gpu_check_logs}  # packed into $OUT/results.tar.gz at the end
 rm -rf "$LOGS"; mkdir -p "$LOGS" "$OUT"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-STAGES=${*:-tests check sanitize bench}
+STAGES=${*:-tests check sanitize bench learner}
 SUMMARY=$LOGS/summary.rows
 : > "$SUMMARY"
 row() { echo "| $1 | $2 | $3 |" >> "$SUMMARY"; }
@@ -108,9 +108,13 @@ for stage in $STAGES; do
         done
       done
       timed bench_sampling python3 bench/bench_sampling.py --devices cuda --n 1e4 1e5 1e6 --k 2 21 100 --out "$LOGS/bench_sampling.json"
-      timed bench_training python3 bench/bench_training.py --target cuda --num-envs 1000 10000 100000 1000000 \
-        --iterations 5 --no-graph-too --solve --out "$LOGS/bench_training.json"
       timed bench_bandwidth python3 bench/bench_bandwidth.py --target cuda --num-envs 1e7 --out "$LOGS/bench_bandwidth.json" ;;
+    learner)
+      timed learner_parity python3 bench/bench_learner.py parity
+      timed bench_training python3 bench/bench_training.py --target cuda --num-envs 1000 10000 100000 1000000 \
+        --iterations 5 --precisions bf16 tf32 --solve --solve-repeats 3 --out "$LOGS/bench_training.json"
+      timed learner_tag python3 bench/bench_learner.py tag 100:250 1000:100 --precisions bf16 tf32
+      timed learner_tag_big python3 bench/bench_learner.py big 2000:20 2000:100 ;;
     scaling)
       GPUS=$(python3 -c "import torch; print(torch.cuda.device_count())")
       for n in $(seq 1 "$GPUS"); do
@@ -120,7 +124,7 @@ for stage in $STAGES; do
           --env tag_continuous --num-envs 1000 --param num_taggers=10 --param num_runners=100 \
           --out "$LOGS/scaling_tag_continuous_${n}.json"
       done ;;
-    *) echo "unknown stage '$stage' (tests, check, sanitize, bench, scaling)"; exit 2 ;;
+    *) echo "unknown stage '$stage' (tests, check, sanitize, bench, learner, scaling)"; exit 2 ;;
   esac
 done
 
