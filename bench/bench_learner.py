@@ -31,6 +31,9 @@ WARPDRIVE_TAG = dict(num_taggers=10, num_runners=100, grid_length=20.0, episode_
 SMALL_TAG = dict(num_taggers=2, num_runners=6, grid_length=10.0, episode_length=40, num_other_agents_observed=3)
 
 
+COMPILE = True
+
+
 def result(**kw):
     print("RESULT " + json.dumps(kw), flush=True)
 
@@ -98,9 +101,9 @@ def tag(specs, precisions, algo="a2c"):
             extra = {} if algo == "a2c" else dict(update_epochs=1, num_minibatches=1)
             config = Cfg(env="tag_continuous", env_params=WARPDRIVE_TAG, num_envs=n, rollout_length=T, target="cuda",
                          hidden_sizes=(256, 256), lr=1e-3, gamma=0.98, log_every=10**9, total_env_steps=10**15,
-                         precision=precision, **extra)
+                         precision=precision, compile=COMPILE, **extra)
             try:
-                result(task="tag_train", algo=algo, num_envs=n, T=T, **timed_training(config))
+                result(task="tag_train", algo=algo, num_envs=n, T=T, compile=COMPILE, **timed_training(config))
             except Exception as exc:  # noqa: BLE001 - report and go on to the next size
                 result(task="tag_train", num_envs=n, T=T, precision=precision, error=repr(exc)[:300])
 
@@ -111,7 +114,8 @@ def big(specs, precisions):
         for precision in precisions:
             config = wb.A2CConfig(env="tag_continuous", num_envs=n, rollout_length=T, target="cuda",
                                   env_params=dict(WARPDRIVE_TAG, num_taggers=50, num_runners=950),
-                                  hidden_sizes=(256, 256), log_every=10**9, total_env_steps=10**15, precision=precision)
+                                  hidden_sizes=(256, 256), log_every=10**9, total_env_steps=10**15, precision=precision,
+                                  compile=COMPILE)
             try:
                 result(task="tag_big", agents=1000, num_envs=n, T=T, **timed_training(config, iterations=3))
             except Exception as exc:  # noqa: BLE001
@@ -124,7 +128,10 @@ def main():
     parser.add_argument("specs", nargs="*", default=[])
     parser.add_argument("--precisions", nargs="*", default=["auto"])
     parser.add_argument("--algo", default="a2c")
+    parser.add_argument("--no-compile", action="store_true")
     args = parser.parse_args()
+    global COMPILE
+    COMPILE = not args.no_compile
     if args.what == "parity":
         parity()
     elif args.what == "tag":

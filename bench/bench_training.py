@@ -29,10 +29,10 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def throughput(target, num_envs, iterations, graph=True, env="cartpole", extra=None, precision="auto"):
+def throughput(target, num_envs, iterations, graph=True, env="cartpole", extra=None, precision="auto", compile=True):
     config = wb.PPOConfig(env=env, num_envs=num_envs, rollout_length=32, num_minibatches=4, update_epochs=4,
                           target=target, cuda_graph=graph, log_every=10**9, total_env_steps=10**15,
-                          precision=precision, **(extra or {}))
+                          precision=precision, compile=compile, **(extra or {}))
     trainer = wb.make_trainer(config)
     if trainer.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
@@ -47,7 +47,7 @@ def throughput(target, num_envs, iterations, graph=True, env="cartpole", extra=N
     median = statistics.median(times)
     peak = torch.cuda.max_memory_allocated() if trainer.device.type == "cuda" else 0
     row = {"target": target, "env": env, "num_envs": num_envs, "cuda_graph": graph,
-           "precision": trainer.precision, "graph_state": trainer._graph_state,
+           "precision": trainer.precision, "graph_state": trainer._graph_state, "compile": compile,
            "env_steps_per_s": trainer.steps_per_iteration / median, "iteration_s": median, "peak_bytes": peak}
     del trainer
     if target != "cpu":
@@ -76,6 +76,7 @@ def main():
     parser.add_argument("--num-envs", type=int, nargs="*", default=[1000, 10000])
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--no-graph-too", action="store_true", help="also time without the CUDA graph")
+    parser.add_argument("--no-compile-too", action="store_true", help="also time without torch.compile")
     parser.add_argument("--solve", action="store_true")
     parser.add_argument("--solve-repeats", type=int, default=1)
     parser.add_argument("--precisions", nargs="*", default=["auto"], help="fp32 tf32 bf16 auto")
@@ -88,14 +89,17 @@ def main():
         for precision in args.precisions:
             rows.append(throughput(args.target, n, args.iterations, precision=precision))
             print(rows[-1], flush=True)
+        if args.no_compile_too and args.target != "cpu":
+            rows.append(throughput(args.target, n, args.iterations, compile=False))
+            print(rows[-1], flush=True)
         if args.no_graph_too and args.target != "cpu":
             rows.append(throughput(args.target, n, args.iterations, graph=False))
             print(rows[-1], flush=True)
-    print(f"| env | target | replicas | precision | CUDA graph | env-steps/s (learning incl.) | s/iteration "
+    print(f"| env | target | replicas | precision | compile | CUDA graph | env-steps/s (learning incl.) | s/iteration "
           f"| peak memory |  ({device})")
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['env']} | {r['target']} | {r['num_envs']} | {r['precision']} | {r['graph_state'] if r['cuda_graph'] else 'off'} "
+        print(f"| {r['env']} | {r['target']} | {r['num_envs']} | {r['precision']} | {r['compile']} | {r['graph_state'] if r['cuda_graph'] else 'off'} "
               f"| {r['env_steps_per_s'] / 1e6:.3f} M | {r['iteration_s'] * 1e3:.2f} ms | {r['peak_bytes'] / 2**20:.0f} MiB |")
     overrides = {}
     for item in args.solve_set:

@@ -183,7 +183,7 @@ def masked_mean_std(x, mask, count):
     return mean, var.sqrt()
 
 
-def gae(buffer: RolloutBuffer, next_value, gamma: float, lam: float):
+def gae(buffer: RolloutBuffer, next_value, gamma: float, lam: float, advantage_fn=None):
     """Generalised advantage estimation over [T, E, n], written into buffer.advantages/returns.
 
     An episode that ends at step t stops the recursion there: the replica's termination
@@ -191,18 +191,29 @@ def gae(buffer: RolloutBuffer, next_value, gamma: float, lam: float):
     (buffer.final_values), and an agent leaving the game at step t (mask t -> t+1 drops to 0
     while its replica runs on) ends its own episode as a termination.
     """
-    T = buffer.rewards.shape[0]
-    replica_done = ((buffer.terminated + buffer.truncated) > 0).float().unsqueeze(-1)
-    replica_term = buffer.terminated.unsqueeze(-1)
-    left_game = buffer.mask[:T] * (1 - buffer.mask[1:]) * (1 - replica_done)
+    fn = advantage_fn or advantages
+    adv = fn(buffer.rewards, buffer.values, buffer.final_values, buffer.mask, buffer.terminated, buffer.truncated,
+             next_value, gamma, lam)
+    buffer.advantages.copy_(adv)
+    torch.add(adv, buffer.values, out=buffer.returns)
+    return buffer.advantages, buffer.returns
+
+
+def advantages(rewards, values, final_values, mask, terminated, truncated, next_value, gamma: float, lam: float):
+    """GAE's recursion as a pure function of the rollout tensors ([T, E, n]; mask [T + 1, E, n];
+    terminated/truncated [T, E]; next_value [E, n]) -> advantages [T, E, n]."""
+    T = rewards.shape[0]
+    replica_done = ((terminated + truncated) > 0).float().unsqueeze(-1)
+    replica_term = terminated.unsqueeze(-1)
+    left_game = mask[:T] * (1 - mask[1:]) * (1 - replica_done)
     done = (replica_done + left_game).clamp_max(1)
     term = (replica_term + left_game).clamp_max(1)
     last = torch.zeros_like(next_value)
+    out = []
     for t in reversed(range(T)):
-        v_next = next_value if t == T - 1 else buffer.values[t + 1]
-        bootstrap = (1 - done[t]) * v_next + done[t] * (1 - term[t]) * buffer.final_values[t]
-        delta = buffer.rewards[t] + gamma * bootstrap - buffer.values[t]
+        v_next = next_value if t == T - 1 else values[t + 1]
+        bootstrap = (1 - done[t]) * v_next + done[t] * (1 - term[t]) * final_values[t]
+        delta = rewards[t] + gamma * bootstrap - values[t]
         last = delta + gamma * lam * (1 - done[t]) * last
-        buffer.advantages[t].copy_(last)
-    torch.add(buffer.advantages, buffer.values, out=buffer.returns)
-    return buffer.advantages, buffer.returns
+        out.append(last)
+    return torch.stack(out[::-1])

@@ -24,11 +24,12 @@ from . import checkpoint as ckpt
 from . import config as cfg
 from . import distributed as dist_mod
 from . import threads
+from .compiled import MaybeCompiled, policy_step, value_step
 from .algorithms import a2c, ddpg, ppo
 from .envdef import Box
 from .errors import NonFiniteError, WorkbenchError
 from .policies import ActionHead, ActorCritic, CentralisedActorCritic, DeterministicActor, QCritic
-from .rollout import PolicyMapError, RolloutBuffer, RunningNorm, build_groups, gae
+from .rollout import PolicyMapError, RolloutBuffer, RunningNorm, advantages, build_groups, gae
 
 ON_POLICY = {"ppo": ppo, "a2c": a2c}
 
@@ -119,6 +120,14 @@ class Trainer:
         self.stat_sums = {g.name: {k: torch.zeros((), device=self.device) for k in stat_names} for g in self.groups}
         self._stat_iterations = 0
         self.chunk_size = {g.name: self._chunk_size(g) for g in self.groups}
+        compile_on = bool(getattr(config, "compile", False)) and self.device.type == "cuda"
+        self._policy_step = MaybeCompiled(policy_step, compile_on, "the policy step")
+        self._value_step = MaybeCompiled(value_step, compile_on, "the value function")
+        self._advantages = MaybeCompiled(advantages, compile_on, "GAE")
+        self._loss = (MaybeCompiled(ON_POLICY[self.algorithm].loss, compile_on, f"the {self.algorithm} loss")
+                      if self.algorithm in ON_POLICY else None)
+        self._noise = {g.name: torch.empty((self.E * g.n, self.head.out_dim), device=self.device)
+                       for g in self.groups} if self.algorithm in ON_POLICY else {}
         self.iteration = 0
         self.env_steps = 0
         self.history: list = []
@@ -232,19 +241,10 @@ class Trainer:
             g.scatter(parts, self._obs(g, tensor))
         return parts.reshape(self.E, self.state_dim)
 
-    def _policy_forward(self, g, model, obs, state):
-        """obs [E, n, O] -> (head output [E * n, D], values [E, n])."""
-        if g.name in self.central:
-            return model.actor(obs.reshape(-1, self.obs_dim)), model.values(state)
-        out, value = model(obs.reshape(-1, self.obs_dim))
-        return out, value.reshape(self.E, g.n)
-
     def _values(self, g, model, obs, state):
         """V of observations obs [E, n, O] (or of the joint state [E, S]) -> [E, n]."""
-        if g.name in self.central:
-            return model.values(state)
-        flat = obs.reshape(-1, self.obs_dim)
-        value = model.value(flat) if hasattr(model, "value") else model(flat)[1]
+        with self.autocast():
+            value = self._value_step(model, obs.reshape(-1, self.obs_dim), state, g.name in self.central)
         return value.reshape(self.E, g.n)
 
     def _track_returns(self, g, done):
@@ -252,16 +252,17 @@ class Trainer:
         self.return_sum[g.name].add_((last * done.unsqueeze(1)).sum())
         self.return_count[g.name].add_(done.sum() * g.n)
 
-    def _sample(self, model, out):
-        """Actions [N, ...] and their log-probabilities [N] from head output `out` [N, D]."""
-        log_std = getattr(model, "log_std", None)
+    def _act(self, g, model, obs, state):
+        """Sample the group's actions: obs [E, n, O] -> actions [E * n, ...], logp [E * n], values [E, n]."""
+        noise = self._noise[g.name]
         if self.head.kind == "gaussian":
-            noise = torch.randn(out.shape, device=self.device, generator=self.generator)
+            noise.normal_(generator=self.generator)
         else:
-            noise = torch.rand(out.shape, device=self.device, generator=self.generator).clamp_(1e-10, 1.0)
-        actions = self.head.sample(out, log_std, noise)
-        logp, _ = self.head.log_prob_entropy(out, log_std, actions)
-        return actions, logp
+            noise.uniform_(generator=self.generator).clamp_(1e-10, 1.0)
+        with self.autocast():
+            actions, logp, value = self._policy_step(model, self.head, obs.reshape(-1, self.obs_dim), state, noise,
+                                                     g.name in self.central)
+        return actions, logp, value.reshape(self.E, g.n)
 
     # -- on-policy iteration: rollout, advantages, update ------------------------------------
     def _collect(self):
@@ -280,9 +281,7 @@ class Trainer:
                     buf.state[t].copy_(state)
                 if self.active is not None:
                     buf.mask[t].copy_(g.gather(store[self.active]) != 0)
-                with self.autocast():
-                    out, value = self._policy_forward(g, model, obs, state)
-                actions, logp = self._sample(model, out.float())
+                actions, logp, value = self._act(g, model, obs, state)
                 buf.actions[t].copy_(actions.reshape(buf.actions[t].shape))
                 buf.logp[t].copy_(logp.reshape(self.E, g.n))
                 buf.values[t].copy_(value)
@@ -296,9 +295,8 @@ class Trainer:
                 buf.truncated[t].copy_(store["truncated"])
                 buf.rewards[t].copy_(g.gather(store["reward"]))
                 if self.env.definition.max_steps < 2**31 - 1:  # an env without a time limit never truncates
-                    with self.autocast():
-                        final = self._values(g, model, self._obs(g, store["final_obs"]), final_state)
-                    buf.final_values[t].copy_(final.float() * truncated_only.unsqueeze(1))
+                    final = self._values(g, model, self._obs(g, store["final_obs"]), final_state)
+                    buf.final_values[t].copy_(final * truncated_only.unsqueeze(1))
                 self._track_returns(g, done)
         if self.active is not None:
             for g in self.groups:
@@ -307,14 +305,13 @@ class Trainer:
     def _learn(self, g):
         model, buf = self.models[g.name], self.buffers[g.name]
         store = self.env.store
-        with torch.no_grad(), self.autocast():
-            state = self._joint_obs(store["obs"]) if g.name in self.central else None
-            next_value = self._values(g, model, self._obs(g, store["obs"]), state).float()
         with torch.no_grad():
-            gae(buf, next_value, self.config.gamma, self.config.gae_lambda)
+            state = self._joint_obs(store["obs"]) if g.name in self.central else None
+            next_value = self._values(g, model, self._obs(g, store["obs"]), state)
+            gae(buf, next_value, self.config.gamma, self.config.gae_lambda, self._advantages)
         ON_POLICY[self.algorithm].update(model, self.optimizers[g.name], buf.batch(), self.config, sync=self.sync,
                                          chunk_size=self.chunk_size[g.name], generator=self.generator,
-                                         autocast=self.autocast, stats=self.stat_sums[g.name])
+                                         autocast=self.autocast, stats=self.stat_sums[g.name], loss_fn=self._loss)
 
     def _on_policy_iteration(self):
         with torch.no_grad():

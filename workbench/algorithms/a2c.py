@@ -39,9 +39,10 @@ def loss(model, batch: dict, config, count):
 
 
 def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int, generator=None,
-           autocast=None, stats: dict) -> dict:
+           autocast=None, stats: dict, loss_fn=None) -> dict:
     """One optimiser step on the whole batch (B samples), accumulated over chunks.
     `stats` (device scalars, STATS) is added to and returned."""
+    loss_fn = loss_fn or loss
     mask = batch["mask"]
     count = mask.sum().clamp_min(1)
     adv = batch["advantages"]
@@ -54,7 +55,7 @@ def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int
         chunk = batch.take(part)
         chunk["advantages"] = adv[part]
         with autocast():
-            chunk_loss, chunk_stats = loss(model, chunk, config, count)
+            chunk_loss, chunk_stats = loss_fn(model, chunk, config, count)
         chunk_loss.backward()
         for k, value in chunk_stats.items():
             stats[k] += value

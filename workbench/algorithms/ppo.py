@@ -58,13 +58,14 @@ def loss(model, mb: dict, config, count):
 
 
 def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int, generator=None,
-           autocast=None, stats: dict) -> dict:
+           autocast=None, stats: dict, loss_fn=None) -> dict:
     """update_epochs passes of num_minibatches optimiser steps over `batch` (B samples).
 
     `stats` (device scalars, STATS) receives the means over the minibatches (added to, so the
     caller can sum several iterations). Returns `stats`.
     """
     B = batch.size
+    loss_fn = loss_fn or loss
     mb_size = B // config.num_minibatches
     device = batch["values"].device
     local = {k: torch.zeros((), device=device) for k in STATS}
@@ -85,7 +86,7 @@ def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int
                 mb = batch.take(idx[part])
                 mb["advantages"] = adv[part]
                 with autocast():
-                    chunk_loss, chunk_stats = loss(model, mb, config, count)
+                    chunk_loss, chunk_stats = loss_fn(model, mb, config, count)
                 chunk_loss.backward()
                 for k, value in chunk_stats.items():
                     local[k] += value

@@ -1,0 +1,51 @@
+"""torch.compile where it measurably helps: the learner's loss (forward and backward), the
+rollout's policy step and GAE, on GPU targets. Each fuses dozens of small elementwise kernels
+into a few; the first call compiles (during the eager first iteration, before the CUDA graph is
+captured), later calls, and the graph's replays, run the fused kernels. A function that fails to
+compile runs eagerly from then on, after a one-line warning naming why.
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+
+class MaybeCompiled:
+    """`fn`, compiled with torch.compile when `enabled`, falling back to `fn` if compiling fails."""
+
+    def __init__(self, fn, enabled: bool, name: str):
+        self.fn, self.name = fn, name
+        self.compiled = torch.compile(fn, dynamic=False) if enabled else None
+
+    def __call__(self, *args, **kwargs):
+        if self.compiled is not None:
+            try:
+                return self.compiled(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - any compiler failure: run the same function eagerly
+                warnings.warn(f"torch.compile of {self.name} failed ({type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0][:160] if str(exc) else ''}); it runs eagerly", stacklevel=2)
+                self.compiled = None
+        return self.fn(*args, **kwargs)
+
+
+def policy_step(model, head, obs, state, noise, central: bool):
+    """One policy step for a group: obs [N, O] (state [E, S] for a centralised critic), noise [N, D]
+    -> actions [N, ...], log pi(a|s) [N], values ([N] or [E, n])."""
+    if central:
+        out, value = model.actor(obs), model.values(state)
+    else:
+        out, value = model(obs)
+    out = out.float()
+    log_std = getattr(model, "log_std", None)
+    actions = head.sample(out, log_std, noise)
+    logp, _ = head.log_prob_entropy(out, log_std, actions)
+    return actions, logp, value.float()
+
+
+def value_step(model, obs, state, central: bool):
+    """V of obs [N, O] (or of the joint state [E, S]) as float32."""
+    if central:
+        return model.values(state).float()
+    value = model.value(obs) if hasattr(model, "value") else model(obs)[1]
+    return value.float()
