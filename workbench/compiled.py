@@ -11,6 +11,9 @@ import warnings
 import torch
 
 
+warnings.filterwarnings("ignore", message=r"\s*Online softmax is disabled", category=UserWarning)
+
+
 class MaybeCompiled:
     """`fn`, compiled with torch.compile when `enabled`, falling back to `fn` if compiling fails."""
 
