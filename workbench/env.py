@@ -244,10 +244,11 @@ class Env:
         from .interop.pettingzoo import as_pettingzoo
         return as_pettingzoo(self, replica)
 
-    def as_torchrl(self):
-        """A TorchRL EnvBase over all replicas, TensorDicts [E, A, ...] on the env's device."""
+    def as_torchrl(self, group_map: str = "agents"):
+        """A TorchRL EnvBase over all replicas, TensorDicts [E, A, ...] on the env's device
+        (group_map "agents": one group; "policies": the env's agent groups)."""
         from .interop.torchrl import TorchRLEnv
-        return TorchRLEnv(self)
+        return TorchRLEnv(self, group_map=group_map)
 
     def __repr__(self):
         return (f"Env({self.name!r}, num_envs={self.num_envs}, num_agents={self.num_agents}, "
