@@ -42,6 +42,7 @@ class RunConfig:
     cuda_graph: bool = _f(True, "Capture the rollout in a CUDA graph on GPU targets.")
     checkpoint_every: int = _f(0, "Save a checkpoint every this many iterations into run_dir (0: only at the end).")
     run_dir: str = _f(None, "Folder for metrics.csv, the learning curve, checkpoints (None: no files).")
+    logger: str = _f("csv", "Experiment logger besides metrics.csv: csv (none), tensorboard or wandb (offline without a key).")
 
 
 @dataclass(frozen=True)
