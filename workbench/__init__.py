@@ -56,12 +56,18 @@ def check_env(name_or_env, targets=None, **kwargs):
     return _check(name_or_env, targets=targets, **kwargs)
 
 
+def replay(run_or_checkpoint, **kwargs):
+    """A run's trained policy playing one episode, as an Animation; see workbench.runs.replay."""
+    from .runs import replay as _replay
+    return _replay(run_or_checkpoint, **kwargs)
+
+
 def load_ipython_extension(ipython):
     from .magic import load_ipython_extension as _load
     _load(ipython)
 
 
-__all__ = ["A2CConfig", "DDPGConfig", "PPOConfig", "Trainer", "TrainResult", "make_trainer", "make", "check_env", "Env", "register", "env_names", "available_targets", "best_target", "Box",
+__all__ = ["A2CConfig", "DDPGConfig", "PPOConfig", "Trainer", "TrainResult", "make_trainer", "make", "check_env", "replay", "Env", "register", "env_names", "available_targets", "best_target", "Box",
            "Discrete", "MultiDiscrete", "per_env", "per_agent", "ActionError", "ConsistencyError",
            "EnvCompileError", "EnvDefinitionError", "NonFiniteError", "TargetUnavailableError",
            "UnknownEnvError", "WorkbenchError"]

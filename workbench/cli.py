@@ -43,27 +43,6 @@ def resolve_config(name_or_path: str) -> Path:
     raise ConfigError(f"no config file {name_or_path!r}; shipped configs: {names}")
 
 
-class ProgressPrinter:
-    """The CLI's training callback: one progress line per metrics pull."""
-
-    def __init__(self, total_steps: int, stream=sys.stdout):
-        self.total = total_steps
-        self.stream = stream
-        self.start = time.perf_counter()
-
-    def __call__(self, iteration, metrics):
-        frac = min(1.0, metrics["env_steps"] / self.total)
-        bar = "#" * int(frac * 24) + "-" * (24 - int(frac * 24))
-        elapsed = time.perf_counter() - self.start
-        eta = elapsed / frac - elapsed if frac > 0 else float("nan")
-        rets = " ".join(f"{k.split('/', 1)[1]}={v:8.2f}" for k, v in metrics.items()
-                        if k.startswith("return/") and not math.isnan(v))
-        print(f"[{bar}] {100 * frac:5.1f}% it {iteration:5d}  {metrics['env_steps'] / 1e6:8.3f} M steps  "
-              f"{metrics['env_steps_per_s'] / 1e6:7.3f} M/s  ETA {eta:6.0f} s  return {rets}",
-              file=self.stream, flush=True)
-        return True
-
-
 def _overrides(args) -> dict:
     from .config import ALGORITHMS, describe
     values = {}
@@ -103,6 +82,7 @@ def _with_changes(config, changes: dict):
 def run_training(config, *, resume=None, progress=True, policies=None):
     """Train per `config`, writing its run folder; returns (trainer, result)."""
     from . import config as cfg
+    from .loggers import compose, make_logger
     from .report import plot_learning_curve
     from .trainer import make_trainer
 
@@ -118,8 +98,12 @@ def run_training(config, *, resume=None, progress=True, policies=None):
     say = print if trainer.is_main else (lambda *a, **k: None)
     say(f"training {config.env} with {config.algorithm.upper()} on target '{trainer.env.target.name}' "
           f"({config.num_envs} replicas x {trainer.env.num_agents} agents; env compiled in {compile_s:.1f} s)")
-    callback = ProgressPrinter(config.total_env_steps) if progress and trainer.is_main else None
-    result = trainer.train(callback=callback)
+    logger = make_logger(config, run_dir) if trainer.is_main else None
+    try:
+        result = trainer.train(callback=compose(logger), progress=progress and trainer.is_main)
+    finally:
+        if logger is not None:
+            logger.close(trainer.history[-1] if trainer.history else None)
     say(f"stopped by {result.stopped_by} after {result.iterations} iterations, {result.env_steps / 1e6:.2f} M "
           f"env-steps, {result.wall_time_s:.1f} s of training (compile {compile_s:.1f} s apart); "
           f"mean return {result.metrics.get('mean_return', float('nan')):.2f}")
@@ -131,17 +115,33 @@ def run_training(config, *, resume=None, progress=True, policies=None):
 
 def cmd_train(args) -> int:
     from . import config as cfg
-    config = cfg.load_yaml(resolve_config(args.config))
+    from .runs import default_run_dir, resume_config
+    if args.config is None and not args.resume:
+        from .config import ConfigError
+        raise ConfigError("train needs a config (a file or a shipped name), or --resume RUN_DIR")
+    config = cfg.load_yaml(resolve_config(args.config)) if args.config else None
+    checkpoint = None
+    if args.resume:
+        config, checkpoint = resume_config(args.resume, requested=config)
     changes = _overrides(args)
-    if args.run_dir:
+    if args.resume:
+        for key in ("env", "algorithm", "num_envs", "env_params"):
+            if key in changes and changes[key] != getattr(config, key):
+                from .runs import ResumeError
+                raise ResumeError(f"--resume continues {config.run_dir!r} as trained; {key} cannot change "
+                                  f"({getattr(config, key)!r} -> {changes[key]!r})")
+    elif args.run_dir:
         changes["run_dir"] = args.run_dir
     elif not config.run_dir:
-        changes["run_dir"] = f"runs/{config.env}-{config.algorithm}-{time.strftime('%Y%m%d-%H%M%S')}"
+        changes["run_dir"] = default_run_dir(config)
     config = _with_changes(config, changes)
     if args.auto_scale:
+        if args.resume:
+            from .runs import ResumeError
+            raise ResumeError("--auto-scale changes num_envs, which a resumed run keeps; drop one of the two")
         from .autoscale import auto_scale
         config, _report = auto_scale(config)
-    _trainer, result = run_training(config, resume=args.resume)
+    _trainer, result = run_training(config, resume=checkpoint)
     return exit_code(result, config)
 
 
@@ -281,9 +281,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--run-dir", default=None)
     demo.set_defaults(func=cmd_demo)
     train = sub.add_parser("train", help="train from a config file or a shipped config name")
-    train.add_argument("config")
-    train.add_argument("--run-dir", default=None)
-    train.add_argument("--resume", default=None, help="checkpoint to resume from")
+    train.add_argument("config", nargs="?", default=None, help="config file or shipped config name "
+                       "(optional with --resume)")
+    train.add_argument("--run-dir", default=None, help="run folder (default: runs/<env>-<date>)")
+    train.add_argument("--resume", default=None, metavar="RUN_DIR",
+                       help="continue this run folder (its config and checkpoint.pt) to its budget, appending to "
+                            "its metrics.csv")
     train.add_argument("--auto-scale", action="store_true",
                        help="size num_envs to this device by measurement (GPU: free memory; CPU: throughput)")
     _add_config_options(train)

@@ -66,6 +66,7 @@ class RunConfig:
     progress: bool = _f(False, "Show a progress bar with env-steps/s and an ETA while training.")
     checkpoint_every: int = _f(0, "Save a checkpoint every this many iterations into run_dir (0: only at the end).")
     run_dir: str = _f(None, "Folder for metrics.csv, the learning curve, checkpoints (None: no files).")
+    logger: str = _f("csv", "Experiment logger besides metrics.csv: csv (none), tensorboard or wandb (offline without a key).")
 
     def __post_init__(self):
         """Every config, however built, has a known algorithm, typed fields and sane ranges."""

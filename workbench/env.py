@@ -233,6 +233,28 @@ class Env:
             raise WorkbenchError("nothing is being recorded; call env.record(replicas=[...]) first")
         return self.recorder.pull()
 
+    # -- other ecosystems' APIs (workbench/interop; imported on first use) ----------------
+    def as_gymnasium(self, flatten_agents: bool = False):
+        """All replicas as a gymnasium.vector.VectorEnv (SAME_STEP autoreset)."""
+        from .interop.gymnasium import GymnasiumVectorEnv
+        return GymnasiumVectorEnv(self, flatten_agents=flatten_agents)
+
+    def as_sb3(self):
+        """All replicas as a Stable-Baselines3 VecEnv (single-agent envs)."""
+        from .interop.sb3 import SB3VecEnv
+        return SB3VecEnv(self)
+
+    def as_pettingzoo(self, replica: int | None = None):
+        """A PettingZoo ParallelEnv over replica `replica`, or (None) a batched one over all replicas."""
+        from .interop.pettingzoo import as_pettingzoo
+        return as_pettingzoo(self, replica)
+
+    def as_torchrl(self, group_map: str = "agents"):
+        """A TorchRL EnvBase over all replicas, TensorDicts [E, A, ...] on the env's device
+        (group_map "agents": one group; "policies": the env's agent groups)."""
+        from .interop.torchrl import TorchRLEnv
+        return TorchRLEnv(self, group_map=group_map)
+
     def __repr__(self):
         return (f"Env({self.name!r}, num_envs={self.num_envs}, num_agents={self.num_agents}, "
                 f"target={self.target.name!r}, obs={self.obs_shape}, action={self.action_space})")

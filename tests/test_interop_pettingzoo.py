@@ -1,0 +1,72 @@
+"""env.as_pettingzoo(): PettingZoo's own parallel API test, and the same steps as the project's API."""
+import numpy as np
+import pytest
+import torch
+
+import workbench as wb
+from workbench.interop import AdapterError
+
+pytest.importorskip("pettingzoo")
+from pettingzoo.test import parallel_api_test  # noqa: E402
+
+from test_tag import SMALL as TAG_SMALL  # noqa: E402  (test_tag's small Tag: a full run compiles it once)
+
+
+@pytest.fixture(scope="module")
+def tag():
+    return wb.make("tag_continuous", num_envs=3, target="cpu", seed=5, **TAG_SMALL)
+
+
+def test_parallel_api_test_passes(tag):
+    par = tag.as_pettingzoo(replica=1)
+    assert par.possible_agents[:3] == ["taggers_0", "taggers_1", "runners_0"]
+    parallel_api_test(par, num_cycles=50)
+
+
+def test_single_agent_env_passes_too():
+    parallel_api_test(wb.make("cartpole", num_envs=2, target="cpu").as_pettingzoo(replica=0), num_cycles=600)
+
+
+def test_one_replica_follows_the_project_api(tag):
+    par = tag.as_pettingzoo(replica=2)
+    native = wb.make("tag_continuous", num_envs=3, target="cpu", seed=5, **TAG_SMALL)
+    obs, _ = par.reset(seed=11)
+    native_obs = native.reset(seed=11)
+    for name, i in zip(par.possible_agents, range(native.num_agents)):
+        np.testing.assert_array_equal(obs[name], native_obs[2, i].numpy())
+    ended = False
+    while not ended:
+        actions = {name: par.action_space(name).sample() for name in par.agents}
+        native.store["action"].copy_(tag.store["action"])
+        native.store["action"][2] = torch.as_tensor(np.stack([actions[n] for n in par.possible_agents]))
+        obs, rewards, term, trunc, infos = par.step(actions)
+        n_obs, n_reward, n_done, n_info = native.step(native.store["action"])
+        ended = bool(n_done[2])
+        source = n_info["final_obs"] if ended else n_obs
+        for name, i in zip(par.possible_agents, range(native.num_agents)):
+            np.testing.assert_array_equal(obs[name], source[2, i].numpy())
+            assert rewards[name] == float(n_reward[2, i])
+            assert term[name] == bool(n_info["terminated"][2]) and trunc[name] == bool(n_info["truncated"][2])
+    assert par.agents == [] and infos["runners_0"]["episode_length"] == TAG_SMALL["episode_length"]
+    with pytest.raises(AdapterError, match="reset"):
+        par.step({})
+
+
+def test_batched_form_is_views_of_the_device_tensors(tag):
+    batched = tag.as_pettingzoo()
+    obs, _ = batched.reset(seed=3)
+    assert set(obs) == set(batched.possible_agents) and obs["runners_5"].shape == (3,) + tag.obs_shape
+    assert obs["runners_5"].data_ptr() == tag.store["obs"][:, 7].data_ptr()
+    actions = {name: torch.randint(0, 10, (3, 2), dtype=torch.int32) for name in batched.possible_agents}
+    for _ in range(TAG_SMALL["episode_length"]):
+        obs, rewards, term, trunc, infos = batched.step(actions)
+    assert bool(trunc["taggers_0"].all()) and torch.equal(rewards["taggers_1"], tag.store["reward"][:, 1])
+    assert torch.equal(tag.store["action"][:, 4], actions["runners_2"])
+    assert torch.equal(infos["runners_0"]["final_obs"], tag.info["final_obs"][:, 2])
+
+
+def test_bad_replica_and_agent_names(tag):
+    with pytest.raises(AdapterError, match=r"replica must be in \[0, 3\)"):
+        tag.as_pettingzoo(replica=3)
+    with pytest.raises(AdapterError, match="no agent named 'runner_0'"):
+        tag.as_pettingzoo(replica=0).action_space("runner_0")

@@ -1,0 +1,67 @@
+"""--logger: TensorBoard event files read back hold the metrics.csv names and values and the
+hyperparameters; wandb writes an offline run without a key; bad names and missing extras are named."""
+import csv
+import sys
+
+import pytest
+
+from workbench import cli
+from workbench import config as cfg
+from workbench.config import ConfigError
+from workbench.extras import MissingExtraError
+from workbench.loggers import compose, make_logger
+
+SMALL = ["--set", "env=cartpole", "--target", "cpu", "--num-envs", "8", "--rollout-length", "8",
+         "--total-env-steps", "192", "--set", "update_epochs=1", "--set", "hidden_sizes=[8]"]
+
+
+def _csv(run_dir):
+    with open(run_dir / "metrics.csv") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_tensorboard_event_file_holds_the_csv_metrics_and_hparams(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    run = tmp_path / "tb"
+    assert cli.main(["train", "cartpole", "--run-dir", str(run), "--logger", "tensorboard", *SMALL]) == 0
+    rows = _csv(run)
+    events = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0, "tensors": 0})
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    numeric = [k for k, v in rows[0].items() if k != "nonfinite"]
+    assert set(numeric) <= tags, set(numeric) - tags
+    returns = events.Scalars("return/shared")
+    assert [e.step for e in returns] == [int(r["env_steps"]) for r in rows]
+    assert [e.value for e in returns] == pytest.approx([float(r["return/shared"]) for r in rows], nan_ok=True)
+    assert "config/text_summary" in events.Tags()["tensors"]
+    plugins = events.PluginTagToContent("hparams")
+    assert "_hparams_/session_start_info" in plugins
+    assert b"rollout_length" in plugins["_hparams_/session_start_info"]
+
+
+def test_wandb_runs_offline_without_a_key(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run = tmp_path / "wb"
+    assert cli.main(["train", "cartpole", "--run-dir", str(run), "--logger", "wandb", *SMALL]) == 0
+    offline = list((run / "wandb").glob("offline-run-*"))
+    assert offline and list(offline[0].glob("*.wandb")), "an offline run file to sync later"
+
+
+def test_bad_logger_and_missing_extra_are_named(tmp_path, monkeypatch):
+    config = cfg.from_dict({"env": "cartpole", "run_dir": str(tmp_path), "logger": "mlflow"})
+    with pytest.raises(ConfigError, match=r"logger must be one of \['csv', 'tensorboard', 'wandb'\]"):
+        make_logger(config)
+    with pytest.raises(ConfigError, match="set run_dir"):
+        make_logger(cfg.replace(config, logger="tensorboard", run_dir=None))
+    monkeypatch.setitem(sys.modules, "wandb", None)
+    with pytest.raises(MissingExtraError, match=r'pip install "warp-workbench\[wandb\]"'):
+        make_logger(cfg.replace(config, logger="wandb"))
+
+
+def test_compose_stops_when_any_callback_says_false():
+    seen = []
+    both = compose(lambda i, m: seen.append(i), None, lambda i, m: i < 2)
+    assert both(1, {}) is True and both(2, {}) is False and seen == [1, 2]

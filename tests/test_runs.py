@@ -1,0 +1,97 @@
+"""Run folders: resume continues a run to the same parameters as an uninterrupted one; bad resumes name
+what is missing; replay turns a run folder into an animation and an mp4; the default run folder name."""
+import csv
+import re
+
+import pytest
+import torch
+
+import workbench as wb
+from workbench import cli
+from workbench import config as cfg
+from workbench.runs import ResumeError, default_run_dir, load_policy, resume_config
+from workbench.trainer import make_trainer
+
+E, T = 8, 8
+SMALL = dict(env="cartpole", target="cpu", num_envs=E, rollout_length=T, total_env_steps=4 * E * T,
+             update_epochs=2, num_minibatches=2, hidden_sizes=[16, 16], seed=4, normalize_obs=True)
+
+
+def _config(run_dir):
+    return cfg.from_dict({**SMALL, "run_dir": str(run_dir)})
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Run 'split': 2 iterations, then `train --resume` for the other 2; run 'whole': 4 at once."""
+    root = tmp_path_factory.mktemp("runs")
+    split, whole = root / "split", root / "whole"
+    config = _config(split)
+    split.mkdir()
+    cfg.save_yaml(config, split / "config.yaml")
+    first = make_trainer(config)
+    first.train(num_iterations=2)
+    assert first.iteration == 2 and (split / "checkpoint.pt").is_file()
+    assert cli.main(["train", "--resume", str(split)]) == 0
+    uninterrupted = make_trainer(_config(whole))
+    uninterrupted.train()
+    return split, whole, uninterrupted
+
+
+def test_resume_equals_an_uninterrupted_run(runs):
+    split, _, uninterrupted = runs
+    resumed = load_policy(split, num_envs=E)
+    payload = torch.load(split / "checkpoint.pt", weights_only=False)
+    assert payload["iteration"] == 4 and payload["env_steps"] == 4 * E * T
+    for name, state in payload["models"].items():
+        for key, value in uninterrupted.models[name].state_dict().items():
+            assert torch.equal(state[key], value), f"{name}.{key} differs after resume"
+    for key, value in uninterrupted.norms["shared"].state_dict().items():
+        assert torch.equal(torch.as_tensor(payload["norms"]["shared"][key]), torch.as_tensor(value))
+    assert resumed.iteration == 4
+    for key, value in uninterrupted.models["shared"].state_dict().items():
+        assert torch.equal(resumed.models["shared"].state_dict()[key], value)
+
+
+def test_resume_appends_to_the_same_metrics_csv(runs):
+    split, whole, _ = runs
+    with open(split / "metrics.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [int(r["iteration"]) for r in rows] == [1, 2, 3, 4]
+    with open(whole / "metrics.csv") as fh:
+        reference = list(csv.DictReader(fh))
+    assert [r["return/shared"] for r in rows] == [r["return/shared"] for r in reference]
+
+
+def test_resume_errors_name_what_is_missing(runs, tmp_path, capsys):
+    split, _, _ = runs
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert cli.main(["train", "--resume", str(empty)]) == 2
+    assert "has no checkpoint.pt" in capsys.readouterr().err
+    with pytest.raises(ResumeError, match=r"env='pendulum'.*trained env='cartpole'"):
+        cli.cmd_train(cli.build_parser().parse_args(["train", "pendulum", "--resume", str(split)]))
+    with pytest.raises(ResumeError, match="algorithm='a2c'"):
+        a2c = {k: v for k, v in SMALL.items() if k not in ("update_epochs", "num_minibatches")}
+        resume_config(split, requested=cfg.from_dict({**a2c, "algorithm": "a2c"}))
+    assert cli.main(["train", "--resume", str(split), "--num-envs", "16"]) == 2
+    assert "num_envs cannot change" in capsys.readouterr().err
+
+
+def test_replay_returns_an_animation_and_writes_mp4(runs, tmp_path):
+    split, _, _ = runs
+    animation = wb.replay(split, max_steps=12, mp4=tmp_path / "policy.mp4", dpi=40)
+    assert "<img" in animation.to_html() or "data:image/png" in animation.to_html()
+    assert 1 <= animation.total_steps <= 12
+    assert (tmp_path / "policy.mp4").stat().st_size > 0
+    with pytest.raises(ResumeError, match="no checkpoint.pt"):
+        wb.replay(tmp_path)
+
+
+def test_default_run_dir_names_env_and_time(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = cfg.from_dict(SMALL)
+    first = default_run_dir(config)
+    assert re.fullmatch(r"runs/cartpole-\d{8}-\d{6}", first)
+    (tmp_path / first).mkdir(parents=True)
+    assert default_run_dir(config).startswith(first + "-")

@@ -1,0 +1,156 @@
+"""`env.as_pettingzoo(replica=i)`: one replica as a PettingZoo ParallelEnv; `replica=None`: the same
+dict-of-agents API over all replicas at once, with device tensors [E, ...] as values.
+
+Agents are named from the env's AGENT_GROUPS (taggers_0, runners_3, ...), else agent_<id>. Every
+agent lives until its replica's episode ends (terminated or truncated for all at once).
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+
+from ..extras import require
+from . import AdapterError
+from .spaces import agent_names, gymnasium_space
+
+require("pettingzoo", "pettingzoo", "env.as_pettingzoo()")
+from pettingzoo import ParallelEnv  # noqa: E402
+
+
+def as_pettingzoo(env, replica: int | None = None):
+    if replica is None:
+        return BatchedParallelEnv(env)
+    return ReplicaParallelEnv(env, replica)
+
+
+class _Agents:
+    """Names, spaces and the action writer both forms share."""
+
+    def _setup(self, env):
+        self.env = env
+        self.possible_agents = agent_names(env)
+        self._ids = {name: i for i, name in enumerate(self.possible_agents)}
+        self._obs_space = gymnasium_space(env.observation_space)
+        self._act_space = gymnasium_space(env.action_space)
+        self._action = env.store["action"]
+        self.metadata = {"name": f"workbench_{env.name}", "render_modes": [], "is_parallelizable": True}
+        self.render_mode = None
+
+    @functools.lru_cache(maxsize=None)
+    def observation_space(self, agent):
+        """The same space object for every agent (all agents of an env share their spaces)."""
+        self._check_agent(agent)
+        return self._obs_space
+
+    @functools.lru_cache(maxsize=None)
+    def action_space(self, agent):
+        self._check_agent(agent)
+        return self._act_space
+
+    def _check_agent(self, agent):
+        if agent not in self._ids:
+            raise AdapterError(f"no agent named {agent!r} in '{self.env.name}'; agents: "
+                               f"{self.possible_agents[:4]}{' ...' if len(self.possible_agents) > 4 else ''}")
+
+    @property
+    def num_agents(self) -> int:
+        return len(self.agents)
+
+    @property
+    def max_num_agents(self) -> int:
+        return len(self.possible_agents)
+
+    def close(self):
+        pass
+
+
+class ReplicaParallelEnv(_Agents, ParallelEnv):
+    """One replica: obs {agent: [*O] float32}, rewards {agent: float}, flags {agent: bool}.
+
+    The env steps all its replicas together; the others keep the actions in their action arrays
+    (make the env with num_envs=1 for a plain single-game env).
+    """
+
+    def __init__(self, env, replica: int):
+        if not 0 <= int(replica) < env.num_envs:
+            raise AdapterError(f"replica must be in [0, {env.num_envs}) for this env of {env.num_envs} replicas, "
+                               f"got {replica}")
+        self._setup(env)
+        self.replica = int(replica)
+        self.agents = []
+
+    def _obs(self, tensor):
+        rows = tensor[self.replica].cpu().numpy()
+        return {name: rows[i].copy() for name, i in self._ids.items()}
+
+    def reset(self, seed: int | None = None, options: dict | None = None):
+        if seed is not None:
+            self._act_space.seed(int(seed))
+        obs = self.env.reset(seed=seed)
+        self.agents = list(self.possible_agents)
+        return self._obs(obs), {name: {} for name in self.agents}
+
+    def step(self, actions: dict):
+        if not self.agents:
+            raise AdapterError("the episode has ended (no agents left); call reset() before step()")
+        unknown = set(actions) - set(self.agents)
+        if unknown:
+            raise AdapterError(f"actions for agents not in the game: {sorted(unknown)[:4]}")
+        row = self._action[self.replica]
+        for name, action in actions.items():
+            row[self._ids[name]] = torch.as_tensor(np.asarray(action), dtype=row.dtype)
+        obs, reward, done, info = self.env.step(self._action)
+        r = self.replica
+        ended = bool(done[r])
+        observations = self._obs(info["final_obs"] if ended else obs)
+        rewards = reward[r].cpu().numpy()
+        term, trunc = bool(info["terminated"][r]), bool(info["truncated"][r])
+        infos = {name: {} for name in self.agents}
+        if ended:
+            returns = info["episode_return"][r].cpu().numpy()
+            length = int(info["episode_length"][r])
+            infos = {name: {"episode_return": float(returns[self._ids[name]]), "episode_length": length}
+                     for name in self.agents}
+        out = (observations, {name: float(rewards[self._ids[name]]) for name in self.agents},
+               {name: term for name in self.agents}, {name: trunc for name in self.agents}, infos)
+        if ended:
+            self.agents = []
+        return out
+
+    def state(self) -> np.ndarray:
+        """Every agent's observation of this replica, concatenated: [A * O]."""
+        return self.env.store["obs"][self.replica].reshape(-1).cpu().numpy().copy()
+
+
+class BatchedParallelEnv(_Agents):
+    """All replicas, PettingZoo's parallel API with batched values, nothing copied to the host:
+    obs {agent: [E, *O]}, rewards {agent: [E]}, terminations/truncations {agent: [E] bool},
+    infos {agent: {"final_obs": [E, *O]}} (rows valid where the replica ended; it was reset in the
+    same step). Values are views of the env's tensors, rewritten by the next step (clone what you keep).
+    Actions {agent: [E] or [E, n]} for any subset of agents; the others keep their previous actions.
+    """
+
+    def __init__(self, env):
+        self._setup(env)
+        self.agents = list(self.possible_agents)
+        self.num_envs = env.num_envs
+
+    def _split(self, tensor):
+        return {name: tensor[:, i] for name, i in self._ids.items()}
+
+    def reset(self, seed: int | None = None, options: dict | None = None):
+        obs = self.env.reset(seed=seed)
+        return self._split(obs), {name: {} for name in self.agents}
+
+    def step(self, actions: dict):
+        for name, action in actions.items():
+            self._check_agent(name)
+            self._action[:, self._ids[name]].copy_(action)
+        obs, reward, done, info = self.env.step(self._action)
+        term, trunc = info["terminated"], info["truncated"]
+        final = info["final_obs"]
+        return (self._split(obs), self._split(reward), dict.fromkeys(self.agents, term),
+                dict.fromkeys(self.agents, trunc),
+                {name: {"final_obs": final[:, i], "done": done} for name, i in self._ids.items()})

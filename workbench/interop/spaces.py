@@ -1,0 +1,36 @@
+"""The project's spaces as Gymnasium spaces, and agent names for dict-keyed APIs."""
+from __future__ import annotations
+
+import types
+
+import numpy as np
+
+from ..envdef import Box, Discrete, MultiDiscrete
+from ..extras import require
+
+
+def gymnasium_space(space, seed: int | None = None):
+    """Discrete, MultiDiscrete or Box (float32) as the gymnasium.spaces equivalent."""
+    spaces = require("gymnasium.spaces", "gymnasium", "Gymnasium spaces")
+    if isinstance(space, Discrete):
+        return spaces.Discrete(int(space.n), seed=seed)
+    if isinstance(space, MultiDiscrete):
+        return spaces.MultiDiscrete(np.asarray(space.nvec, dtype=np.int64), seed=seed)
+    if isinstance(space, Box):
+        shape = tuple(space.shape)
+        low = np.broadcast_to(np.asarray(space.low, dtype=np.float32), shape).copy()
+        high = np.broadcast_to(np.asarray(space.high, dtype=np.float32), shape).copy()
+        return spaces.Box(low, high, shape, dtype=np.float32, seed=seed)
+    raise TypeError(f"no Gymnasium equivalent of {space!r}")
+
+
+def agent_names(env) -> list:
+    """One name per agent id: '<group>_<k>' from the env's AGENT_GROUPS (taggers_0, runners_3, ...),
+    else 'agent_<id>'."""
+    groups_fn = env.definition.namespace.get("AGENT_GROUPS")
+    names = [f"agent_{i}" for i in range(env.num_agents)]
+    if groups_fn is not None:
+        for group, ids in groups_fn(types.SimpleNamespace(**env.definition.params)).items():
+            for k, i in enumerate(ids):
+                names[int(i)] = f"{group}_{k}"
+    return names
