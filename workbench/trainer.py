@@ -302,24 +302,41 @@ class Trainer:
             for g in self.groups:
                 self.buffers[g.name].mask[self.T].copy_(g.gather(store[self.active]) != 0)
 
-    def _learn(self, g):
+    def _advantages_of(self, g):
+        """GAE of group g's rollout, written into its buffer's advantages and returns."""
         model, buf = self.models[g.name], self.buffers[g.name]
         store = self.env.store
         with torch.no_grad():
             state = self._joint_obs(store["obs"]) if g.name in self.central else None
             next_value = self._values(g, model, self._obs(g, store["obs"]), state)
             gae(buf, next_value, self.config.gamma, self.config.gae_lambda, self._advantages)
-        ON_POLICY[self.algorithm].update(model, self.optimizers[g.name], buf.batch(), self.config, sync=self.sync,
-                                         chunk_size=self.chunk_size[g.name], generator=self.generator,
-                                         autocast=self.autocast, stats=self.stat_sums[g.name], loss_fn=self._loss)
 
     def _on_policy_iteration(self):
         with torch.no_grad():
             self._collect()
         for g in self.groups:
-            self._learn(g)
+            self._advantages_of(g)
+            ON_POLICY[self.algorithm].update(
+                self.models[g.name], self.optimizers[g.name], self.buffers[g.name].batch(), self.config,
+                sync=self.sync, chunk_size=self.chunk_size[g.name], generator=self.generator, autocast=self.autocast,
+                stats=self.stat_sums[g.name], loss_fn=self._loss)
         for norm in self.norms.values():
             norm.commit(self.sync)
+
+    def rollout_batches(self) -> dict:
+        """One rollout and its advantages, without an update: {policy: Batch of B = T * E * n samples}
+        (for training loops outside this trainer, e.g. the Lightning module). The batches are views of
+        the rollout buffers, rewritten by the next call."""
+        if self.algorithm not in ON_POLICY:
+            raise WorkbenchError("rollout_batches serves PPO and A2C; DDPG learns from its replay buffer")
+        with torch.no_grad():
+            self._collect()
+        for g in self.groups:
+            self._advantages_of(g)
+        for norm in self.norms.values():
+            norm.commit(self.sync)
+        self.env_steps += self.steps_per_iteration
+        return {g.name: self.buffers[g.name].batch() for g in self.groups}
 
     # -- DDPG: exploration rollout into the replay buffer, then gradient steps --------------
     def _collect_ddpg(self, learning: bool):
