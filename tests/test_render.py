@@ -345,6 +345,7 @@ def draw(frame, ax):
         ax.set_xlim(-1, frame["params"].side + 1)
         ax.set_ylim(-1, 1)
         ax.plot([frame["params"].side], [0], "*", color="tab:green", ms=14)
+        return
     ax.plot(frame["px"], frame["py"], "s", color="black")
 '''
 
