@@ -9,6 +9,13 @@ from workbench.rng import uniform_range
 
 PARAMS = dict(gravity=9.8, masscart=1.0, masspole=0.1, length=0.5, force_mag=10.0, tau=0.02,
               theta_threshold=12 * 2 * math.pi / 360, x_threshold=2.4, max_steps=500)
+PARAM_DOCS = dict(
+    gravity="Gravitational acceleration (m/s^2).", masscart="Mass of the cart (kg).",
+    masspole="Mass of the pole (kg).", length="Half the pole's length (m).",
+    force_mag="Force of a push, left or right (N).", tau="Seconds per step (Euler integration).",
+    theta_threshold="Pole angle (rad) past which the episode terminates.",
+    x_threshold="Cart position past which the episode terminates.", max_steps="Steps before truncation.",
+)
 
 NUM_AGENTS = 1
 MAX_STEPS = "max_steps"

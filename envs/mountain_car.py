@@ -14,6 +14,13 @@ from workbench.rng import uniform_range
 
 PARAMS = dict(min_position=-1.2, max_position=0.6, max_speed=0.07, goal_position=0.5, goal_velocity=0.0,
               force=0.001, gravity=0.0025, reset_low=-0.6, reset_high=-0.4, max_steps=200)
+PARAM_DOCS = dict(
+    min_position="Left end of the valley.", max_position="Right end of the valley.", max_speed="Speed cap.",
+    goal_position="Position of the flag: reaching it ends the episode.",
+    goal_velocity="Least speed at the flag for the goal to count.", force="Push of one action.",
+    gravity="Pull of the slope.", reset_low="Lower bound of the uniform start position.",
+    reset_high="Upper bound of the uniform start position.", max_steps="Steps before truncation.",
+)
 
 NUM_AGENTS = 1
 MAX_STEPS = "max_steps"

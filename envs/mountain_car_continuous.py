@@ -15,6 +15,14 @@ from workbench.rng import uniform_range
 PARAMS = dict(min_action=-1.0, max_action=1.0, min_position=-1.2, max_position=0.6, max_speed=0.07,
               goal_position=0.45, goal_velocity=0.0, power=0.0015, gravity=0.0025, reset_low=-0.6,
               reset_high=-0.4, max_steps=999)
+PARAM_DOCS = dict(
+    min_action="Least force.", max_action="Greatest force.", min_position="Left end of the valley.",
+    max_position="Right end of the valley.", max_speed="Speed cap.",
+    goal_position="Position of the flag: reaching it ends the episode.",
+    goal_velocity="Least speed at the flag for the goal to count.", power="Push per unit of force.",
+    gravity="Pull of the slope.", reset_low="Lower bound of the uniform start position.",
+    reset_high="Upper bound of the uniform start position.", max_steps="Steps before truncation.",
+)
 
 NUM_AGENTS = 1
 MAX_STEPS = "max_steps"

@@ -15,6 +15,13 @@ from workbench.rng import uniform_range
 
 PARAMS = dict(max_speed=8.0, max_torque=2.0, dt=0.05, g=10.0, m=1.0, l=1.0, init_theta=math.pi,
               init_thetadot=1.0, max_steps=200)
+PARAM_DOCS = dict(
+    max_speed="Angular speed cap (rad/s).", max_torque="Greatest torque, either way.", dt="Seconds per step.",
+    g="Gravitational acceleration (m/s^2).", m="Mass of the pendulum (kg).", l="Length of the rod (m).",
+    init_theta="Start angle drawn uniformly in [-init_theta, init_theta] (0: upright).",
+    init_thetadot="Start angular speed drawn uniformly in [-init_thetadot, init_thetadot].",
+    max_steps="Steps before truncation.",
+)
 
 NUM_AGENTS = 1
 MAX_STEPS = "max_steps"

@@ -69,6 +69,25 @@ PARAMS = dict(
     tag_penalty_for_runner=-1.0, step_reward_for_runner=0.0, end_of_game_reward_for_runner=1.0,
     runner_exits_game_after_tagged=1, knn_cell_capacity=16, knn_cells_per_side=0,
 )
+PARAM_DOCS = dict(
+    num_taggers="Taggers per replica (agents 0 .. num_taggers-1).", num_runners="Runners per replica.",
+    grid_length="Side L of the square arena.", episode_length="Steps before truncation.",
+    max_speed_tagger="Speed cap of a tagger.", max_speed_runner="Speed cap of a runner.",
+    max_acceleration="Greatest acceleration step.", min_acceleration="Least acceleration step.",
+    max_turn="Greatest turn per step (rad).", min_turn="Least turn per step (rad).",
+    num_acceleration_levels="Acceleration actions besides the no-op.", num_turn_levels="Turn actions besides the no-op.",
+    edge_hit_penalty="Reward added when an agent hits a wall (<= 0 is a penalty).",
+    full_observation="Whether each agent observes every other agent (else its nearest k).",
+    num_other_agents_observed="k: the nearest agents in a partial observation.",
+    tagging_distance="Tag radius as a fraction of grid_length.", tag_reward_for_tagger="Reward of a tagger per tag.",
+    step_penalty_for_tagger="Reward added to a tagger every step.",
+    tag_penalty_for_runner="Reward added to a runner when tagged.",
+    step_reward_for_runner="Reward added to a runner every step in the game.",
+    end_of_game_reward_for_runner="Reward of a runner still in the game at the last step.",
+    runner_exits_game_after_tagged="Whether a tagged runner leaves the game.",
+    knn_cell_capacity="Agents a neighbour-search cell lists (more: a slower scan, same result).",
+    knn_cells_per_side="Neighbour-search grid side (0: about sqrt(agents / 2)).",
+)
 
 
 def cells_per_side(n_agents, override):

@@ -30,9 +30,12 @@ def test_notebook_is_stored_without_outputs(path):
              and (cell.get("outputs") or cell.get("execution_count") is not None)]
     assert not dirty, f"{path.name}: cells {dirty} hold outputs; strip them before committing " \
                       f"(jupyter nbconvert --clear-output --inplace {path.name})"
-    code = [cell for cell in nb["cells"] if cell["cell_type"] == "code"]
-    assert "WORKBENCH_SMALL" in "".join(code[0]["source"]), \
-        f"{path.name}: the first code cell must shrink the sizes when WORKBENCH_SMALL=1"
+    code = ["".join(cell["source"]) for cell in nb["cells"] if cell["cell_type"] == "code"]
+    assert 'if "google.colab" in sys.modules:' in code[0] and "enable_custom_widget_manager" in code[0], \
+        f"{path.name}: the first code cell must install the workbench on Colab (and only there)"
+    assert "WORKBENCH_SMALL" in code[1], \
+        f"{path.name}: the parameters cell (after the Colab cell) must shrink the sizes when WORKBENCH_SMALL=1"
+    assert "ON_GPU" in code[1], f"{path.name}: sizes must follow the target found (full on a GPU, smaller on a CPU)"
 
 
 async def _execute_all(paths, jobs, workdir):

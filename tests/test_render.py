@@ -265,3 +265,105 @@ def test_record_episode_with_a_trained_policy_and_animation_files(tmp_path):
     assert path.exists() and "wb-player" in path.read_text()
     assert path.with_suffix(".mp4").stat().st_size > 1000
     assert trainer.env.recorder is None  # recording was detached again
+
+
+def test_show_of_one_replica_is_indexable_and_saves_mp4(recorded, tmp_path):
+    env, trajectories = recorded["cartpole"]
+    anim = render.show(trajectories[:1], env)
+    assert len(anim) == 1 and isinstance(anim[0], render.Animation)
+    if shutil.which("ffmpeg") or _has_imageio_ffmpeg():
+        (path,) = anim.save_mp4(tmp_path / "one.mp4")
+        assert path.stat().st_size > 1000
+        assert anim[0].save_mp4(tmp_path / "first.mp4").stat().st_size > 1000
+
+
+def _has_imageio_ffmpeg():
+    try:
+        render.find_ffmpeg()
+        return True
+    except render.FFmpegNotFoundError:
+        return False
+
+
+def test_a_recording_begun_mid_episode_is_not_a_complete_episode():
+    env = wb.make("cartpole", num_envs=2, target="cpu", seed=11)
+    env.reset()
+    for _ in range(5):
+        env.step(env.sample_actions())
+    env.record(replicas=[0], max_steps=500)
+    steps = 0
+    while not bool(env.store["done"][0]) and steps < 500:  # the episode that began before the recording
+        env.step(env.sample_actions())
+        steps += 1
+    (tail,) = env.pull_trajectories()
+    assert not tail["complete"] and tail["steps_missing"] == 5 and len(tail["t"]) == steps
+    assert "first 5 steps not recorded" in render.FrameSource(tail, env).fig.axes[0].get_title()
+    env.step(env.sample_actions())
+    while not bool(env.store["done"][0]):  # a whole episode inside the recording
+        env.step(env.sample_actions())
+    (whole,) = env.pull_trajectories()
+    assert whole["complete"] and whole["t"][0] == 0 and whole["steps_missing"] == 0
+    env.recorder = None
+
+
+def test_tag_captions_give_each_team_its_return(recorded):
+    env, trajectories = recorded["tag_continuous"]
+    traj = trajectories[0]
+    source = render.FrameSource(traj, env)
+    last = len(source) - 1
+    source.rgb(last)
+    caption = source.drawer.captions[last]
+    taggers = traj["reward"][: last + 1][:, env.taggers].mean(axis=1).sum()
+    runners = traj["reward"][: last + 1][:, env.runners].mean(axis=1).sum()
+    assert f"taggers={taggers:+.2f}" in caption and f"runners={runners:+.2f}" in caption
+
+
+CUSTOM_ENV = '''
+import numpy as np
+from workbench.envdef import Box, Discrete, per_agent
+
+PARAMS = dict(n=3, side=4.0)
+NUM_AGENTS = "n"
+OBSERVATION = Box(shape=(2,))
+ACTION = Discrete(2)
+STATE = dict(px=per_agent(), py=per_agent())
+
+def reset(env, agent, key, px, py):
+    px[env, agent] = 0.0
+    py[env, agent] = 0.0
+
+def step(env, agent, action, px, py, reward):
+    px[env, agent] += 1.0
+
+def observe(env, agent, px, py, obs):
+    obs[env, agent, 0] = px[env, agent]
+    obs[env, agent, 1] = py[env, agent]
+
+def draw(frame, ax):
+    """Goal as a green star (static), agents as black squares."""
+    if frame["static"]:
+        ax.set_xlim(-1, frame["params"].side + 1)
+        ax.set_ylim(-1, 1)
+        ax.plot([frame["params"].side], [0], "*", color="tab:green", ms=14)
+        return
+    ax.plot(frame["px"], frame["py"], "s", color="black")
+'''
+
+
+def test_a_custom_env_draws_itself_with_its_draw_function():
+    from workbench import envdef
+    defn = envdef.parse("walkers", CUSTOM_ENV)
+    steps = 4
+    traj = {"px": np.tile(np.arange(steps, dtype=np.float32)[:, None], (1, 3)), "py": np.zeros((steps, 3), np.float32),
+            "t": np.arange(steps), "reward": np.zeros((steps, 3), np.float32), "done": np.zeros(steps, bool)}
+    source = render.FrameSource(traj, defn)
+    assert isinstance(source.drawer, render.FunctionDrawer)
+    frames = [source.rgb(k) for k in range(steps)]
+    ax = source.fig.axes[0]
+    moving = source.drawer.current
+    assert len(moving) == 1 and list(moving[0].get_xdata()) == [3.0, 3.0, 3.0]
+    assert ax.get_xlim() == (-1.0, 5.0)  # fixed by the first (static) call
+    assert len(ax.lines) == 2  # the goal and this frame's agents: earlier frames' artists were removed
+    assert not np.array_equal(frames[0], frames[-1])
+    black = (frames[-1].reshape(-1, 3).max(axis=1) < 40).sum()
+    assert black > 20  # the agents' squares are drawn

@@ -26,6 +26,12 @@ def compiled_cartpole():
     return wb.make("cartpole", num_envs=4, target="cpu")
 
 
+@pytest.fixture(autouse=True)
+def runs_in_tmp(tmp_path, monkeypatch):
+    """Panels write their run folders under runs/ of the working directory: a fresh one per test."""
+    monkeypatch.chdir(tmp_path)
+
+
 def tiny_panel(**kw):
     base = dict(target="cpu", num_envs=8, total_env_steps=8 * 8 * 6, **TINY)
     return TrainingPanel(**{**base, **kw})
@@ -119,16 +125,59 @@ def test_device_info_and_one_device():
 
 def test_live_plot_draws_returns_losses_and_throughput():
     plot = LivePlot()
-    empty = plot.render([])
-    history = [{"iteration": i, "env_steps": 100 * i, "env_steps_per_s": 1e5 + i, "return/shared": float(i),
+    empty = plot.render([], "press Start")
+    assert plot.axes == {}  # before a run: the message alone, no empty axes
+    history = [{"iteration": i, "env_steps": 40_000 * i, "env_steps_per_s": 2500.0 + i, "return/shared": float(i),
                 "policy_loss/shared": 0.1 * i, "value_loss/shared": 1.0 / i, "entropy/shared": 0.6}
                for i in range(1, 6)]
-    image = plot.render(history)
+    image = plot.render(history, target_return=4.0)
     assert image[:8] == b"\x89PNG\r\n\x1a\n" and image != empty
+    assert list(plot.axes) == ["return", "policy_loss", "value_loss", "rate"]  # one axis per loss kind
     assert list(plot.lines["return/shared"].get_ydata()) == [1.0, 2.0, 3.0, 4.0, 5.0]
-    assert list(plot.lines["env_steps_per_s"].get_xdata()) == [100, 200, 300, 400, 500]
-    assert {"policy_loss/shared", "value_loss/shared"} <= set(plot.lines)
-    assert plot.lines["policy_loss/shared"].axes is plot.ax_loss and plot.lines["value_loss/shared"].axes is plot.ax_value
+    assert plot.lines["return/shared"].get_label() == "policy"
+    assert list(plot.lines["env_steps_per_s"].get_xdata()) == [40_000, 80_000, 120_000, 160_000, 200_000]
+    assert list(plot.lines["env_steps_per_s"].get_ydata()) == pytest.approx([2.501, 2.502, 2.503, 2.504, 2.505])
+    assert plot.axes["rate"].get_title() == "throughput (k env-steps/s)"
+    assert plot.lines["policy_loss/shared"].axes is plot.axes["policy_loss"]
+    assert plot.lines["value_loss/shared"].axes is plot.axes["value_loss"]
+    assert list(plot.lines["target"].get_ydata()) == [4.0, 4.0]
+    plot.fig.canvas.draw()
+    ticks = [t.get_text() for t in plot.axes["return"].get_xticklabels() if t.get_text()]
+    assert "120k" in ticks and all(len(t) <= 5 for t in ticks)
+
+
+def test_live_plot_of_teams_and_of_rollouts_alone():
+    from workbench.widgets.plots import fmt_count
+    assert [fmt_count(v) for v in (950, 1500, 160_000, 2_400_000)] == ["950", "1.5k", "160k", "2.4M"]
+    plot = LivePlot()
+    history = [{"iteration": i, "env_steps": 100 * i, "env_steps_per_s": 2e6, "return/taggers": 1.0,
+                "return/runners": -1.0, "policy_loss/taggers": 0.1, "policy_loss/runners": 0.2,
+                "value_loss/taggers": 1.0, "value_loss/runners": 2.0, "episode_length": 50.0, "tag_rate": 0.3,
+                "survival": 0.7} for i in range(1, 4)]
+    plot.render(history, others=[("run 1", history)])
+    assert list(plot.axes) == ["return", "policy_loss", "value_loss", "episode_length", "tag", "rate"]
+    assert plot.lines["return/taggers"].get_color() == plot.lines["policy_loss/taggers"].get_color() == "tab:red"
+    assert plot.lines["return/runners"].get_color() == "tab:blue"
+    assert plot.lines["other:run 1:taggers"].axes is plot.axes["return"]
+    assert plot.axes["rate"].get_title() == "throughput (M env-steps/s)"
+    rollouts = LivePlot()
+    rollouts.render([{"iteration": 1, "env_steps": 10, "env_steps_per_s": 5.0, "return/policy": 1.0}])
+    assert list(rollouts.axes) == ["return", "rate"]  # no loss axes without losses
+
+
+def test_env_parameters_have_their_docs_checkboxes_for_switches_and_gpu_fields_follow_the_target():
+    form = EnvParamsForm("tag_continuous")
+    assert form.inputs["grid_length"].tooltip.startswith("Side L of the square arena.")
+    assert isinstance(form.inputs["full_observation"], widgets.Checkbox)
+    form.inputs["full_observation"].value = True
+    assert form.values() == {"full_observation": 1}
+    notes = "".join(c.value for row in form.children if isinstance(row, widgets.HBox) for c in row.children
+                    if isinstance(c, widgets.HTML))
+    assert "Reward of a tagger per tag." in notes
+    panel = TrainingPanel("cartpole", target="cpu")
+    assert panel.config_form.rows["cuda_graph"].layout.display == "none"
+    assert panel.config_form.rows["lr"].layout.display != "none"
+    assert "animate an episode every" == panel.record_every.description
 
 
 # ---- runs --------------------------------------------------------------------------------------
@@ -171,6 +220,47 @@ def test_stop_button_stops_within_an_iteration():
     assert panel.status.startswith(f"stopped (Stop pressed) after {result.iterations} iterations")
     assert panel.progress.value < 0.01
     assert not panel.start_button.disabled and panel.stop_button.disabled
+
+
+def test_start_after_stop_continues_the_run_and_new_run_starts_again(tmp_path):
+    panel = tiny_panel(total_env_steps=10**9)
+    panel.start()
+    wait_for(lambda: len(panel.history) >= 2, what="two iterations")
+    panel.stop()
+    panel.wait(timeout=TIMEOUT)
+    trainer, stopped_at = panel.trainer, panel.trainer.iteration
+    run_dir = tmp_path / panel.runner.spec.config.run_dir
+    assert run_dir.parent.name == "runs" and run_dir.name.startswith("cartpole-")
+    assert (run_dir / "config.yaml").exists() and (run_dir / "metrics.csv").exists()
+    assert panel.start_button.description == "Continue"
+    panel.start_button.click()
+    wait_for(lambda: len(panel.history) >= stopped_at + 2, what="two more iterations")
+    panel.stop()
+    panel.wait(timeout=TIMEOUT)
+    assert panel.trainer is trainer and panel.trainer.iteration > stopped_at
+    assert [m["iteration"] for m in panel.history] == list(range(1, panel.trainer.iteration + 1))
+    assert panel.runner.spec.config.run_dir == str(run_dir.relative_to(tmp_path))
+    assert len(panel.runs) == 1
+    panel.new_run_button.click()
+    wait_for(lambda: panel.runner.trainer is not None and panel.history, what="the new run's first iteration")
+    panel.set(lr=0.001)  # a field that differs shows in the comparison table once both runs are there
+    panel.stop()
+    panel.wait(timeout=TIMEOUT)
+    assert panel.trainer is not trainer and panel.history[0]["iteration"] == 1
+    assert len(panel.runs) == 2 and panel.runs[1]["run_dir"] != panel.runs[0]["run_dir"]
+    assert "Runs compared" in panel.runs_html.value
+    assert panel.plot.lines["other:run 1:shared"].get_xdata().size > 0  # the first run overlaid
+    other = TrainingPanel("cartpole", target="cpu", compare=[run_dir])
+    assert other.runs[0]["history"][0]["iteration"] == 1 and other.runs[0]["config"]["env"] == "cartpole"
+
+
+def test_a_panel_reuses_the_env_a_cell_made():
+    env = wb.make("cartpole", num_envs=6, target="cpu", max_steps=50)
+    panel = TrainingPanel(env, total_env_steps=6 * 8 * 2, **TINY)
+    assert panel.num_envs.value == 6 and panel.env_form.values() == {"max_steps": 50}
+    panel.start()
+    panel.wait(timeout=TIMEOUT)
+    assert panel.trainer.env is env
 
 
 def test_the_notebook_thread_stays_free_while_training():
@@ -252,7 +342,8 @@ def test_rollouts_alone_with_random_actions_and_the_viewer():
     assert panel.trainer is None
     assert result["iterations"] == 5 and result["env_steps"] == 320 and result["stopped_by"] == "budget"
     last = panel.history[-1]
-    assert last["env_steps_per_s"] > 0 and last["episodes"] >= 0 and "return/shared" in last
+    assert last["env_steps_per_s"] > 0 and last["episodes"] >= 0 and "return/policy" in last
+    assert "episode_length" in last
     assert not any("loss" in k for k in last)
     assert panel.status.startswith("finished") and "rollouts (random actions)" in panel.status
     assert panel.animation is not None and "wb-player" in panel.viewer.outputs[0]["data"]["text/html"]

@@ -14,7 +14,9 @@ import yaml
 from workbench import config as cfg
 from workbench.config import ConfigError
 
-LABEL_WIDTH = "180px"
+LABEL_WIDTH = "200px"
+# fields that only act on a GPU target: hidden while the panel's target is the CPU
+GPU_ONLY = ("cuda_graph",)
 
 
 def _base(kind):
@@ -36,10 +38,11 @@ def field_widget(name: str, kind, default, value, doc: str) -> widgets.Widget:
     tuples as "64, 64", dicts as YAML, and any field whose default is None: empty means None)."""
     base = _base(kind)
     common = dict(description=name, tooltip=doc, style={"description_width": LABEL_WIDTH},
-                  layout=widgets.Layout(width="340px"))
+                  layout=widgets.Layout(width="360px"))
     if base is bool:
-        common["layout"] = widgets.Layout(width="360px")  # the name sits right of the box: room for long names
-        widget = widgets.Checkbox(value=bool(value), indent=True, **common)
+        # the box first, then the whole name: a checkbox's label never truncates
+        widget = widgets.Checkbox(value=bool(value), indent=False, description=name, tooltip=doc,
+                                  layout=widgets.Layout(width="360px"))
     elif base is int and default is not None and value is not None:
         widget = widgets.IntText(value=int(value), **common)
     elif base is float and default is not None and value is not None:
@@ -54,6 +57,8 @@ def field_widget(name: str, kind, default, value, doc: str) -> widgets.Widget:
 def parse_field(owner: str, name: str, kind, default, widget):
     """The value of `widget` as the field's type; ConfigError naming the field otherwise."""
     base = _base(kind)
+    if isinstance(widget, widgets.Checkbox) and base is int:  # an env's 0/1 flag shown as a checkbox
+        return int(widget.value)
     if not isinstance(widget, widgets.Text):
         return widget.value
     text = widget.value.strip()
@@ -94,6 +99,7 @@ class ConfigForm(widgets.VBox):
         self.exclude = tuple(exclude)
         self.fields = {}
         self.inputs = {}
+        self.rows = {}
         rows = []
         values = dict(values or {})
         for name, kind, default, doc in cfg.describe(cls):
@@ -105,11 +111,18 @@ class ConfigForm(widgets.VBox):
             self.inputs[name] = widget
             note = widgets.HTML(f'<span style="color:#666;font-size:11px;line-height:1.2">{html.escape(doc)}</span>',
                                 layout=widgets.Layout(width="auto", max_width="560px"))
-            rows.append(widgets.HBox([widget, note], layout=widgets.Layout(align_items="center")))
+            self.rows[name] = widgets.HBox([widget, note], layout=widgets.Layout(align_items="center"))
+            rows.append(self.rows[name])
         doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
         header = widgets.HTML(f'<b>{cls.__name__}</b> <span style="color:#666">{html.escape(doc)}</span>')
         super().__init__([header, *rows], **kwargs)
         self.add_class("wb-config-form")
+
+    def show_gpu_fields(self, shown: bool) -> None:
+        """Show or hide the fields that only act on a GPU target (cuda_graph)."""
+        for name in GPU_ONLY:
+            if name in self.rows:
+                self.rows[name].layout.display = "" if shown else "none"
 
     def values(self) -> dict:
         return {name: parse_field(self.cls.__name__, name, kind, default, self.inputs[name])
@@ -140,8 +153,21 @@ def agent_params(env_name: str) -> list:
     return found
 
 
+def param_docs(env_name: str) -> dict:
+    """{parameter: doc} from the env's PARAM_DOCS (empty when the env documents none)."""
+    from workbench import registry
+    return dict(registry.definition(env_name).namespace.get("PARAM_DOCS", {}) or {})
+
+
+def is_flag(default, doc: str) -> bool:
+    """A 0/1 int parameter whose doc starts with "Whether" is a switch: shown as a checkbox."""
+    return (isinstance(default, bool) or (isinstance(default, (int, np.integer)) and default in (0, 1)
+                                          and doc.lower().startswith("whether")))
+
+
 class EnvParamsForm(widgets.VBox):
-    """The PARAMS of one env; its agent-count parameters apart, on top, with the resulting count.
+    """The PARAMS of one env, each with its doc from the env's PARAM_DOCS; its agent-count
+    parameters apart, on top, with the resulting count; 0/1 switches as checkboxes.
 
     form.values() -> the parameters that differ from the env's defaults (what config.env_params holds);
     form.num_agents() -> the agent count these values give."""
@@ -151,45 +177,50 @@ class EnvParamsForm(widgets.VBox):
         self.env_name = env_name
         defn = registry.definition(env_name)
         self.defaults = dict(defn.params)
+        self.docs = dict(defn.namespace.get("PARAM_DOCS", {}) or {})
         self.agent_names = agent_params(env_name)
         values = dict(values or {})
         unknown = sorted(set(values) - set(self.defaults))
         if unknown:
             raise ConfigError(f"env {env_name!r} has no parameter(s) {unknown}; its PARAMS: {sorted(self.defaults)}")
         self.inputs = {}
+        self.kinds = {}
+        rows = []
         for name, default in self.defaults.items():
             kind = type(default) if isinstance(default, (bool, int, float, str)) else object
             if isinstance(default, np.integer):
                 kind = int
-            widget = field_widget(name, kind, default, values.get(name, default),
-                                  f"{env_name} parameter {name} (default {default!r}); a compile-time constant: "
-                                  f"a new value compiles a variant of the env")
-            widget.layout.width = "300px"
+            doc = self.docs.get(name, "")
+            tooltip = f"{doc} (default {default!r})" if doc else f"{env_name} parameter {name} (default {default!r})"
+            if is_flag(default, doc):
+                widget = field_widget(name, bool, default, bool(values.get(name, default)), tooltip)
+            else:
+                widget = field_widget(name, kind, default, values.get(name, default), tooltip)
+            self.kinds[name] = kind
             self.inputs[name] = widget
+            if name not in self.agent_names:
+                note = widgets.HTML(f'<span style="color:#666;font-size:11px;line-height:1.2">'
+                                    f'{html.escape(doc or f"default {default!r}")}</span>',
+                                    layout=widgets.Layout(width="auto", max_width="560px"))
+                rows.append(widgets.HBox([widget, note], layout=widgets.Layout(align_items="center")))
         self.agent_count = widgets.HTML(layout=widgets.Layout(margin="0 0 0 8px"))
         self.agent_count.add_class("wb-agent-count")
         for name in self.agent_names:
             self.inputs[name].observe(lambda _change: self._update_count(), names="value")
-        if self.agent_names:
-            agents_row = widgets.HBox([widgets.HTML("<b>Agents</b>", layout=widgets.Layout(width="60px")),
-                                       *[self.inputs[n] for n in self.agent_names], self.agent_count],
-                                      layout=widgets.Layout(align_items="center", flex_flow="row wrap"))
-        else:
-            agents_row = widgets.HBox([widgets.HTML("<b>Agents</b>", layout=widgets.Layout(width="60px")),
-                                       self.agent_count], layout=widgets.Layout(align_items="center"))
-        others = [self.inputs[n] for n in self.defaults if n not in self.agent_names]
-        grid = widgets.GridBox(others, layout=widgets.Layout(grid_template_columns="repeat(2, 320px)"))
+            self.inputs[name].layout.width = "300px"
+        agents_row = widgets.HBox([widgets.HTML("<b>Agents</b>", layout=widgets.Layout(width="60px")),
+                                   *[self.inputs[n] for n in self.agent_names], self.agent_count],
+                                  layout=widgets.Layout(align_items="center", flex_flow="row wrap"))
         hint = widgets.HTML('<span style="color:#666;font-size:11px">Parameters are compile-time constants: '
                             'changed values compile a variant of the env when the run starts.</span>')
-        super().__init__([agents_row, grid, hint], **kwargs)
+        super().__init__([agents_row, *rows, hint], **kwargs)
         self.add_class("wb-env-params")
         self._update_count()
 
     def values(self) -> dict:
         out = {}
         for name, default in self.defaults.items():
-            kind = int if isinstance(default, np.integer) else type(default)
-            value = parse_field(self.env_name, name, kind, default, self.inputs[name])
+            value = parse_field(self.env_name, name, self.kinds[name], default, self.inputs[name])
             if value != default:
                 out[name] = value
         return out

@@ -15,6 +15,7 @@ from __future__ import annotations
 import html
 import math
 import os
+import sys
 import threading
 import time
 
@@ -25,7 +26,7 @@ from workbench.config import ConfigError
 
 from .form import ConfigForm, EnvParamsForm
 from .plots import LivePlot
-from .runner import Runner, RunSpec
+from .runner import Runner, RunSpec, default_run_dir, read_run, same_experiment
 
 # fields that the panel's own controls set (env, replicas, target, env parameters) or that the
 # algorithm choice fixes; every other field of the config class is in the generated form
@@ -84,7 +85,10 @@ def device_summary(target: str) -> str:
         memory = f" | RAM {used / gib:.1f} / {info['MemTotal'] / gib:.1f} GiB in use"
     if rss is not None:
         memory += f" (this kernel {rss / gib:.2f} GiB)"
-    return f"cpu: {os.cpu_count()} cores, no GPU in use{memory} | torch {torch.__version__}"
+    threads = f"torch threads {torch.get_num_threads()}"
+    if "numba" in sys.modules:
+        threads = f"numba threads {sys.modules['numba'].config.NUMBA_NUM_THREADS}, " + threads
+    return f"cpu: {os.cpu_count()} cores, no GPU in use{memory} | {threads} | torch {torch.__version__}"
 
 
 def _fmt_steps(n: float) -> str:
@@ -123,12 +127,21 @@ class TrainingPanel(widgets.VBox):
     set(**fields), spec() -> the RunSpec the form describes; history, status, trainer, animation.
     """
 
-    def __init__(self, env: str = "cartpole", *, mode: str = "train", algorithm: str = "ppo",
+    def __init__(self, env="cartpole", *, mode: str = "train", algorithm: str = "ppo",
                  target: str | None = None, num_envs: int | None = None, env_params: dict | None = None,
                  checkpoint: str | None = None, record_every: int = 0, record_replicas=(0,), gpus: int = 1,
                  policies: dict | None = None, redraw_interval: float = 0.3, max_frames: int = 300,
-                 viewer_dpi: int = 64, **config):
+                 viewer_dpi: int = 72, runs_root: str = "runs", compare=(), **config):
         import workbench as wb
+        self.given_env = None
+        if not isinstance(env, str):  # an Env a cell made: its name, replicas, target and parameters, no compile
+            self.given_env = env
+            defaults = wb.registry.definition(env.name).params
+            env_params = {**{k: v for k, v in env.definition.params.items() if defaults.get(k) != v},
+                          **(env_params or {})}
+            num_envs = num_envs or env.num_envs
+            target = target or env.target.name
+            env = env.name
         if algorithm not in cfg.ALGORITHMS:
             raise ConfigError(f"algorithm must be one of {sorted(cfg.ALGORITHMS)}, got {algorithm!r}")
         if env not in wb.env_names():
@@ -138,6 +151,8 @@ class TrainingPanel(widgets.VBox):
         self.viewer_dpi = viewer_dpi
         self.policies = policies
         self.runner: Runner | None = None
+        self.runs_root = runs_root
+        self.runs: list = []  # {"label", "run_dir", "config", "runner" or "history"}: this panel's runs and folders
         self.animation = None
         self.redraws = 0
         self._refresher: threading.Thread | None = None
@@ -189,18 +204,25 @@ class TrainingPanel(widgets.VBox):
                                        tooltip="a file written by Trainer.save or the CLI (its env and "
                                                "parameters are used; replicas and target are the panel's)")
         self.record_every = widgets.BoundedIntText(value=int(record_every), min=0, max=10**9,
-                                                   description="animate every", style={"description_width": "95px"},
+                                                   description="animate an episode every",
+                                                   style={"description_width": "160px"},
                                                    tooltip="pull and animate the last episode of the replicas "
                                                            "every this many iterations (0: never)",
-                                                   layout=widgets.Layout(width="200px"))
+                                                   layout=widgets.Layout(width="230px"))
+        self.record_every_unit = widgets.HTML("iterations (0: never),")
         self.record_replicas = widgets.Text(value=", ".join(str(r) for r in record_replicas),
-                                            description="of replicas", style=style,
+                                            description="of replicas", style={"description_width": "75px"},
                                             tooltip="replica indices to animate, e.g. 0, 1",
-                                            layout=widgets.Layout(width="200px"))
+                                            layout=widgets.Layout(width="170px"))
         self.start_button = widgets.Button(description="Start", button_style="success", icon="play",
                                            tooltip="start the run in the background",
                                            layout=widgets.Layout(width="100px"))
         self.start_button.add_class("wb-start")
+        self.new_run_button = widgets.Button(description="New run", icon="plus",
+                                             tooltip="start again from scratch (a fresh trainer and run folder); "
+                                                     "Start continues the run that Stop paused",
+                                             layout=widgets.Layout(width="100px"))
+        self.new_run_button.add_class("wb-new-run")
         self.stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop", disabled=True,
                                           tooltip="stop at the end of the current iteration",
                                           layout=widgets.Layout(width="100px"))
@@ -213,6 +235,8 @@ class TrainingPanel(widgets.VBox):
         self.status_html.add_class("wb-status")
         self.curves = widgets.Image(format="png", value=self.plot.render([], "press Start: curves appear here"),
                                     layout=widgets.Layout(max_width="100%"))
+        self.runs_html = widgets.HTML("")
+        self.runs_html.add_class("wb-runs")
         self.curves.add_class("wb-curves")
         self.viewer_title = widgets.HTML("")
         self.viewer = widgets.Output(layout=widgets.Layout(max_width="100%"))
@@ -229,6 +253,7 @@ class TrainingPanel(widgets.VBox):
         self._build_env_form(env_params)
 
         self.start_button.on_click(lambda _b: self._on_start())
+        self.new_run_button.on_click(lambda _b: self._on_start(new=True))
         self.stop_button.on_click(lambda _b: self.stop())
         self.env_name.observe(lambda _c: self._build_env_form(None), names="value")
         self.algorithm.observe(lambda _c: self._build_config_form(None), names="value")
@@ -241,10 +266,12 @@ class TrainingPanel(widgets.VBox):
         super().__init__([
             self.title, self.device_info,
             widgets.HBox([self.mode, self.env_name, self.target, self.gpus], **row),
-            widgets.HBox([self.num_envs, self.algorithm, self.record_every, self.record_replicas], **row),
+            widgets.HBox([self.num_envs, self.algorithm], **row),
+            widgets.HBox([self.record_every, self.record_every_unit, self.record_replicas], **row),
             self.rollout_row, self.hint, self.forms,
-            widgets.HBox([self.start_button, self.stop_button, self.progress, self.progress_text], **row),
-            self.status_html, self.error_html, self.curves, self.viewer_title, self.viewer,
+            widgets.HBox([self.start_button, self.stop_button, self.new_run_button, self.progress,
+                          self.progress_text], **row),
+            self.status_html, self.error_html, self.curves, self.runs_html, self.viewer_title, self.viewer,
         ])
         self.add_class("wb-panel")
         self._refresh_controls()
@@ -253,7 +280,10 @@ class TrainingPanel(widgets.VBox):
                 raise ConfigError(f"gpus={gpus}: data-parallel ranks are one per GPU, for training on a GPU target; "
                                   f"here {gpu_count()} GPU(s) and target {self.target.value!r} (use gpus=1)")
             self.gpus.value = int(gpus)
-        self._set_status("ready: press Start (or call panel.start())")
+        for run_dir in compare:
+            self.add_run(run_dir)
+        self._set_status("ready: press Start (or call panel.start())"
+                         + (f"; the {env} env given is reused (no compile)" if self.given_env is not None else ""))
         self.device_info.value = self._device_line()
 
     # -- forms ----------------------------------------------------------------------------
@@ -278,6 +308,7 @@ class TrainingPanel(widgets.VBox):
                 form.inputs[name].value = value
         if overrides:
             form.set(**overrides)
+        form.show_gpu_fields(self.target.value != "cpu")
         self.config_form = form
         self._update_accordion()
 
@@ -305,6 +336,8 @@ class TrainingPanel(widgets.VBox):
         if self.gpus.disabled:
             self.gpus.value = 1
         rollouts = self.mode.value == "rollouts"
+        if self.config_form is not None:
+            self.config_form.show_gpu_fields(self.target.value != "cpu")
         self.rollout_row.layout.display = "" if rollouts else "none"
         self.checkpoint.layout.display = "" if self.policy.value == "checkpoint" else "none"
         self.algorithm.disabled = rollouts
@@ -356,14 +389,28 @@ class TrainingPanel(widgets.VBox):
                        world_size=self.gpus.value if self.mode.value == "train" else 1, policies=self.policies)
 
     # -- control --------------------------------------------------------------------------
-    def _on_start(self):
+    def _on_start(self, new: bool = False):
         try:
-            self.start()
+            self.start(new=new)
         except Exception:  # noqa: BLE001 - already shown in the panel
             pass
 
-    def start(self) -> Runner:
-        """Start a run with the panel's current values, in the background; returns its Runner."""
+    def can_continue(self, spec: RunSpec | None = None) -> bool:
+        """Whether Start would continue the last run: it trained in this process, ended by Stop (or by
+        its budget, with a larger total_env_steps now), and the env, replicas, target and algorithm are unchanged."""
+        prev = self.runner
+        if prev is None or prev.running or prev.trainer is None or prev.error is not None or prev.spec.mode != "train":
+            return False
+        try:
+            spec = spec or self.spec()
+        except Exception:  # noqa: BLE001 - a bad field: Start will say so
+            return False
+        return same_experiment(prev.spec, spec) and prev.trainer.iteration < spec.total_iterations
+
+    def start(self, new: bool = False) -> Runner:
+        """Start a run with the panel's current values, in the background; returns its Runner.
+        After Stop this continues the same run (same trainer, the iteration count goes on) unless
+        `new` (the "New run" button) or the env, replicas, target or algorithm changed."""
         if self.runner is not None and (self.runner.running or (self._refresher and self._refresher.is_alive())):
             raise RuntimeError("a run is going: press Stop (or call panel.stop()) and wait for it first")
         self.error_html.value = ""
@@ -373,21 +420,96 @@ class TrainingPanel(widgets.VBox):
             self._show_error(exc, with_traceback=False)
             self._set_status(f"cannot start: {exc}", "error")
             raise
+        resume = self.runner if not new and self.can_continue(spec) else None
+        if resume is not None:
+            spec = RunSpec(**{**spec.__dict__, "config": cfg.replace(spec.config, run_dir=resume.spec.config.run_dir)})
+        elif not spec.config.run_dir and spec.world_size == 1:
+            spec = RunSpec(**{**spec.__dict__,
+                              "config": cfg.replace(spec.config, run_dir=default_run_dir(spec.config.env,
+                                                                                         self.runs_root))})
         self.runner = Runner(spec, on_state=lambda _s: self._wake.set(), on_metrics=lambda _m: self._wake.set(),
-                             on_trajectories=self._on_trajectories)
+                             on_trajectories=self._on_trajectories, resume=resume, env=self.given_env)
+        if resume is not None:
+            entry = next(r for r in self.runs if r.get("runner") is resume)
+            entry["runner"] = self.runner
+        else:
+            self.runs.append({"label": f"run {len(self.runs) + 1}", "run_dir": spec.config.run_dir,
+                              "config": cfg.to_dict(spec.config), "runner": self.runner})
         self._drawn_rows = -1
         self._pending = None
-        self.animation = None
-        self.progress.value = 0.0
+        if resume is None:
+            self.animation = None
+            self.progress.value = 0.0
         self.progress.bar_style = ""
         self.progress_text.value = ""
         self._set_controls_running(True)
         self._set_status(self._describe_state(self.runner))
+        self._update_runs_table()
         self._refresher = threading.Thread(target=self._refresh_loop, args=(self.runner,), name="workbench-panel",
                                            daemon=True)
         self.runner.start()
         self._refresher.start()
         return self.runner
+
+    def new_run(self) -> Runner:
+        """Start a fresh run (a new trainer and run folder), whatever the last one was."""
+        return self.start(new=True)
+
+    def add_run(self, run_dir) -> dict:
+        """Overlay the curves of a run folder (its metrics.csv and config.yaml) to compare with."""
+        config, rows = read_run(run_dir)
+        entry = {"label": os.path.basename(os.path.normpath(str(run_dir))), "run_dir": str(run_dir),
+                 "config": config, "history": rows}
+        self.runs.append(entry)
+        self._update_runs_table()
+        self._drawn_rows = -1
+        self.curves.value = self._render_curves(self.runner)
+        return entry
+
+    def _others(self, runner) -> list:
+        """[(label, history)] of every run but `runner`'s, for the overlay."""
+        out = []
+        for entry in self.runs:
+            if runner is not None and entry.get("runner") is runner:
+                continue
+            history = entry["runner"].history if "runner" in entry else entry["history"]
+            if history:
+                out.append((entry["label"], list(history)))
+        return out
+
+    def _render_curves(self, runner) -> bytes:
+        history = list(runner.history) if runner is not None else []
+        message = "" if history else (self._describe_state(runner) if runner is not None
+                                      else "press Start: curves appear here")
+        others = self._others(runner)
+        if not history and others:  # nothing of this run yet: the runs to compare stand alone
+            history = others.pop()[1]
+        target = runner.spec.config.target_return if runner is not None else None
+        return self.plot.render(history, message, target_return=target, others=others)
+
+    def config_differences(self) -> tuple:
+        """(keys, rows): the config fields whose values differ between this panel's runs, and per run
+        (label, run_dir, {key: value})."""
+        configs = [dict(e.get("config") or {}) for e in self.runs]
+        keys = sorted({k for c in configs for k in c if k != "run_dir"})
+        differing = [k for k in keys if len({repr(c.get(k)) for c in configs}) > 1]
+        return differing, [(e["label"], e["run_dir"], {k: c.get(k) for k in differing})
+                           for e, c in zip(self.runs, configs)]
+
+    def _update_runs_table(self):
+        if len(self.runs) < 2:
+            self.runs_html.value = ""
+            return
+        keys, rows = self.config_differences()
+        head = "".join(f"<th style='padding:0 8px'>{html.escape(k)}</th>" for k in keys)
+        body = "".join(
+            f"<tr><td style='padding:0 8px'><b>{html.escape(label)}</b></td>"
+            f"<td style='padding:0 8px;font-family:monospace'>{html.escape(str(run_dir))}</td>"
+            + "".join(f"<td style='padding:0 8px;font-family:monospace'>{html.escape(str(v))}</td>"
+                      for v in values.values()) + "</tr>" for label, run_dir, values in rows)
+        self.runs_html.value = (f"<div style='font-size:12px'><b>Runs compared</b> (curves overlaid on the return "
+                                f"plot; the columns are the settings that differ)<table><tr><th>run</th>"
+                                f"<th>folder</th>{head}</tr>{body}</table></div>")
 
     def stop(self) -> None:
         """Ask the run to stop at the end of its current iteration (sets a threading.Event)."""
@@ -435,6 +557,12 @@ class TrainingPanel(widgets.VBox):
         self._wake.set()
 
     def _refresh_loop(self, runner: Runner):
+        try:
+            self._refresh_until_done(runner)
+        finally:
+            self._update_runs_table()
+
+    def _refresh_until_done(self, runner: Runner):
         while runner.running:
             self._wake.wait(self.redraw_interval)
             self._wake.clear()
@@ -460,7 +588,7 @@ class TrainingPanel(widgets.VBox):
         history = list(runner.history)
         if len(history) != self._drawn_rows:
             self._drawn_rows = len(history)
-            self.curves.value = self.plot.render(history, "" if history else self._describe_state(runner))
+            self.curves.value = self._render_curves(runner)
             self.redraws += 1
         if history:
             last = history[-1]
@@ -468,6 +596,12 @@ class TrainingPanel(widgets.VBox):
             steps = float(last.get("env_steps", 0))
             frac = min(1.0, steps / max(total, 1))
             rate = float(last.get("env_steps_per_s", 0.0))
+            if not runner.running:  # ended: this session's mean rate (time_s counts from its start), no ETA
+                before = runner.resumed_from.history[-1]["env_steps"] if runner.resumed_from and \
+                    runner.resumed_from.history else 0
+                elapsed = float(last.get("time_s", 0.0))
+                if elapsed > 0 and len(history) > len(runner.resumed_from.history if runner.resumed_from else []):
+                    rate = (steps - float(before)) / elapsed
             eta = (total - steps) / rate if rate > 0 and runner.running else 0.0
             self.progress.value = frac
             self.progress_text.value = (f"<span style='font-family:monospace;font-size:12px'>{100 * frac:5.1f}% | "
@@ -524,16 +658,19 @@ class TrainingPanel(widgets.VBox):
         if state in ("idle", "compiling"):
             return (f"compiling {c.env} for target {c.target}{ranks} (the first run of these parameters in this "
                     f"kernel compiles the env; later runs reuse it)...")
+        folder = f"; run folder {c.run_dir}" if c.run_dir else ""
         if state == "running":
-            return f"running: {what} on {c.env}, {size}, target {c.target}{ranks}"
+            going_on = "continuing " if runner.resumed_from is not None else ""
+            return f"running: {going_on}{what} on {c.env}, {size}, target {c.target}{ranks}{folder}"
         if state == "stopped":
-            return f"stopped (Stop pressed) after {done}: {what} on {c.env}"
+            more = "; Continue goes on, New run starts again" if spec.mode == "train" and spec.world_size == 1 else ""
+            return f"stopped (Stop pressed) after {done}: {what} on {c.env}{folder}{more}"
         if state == "finished":
             reason = {"budget": "total_env_steps reached", "target_return": "target_return reached"}.get(
                 runner.stopped_by, str(runner.stopped_by))
             ret = last.get("mean_return")
             ret = f", mean return {ret:.2f}" if isinstance(ret, float) and math.isfinite(ret) else ""
-            return f"finished ({reason}) after {done}{ret}: {what} on {c.env}"
+            return f"finished ({reason}) after {done}{ret}: {what} on {c.env}{folder}"
         return f"error: {type(runner.error).__name__}: {runner.error}"
 
     def _set_status(self, text: str, style: str = ""):
@@ -551,7 +688,13 @@ class TrainingPanel(widgets.VBox):
 
     def _set_controls_running(self, running: bool):
         self.start_button.disabled = running
+        self.new_run_button.disabled = running
         self.stop_button.disabled = not running
+        if not running:
+            resumable = self.can_continue()
+            self.start_button.description = "Continue" if resumable else "Start"
+            self.start_button.tooltip = ("continue the stopped run (same trainer; the iteration count goes on)"
+                                         if resumable else "start the run in the background")
         for control in (self.mode, self.env_name, self.target, self.num_envs, self.record_every,
                         self.record_replicas, self.policy, self.checkpoint):
             control.disabled = running

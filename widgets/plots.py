@@ -1,6 +1,13 @@
 """Live training curves drawn with matplotlib's Agg canvas into PNG bytes (for an ipywidgets.Image):
 no interactive backend, no ipympl, nothing that needs the notebook's event loop, so a background
-thread can draw them. One figure is made once and its lines are moved with set_data."""
+thread can draw them.
+
+Small multiples against env-steps, one axis per kind of curve present in the metrics: episode return
+(one line per policy, the target return dashed), each loss kind (policy, value, actor, critic: one
+line per policy, each on its own scale), episode length, Tag's tag rate and runner survival, and
+throughput (k/M/G env-steps/s by magnitude). A policy has the same colour in every axis and in the
+rollout viewer (taggers red, runners blue); one legend on top names them. Runs to compare are drawn
+in their own colours on the return axis."""
 from __future__ import annotations
 
 import io
@@ -10,8 +17,43 @@ import time
 import numpy as np
 
 LOSS_KEYS = ("policy_loss", "value_loss", "actor_loss", "critic_loss")
-VALUE_KEYS = ("value_loss", "critic_loss")  # drawn against the right-hand axis of the losses panel
-_COLOURS = ("tab:blue", "tab:red", "tab:green", "tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:olive")
+_TITLES = {"return": "episode return", "policy_loss": "policy loss", "value_loss": "value loss",
+           "actor_loss": "actor loss", "critic_loss": "critic loss", "episode_length": "episode length",
+           "tag": "tag rate (red), survival (blue)", "rate": "throughput"}
+_POLICY_CYCLE = ("tab:green", "tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
+_RUN_CYCLE = ("0.55", "tab:olive", "tab:cyan", "tab:pink", "tab:brown", "tab:purple")
+
+
+def policy_colour(name: str, index: int = 0) -> str:
+    """The colour of a policy in the curves and the viewer: taggers red, runners blue, one policy blue."""
+    from workbench.render import GROUP_COLOURS
+    if name in GROUP_COLOURS:
+        return GROUP_COLOURS[name]
+    if name in ("shared", "policy") or index == 0:
+        return "tab:blue"
+    return _POLICY_CYCLE[(index - 1) % len(_POLICY_CYCLE)]
+
+
+def policy_label(name: str, names) -> str:
+    """A single policy is named 'policy' (the trainer's internal name 'shared' says nothing)."""
+    return "policy" if name == "shared" and len(list(names)) == 1 else name
+
+
+def fmt_count(x: float, _pos=None) -> str:
+    """Engineering format for axis ticks: 950, 1.5k, 160k, 2.4M, 1G."""
+    for scale, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            text = f"{x / scale:.1f}".rstrip("0").rstrip(".")
+            return text + unit
+    return f"{x:.0f}"
+
+
+def rate_unit(top: float) -> tuple:
+    """(scale, unit) for a throughput axis whose largest value is `top`."""
+    for scale, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if top >= scale:
+            return scale, unit
+    return 1.0, ""
 
 
 def _series(history, key):
@@ -27,73 +69,147 @@ def _series(history, key):
     return np.asarray(xs), np.asarray(ys)
 
 
+def panels_for(keys) -> list:
+    """The axes the metrics `keys` call for, in drawing order."""
+    keys = set(keys)
+    out = ["return"]
+    out += [k for k in LOSS_KEYS if any(key.split("/", 1)[0] == k for key in keys)]
+    if "episode_length" in keys:
+        out.append("episode_length")
+    if keys & {"tag_rate", "survival"}:
+        out.append("tag")
+    out.append("rate")
+    return out
+
+
 class LivePlot:
-    """Three panels against env-steps: episode return per policy, losses, throughput (M env-steps/s).
+    """plot.render(history, message, target_return=None, others=()) -> PNG bytes.
 
-    plot.render(history) -> PNG bytes; history is the trainer's list of metrics dicts."""
+    history: the run's list of metrics dicts; others: [(label, history)] of runs to compare (their
+    returns overlaid). lines: {metric key: Line2D} of the current run; axes: {panel: Axes}."""
 
-    def __init__(self, width: float = 10.5, height: float = 2.7, dpi: int = 80):
+    columns = 3
+
+    def __init__(self, width: float = 10.5, row_height: float = 2.5, dpi: int = 80):
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
-        self.fig = Figure(figsize=(width, height), dpi=dpi)
+        self.width, self.row_height = width, row_height
+        self.fig = Figure(figsize=(width, 1.2), dpi=dpi)
         self.canvas = FigureCanvasAgg(self.fig)
-        self.ax_return, self.ax_loss, self.ax_rate = self.fig.subplots(1, 3)
-        for ax, title in ((self.ax_return, "episode return"), (self.ax_loss, "losses"),
-                          (self.ax_rate, "throughput (env-steps/s)")):
-            ax.set_title(title, fontsize=9)
+        self.axes: dict = {}
+        self.lines: dict = {}
+        self.layout: tuple = ()
+        self.renders = 0
+        self.last_render_s = 0.0
+        self.message = None
+        self._build([])
+
+    @property
+    def ax_return(self):
+        return self.axes.get("return")
+
+    @property
+    def ax_rate(self):
+        return self.axes.get("rate")
+
+    def _build(self, panels):
+        from matplotlib.ticker import FuncFormatter, MaxNLocator
+        self.fig.clear()
+        self.axes, self.lines = {}, {}
+        self.layout = tuple(panels)
+        if not panels:
+            self.fig.set_size_inches(self.width, 1.2)
+            self.message = self.fig.text(0.5, 0.5, "", ha="center", va="center", fontsize=11, color="0.4")
+            return
+        columns = min(self.columns, len(panels))
+        rows = math.ceil(len(panels) / columns)
+        self.fig.set_size_inches(self.width, self.row_height * rows + 0.5)
+        for i, name in enumerate(panels):
+            ax = self.fig.add_subplot(rows, columns, i + 1)
+            ax.set_title(_TITLES[name], fontsize=9)
             ax.tick_params(labelsize=7)
             ax.grid(True, color="0.9")
             ax.set_xlabel("env-steps", fontsize=7)
-        # value and critic losses are often 100x the policy's: their own scale, on the right, dashed
-        self.ax_value = self.ax_loss.twinx()
-        self.ax_value.tick_params(labelsize=7)
-        self.lines: dict = {}
-        self.placeholder = self.fig.text(0.5, 0.5, "", ha="center", va="center", fontsize=11, color="0.4")
-        self.renders = 0
-        self.last_render_s = 0.0
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=4, min_n_ticks=2))
+            ax.xaxis.set_major_formatter(FuncFormatter(fmt_count))
+            self.axes[name] = ax
 
-    def _line(self, ax, key, label, style="-"):
+    def _line(self, panel, key, colour, label=None, style="-", lw=1.5, alpha=1.0):
         if key not in self.lines:
-            colour = _COLOURS[len(self.lines) % len(_COLOURS)]
-            (self.lines[key],) = ax.plot([], [], style, lw=1.4, color=colour, label=label)
-            legend_ax = self.ax_loss if ax is self.ax_value else ax
-            handles = [line for line in self.lines.values() if line.axes in (
-                (self.ax_loss, self.ax_value) if legend_ax is self.ax_loss else (ax,))]
-            legend = legend_ax.legend(handles=handles, fontsize=7, loc="best", framealpha=0.7)
-            legend.set_zorder(5)
+            (self.lines[key],) = self.axes[panel].plot([], [], style, lw=lw, color=colour, label=label,
+                                                       alpha=alpha)
         return self.lines[key]
 
-    def render(self, history: list, message: str = "") -> bytes:
+    def render(self, history: list, message: str = "", target_return: float | None = None, others=()) -> bytes:
         start = time.perf_counter()
         history = list(history)
-        keys = sorted({k for m in history for k in m})
-        self.placeholder.set_text(message if message else ("" if history else "waiting for the first metrics..."))
+        keys = list(dict.fromkeys(k for m in history for k in m))
+        panels = panels_for(keys) if history else []
+        if tuple(panels) != self.layout:
+            self._build(panels)
+        if not history:
+            self.message.set_text(message or "waiting for the first metrics...")
+            return self._png(start)
+        policies = [k.split("/", 1)[1] for k in keys if k.startswith("return/")]
+        colours = {p: policy_colour(p, i) for i, p in enumerate(policies)}
+        for p in policies:
+            self._line("return", f"return/{p}", colours[p], policy_label(p, policies)).set_data(
+                *_series(history, f"return/{p}"))
         for key in keys:
-            if key.startswith("return/"):
-                xs, ys = _series(history, key)
-                self._line(self.ax_return, key, key.split("/", 1)[1]).set_data(xs, ys)
-            elif key.split("/", 1)[0] in LOSS_KEYS:
-                xs, ys = _series(history, key)
-                right = key.split("/", 1)[0] in VALUE_KEYS
-                self._line(self.ax_value if right else self.ax_loss, key, key + (" (right)" if right else ""),
-                           "--" if right else "-").set_data(xs, ys)
+            kind, _, policy = key.partition("/")
+            if kind in LOSS_KEYS and policy in colours:
+                self._line(kind, key, colours[policy]).set_data(*_series(history, key))
+        if "episode_length" in self.axes:
+            self._line("episode_length", "episode_length", "0.25").set_data(*_series(history, "episode_length"))
+        if "tag" in self.axes:
+            for key, colour in (("tag_rate", "tab:red"), ("survival", "tab:blue")):
+                if key in keys:
+                    self._line("tag", key, colour).set_data(*_series(history, key))
+            self.axes["tag"].set_ylim(-0.03, 1.03)
         xs, ys = _series(history, "env_steps_per_s")
-        top = float(ys.max()) if len(ys) else 0.0
-        scale, unit = (1e9, "G ") if top >= 1e9 else (1e6, "M ") if top >= 1e6 else (1e3, "k ") if top >= 1e3 else (1, "")
-        self.ax_rate.set_title(f"throughput ({unit}env-steps/s)", fontsize=9)
-        self._line(self.ax_rate, "env_steps_per_s", "env-steps/s").set_data(xs, ys / scale)
-        if history and not any(k.split("/", 1)[0] in LOSS_KEYS for k in keys):
-            self.ax_loss.set_title("losses (none reported)", fontsize=9)
-        for line in self.lines.values():  # a curve of a few points (or one) shows its points
-            line.set_marker("o" if len(line.get_xdata()) <= 40 else "")
-            line.set_markersize(3)
+        scale, unit = rate_unit(float(ys.max()) if len(ys) else 0.0)
+        self.axes["rate"].set_title(f"throughput ({unit + ' ' if unit else ''}env-steps/s)", fontsize=9)
+        self._line("rate", "env_steps_per_s", "0.2").set_data(xs, ys / scale)
         right = max((float(m.get("env_steps", 0)) for m in history), default=0.0)
-        for ax in (self.ax_return, self.ax_loss, self.ax_value, self.ax_rate):
+        for i, (label, other) in enumerate(others):
+            other_policies = sorted({k.split("/", 1)[1] for m in other for k in m if k.startswith("return/")})
+            for p in other_policies:
+                name = label if len(other_policies) == 1 else f"{label} {p}"
+                line = self._line("return", f"other:{label}:{p}", _RUN_CYCLE[i % len(_RUN_CYCLE)], name,
+                                  style="--" if p in ("runners",) else "-", lw=1.1, alpha=0.9)
+                xs, ys = _series(other, f"return/{p}")
+                line.set_data(xs, ys)
+                if len(xs):
+                    right = max(right, float(xs.max()))
+        if target_return is not None:
+            if "target" not in self.lines:
+                self.lines["target"] = self.axes["return"].axhline(target_return, color="tab:green", ls=":", lw=1.2,
+                                                                   label=f"target {target_return:g}")
+            self.lines["target"].set_ydata([target_return, target_return])
+        for line in self.lines.values():  # a curve of a few points (or one) shows its points
+            if hasattr(line, "get_xdata") and line is not self.lines.get("target"):
+                line.set_marker("o" if 0 < len(line.get_xdata()) <= 40 else "")
+                line.set_markersize(3)
+        for name, ax in self.axes.items():
             ax.relim()
             ax.autoscale_view()
-            if right > 0:  # one env-steps axis for the three panels, from the start of the run
+            if name == "tag":
+                ax.set_ylim(-0.03, 1.03)
+            if name == "rate":  # from zero: a steady rate reads as steady, not as noise
+                ax.set_ylim(0, max(ax.get_ylim()[1], 1e-9) * 1.1)
+            if right > 0:  # one env-steps axis for every panel, from the start of the run
                 ax.set_xlim(0, right * 1.03)
-        self.fig.tight_layout(pad=0.6)
+        handles = [line for key, line in self.lines.items()
+                   if key.startswith(("return/", "other:")) or key == "target"]
+        for legend in list(self.fig.legends):
+            legend.remove()
+        self.fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 6), fontsize=8, frameon=False)
+        rows = math.ceil(len(self.axes) / min(self.columns, len(self.axes)))
+        top = 1.0 - 0.32 / (self.row_height * rows + 0.5)  # room for the legend above the titles
+        self.fig.tight_layout(pad=0.6, rect=(0, 0, 1, top))
+        return self._png(start)
+
+    def _png(self, start) -> bytes:
         buf = io.BytesIO()
         self.canvas.print_png(buf)
         self.renders += 1
@@ -101,6 +217,6 @@ class LivePlot:
         return buf.getvalue()
 
 
-def placeholder_png(message: str, width: float = 10.5, height: float = 2.7, dpi: int = 80) -> bytes:
-    """An empty curve image with a message (what the panel shows before a run)."""
-    return LivePlot(width, height, dpi).render([], message)
+def placeholder_png(message: str, width: float = 10.5, dpi: int = 80) -> bytes:
+    """The image the panel shows before a run: the message alone, no empty axes."""
+    return LivePlot(width, dpi=dpi).render([], message)

@@ -11,6 +11,10 @@ nothing of this module. Rollouts alone step the env with uniformly random action
 a checkpoint (throughput and animations without learning) and check the stop flag every iteration.
 With `world_size` > 1 the run is `python -m workbench train` under torchrun in a subprocess (one
 rank per GPU); its metrics are read back from the run folder's metrics.csv and Stop interrupts it.
+
+A run continues another: `Runner(spec, resume=previous)` takes the previous run's trainer (and its
+history) and calls `train()` again, so the iteration count goes on where Stop left it.
+Every run writes its config.yaml and metrics.csv into `config.run_dir` (`default_run_dir` names one).
 """
 from __future__ import annotations
 
@@ -72,6 +76,25 @@ class RunSpec:
         return max(1, math.ceil(self.config.total_env_steps / steps_per_iteration))
 
 
+def default_run_dir(env: str, root: str | os.PathLike = "runs") -> str:
+    """A fresh folder name root/<env>-<YYYYmmdd-HHMMSS> (a suffix -2, -3 ... when taken)."""
+    base = Path(root) / f"{env}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{base.name}-{n}")
+    return str(path)
+
+
+def same_experiment(a: RunSpec, b: RunSpec) -> bool:
+    """Whether a run of `b` can continue the trainer of a run of `a`: the same env, parameters,
+    replicas, target, algorithm and policy map, trained in this process."""
+    ca, cb = a.config, b.config
+    return (a.mode == b.mode == "train" and a.world_size == b.world_size == 1 and a.policies == b.policies
+            and type(ca) is type(cb)
+            and all(getattr(ca, k) == getattr(cb, k) for k in ("env", "env_params", "num_envs", "target")))
+
+
 class StopRequested(Exception):
     """Raised inside the run thread when Stop was asked for before training began (e.g. while compiling)."""
 
@@ -83,17 +106,26 @@ class Runner:
     run's thread; keep them short (the panel only stores the data and wakes its own redraw thread).
     """
 
-    def __init__(self, spec: RunSpec, *, on_state=None, on_metrics=None, on_trajectories=None):
+    def __init__(self, spec: RunSpec, *, on_state=None, on_metrics=None, on_trajectories=None,
+                 resume: "Runner | None" = None, env=None):
+        if resume is not None:
+            if resume.trainer is None or resume.running:
+                raise RuntimeError("only a run that trained and has ended can be continued")
+            if not same_experiment(resume.spec, spec):
+                raise ValueError("a continued run keeps the env, its parameters, replicas, target and algorithm "
+                                 "of the run it continues; start a new run to change them")
         self.spec = spec
         self.on_state = on_state
         self.on_metrics = on_metrics
         self.on_trajectories = on_trajectories
         self.state = "idle"
-        self.history: list = []
+        self.resumed_from = resume
+        self.history: list = list(resume.history) if resume is not None else []
+        self.given_env = env
         self.error: BaseException | None = None
         self.traceback = ""
         self.result = None
-        self.trainer = None
+        self.trainer = resume.trainer if resume is not None else None
         self.env = None
         self.stopped_by = None
         self.started_at = None
@@ -198,8 +230,14 @@ class Runner:
         if self.spec.record_every and config.cuda_graph:
             # the recorder's copies are host-driven: they run outside a captured CUDA graph
             config = cfg.replace(config, cuda_graph=False)
-        self._set_state("compiling")
-        self.trainer = make_trainer(config, policies=self.spec.policies)
+        self._write_config(config)
+        if self.trainer is not None:  # continuing: same trainer, the form's budget and schedule
+            keep = {k: getattr(config, k) for k in ("total_env_steps", "log_every", "checkpoint_every",
+                                                     "target_return", "run_dir")}
+            self.trainer.config = cfg.replace(self.trainer.config, **keep)
+        else:
+            self._set_state("compiling")
+            self.trainer = make_trainer(config, policies=self.spec.policies, env=self._env_for(config))
         self.env = self.trainer.env
         self._check_stop()
         self._start_recording()
@@ -213,6 +251,25 @@ class Runner:
         self.result = self.trainer.train(callback=callback)
         self.stopped_by = self.result.stopped_by
         self._maybe_pull(self.trainer.iteration, force=self.spec.record_every > 0)
+
+    def _env_for(self, config):
+        """The env given to this run (reused: no compile) when it matches the config, else None."""
+        env = self.given_env
+        if env is None:
+            return None
+        from workbench import registry
+        wanted = registry.definition(config.env, **(config.env_params or {}))
+        if (env.name, env.num_envs, env.definition.digest) != (config.env, config.num_envs, wanted.digest) or \
+                config.target not in (env.target.name, "auto"):
+            return None
+        return env
+
+    def _write_config(self, config):
+        if config.run_dir:
+            run_dir = Path(config.run_dir)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            if not (run_dir / "config.yaml").exists():
+                cfg.save_yaml(config, run_dir / "config.yaml")
 
     # rollouts alone
     def _policy_trainer(self, config):
@@ -230,30 +287,30 @@ class Runner:
 
     def _rollouts(self):
         import workbench as wb
+        from workbench.episode_stats import EpisodeStats
         config = self.spec.config
+        self._write_config(config)
         self._set_state("compiling")
         if self.spec.checkpoint:
             self.trainer = self._policy_trainer(config)
             self.env = env = self.trainer.env
         else:
             target = wb.best_target() if config.target == "auto" else config.target
-            self.env = env = wb.make(config.env, num_envs=config.num_envs, target=target, seed=config.seed,
-                                     **(config.env_params or {}))
+            self.env = env = self._env_for(config) or wb.make(config.env, num_envs=config.num_envs, target=target,
+                                                              seed=config.seed, **(config.env_params or {}))
         self._check_stop()
         self._start_recording()
         self._set_state("running")
-        store = env.store
         if self.trainer is not None:
             groups = {g.name: g.ids for g in self.trainer.groups}
         else:
             table = env.definition.namespace.get("AGENT_GROUPS")
             groups = ({k: list(v) for k, v in table(types.SimpleNamespace(**env.definition.params)).items()}
-                      if table is not None else {"shared": list(range(env.num_agents))})
-        index = {n: torch.tensor(ids, dtype=torch.long, device=env.device) for n, ids in groups.items()}
-        sums = {n: torch.zeros((), device=env.device) for n in groups}
-        count = torch.zeros((), device=env.device)
+                      if table is not None else None)
+        stats = EpisodeStats(env, groups)
         T, E = config.rollout_length, env.num_envs
         total = self.spec.total_iterations
+        csv_path = Path(config.run_dir) / "metrics.csv" if config.run_dir else None
         env.reset()
         start = time.perf_counter()
         window_start, window_steps = start, 0
@@ -265,10 +322,7 @@ class Runner:
                 for _ in range(T):
                     actions = self.trainer.act(deterministic=False) if self.trainer is not None else env.sample_actions()
                     env.step(actions)
-                    done = store["done"].float()
-                    for n, ids in index.items():
-                        sums[n].add_((store["last_return"].index_select(1, ids).mean(1) * done).sum())
-                    count.add_(done.sum())
+                    stats.after_step()
             iteration += 1
             env_steps += E * T
             window_steps += E * T
@@ -278,17 +332,14 @@ class Runner:
                 if env.device.type == "cuda":
                     torch.cuda.synchronize(env.device)
                 now = time.perf_counter()
-                episodes = float(count)
                 metrics = {"iteration": iteration, "env_steps": env_steps,
                            "env_steps_per_s": window_steps / max(now - window_start, 1e-9),
-                           "time_s": now - start, "episodes": episodes}
-                for n in groups:
-                    metrics[f"return/{n}"] = float(sums[n]) / episodes if episodes else float("nan")
-                    sums[n].zero_()
-                finite = [metrics[f"return/{n}"] for n in groups if not math.isnan(metrics[f"return/{n}"])]
+                           "time_s": now - start, **stats.pull()}
+                finite = [metrics[f"return/{n}"] for n in stats.names if not math.isnan(metrics[f"return/{n}"])]
                 metrics["mean_return"] = sum(finite) / len(finite) if finite else float("nan")
-                count.zero_()
                 window_start, window_steps = now, 0
+                if csv_path is not None:
+                    append_csv(csv_path, metrics)
                 self._report(metrics)
                 self._maybe_pull(iteration)
             if stop:
@@ -347,6 +398,29 @@ class Runner:
         self.result = {"iterations": int(last.get("iteration", 0)), "env_steps": int(last.get("env_steps", 0)),
                        "wall_time_s": time.perf_counter() - self.started_at, "stopped_by": self.stopped_by,
                        "metrics": last, "history": list(self.history), "run_dir": str(run_dir)}
+
+
+def append_csv(path: Path, metrics: dict) -> None:
+    """Append one metrics row to a CSV file (the header comes with the first row)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = not path.exists()
+    with path.open("a", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(metrics))
+        if new:
+            writer.writeheader()
+        writer.writerow(metrics)
+
+
+def read_run(run_dir) -> tuple:
+    """(config dict or {}, metrics rows) of a run folder written by a panel run, the CLI or a Trainer."""
+    import yaml
+    run_dir = Path(run_dir)
+    config = {}
+    for name in ("config.yaml", "panel_config.yaml"):
+        if (run_dir / name).exists():
+            config = yaml.safe_load((run_dir / name).read_text()) or {}
+            break
+    return config, _read_metrics(run_dir / "metrics.csv")
 
 
 def _read_metrics(path: Path) -> list:

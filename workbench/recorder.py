@@ -43,7 +43,9 @@ class TrajectoryRecorder:
         self.count = min(self.count + 1, self.capacity)
 
     def pull(self) -> list:
-        """Per replica: {name: array [T, ...]} of its last finished episode (or the running one)."""
+        """Per replica: {name: array [T, ...]} of its last finished episode (or the running one), with
+        `complete` (it ended and every one of its steps is here) and `steps_missing` (steps of it that
+        came before the recording began or past the capacity)."""
         order = [(self.pos - self.count + k) % self.capacity for k in range(self.count)]
         host = {n: b.cpu().numpy()[order] for n, b in self.buffers.items()}
         episodes = []
@@ -57,6 +59,9 @@ class TrajectoryRecorder:
                 start = ends[-2] + 1 if len(ends) > 1 else 0
             episode = {n: v[start:stop, j] for n, v in host.items()}
             episode["replica"] = replica
-            episode["complete"] = bool(len(ends))
+            # complete: it ended and its first step is in the buffer (t = 0 before it); an episode whose
+            # start came before the recording began (or was overwritten) is a tail, not an episode
+            episode["complete"] = bool(len(ends)) and stop > start and int(host["t"][start, j]) == 0
+            episode["steps_missing"] = int(host["t"][start, j]) if stop > start else 0
             episodes.append(episode)
         return episodes

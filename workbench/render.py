@@ -57,8 +57,13 @@ class Drawer:
         self.groups = groups or {}
         self.name = name
         reward = np.asarray(trajectory.get("reward", np.zeros((len(self),))), dtype=np.float64)
-        per_step = reward.reshape(len(reward), -1).mean(axis=1) if reward.size else np.zeros(len(self))
-        self.returns = np.cumsum(per_step)
+        reward = reward.reshape(len(reward), -1) if reward.size else np.zeros((len(self), 1))
+        # the return so far of each team (mean over its agents): averaging taggers with runners hides both
+        teams = {name: np.asarray(list(ids), dtype=np.int64) for name, ids in self.groups.items()
+                 if len(ids) and max(ids) < reward.shape[1]}
+        self.team_returns = ({name: np.cumsum(reward[:, ids].mean(axis=1)) for name, ids in teams.items()}
+                             if len(teams) > 1 else {})
+        self.returns = np.cumsum(reward.mean(axis=1))
         self.info = None
         self.captions = [""] * len(self)
 
@@ -79,21 +84,25 @@ class Drawer:
         return self.info
 
     def set_info(self, k: int, extra: str = ""):
-        self.captions[k] = f"t={int(self.traj['t'][k])} return={self.returns[k]:.2f}{extra}"
+        if self.team_returns:
+            ret = "return " + " ".join(f"{name}={values[k]:+.2f}" for name, values in self.team_returns.items())
+        else:
+            ret = f"return={self.returns[k]:.2f}"
+        self.captions[k] = f"t={int(self.traj['t'][k])} {ret}{extra}"
         if self.info is not None and self.info.get_visible():
             self.info.set_text(self.captions[k])
 
 
 class CartPoleDrawer(Drawer):
     """Cart (a rectangle on a track) and pole (a line of length 2 * length)."""
-    figsize = (4.8, 2.8)
+    figsize = (7.2, 2.9)  # the aspect of the track and pole: no blank bands around them
 
     def setup(self, ax):
         from matplotlib.patches import Rectangle
-        lim = getattr(self.p, "x_threshold", 2.4) * 1.25
+        lim = getattr(self.p, "x_threshold", 2.4) * 1.12
         pole = 2 * getattr(self.p, "length", 0.5)
         ax.set_xlim(-lim, lim)
-        ax.set_ylim(-0.4, pole + 0.4)
+        ax.set_ylim(-0.25, pole + 0.35)
         ax.set_aspect("equal")
         ax.plot([-lim, lim], [0, 0], color="0.3", lw=1)
         for edge in (-self.p.x_threshold, self.p.x_threshold):
@@ -184,7 +193,7 @@ class PointsDrawer(Drawer):
     """Agents as points at per-agent (x, y), one Line2D per agent group; agents whose in_game
     flag is 0 are drawn as grey crosses (Tag's tagged runners), and a runner tagged in the last
     few steps is circled in black (the tag itself)."""
-    figsize = (4.2, 4.2)
+    figsize = (4.6, 5.0)
     grid = False
     tag_mark_frames = 4  # a tag stays circled this many frames, so it is seen while playing
 
@@ -221,8 +230,9 @@ class PointsDrawer(Drawer):
         marker = "s" if self.grid else "o"
         for i, (gname, ids) in enumerate(groups.items()):
             colour = GROUP_COLOURS.get(gname, _CYCLE[i % len(_CYCLE)])
+            # no marker edges and no alpha: Agg stamps one cached marker per agent, the cheapest path
             (line,) = ax.plot([], [], marker, ls="none", ms=size, color=colour, label=f"{gname} ({len(ids)})",
-                              alpha=0.85 if n > 200 else 1.0)
+                              mew=0.0)
             self.lines.append((line, ids))
         # taggers are few: drawn last (blitting draws in list order) and larger, so runners never hide them
         artists = sorted((line for line, _ in self.lines), key=lambda line: line.get_label().startswith("taggers"))
@@ -241,9 +251,10 @@ class PointsDrawer(Drawer):
                                        mew=1.2, label="tagged")
             artists += [self.out, self.tag_ring]
         artists.sort(key=lambda a: (a is self.tag_ring and a is not None, a.get_label().startswith("taggers")))
-        legend = ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.04), ncol=2, fontsize=7, frameon=False)
+        legend = ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.03), ncol=2, fontsize=9, frameon=False,
+                           handletextpad=0.3, columnspacing=1.2)
         for handle in getattr(legend, "legend_handles", None) or legend.legendHandles:
-            handle.set_markersize(6.0)  # legible whatever the agents' marker size
+            handle.set_markersize(7.0)  # legible whatever the agents' marker size
         return artists + [self.make_info(ax)]
 
     def drawn_agents(self) -> int:
@@ -305,6 +316,47 @@ class StripDrawer(Drawer):
         self.set_info(k)
 
 
+class FunctionDrawer(Drawer):
+    """An env's own `draw(frame, ax)`: called once per frame with that step's arrays (per-env
+    arrays as scalars, per-agent arrays [A, ...], plus t, obs, reward, action and `params`, the
+    env's PARAMS as attributes); whatever artists it adds to `ax` are that frame's drawing. Its
+    first call also fixes the axes (limits, aspect, static decorations such as goals or walls drawn
+    with `frame["static"]` true): later changes to the limits are not shown."""
+    figsize = (4.6, 4.6)
+    dynamic = True
+
+    def __init__(self, trajectory, params, groups, name, draw):
+        super().__init__(trajectory, params, groups, name)
+        self.draw = draw
+        self.ax = None
+        self.current: list = []
+
+    def frame(self, k: int, static: bool = False) -> dict:
+        out = {key: (v[k] if np.ndim(v) >= 1 and len(v) == len(self) else v) for key, v in self.traj.items()
+               if isinstance(v, np.ndarray)}
+        out.update(params=self.p, groups=self.groups, static=static, step=k)
+        return {key: (v.item() if isinstance(v, np.ndarray) and v.ndim == 0 else v) for key, v in out.items()}
+
+    def setup(self, ax):
+        self.ax = ax
+        self.draw(self.frame(0, static=True), ax)  # the static part stays in the background
+        return [self.make_info(ax)]
+
+    def _artists(self):
+        ax = self.ax
+        return set(ax.lines) | set(ax.patches) | set(ax.collections) | set(ax.texts) | set(ax.images)
+
+    def update(self, k):
+        for artist in self.current:
+            artist.remove()
+        before = self._artists()
+        self.draw(self.frame(k), self.ax)
+        self.current = [a for a in self._artists() - before]
+        for artist in self.current:
+            artist.set_animated(True)
+        self.set_info(k)
+
+
 DRAWERS = {"cartpole": CartPoleDrawer, "acrobot": AcrobotDrawer, "mountain_car": MountainCarDrawer,
            "mountain_car_continuous": MountainCarDrawer, "pendulum": PendulumDrawer,
            "tag_grid": TagGridDrawer, "tag_continuous": PointsDrawer}
@@ -333,7 +385,10 @@ def drawer_for(trajectory: dict, env) -> Drawer:
     fn = defn.namespace.get("AGENT_GROUPS")
     if fn is not None:
         groups = {k: list(v) for k, v in fn(types.SimpleNamespace(**defn.params)).items()}
-    cls = DRAWERS.get(defn.name)
+    cls = DRAWERS.get(defn.name) or defn.namespace.get("RENDER")
+    draw = defn.namespace.get("draw")
+    if cls is None and callable(draw):
+        return FunctionDrawer(trajectory, defn.params, groups, defn.name, draw)
     if cls is None:
         per_agent_xy = "x" in trajectory and "y" in trajectory and np.ndim(trajectory["x"]) == 2
         pairs = any(isinstance(v, np.ndarray) and v.ndim == 3 and v.shape[-1] == 2 and k not in ("obs", "action")
@@ -343,6 +398,13 @@ def drawer_for(trajectory: dict, env) -> Drawer:
 
 
 # ---- frames --------------------------------------------------------------------------------------
+
+def _partial_note(trajectory: dict) -> str:
+    if trajectory.get("complete", True):
+        return ""
+    missing = int(trajectory.get("steps_missing", 0))
+    return f"  (its first {missing} steps not recorded)" if missing else "  (episode still running)"
+
 
 class FrameSource:
     """RGB frames [H, W, 3] uint8 of one trajectory, drawn by blitting the moving artists onto a
@@ -358,7 +420,7 @@ class FrameSource:
         ax.set_autoscale_on(False)
         self.artists = self.drawer.setup(ax)
         ax.set_title(f"{self.drawer.name}  replica {trajectory.get('replica', 0)}"
-                     + ("" if trajectory.get("complete", True) else "  (episode still running)"), fontsize=9)
+                     + _partial_note(trajectory), fontsize=9)
         self.fig.tight_layout()
         if not caption and self.drawer.info is not None:
             self.drawer.info.set_visible(False)
@@ -375,7 +437,7 @@ class FrameSource:
         """Frame k as a fresh [H, W, 3] uint8 array."""
         self.drawer.update(k)
         self.canvas.restore_region(self.background)
-        for artist in self.artists:
+        for artist in getattr(self.drawer, "current", []) + self.artists:
             self.fig.draw_artist(artist)
         return np.array(np.asarray(self.canvas.buffer_rgba())[..., :3])
 
@@ -541,6 +603,14 @@ class AnimationGroup:
         path.write_text(f"<!doctype html><html><head><meta charset='utf-8'></head><body>{self.to_html()}</body></html>")
         return path
 
+    def save_mp4(self, path, fps: int | None = None) -> list:
+        """Every step of each animation as mp4: `path` for one, else path-replicaN.mp4 per replica."""
+        path = Path(path)
+        if len(self.animations) == 1:
+            return [self.animations[0].save_mp4(path, fps)]
+        return [a.save_mp4(path.with_name(f"{path.stem}-replica{a.trajectory.get('replica', i)}{path.suffix}"), fps)
+                for i, a in enumerate(self.animations)]
+
 
 def animate(trajectory: dict, env, **kwargs) -> Animation:
     """Animation of one pulled trajectory of `env` (an Env, EnvDefinition or env name)."""
@@ -548,11 +618,12 @@ def animate(trajectory: dict, env, **kwargs) -> Animation:
 
 
 def show(trajectories, env, **kwargs):
-    """Animation (one trajectory) or AnimationGroup (a list); notebooks display either."""
+    """Animation of one trajectory (a dict), or AnimationGroup of a list (such as
+    env.pull_trajectories(), even of one replica: `show(...)[0]` is always its first Animation);
+    notebooks display either."""
     if isinstance(trajectories, dict):
         return Animation(trajectories, env, **kwargs)
-    anims = [Animation(t, env, **kwargs) for t in trajectories]
-    return anims[0] if len(anims) == 1 else AnimationGroup(anims)
+    return AnimationGroup([Animation(t, env, **kwargs) for t in trajectories])
 
 
 # ---- mp4 -----------------------------------------------------------------------------------------

@@ -1,0 +1,83 @@
+"""EpisodeStats: per-policy sums over finished episodes kept on the device, checked against the
+same statistics computed on the host step by step from the store."""
+import math
+
+import numpy as np
+import pytest
+
+import workbench as wb
+from workbench.episode_stats import EpisodeStats
+from workbench.evaluate import TAG_METRICS
+
+from test_tag import GRID as GRID_SMALL  # the small Tag variant test_tag compiles anyway
+
+STEPS = 40
+
+
+def host_expectation(env, groups, steps, metrics=()):
+    """Step `env` with random actions, feeding `stats` and summing the same values on the host."""
+    stats = EpisodeStats(env, groups)
+    sums = {f"return/{n}": 0.0 for n in groups}
+    sums.update({"episode_length": 0.0, **{m: 0.0 for m in metrics}})
+    episodes = 0.0
+    for _ in range(steps):
+        env.step(env.sample_actions())
+        stats.after_step()
+        store = env.store
+        done = store["done"].cpu().numpy().astype(bool)
+        episodes += done.sum()
+        last_return = store["last_return"].cpu().numpy()
+        for name, ids in groups.items():
+            sums[f"return/{name}"] += last_return[done][:, ids].mean(axis=1).sum()
+        sums["episode_length"] += store["last_length"].cpu().numpy()[done].sum()
+        for key in metrics:
+            value = {"tag_rate": TAG_METRICS["tag_rate"], "survival": TAG_METRICS["runner_survival"]}[key](
+                store, env.definition.params).cpu().numpy()
+            sums[key] += value[done].sum()
+    return stats, {k: v / episodes for k, v in sums.items()}, episodes
+
+
+def test_single_policy_returns_and_lengths_match_the_host():
+    env = wb.make("cartpole", num_envs=16, target="cpu", seed=5)
+    stats, expected, episodes = host_expectation(env, {"policy": [0]}, STEPS)
+    assert episodes > 0
+    pulled = stats.pull()
+    assert pulled["episodes"] == episodes
+    for key, value in expected.items():
+        assert pulled[key] == pytest.approx(value, rel=1e-5), key
+    again = stats.pull()  # the sums were reset: nothing finished since
+    assert again["episodes"] == 0 and math.isnan(again["return/policy"]) and math.isnan(again["episode_length"])
+
+
+def test_tag_teams_tag_rate_and_survival_match_the_host():
+    env = wb.make("tag_grid", num_envs=8, target="cpu", seed=2, **GRID_SMALL)
+    groups = {"taggers": list(env.taggers), "runners": list(env.runners)}
+    stats, expected, episodes = host_expectation(env, groups, 3 * GRID_SMALL["episode_length"],
+                                                 metrics=("tag_rate", "survival"))
+    assert episodes >= env.num_envs
+    pulled = stats.pull()
+    assert {"return/taggers", "return/runners", "episode_length", "tag_rate", "survival"} <= set(pulled)
+    for key, value in expected.items():
+        assert pulled[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+    assert pulled["tag_rate"] + pulled["survival"] == pytest.approx(1.0)
+
+
+def test_after_step_allocates_nothing_it_keeps_and_never_reads_the_host(monkeypatch):
+    env = wb.make("cartpole", num_envs=8, target="cpu", seed=1)
+    stats = EpisodeStats(env)
+    buffers = [stats.sums.data_ptr(), stats.rows.data_ptr(), stats.done.data_ptr()]
+    import torch
+
+    def forbidden(*_a, **_k):
+        raise AssertionError("after_step read a value on the host")
+
+    monkeypatch.setattr(torch.Tensor, "item", forbidden)
+    monkeypatch.setattr(torch.Tensor, "tolist", forbidden)
+    monkeypatch.setattr(torch.Tensor, "__bool__", forbidden)
+    for _ in range(30):
+        env.step(env.sample_actions())
+        stats.after_step()
+    monkeypatch.undo()
+    assert [stats.sums.data_ptr(), stats.rows.data_ptr(), stats.done.data_ptr()] == buffers
+    assert stats.pull()["episodes"] >= 0
+    assert np.isfinite(stats.sums.cpu().numpy()).all()

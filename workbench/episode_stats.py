@@ -1,0 +1,82 @@
+"""Per-policy statistics of finished episodes, summed on the device between two log points.
+
+    stats = EpisodeStats(env, {"taggers": [0], "runners": [1, 2, 3]})
+    for _ in range(T):
+        env.step(actions)
+        stats.after_step()            # in-place device ops only: no host sync, capturable in a CUDA graph
+    metrics.update(stats.pull())      # one host read; the sums start again from zero
+
+After every step the episodes that just finished (store["done"]) add their values to running sums:
+the mean per-agent return of each policy (store["last_return"]), the episode length
+(store["last_length"]) and the env's evaluation metrics (`evaluate.env_metrics`: EVAL_METRICS, or
+tag rate, runner survival and runners tagged for a Tag game). `pull` divides by the number of
+finished episodes; with none finished every value is NaN and `episodes` is 0.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .evaluate import env_metrics
+
+# evaluate's names for Tag metrics -> the names the panel, CSV and captions use
+RENAMED = {"runner_survival": "survival"}
+
+
+class EpisodeStats:
+    """Running sums over the episodes finished since the last `pull`.
+
+    env: an Env; groups: {policy name: agent ids} (or the trainer's groups, objects with .name and
+    .ids; None: one policy "policy" over every agent). Buffers: rows [K, E] (one row per statistic,
+    the last all ones to count episodes), sums [K].
+    """
+
+    def __init__(self, env, groups=None):
+        self.env = env
+        store = env.store
+        if groups is None:
+            groups = {"policy": list(range(env.num_agents))}
+        elif not isinstance(groups, dict):
+            groups = {g.name: list(g.ids) for g in groups}
+        self.names = list(groups)
+        device, E = env.device, env.num_envs
+        self.index = [torch.as_tensor(list(ids), dtype=torch.long, device=device) for ids in groups.values()]
+        self.gathered = [torch.empty((E, len(ids)), dtype=store["last_return"].dtype, device=device)
+                         for ids in groups.values()]
+        self.env_metrics = env_metrics(env)
+        self.params = env.definition.params
+        self.keys = ([f"return/{n}" for n in self.names] + ["episode_length"]
+                     + [RENAMED.get(k, k) for k in self.env_metrics])
+        self.rows = torch.zeros((len(self.keys) + 1, E), dtype=torch.float32, device=device)
+        self.rows[-1].fill_(1.0)
+        self.done = torch.zeros(E, dtype=torch.float32, device=device)
+        self.step_sums = torch.zeros(len(self.keys) + 1, dtype=torch.float32, device=device)
+        self.sums = torch.zeros(len(self.keys) + 1, dtype=torch.float32, device=device)
+
+    def after_step(self) -> None:
+        """Add the episodes that finished in the last step; call once after every env step."""
+        store = self.env.store
+        self.done.copy_(store["done"])
+        for row, (index, gathered) in enumerate(zip(self.index, self.gathered)):
+            torch.index_select(store["last_return"], 1, index, out=gathered)
+            torch.mean(gathered, dim=1, out=self.rows[row])
+        row = len(self.names)
+        self.rows[row].copy_(store["last_length"])
+        for k, fn in enumerate(self.env_metrics.values()):
+            self.rows[row + 1 + k].copy_(fn(store, self.params))
+        torch.mv(self.rows, self.done, out=self.step_sums)
+        self.sums.add_(self.step_sums)
+
+    def reset(self) -> None:
+        self.sums.zero_()
+
+    def pull(self) -> dict:
+        """{return/NAME, episode_length, env metrics..., episodes} over the episodes finished since
+        the last pull (NaN where none finished); resets the sums. One host read."""
+        host = self.sums.cpu().tolist()
+        self.sums.zero_()
+        episodes = host[-1]
+        out = {key: (value / episodes if episodes > 0 else math.nan) for key, value in zip(self.keys, host)}
+        out["episodes"] = episodes
+        return out
