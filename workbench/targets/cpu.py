@@ -31,17 +31,26 @@ def atomic_min(array, index, value):
 
 
 class CpuKernels:
-    def __init__(self, defn, ns):
+    def __init__(self, defn, ns, boundscheck=False):
         self.defn = defn
-        self._reset = numba.njit(parallel=True)(ns["_wb_reset"])
-        self._step = numba.njit(parallel=True)(ns["_wb_step"])
+        self.module = ns["_wb_cached_module"]
+        self.module_file = ns.get("__file__")
+        # bounds-checked kernels run replicas in order: an IndexError leaves a parallel region badly
+        options = dict(parallel=not boundscheck, boundscheck=boundscheck, cache=self.module is not None)
+        self._reset = numba.njit(**options)(ns["_wb_reset"])
+        self._step = numba.njit(**options)(ns["_wb_step"])
         self.driver_source = ns["_wb_driver_source"]
+
+    @property
+    def loaded_from_cache(self) -> bool:
+        """True when both kernels came from the on-disk cache (nothing was compiled)."""
+        return all(k.stats.cache_hits and not k.stats.cache_misses for k in (self._reset, self._step))
 
     def _run(self, fn, n_envs, seed, views):
         try:
             fn(n_envs, seed, *views)
         except numba.core.errors.NumbaError as exc:
-            raise compile_error(self.defn, "cpu", exc) from None
+            raise compile_error(self.defn, "cpu", exc, self.module_file) from None
 
     def reset(self, n_envs, seed, views):
         self._run(self._reset, n_envs, seed, views)
@@ -52,6 +61,7 @@ class CpuKernels:
 
 class CpuTarget:
     name = "cpu"
+    bounds_checked = True  # debug=True and check_env compile with bounds checking
     device = torch.device("cpu")
 
     def availability(self):
@@ -60,7 +70,8 @@ class CpuTarget:
     def view(self, tensor):
         return tensor.numpy()
 
-    def compile(self, defn):
-        ns = build_namespace(defn, prelude=_PRELUDE, wrap_device=numba.njit, extra={"prange": numba.prange},
-                             layout=Layout(1, 1), gpu=False)
-        return CpuKernels(defn, ns)
+    def compile(self, defn, boundscheck=False):
+        device = "_wb_numba.njit(boundscheck=True)" if boundscheck else "_wb_numba.njit"
+        ns = build_namespace(defn, prelude=_PRELUDE, imports="import numba as _wb_numba\nfrom numba import prange",
+                             device_decorator=device, target=self.name, layout=Layout(1, 1), gpu=False)
+        return CpuKernels(defn, ns, boundscheck)
