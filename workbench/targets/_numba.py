@@ -17,6 +17,19 @@ from ..envdef import EnvDefinition, exec_source
 from ..errors import EnvCompileError
 
 _RNG_SOURCE = (Path(__file__).resolve().parent.parent / "rng.py").read_text()
+_HELPERS_SOURCE = (Path(__file__).resolve().parent.parent / "helpers.py").read_text()
+
+
+def _helpers_for(defn: EnvDefinition) -> str:
+    """workbench.helpers' functions, less those the env defines itself (its own win)."""
+    tree = ast.parse(_HELPERS_SOURCE)
+    own = {n.name for n in ast.parse(defn.source).body if isinstance(n, ast.FunctionDef)}
+    lines = _HELPERS_SOURCE.splitlines()
+    kept = ["import math"]
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name not in own:
+            kept.extend(lines[node.lineno - 1:node.end_lineno] + [""])
+    return "\n".join(kept) + "\n"
 _SEPARATOR = "\n\n# ---- workbench kernel module: everything below is generated ----\n"
 
 
@@ -59,8 +72,14 @@ def module_text(defn: EnvDefinition, *, prelude: str, imports: str, device_decor
                  f"TPE = {layout.threads_per_env}\nEPB = {layout.envs_per_block}\n")
     source = defn.source if defn.source.endswith("\n") else defn.source + "\n"
     return (source + _SEPARATOR + "import inspect as _wb_inspect\nimport numpy as _wb_np\n" + imports + "\n"
-            + "\n".join(params) + "\n\n" + _RNG_SOURCE + "\n" + prelude + "\n" + constants + "\n" + wrap
+            + "\n".join(params) + "\n\n" + _RNG_SOURCE + "\n" + _helpers_for(defn) + "\n" + prelude + "\n" + constants + "\n" + wrap
             + "\n\n" + driver)
+
+
+def module_is_cached(defn: EnvDefinition, target: str, **module) -> bool:
+    """True when the kernel module these arguments make has been compiled into the on-disk cache."""
+    text = module_text(defn, **module)
+    return text is not None and kernel_cache.enabled() and kernel_cache.is_ready(text, target)
 
 
 def build_namespace(defn: EnvDefinition, *, prelude: str, imports: str, device_decorator: str, target: str,
@@ -87,6 +106,7 @@ def build_namespace(defn: EnvDefinition, *, prelude: str, imports: str, device_d
     else:  # parameters without a literal form: bind the objects themselves
         ns.update(defn.params)
         exec(compile(_RNG_SOURCE, "<workbench.rng>", "exec"), ns)
+        exec(compile(_helpers_for(defn), "<workbench.helpers>", "exec"), ns)
         exec(compile("import inspect as _wb_inspect\nimport numpy as _wb_np\n" + imports + "\n" + prelude,
                      "<workbench intrinsics>", "exec"), ns)
         ns.update(NUM_AGENTS=defn.num_agents, MAX_STEPS=defn.max_steps, TPE=layout.threads_per_env,
@@ -102,28 +122,50 @@ def build_namespace(defn: EnvDefinition, *, prelude: str, imports: str, device_d
     ns["_wb_driver_source"] = codegen.numba_drivers(defn, gpu=gpu, layout=layout)
     return ns
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_NOISE = ("During:", "Failed in nopython mode pipeline", "Failed in cuda mode pipeline")
+_NOISE = ("During:", "Failed in nopython mode pipeline", "Failed in cuda mode pipeline", "File ", "^", "raised from",
+          "- Resolution failure", "There are ", "Rejected as", "- Of which", "Overload of", "No match", "With argument",
+          "Current values", "Ignored during")
+
+
+def _reason(text: str) -> list:
+    """One or two lines of the compiler's text that say what is wrong."""
+    missing = re.search(r"NameError: name '(\w+)' is not defined|Untyped global name '(\w+)'", text)
+    if missing:
+        return [f"name '{missing.group(1) or missing.group(2)}' is not defined (not a parameter, array, local or "
+                f"function of the env)"]
+    kept = []
+    for ln in text.splitlines():
+        stripped = ln.strip()
+        if not stripped or stripped.startswith(_NOISE) or re.match(r"^\d+\s*\|", stripped) or stripped.startswith(">"):
+            if stripped.startswith(">>>") and kept and kept[-1].startswith("No implementation"):
+                kept.append(stripped.lstrip("> ").strip())
+            continue
+        if stripped not in kept:
+            kept.append(stripped)
+    if kept and kept[0].startswith("No implementation") and len(kept) > 1 and "(" in kept[1]:
+        return [kept[0].rstrip(":"), "for " + kept[1]]
+    return [k[:240] for k in kept[:2]]
 
 
 def compile_error(defn: EnvDefinition, target: str, exc: BaseException, module_file: str | None = None
                   ) -> EnvCompileError:
-    """A short message naming the env source line and the compiler's own text."""
+    """The env's line and one or two lines of the compiler's reason; the full text in `details`."""
     text = _ANSI.sub("", str(exc))
-    name = re.escape(defn.filename)
-    lines = [int(n) for n in re.findall(rf'File "{name}", line (\d+)', text)]
-    lines += [int(n) for n in re.findall(rf"at {name} \((\d+)\)", text)]
+    env_lines = defn.source.count("\n") + 1
+    lines = []
+    for name in {defn.filename, module_file} - {None}:
+        escaped = re.escape(name)
+        lines += [int(n) for n in re.findall(rf'File "{escaped}", line (\d+)', text)]
+        lines += [int(n) for n in re.findall(rf"at {escaped} \((\d+)\)", text)]
+    lines = [n for n in lines if n <= env_lines]  # later lines are the generated drivers'
     src = defn.source.splitlines()
-    missing = re.search(r"NameError: name '(\w+)' is not defined", text)
+    missing = re.search(r"NameError: name '(\w+)' is not defined|Untyped global name '(\w+)'", text)
     if not lines and missing:
-        word = re.compile(rf"\b{missing.group(1)}\b")
+        word = re.compile(rf"\b{missing.group(1) or missing.group(2)}\b")
         lines = [k + 1 for k, ln in enumerate(src) if word.search(ln.split("#")[0])][:1]
     where = ""
     if lines and 0 < lines[-1] <= len(src):
         where = f" at line {lines[-1]}:\n    {src[lines[-1] - 1].strip()}"
-    kept = []
-    for ln in text.splitlines():
-        if ln.strip() and not ln.strip().startswith(_NOISE) and ln not in kept:
-            kept.append(ln)
-    summary = "\n".join(kept[:12])
-    return EnvCompileError(f"env '{defn.name}' failed to compile for target '{target}'{where}\n{summary}",
-                           line=lines[-1] if lines else None)
+    reason = "\n".join("  " + ln for ln in _reason(text))
+    return EnvCompileError(f"env '{defn.name}' failed to compile for target '{target}'{where}\n{reason}",
+                           line=lines[-1] if lines else None, details=text)

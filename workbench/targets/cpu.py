@@ -6,7 +6,7 @@ import numba
 import torch
 
 from ..codegen import Layout
-from ._numba import build_namespace, compile_error
+from ._numba import build_namespace, compile_error, module_is_cached
 
 _PRELUDE = '''
 def atomic_add(array, index, value):
@@ -70,8 +70,15 @@ class CpuTarget:
     def view(self, tensor):
         return tensor.numpy()
 
-    def compile(self, defn, boundscheck=False):
+    def _module(self, boundscheck):
         device = "_wb_numba.njit(boundscheck=True)" if boundscheck else "_wb_numba.njit"
-        ns = build_namespace(defn, prelude=_PRELUDE, imports="import numba as _wb_numba\nfrom numba import prange",
-                             device_decorator=device, target=self.name, layout=Layout(1, 1), gpu=False)
+        return dict(prelude=_PRELUDE, imports="import numba as _wb_numba\nfrom numba import prange",
+                    device_decorator=device, layout=Layout(1, 1), gpu=False)
+
+    def is_cached(self, defn, boundscheck=False) -> bool:
+        """True when the on-disk cache holds `defn`'s compiled kernels."""
+        return module_is_cached(defn, self.name, **self._module(boundscheck))
+
+    def compile(self, defn, boundscheck=False):
+        ns = build_namespace(defn, target=self.name, **self._module(boundscheck))
         return CpuKernels(defn, ns, boundscheck)

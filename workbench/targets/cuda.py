@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ..codegen import gpu_layout
-from ._numba import build_namespace, compile_error
+from ._numba import build_namespace, compile_error, module_is_cached
 
 if not hasattr(np, "row_stack"):  # numba-cuda 0.30 still calls np.row_stack, removed in numpy 2.5
     np.row_stack = np.vstack
@@ -143,13 +143,20 @@ class CudaTarget:
         from numba import cuda
         return cuda.as_cuda_array(tensor.detach())
 
-    def compile(self, defn, layout=None, boundscheck=False):
-        if not simulator_enabled():
-            _install_fma_switch()
-        layout = layout or gpu_layout(defn.num_agents)
+    def _module(self, defn, layout, boundscheck):
         device = "cuda.jit(device=True)"
         if boundscheck and not simulator_enabled():
             device = "cuda.jit(device=True, boundscheck=True, debug=True, opt=False)"
-        ns = build_namespace(defn, prelude=_PRELUDE, imports="from numba import cuda", device_decorator=device,
-                             target=self.name, layout=layout, gpu=True)
-        return CudaKernels(defn, ns, layout, boundscheck)
+        return dict(prelude=_PRELUDE, imports="from numba import cuda", device_decorator=device,
+                    layout=layout or gpu_layout(defn.num_agents), gpu=True)
+
+    def is_cached(self, defn, boundscheck=False) -> bool:
+        """True when the on-disk cache holds `defn`'s compiled kernels (never under the simulator)."""
+        return not simulator_enabled() and module_is_cached(defn, self.name, **self._module(defn, None, boundscheck))
+
+    def compile(self, defn, layout=None, boundscheck=False):
+        if not simulator_enabled():
+            _install_fma_switch()
+        module = self._module(defn, layout, boundscheck)
+        ns = build_namespace(defn, target=self.name, **module)
+        return CudaKernels(defn, ns, module["layout"], boundscheck)
