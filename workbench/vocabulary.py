@@ -110,8 +110,25 @@ def _check_subscript(name: str, node: ast.Subscript, spec, lines: list, params: 
                 f"({_shape_text(spec)})", line=node.lineno)
 
 
-def check_source(name: str, source: str, phases: list, arrays: dict, params: dict) -> None:
-    """Raise EnvDefinitionError for the first non-portable call or wrong index in the env's functions."""
+KERNEL_GLOBALS = frozenset("NUM_AGENTS MAX_STEPS TPE EPB RESET_STEP OBSERVE_STEP cuda prange".split())
+
+
+def _undefined(fn: ast.FunctionDef, known: set):
+    """The first name `fn` reads that nothing defines, else None."""
+    local = {a.arg for a in fn.args.args}
+    local |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in local \
+                and node.id not in known:
+            return node
+    return None
+
+
+def check_source(name: str, source: str, phases: list, arrays: dict, params: dict, namespace: dict = None) -> None:
+    """Raise EnvDefinitionError for the first non-portable call, undefined name or wrong index in the
+    env's functions."""
+    import builtins
+    known = set(namespace or {}) | set(params) | set(dir(builtins)) | HELPERS | RANDOM | ATOMICS | KERNEL_GLOBALS
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -127,6 +144,11 @@ def check_source(name: str, source: str, phases: list, arrays: dict, params: dic
         rebound = {t.id for node in ast.walk(fn) if isinstance(node, (ast.Assign, ast.AugAssign, ast.For))
                    for t in ast.walk(node.target if not isinstance(node, ast.Assign) else node)
                    if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
+        missing = _undefined(fn, known) if namespace is not None else None
+        if missing is not None:
+            raise EnvDefinitionError(
+                f"{_where(name, missing, lines)}\n    name '{missing.id}' is not defined (not a parameter, array, "
+                f"local or function of the env)", line=missing.lineno)
         for node in ast.walk(fn):
             if isinstance(node, ast.Call):
                 problem = _call_problem(node.func, local_functions)

@@ -30,6 +30,7 @@ typedef unsigned long long wb_key;  // one agent's random stream at one step (se
 #define WB_MUL1 0xBF58476D1CE4E5B9ULL
 #define WB_MUL2 0x94D049BB133111EBULL
 #define WB_RESET_STEP 0xFFFFFFFFULL
+#define WB_OBSERVE_STEP 0x100000000ULL  // observe's keys: step t + WB_OBSERVE_STEP (rng.OBSERVE_STEP)
 
 // ---- random numbers: mirrors workbench/rng.py ----------------------------------------------
 
