@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .env import Env
 from .envdef import Box, Discrete, MultiDiscrete, per_agent, per_env
-from .errors import (ActionError, ConsistencyError, EnvCompileError, EnvDefinitionError, NonFiniteError,
+from .errors import (ActionError, ConsistencyError, EnvCompileError, EnvDefinitionError, EnvIndexError, NonFiniteError,
                      TargetUnavailableError, UnknownEnvError, WorkbenchError)
 from .registry import names as env_names
 from .registry import register
@@ -36,5 +36,5 @@ def load_ipython_extension(ipython):
 
 __all__ = ["A2CConfig", "DDPGConfig", "PPOConfig", "Trainer", "TrainResult", "make_trainer", "make", "check_env", "Env", "register", "env_names", "available_targets", "best_target", "Box",
            "Discrete", "MultiDiscrete", "per_env", "per_agent", "ActionError", "ConsistencyError",
-           "EnvCompileError", "EnvDefinitionError", "NonFiniteError", "TargetUnavailableError",
+           "EnvCompileError", "EnvDefinitionError", "EnvIndexError", "NonFiniteError", "TargetUnavailableError",
            "UnknownEnvError", "WorkbenchError"]

@@ -169,3 +169,68 @@ def compile_error(defn: EnvDefinition, target: str, exc: BaseException, module_f
     reason = "\n".join("  " + ln for ln in _reason(text))
     return EnvCompileError(f"env '{defn.name}' failed to compile for target '{target}'{where}\n{reason}",
                            line=lines[-1] if lines else None, details=text)
+
+
+class _OutOfBounds(Exception):
+    pass
+
+
+class _CheckedArray:
+    """A numpy array that refuses an index outside its shape, naming itself (the replay's arrays)."""
+
+    def __init__(self, name, array):
+        self.name, self.array, self.shape, self.dtype = name, array, array.shape, array.dtype
+
+    def _check(self, index):
+        items = index if isinstance(index, tuple) else (index,)
+        for axis, (item, size) in enumerate(zip(items, self.shape)):
+            if not isinstance(item, slice) and not -size <= int(item) < size:
+                shown = ", ".join(str(int(i)) if not isinstance(i, slice) else ":" for i in items)
+                raise _OutOfBounds(f"{self.name}[{shown}] is out of bounds: index {int(item)} on axis {axis} "
+                                   f"of shape {tuple(self.shape)}")
+
+    def __getitem__(self, index):
+        self._check(index)
+        return self.array[index]
+
+    def __setitem__(self, index, value):
+        self._check(index)
+        self.array[index] = value
+
+    def __len__(self):
+        return len(self.array)
+
+
+def locate_out_of_bounds(defn: EnvDefinition, kernel: str, n_envs: int, seed: int, views: list, layout,
+                         prelude: str, target: str):
+    """Replay one launch in plain Python over copies of the arrays as they were before it; an
+    EnvIndexError naming the array, index and env line of the first out-of-bounds access, or None."""
+    import sys
+    import warnings
+    from ..errors import EnvIndexError
+    text = module_text(defn, prelude=prelude, imports="prange = range", device_decorator="(lambda f: f)",
+                       layout=codegen.Layout(1, 1), gpu=False)
+    if text is None:
+        return None
+    filename = f"<workbench replay {defn.name}>"
+    ns = {"__name__": f"workbench_replay_{defn.name}"}
+    exec(compile(text, filename, "exec"), ns)
+    arrays = [_CheckedArray(name, view.copy()) for name, view in zip(defn.arrays, views)]
+    env_lines = defn.source.count("\n") + 1
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            ns[kernel](n_envs, seed, *arrays)
+    except _OutOfBounds as exc:
+        line, tb = None, sys.exc_info()[2]
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == filename and tb.tb_lineno <= env_lines:
+                line = tb.tb_lineno
+            tb = tb.tb_next
+        src = defn.source.splitlines()
+        where = f" at line {line}:\n    {src[line - 1].strip()}" if line else ""
+        return EnvIndexError(f"env '{defn.name}' on target '{target}' indexed an array out of its bounds{where}\n"
+                             f"  {exc}", line=line)
+    except Exception:  # noqa: BLE001 - the replay only locates; the kernel's own error stands otherwise
+        return None
+    return None

@@ -6,7 +6,7 @@ import numba
 import torch
 
 from ..codegen import Layout
-from ._numba import build_namespace, compile_error, module_is_cached
+from ._numba import build_namespace, compile_error, locate_out_of_bounds, module_is_cached
 
 _PRELUDE = '''
 def atomic_add(array, index, value):
@@ -33,6 +33,7 @@ def atomic_min(array, index, value):
 class CpuKernels:
     def __init__(self, defn, ns, boundscheck=False):
         self.defn = defn
+        self.boundscheck = boundscheck
         self.module = ns["_wb_cached_module"]
         self.module_file = ns.get("__file__")
         # bounds-checked kernels run replicas in order: an IndexError leaves a parallel region badly
@@ -47,10 +48,18 @@ class CpuKernels:
         return all(k.stats.cache_hits and not k.stats.cache_misses for k in (self._reset, self._step))
 
     def _run(self, fn, n_envs, seed, views):
+        before = [v.copy() for v in views] if self.boundscheck else None
         try:
             fn(n_envs, seed, *views)
         except numba.core.errors.NumbaError as exc:
             raise compile_error(self.defn, "cpu", exc, self.module_file) from None
+        except IndexError:
+            if not self.boundscheck:
+                raise
+            located = locate_out_of_bounds(self.defn, fn.py_func.__name__, n_envs, seed, before, None, _PRELUDE, "cpu")
+            if located is None:
+                raise
+            raise located from None
 
     def reset(self, n_envs, seed, views):
         self._run(self._reset, n_envs, seed, views)

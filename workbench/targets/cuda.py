@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ..codegen import gpu_layout
-from ._numba import build_namespace, compile_error, module_is_cached
+from ._numba import build_namespace, compile_error, locate_out_of_bounds, module_is_cached
 
 if not hasattr(np, "row_stack"):  # numba-cuda 0.30 still calls np.row_stack, removed in numpy 2.5
     np.row_stack = np.vstack
@@ -66,6 +66,7 @@ class CudaKernels:
         from numba import cuda
         self.defn = defn
         self.layout = layout
+        self.boundscheck = boundscheck
         self.module = ns["_wb_cached_module"]
         self.module_file = ns.get("__file__")
         # without link-time optimisation: nvJitLink would contract a*b + c again at link time,
@@ -96,10 +97,18 @@ class CudaKernels:
         envs_per_block = min(self.layout.envs_per_block, n_envs)  # small runs (and the simulator) launch less
         grid = (n_envs + envs_per_block - 1) // envs_per_block
         token = _NO_FMA.set(True)  # the first launch compiles
+        before = [v.copy() for v in views] if self.boundscheck and simulator_enabled() else None
         try:
             kernel[grid, envs_per_block * self.layout.threads_per_env, self._stream()](n_envs, seed, *views)
         except NumbaError as exc:
             raise compile_error(self.defn, "cuda", exc, self.module_file) from None
+        except IndexError:  # the simulator's arrays check their bounds
+            from .cpu import _PRELUDE as host_prelude
+            located = None if before is None else locate_out_of_bounds(
+                self.defn, kernel.py_func.__name__, n_envs, seed, before, None, host_prelude, "cuda")
+            if located is None:
+                raise
+            raise located from None
         finally:
             _NO_FMA.reset(token)
 
