@@ -258,7 +258,7 @@ def _build(result: WarpenvResult, replicas: int, check: bool, progress=None) -> 
             start = time.perf_counter()
             env = result.envs[target] = wb.make(result.name, num_envs=replicas, target=target)
             seconds += time.perf_counter() - start
-            if getattr(env.kernels, "loaded_from_cache", False):
+            if not in_memory and getattr(env.kernels, "loaded_from_cache", False):
                 result.loaded_from_cache.append(target)
         result.compile_seconds = seconds if fresh else None
         if check:
