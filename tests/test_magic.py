@@ -125,7 +125,7 @@ def test_python_cell_registers_compiles_and_checks(walk, compiles, capsys):
     summary = walk.summary
     assert "\n" not in summary and summary.startswith("warpenv magic_walk: 4 agents")
     assert "obs (2,)" in summary and "Discrete(3)" in summary
-    assert "compiled for cpu" in summary and "check passed on cpu" in summary
+    assert ("compiled for cpu" in summary or "loaded from cache for cpu" in summary) and "check passed on cpu" in summary
     if "cuda" in walk.targets:  # a GPU machine: the check compares cpu and cuda
         assert walk.targets == ("cpu", "cuda") and "check passed on cpu vs cuda" in summary
     assert "magic_walk" in wb.env_names()
