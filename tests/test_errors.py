@@ -86,12 +86,12 @@ BROKEN = textwrap.dedent('''
 ''')
 
 
-def test_compile_error_names_the_source_line():
+def test_undefined_name_names_the_source_line():
     wb.register("broken_env", BROKEN)
-    with pytest.raises(wb.EnvCompileError) as info:
+    with pytest.raises(wb.EnvDefinitionError) as info:  # found when the source is parsed, before compiling
         wb.make("broken_env", num_envs=2, target="cpu")
     text = str(info.value)
-    assert "failed to compile for target 'cpu' at line 12" in text
+    assert "broken_env: line 12:" in text
     assert "x[env] = x[env] + undefined_name" in text
     assert "undefined_name" in text
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib
 
 from .config import A2CConfig, DDPGConfig, PPOConfig
-from .errors import (ActionError, ConsistencyError, EnvCompileError, EnvDefinitionError, NonFiniteError,
+from .errors import (ActionError, ConsistencyError, EnvCompileError, EnvDefinitionError, EnvIndexError, NonFiniteError,
                      TargetUnavailableError, UnknownEnvError, WorkbenchError)
 
 # Loaded on first use, so that `python -m workbench --help` and `import workbench.config` need no
@@ -69,5 +69,5 @@ def load_ipython_extension(ipython):
 
 __all__ = ["A2CConfig", "DDPGConfig", "PPOConfig", "Trainer", "TrainResult", "make_trainer", "make", "check_env", "replay", "Env", "register", "env_names", "available_targets", "best_target", "Box",
            "Discrete", "MultiDiscrete", "per_env", "per_agent", "ActionError", "ConsistencyError",
-           "EnvCompileError", "EnvDefinitionError", "NonFiniteError", "TargetUnavailableError",
+           "EnvCompileError", "EnvDefinitionError", "EnvIndexError", "NonFiniteError", "TargetUnavailableError",
            "UnknownEnvError", "WorkbenchError"]

@@ -72,7 +72,8 @@ def check_env(name_or_env, targets=None, *, num_envs: int = 8, steps: int = 64, 
         if base_target and base_target not in targets:
             targets.insert(0, base_target)
     targets = tuple(targets)
-    envs = [make(name, num_envs=num_envs, target=t, seed=seed, **params) for t in targets]
+    # debug kernels: bounds checked where the target can, an out-of-bounds access named by array, index and line
+    envs = [make(name, num_envs=num_envs, target=t, seed=seed, debug=True, **params) for t in targets]
     ref = envs[0]
     names = list(ref.store)
     worst = {t: 0.0 for t in targets[1:]}

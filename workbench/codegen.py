@@ -14,6 +14,7 @@ from .envdef import EnvDefinition
 
 STEP_KEY = "make_key(seed, e, a, episode[e], t[e])"
 RESET_KEY = "make_key(seed, e, a, episode[e] + 1, RESET_STEP)"
+OBSERVE_KEY = "make_key(seed, e, a, episode[e], _wb_np.uint64(t[e]) + OBSERVE_STEP)"
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ def _step_body(w: _Writer, defn: EnvDefinition, d: int):
            "    done[e] = 1 if (terminated[e] != 0 or truncated[e] != 0) else 0")
     w.barrier(d)
     for fn in defn.observe_phases:
-        w.agent_loop(d, _call(fn, STEP_KEY))
+        w.agent_loop(d, _call(fn, OBSERVE_KEY))
         w.barrier(d)
     finished = "active and done[e] != 0"
     w.agent_loop(d, _copy_obs(defn) + ("last_return[e, a] = episode_return[e, a]", "episode_return[e, a] = 0"),
@@ -107,7 +108,7 @@ def _step_body(w: _Writer, defn: EnvDefinition, d: int):
     w.emit(d, f"if {finished} and lane == 0:", "    last_length[e] = t[e]", "    t[e] = 0", "    episode[e] += 1")
     w.barrier(d)
     for fn in defn.observe_phases:
-        w.agent_loop(d, _call(fn, STEP_KEY), guard=finished)
+        w.agent_loop(d, _call(fn, OBSERVE_KEY), guard=finished)
         w.barrier(d)
 
 
@@ -120,7 +121,7 @@ def _reset_body(w: _Writer, defn: EnvDefinition, d: int):
            "    truncated[e] = 0", "    done[e] = 0", "    last_length[e] = 0")
     w.barrier(d)
     for fn in defn.observe_phases:
-        w.agent_loop(d, _call(fn, STEP_KEY))
+        w.agent_loop(d, _call(fn, OBSERVE_KEY))
         w.barrier(d)
 
 

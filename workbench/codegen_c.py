@@ -31,6 +31,7 @@ _RESYNC = "\0resync"  # placeholder line: becomes `#line <its successor's line> 
 
 STEP_KEY = "wb_make_key(seed, e, a, episode[e], t[e])"
 RESET_KEY = "wb_make_key(seed, e, a, (long long)episode[e] + 1, WB_RESET_STEP)"
+OBSERVE_KEY = "wb_make_key(seed, e, a, episode[e], (wb_u64)t[e] + WB_OBSERVE_STEP)"
 
 
 def c_type(dtype) -> str:
@@ -124,7 +125,7 @@ def _step_body(w: _Writer, phases: dict, d: int):
             "done[e] = (terminated[e] != 0 || truncated[e] != 0) ? 1 : 0;")
     w.barrier(d)
     for phase in phases["observe"]:
-        w.agent_loop(d, w.call(phase, STEP_KEY))
+        w.agent_loop(d, w.call(phase, OBSERVE_KEY))
         w.barrier(d)
     finished = "active && done[e] != 0"
     w.agent_loop(d, (EA, f"for (long long i = 0; i < {obs_size}; ++i)",
@@ -136,7 +137,7 @@ def _step_body(w: _Writer, phases: dict, d: int):
     w.lane0(d, finished, "last_length[e] = t[e];", "t[e] = 0;", "episode[e] += 1;")
     w.barrier(d)
     for phase in phases["observe"]:
-        w.agent_loop(d, w.call(phase, STEP_KEY), guard=finished)
+        w.agent_loop(d, w.call(phase, OBSERVE_KEY), guard=finished)
         w.barrier(d)
 
 
@@ -149,7 +150,7 @@ def _reset_body(w: _Writer, phases: dict, d: int):
             "last_length[e] = 0;")
     w.barrier(d)
     for phase in phases["observe"]:
-        w.agent_loop(d, w.call(phase, STEP_KEY))
+        w.agent_loop(d, w.call(phase, OBSERVE_KEY))
         w.barrier(d)
 
 

@@ -16,6 +16,21 @@ MAX_NUM_ENVS = 2**31 - 1
 _KERNEL_CACHE: dict = {}
 
 
+def _kernel_key(defn, target, debug) -> tuple:
+    return defn.digest, target.name, bool(debug) and getattr(target, "bounds_checked", False)
+
+
+def _kernels(defn, target, debug) -> tuple:
+    """(kernels, fresh): from this process's kernel cache, else compiled (numba targets load from
+    the on-disk cache when they can); debug mode compiles with bounds checking where the target has it."""
+    key = _kernel_key(defn, target, debug)
+    if key in _KERNEL_CACHE:
+        return _KERNEL_CACHE[key], False
+    if key[2]:
+        return target.compile(defn, boundscheck=True), True
+    return target.compile(defn), True
+
+
 class Env:
     """All replicas of one environment on one target.
 
@@ -47,9 +62,7 @@ class Env:
         for spec in defn.arrays.values():
             self.store.allocate(spec)
         self._views = [self.store.view(name) for name in defn.arrays]
-        cache_key = (defn.digest, self.target.name)
-        fresh = cache_key not in _KERNEL_CACHE
-        self.kernels = _KERNEL_CACHE[cache_key] if not fresh else self.target.compile(defn)
+        self.kernels, fresh = _kernels(defn, self.target, debug)
         self._done = self.store["done"].view(torch.bool)
         self.info = {
             "terminated": self.store["terminated"].view(torch.bool),
@@ -68,7 +81,9 @@ class Env:
         if fresh:  # compile both kernels now, so a broken env fails in make() rather than mid-run
             self.kernels.reset(self.num_envs, self.seed, self._views)
             self.kernels.step(self.num_envs, self.seed, self._views)
-            _KERNEL_CACHE[cache_key] = self.kernels
+            _KERNEL_CACHE[_kernel_key(defn, self.target, debug)] = self.kernels
+            if getattr(self.kernels, "module", None) is not None:
+                self.kernels.module.mark_ready()
             for tensor in self.store.values():
                 tensor.zero_()
         self.reset()

@@ -282,6 +282,8 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
     reset_phases = phases(namespace.get("RESET", namespace["reset"]), "RESET")
     step_phases = phases(namespace.get("STEP", namespace.get("step")), "STEP")
     observe_phases = phases(namespace["observe"], "observe")
+    from .vocabulary import check_source
+    check_source(name, source, reset_phases + step_phases + observe_phases, arrays, params, namespace)
     digest = hashlib.sha256((source + repr(sorted(params.items()))).encode()).hexdigest()[:16]
     return EnvDefinition(name, source, filename, namespace, params, num_agents, max_steps, obs_space, action,
                          arrays, reset_phases, step_phases, observe_phases, digest)

@@ -21,15 +21,24 @@ class EnvParameterError(EnvDefinitionError):
 
 
 class EnvCompileError(WorkbenchError, RuntimeError):
-    """A kernel failed to compile for a target."""
+    """A kernel failed to compile for a target; `details` keeps the compiler's full text."""
 
-    def __init__(self, message, line=None):
+    def __init__(self, message, line=None, details=""):
         super().__init__(message)
         self.line = line
+        self.details = details
 
 
 class TargetUnavailableError(WorkbenchError, RuntimeError):
     """The requested target cannot run on this machine."""
+
+
+class EnvIndexError(WorkbenchError, IndexError):
+    """An env's phase indexed an array out of its bounds (found by bounds-checked kernels)."""
+
+    def __init__(self, message, line=None):
+        super().__init__(message)
+        self.line = line
 
 
 class UnknownEnvError(WorkbenchError, KeyError):

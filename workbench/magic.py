@@ -53,6 +53,7 @@ class WarpenvResult:
     report: object = None  # check_env's CheckReport, None when not checked
     note: str = ""  # why a CUDA C cell did not run here
     cached: bool = False  # True when this run came from the cache
+    loaded_from_cache: list = field(default_factory=list)  # targets whose kernels came from the on-disk cache
     summary: str = ""
 
 
@@ -145,6 +146,10 @@ def _summary(result: WarpenvResult) -> str:
         built = "CUDA C parsed"
     if result.cached:
         built += " (cached)"
+    elif result.targets and set(result.loaded_from_cache) == set(result.targets):
+        built = f"loaded from cache for {', '.join(result.targets)}"
+        if result.compile_seconds is not None:
+            built += f" in {result.compile_seconds:.1f} s"
     elif result.compile_seconds is not None:
         built += f" in {result.compile_seconds:.1f} s"
     elif result.targets:
@@ -165,10 +170,11 @@ def _summary(result: WarpenvResult) -> str:
 
 
 def warpenv(name: str, cell: str, *, lang: str = "python", target: str | None = None, agents: int | None = None,
-            replicas: int = DEFAULT_REPLICAS, check: bool = True) -> WarpenvResult:
+            replicas: int = DEFAULT_REPLICAS, check: bool = True, progress=None) -> WarpenvResult:
     """What `%%warpenv` does, callable without IPython: register the env `name` from the cell body
     `cell` (the text below the `%%warpenv` line), compile it for the targets it supports here, check
-    it at `replicas` replicas, and return a WarpenvResult (its `summary` is the printed line)."""
+    it at `replicas` replicas, and return a WarpenvResult (its `summary` is the printed line).
+    `progress(message)` hears of a wait before it starts (a first-time compile)."""
     if not isinstance(name, str) or not name.isidentifier():
         raise WarpenvOptionError(f"%%warpenv: the env name must be a Python identifier, got {name!r}")
     lang = _language(lang)
@@ -199,7 +205,7 @@ def warpenv(name: str, cell: str, *, lang: str = "python", target: str | None = 
                                       params={_agents_param(defn): agents})
             defn = registry.definition(name)
         result = WarpenvResult(name, lang, key, entry, defn, targets)
-        _build(result, replicas, check)
+        _build(result, replicas, check, progress)
     except BaseException:
         if previous is None:  # a cell that fails leaves the registry as it found it
             registry._REGISTRY.pop(name, None)
@@ -212,9 +218,9 @@ def warpenv(name: str, cell: str, *, lang: str = "python", target: str | None = 
     return result
 
 
-def _build(result: WarpenvResult, replicas: int, check: bool) -> None:
+def _build(result: WarpenvResult, replicas: int, check: bool, progress=None) -> None:
     import workbench as wb
-    from .env import _KERNEL_CACHE
+    from .env import _KERNEL_CACHE, _kernel_key
 
     defn = result.definition
     if not result.targets:  # a CUDA C cell where the cuda-c target cannot run: compile it if NVRTC is here
@@ -237,14 +243,23 @@ def _build(result: WarpenvResult, replicas: int, check: bool) -> None:
             result.note += ("; " if result.note else "") + "running it needs a GPU (none is visible here)"
         return
 
-    seconds, fresh = 0.0, False
+    from .targets import all_targets
+
+    seconds, fresh, announced = 0.0, False, False
     with warnings.catch_warnings():  # numba-cuda warns that a few replicas leave the GPU idle: that is the point
         warnings.filterwarnings("ignore", message=".*will likely result in GPU under-utilization")
         for target in result.targets:
-            fresh |= (defn.digest, target) not in _KERNEL_CACHE
+            in_memory = _kernel_key(defn, all_targets()[target], False) in _KERNEL_CACHE
+            fresh |= not in_memory
+            on_disk = getattr(all_targets()[target], "is_cached", lambda d: False)(defn)
+            if not in_memory and not on_disk and progress is not None and not announced:
+                progress("compiling (first time)...")
+                announced = True
             start = time.perf_counter()
-            result.envs[target] = wb.make(result.name, num_envs=replicas, target=target)
+            env = result.envs[target] = wb.make(result.name, num_envs=replicas, target=target)
             seconds += time.perf_counter() - start
+            if not in_memory and getattr(env.kernels, "loaded_from_cache", False):
+                result.loaded_from_cache.append(target)
         result.compile_seconds = seconds if fresh else None
         if check:
             result.report = wb.check_env(result.name, targets=result.targets, num_envs=replicas, steps=CHECK_STEPS)
@@ -284,7 +299,8 @@ class WarpenvMagics(Magics):
         """
         args = parse_argstring(self.warpenv, line)
         result = warpenv(args.name, cell, lang=args.lang, target=args.target, agents=args.agents,
-                         replicas=args.replicas, check=not args.no_check)
+                         replicas=args.replicas, check=not args.no_check,
+                         progress=lambda message: print(message, flush=True))
         print(result.summary)
 
 

@@ -21,7 +21,8 @@ _ONE = np.uint64(1)
 _TO_UNIT = np.float32(1.0 / 16777216.0)
 _TWO_PI = np.float32(2.0 * math.pi)
 _TINY = np.float32(1e-12)
-RESET_STEP = 0xFFFFFFFF
+RESET_STEP = 0xFFFFFFFF  # the step of reset's keys: reset draws never meet a step's
+OBSERVE_STEP = np.uint64(0x100000000)  # observe's keys use step t + OBSERVE_STEP, apart from the phases' t
 
 
 def mix64(x):

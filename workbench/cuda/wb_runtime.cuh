@@ -4,6 +4,7 @@
 //                   (bit for bit the values of workbench/rng.py, the same on every target)
 //   atomics         wb_atomic_add / wb_atomic_max / wb_atomic_min (address, value)
 //                   or (array, index, value); each returns the old value
+//   math helpers    rint, round_half_even, clip, sign (as workbench/helpers.py)
 //   array views     wb_view<T, dims...>: a row-major [E, dims...] array indexed v(env, i...);
 //                   the driver defines one per array as NAME_view
 //
@@ -29,6 +30,7 @@ typedef unsigned long long wb_key;  // one agent's random stream at one step (se
 #define WB_MUL1 0xBF58476D1CE4E5B9ULL
 #define WB_MUL2 0x94D049BB133111EBULL
 #define WB_RESET_STEP 0xFFFFFFFFULL
+#define WB_OBSERVE_STEP 0x100000000ULL  // observe's keys: step t + WB_OBSERVE_STEP (rng.OBSERVE_STEP)
 
 // ---- random numbers: mirrors workbench/rng.py ----------------------------------------------
 
@@ -89,6 +91,12 @@ WB_FN float wb_normal(wb_key key, wb_u64 i)
 }
 
 // ---- atomics ---------------------------------------------------------------------------------
+
+// math helpers of workbench/helpers.py (rint itself is CUDA's and C's own)
+template <typename T> WB_FN T clip(T x, T low, T high) { return x < low ? low : (x > high ? high : x); }
+template <typename T> WB_FN T sign(T x) { return (T)((x > (T)0) - (x < (T)0)); }
+WB_FN double round_half_even(double x) { return rint(x); }
+WB_FN float round_half_even(float x) { return rintf(x); }
 
 template <typename T> struct wb_same { typedef T type; };  // keeps `value` out of deduction
 

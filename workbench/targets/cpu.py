@@ -6,7 +6,7 @@ import numba
 import torch
 
 from ..codegen import Layout
-from ._numba import build_namespace, compile_error
+from ._numba import build_namespace, compile_error, locate_out_of_bounds, module_is_cached
 
 _PRELUDE = '''
 def atomic_add(array, index, value):
@@ -31,17 +31,35 @@ def atomic_min(array, index, value):
 
 
 class CpuKernels:
-    def __init__(self, defn, ns):
+    def __init__(self, defn, ns, boundscheck=False):
         self.defn = defn
-        self._reset = numba.njit(parallel=True)(ns["_wb_reset"])
-        self._step = numba.njit(parallel=True)(ns["_wb_step"])
+        self.boundscheck = boundscheck
+        self.module = ns["_wb_cached_module"]
+        self.module_file = ns.get("__file__")
+        # bounds-checked kernels run replicas in order: an IndexError leaves a parallel region badly
+        options = dict(parallel=not boundscheck, boundscheck=boundscheck, cache=self.module is not None)
+        self._reset = numba.njit(**options)(ns["_wb_reset"])
+        self._step = numba.njit(**options)(ns["_wb_step"])
         self.driver_source = ns["_wb_driver_source"]
 
+    @property
+    def loaded_from_cache(self) -> bool:
+        """True when both kernels came from the on-disk cache (nothing was compiled)."""
+        return all(k.stats.cache_hits and not k.stats.cache_misses for k in (self._reset, self._step))
+
     def _run(self, fn, n_envs, seed, views):
+        before = [v.copy() for v in views] if self.boundscheck else None
         try:
             fn(n_envs, seed, *views)
         except numba.core.errors.NumbaError as exc:
-            raise compile_error(self.defn, "cpu", exc) from None
+            raise compile_error(self.defn, "cpu", exc, self.module_file) from None
+        except IndexError:
+            if not self.boundscheck:
+                raise
+            located = locate_out_of_bounds(self.defn, fn.py_func.__name__, n_envs, seed, before, None, _PRELUDE, "cpu")
+            if located is None:
+                raise
+            raise located from None
 
     def reset(self, n_envs, seed, views):
         self._run(self._reset, n_envs, seed, views)
@@ -52,6 +70,7 @@ class CpuKernels:
 
 class CpuTarget:
     name = "cpu"
+    bounds_checked = True  # debug=True and check_env compile with bounds checking
     device = torch.device("cpu")
 
     def availability(self):
@@ -60,7 +79,15 @@ class CpuTarget:
     def view(self, tensor):
         return tensor.numpy()
 
-    def compile(self, defn):
-        ns = build_namespace(defn, prelude=_PRELUDE, wrap_device=numba.njit, extra={"prange": numba.prange},
-                             layout=Layout(1, 1), gpu=False)
-        return CpuKernels(defn, ns)
+    def _module(self, boundscheck):
+        device = "_wb_numba.njit(boundscheck=True)" if boundscheck else "_wb_numba.njit"
+        return dict(prelude=_PRELUDE, imports="import numba as _wb_numba\nfrom numba import prange",
+                    device_decorator=device, layout=Layout(1, 1), gpu=False)
+
+    def is_cached(self, defn, boundscheck=False) -> bool:
+        """True when the on-disk cache holds `defn`'s compiled kernels."""
+        return module_is_cached(defn, self.name, **self._module(boundscheck))
+
+    def compile(self, defn, boundscheck=False):
+        ns = build_namespace(defn, target=self.name, **self._module(boundscheck))
+        return CpuKernels(defn, ns, boundscheck)

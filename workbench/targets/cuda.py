@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ..codegen import gpu_layout
-from ._numba import build_namespace, compile_error
+from ._numba import build_namespace, compile_error, locate_out_of_bounds, module_is_cached
 
 if not hasattr(np, "row_stack"):  # numba-cuda 0.30 still calls np.row_stack, removed in numpy 2.5
     np.row_stack = np.vstack
@@ -62,13 +62,21 @@ if simulator_enabled():  # the simulator evaluates uint64 hashing on numpy scala
 
 
 class CudaKernels:
-    def __init__(self, defn, ns, layout):
+    def __init__(self, defn, ns, layout, boundscheck=False):
         from numba import cuda
         self.defn = defn
         self.layout = layout
+        self.boundscheck = boundscheck
+        self.module = ns["_wb_cached_module"]
+        self.module_file = ns.get("__file__")
         # without link-time optimisation: nvJitLink would contract a*b + c again at link time,
-        # whatever NVVM was told (the simulator has no such option)
-        options = {} if simulator_enabled() else {"lto": False}
+        # whatever NVVM was told (the simulator has no such option, checks bounds itself and
+        # compiles nothing to cache)
+        options = {}
+        if not simulator_enabled():
+            options = {"lto": False, "cache": self.module is not None}
+            if boundscheck:
+                options.update(boundscheck=True, debug=True, opt=False)
         self._reset = cuda.jit(ns["_wb_reset"], **options)
         self._step = cuda.jit(ns["_wb_step"], **options)
         self.driver_source = ns["_wb_driver_source"]
@@ -89,10 +97,18 @@ class CudaKernels:
         envs_per_block = min(self.layout.envs_per_block, n_envs)  # small runs (and the simulator) launch less
         grid = (n_envs + envs_per_block - 1) // envs_per_block
         token = _NO_FMA.set(True)  # the first launch compiles
+        before = [v.copy() for v in views] if self.boundscheck and simulator_enabled() else None
         try:
             kernel[grid, envs_per_block * self.layout.threads_per_env, self._stream()](n_envs, seed, *views)
         except NumbaError as exc:
-            raise compile_error(self.defn, "cuda", exc) from None
+            raise compile_error(self.defn, "cuda", exc, self.module_file) from None
+        except IndexError:  # the simulator's arrays check their bounds
+            from .cpu import _PRELUDE as host_prelude
+            located = None if before is None else locate_out_of_bounds(
+                self.defn, kernel.py_func.__name__, n_envs, seed, before, None, host_prelude, "cuda")
+            if located is None:
+                raise
+            raise located from None
         finally:
             _NO_FMA.reset(token)
 
@@ -102,9 +118,16 @@ class CudaKernels:
     def step(self, n_envs, seed, views):
         self._run(self._step, n_envs, seed, views)
 
+    @property
+    def loaded_from_cache(self) -> bool:
+        """True when both kernels came from the on-disk cache (never under the simulator)."""
+        stats = [getattr(k, "stats", None) for k in (self._reset, self._step)]
+        return all(s is not None and s.cache_hits and not s.cache_misses for s in stats)
+
 
 class CudaTarget:
     name = "cuda"
+    bounds_checked = True  # debug=True and check_env compile with bounds checking
 
     def availability(self):
         if simulator_enabled():
@@ -129,11 +152,20 @@ class CudaTarget:
         from numba import cuda
         return cuda.as_cuda_array(tensor.detach())
 
-    def compile(self, defn, layout=None):
-        from numba import cuda
+    def _module(self, defn, layout, boundscheck):
+        device = "cuda.jit(device=True)"
+        if boundscheck and not simulator_enabled():
+            device = "cuda.jit(device=True, boundscheck=True, debug=True, opt=False)"
+        return dict(prelude=_PRELUDE, imports="from numba import cuda", device_decorator=device,
+                    layout=layout or gpu_layout(defn.num_agents), gpu=True)
+
+    def is_cached(self, defn, boundscheck=False) -> bool:
+        """True when the on-disk cache holds `defn`'s compiled kernels (never under the simulator)."""
+        return not simulator_enabled() and module_is_cached(defn, self.name, **self._module(defn, None, boundscheck))
+
+    def compile(self, defn, layout=None, boundscheck=False):
         if not simulator_enabled():
             _install_fma_switch()
-        layout = layout or gpu_layout(defn.num_agents)
-        ns = build_namespace(defn, prelude=_PRELUDE, wrap_device=cuda.jit(device=True), extra={"cuda": cuda},
-                             layout=layout, gpu=True)
-        return CudaKernels(defn, ns, layout)
+        module = self._module(defn, layout, boundscheck)
+        ns = build_namespace(defn, target=self.name, **module)
+        return CudaKernels(defn, ns, module["layout"], boundscheck)

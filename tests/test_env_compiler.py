@@ -1,0 +1,188 @@
+"""The env compiler: its on-disk cache, source checks at parse time, condensed compiler errors,
+bounds-checked debug kernels and the random key of every phase (issue 13's problems, each reproduced)."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import workbench as wb
+from workbench import vocabulary
+from workbench.helpers import clip, rint, round_half_even, sign
+
+# A per-replica counter env: one agent per replica draws in its step phase and in observe.
+KEYS = textwrap.dedent('''
+    from workbench.envdef import Box, Discrete, per_env
+    from workbench.rng import uniform
+    NUM_AGENTS = 1
+    MAX_STEPS = 50
+    OBSERVATION = Box(shape=(1,))
+    ACTION = Discrete(2)
+    STATE = dict(drawn=per_env())
+
+    def reset(env, agent, drawn):
+        drawn[env] = 0.0
+
+    def step(env, agent, key, drawn):
+        drawn[env] = uniform(key, 0)
+
+    def observe(env, agent, key, obs):
+        obs[env, agent, 0] = uniform(key, 0)
+''')
+
+
+def test_observe_draws_from_its_own_key_stream(target):
+    wb.register("observe_keys", KEYS)
+    env = wb.make("observe_keys", num_envs=4 if target == "cuda" else 64, target=target)
+    obs_before = env.reset().clone()
+    env.step()
+    # observe after reset and the first step's phase ran at the same t: they must not share draws
+    assert not torch.equal(obs_before[:, 0, 0], env.data["drawn"])
+    obs_after, _, _, _ = env.step()
+    assert not torch.equal(obs_after[:, 0, 0], env.data["drawn"])
+
+
+# One agent writing a 6-wide observation; the variants below break it one way each.
+SIX = textwrap.dedent('''
+    from workbench.envdef import Box, Discrete, per_env
+    NUM_AGENTS = 2
+    MAX_STEPS = 20
+    OBSERVATION = Box(shape=(6,))
+    ACTION = Discrete(2)
+    STATE = dict(x=per_env())
+
+    def reset(env, agent, x):
+        x[env] = 0.0
+
+    def step(env, agent, action, x, reward, terminated):
+        x[env] = x[env] + 1.0
+        reward[env, agent] = 1.0
+        terminated[env] = 0
+
+    def observe(env, agent, x, obs):
+        for i in range(6):
+            obs[env, agent, i] = x[env]
+''')
+
+
+def make_variant(name, old, new, target="cpu", **kwargs):
+    assert old in SIX
+    wb.register(name, SIX.replace(old, new))
+    return wb.make(name, num_envs=3, target=target, **kwargs)
+
+
+def test_out_of_bounds_write_is_named_by_array_index_and_line(target):
+    # the index is computed, so only a bounds-checked kernel sees it (no check at parse time)
+    env = make_variant("oob_dynamic", "for i in range(6):", "for i in range(7):", target=target)  # unchecked: runs
+    with pytest.raises(wb.EnvIndexError) as info:
+        wb.check_env("oob_dynamic", targets=(target,), num_envs=3, steps=2)
+    text = str(info.value)
+    assert "at line 20:\n    obs[env, agent, i] = x[env]" in text
+    assert "obs[0, 0, 6] is out of bounds: index 6 on axis 2 of shape (3, 2, 6)" in text
+    assert env.num_envs == 3
+
+
+def test_constant_index_past_the_shape_is_a_definition_error():
+    with pytest.raises(wb.EnvDefinitionError) as info:
+        make_variant("oob_constant", "obs[env, agent, i] = x[env]", "obs[env, agent, 6] = x[env]")
+    assert str(info.value) == ("oob_constant: line 20: obs[env, agent, 6] = x[env]\n    index 6 is out of bounds for "
+                               "axis 2 of 'obs' (per agent, shape [E, A, 6] (float32))")
+
+
+def test_per_agent_index_into_a_per_replica_array_names_its_shape():
+    with pytest.raises(wb.EnvDefinitionError) as info:
+        make_variant("wrong_scope", "terminated[env] = 0", "terminated[env, agent] = 1")
+    assert str(info.value) == ("wrong_scope: line 15: terminated[env, agent] = 1\n    'terminated' takes 1 index "
+                               "(per replica, shape [E] (uint8)), given 2: write terminated[env]")
+
+
+def test_undefined_name_names_the_env_line(target):
+    with pytest.raises(wb.EnvDefinitionError) as info:
+        make_variant("undefined", "x[env] + 1.0", "x[env] + speed", target=target)
+    assert str(info.value).startswith("undefined: line 13: x[env] = x[env] + speed\n    name 'speed' is not defined")
+    assert "<workbench driver" not in str(info.value)
+
+
+def test_compiler_error_is_condensed_and_keeps_the_details():
+    with pytest.raises(wb.EnvCompileError) as info:
+        make_variant("typing_error", "x[env] + 1.0", "x[env] + (1.0, 2.0)")
+    lines = str(info.value).splitlines()
+    assert lines[:2] == ["env 'typing_error' failed to compile for target 'cpu' at line 13:",
+                         "    x[env] = x[env] + (1.0, 2.0)"]
+    assert 3 <= len(lines) <= 4 and "add(float32, UniTuple(float64 x 2))" in str(info.value)
+    assert "No implementation of function" in info.value.details and len(info.value.details) > len(str(info.value))
+
+
+@pytest.mark.parametrize("call, alternative", [("np.rint(x[env])", "rint(x)"), ("np.clip(x[env], 0, 1)", "clip(x, lo, hi)"),
+                                               ("math.frexp(x[env])", "portable list")])
+def test_call_no_target_compiles_everywhere_is_refused_at_parse(call, alternative):
+    wb.register("unportable", SIX.replace("x[env] + 1.0", call).replace(
+        "from workbench.envdef", "import math, numpy as np; from workbench.envdef"))
+    with pytest.raises(wb.EnvDefinitionError) as info:
+        wb.make("unportable", num_envs=3, target="cpu")
+    text = str(info.value)
+    assert text.startswith(f"unportable: line 13: x[env] = {call}\n")
+    assert "does not compile on target(s) cuda, cuda-c" in text and alternative in text
+
+
+def test_portable_helpers_compile_on_every_numba_target(target):
+    env = make_variant("helpers", "x[env] + 1.0", "clip(rint(x[env] + 0.5) + sign(-2.0), -1.0, 3.0)", target=target)
+    env.step()
+    env.step()
+    assert env.data["x"].tolist() == [-1.0, -1.0, -1.0]  # rint(0.5) = 0, sign(-2) = -1, then rint(-0.5) = 0
+
+
+def test_helpers_in_python():
+    assert [rint(v) for v in (0.5, 1.5, 2.5, -0.5, -1.5, 2.4)] == [0.0, 2.0, 2.0, 0.0, -2.0, 2.0]
+    assert round_half_even(3.5) == 4.0 and clip(5, 0, 3) == 3 and sign(-0.5) == -1.0 and sign(0) == 0
+
+
+def test_shipped_envs_use_only_the_portable_vocabulary():
+    from importlib import resources
+    from workbench import registry
+    shipped = [p.name[:-3] for p in resources.files("workbench.envs").iterdir()
+               if p.name.endswith(".py") and not p.name.startswith("_")]
+    assert len(shipped) >= 7
+    for name in shipped:
+        registry.definition(name)  # parse runs vocabulary.check_source
+
+
+PROBE = """
+import json, sys
+import workbench as wb
+env = wb.make("cartpole", num_envs=2, target="cpu", tau=0.0123)
+print(json.dumps({"from_cache": env.kernels.loaded_from_cache, "dir": str(env.kernels.module.directory)}))
+"""
+
+
+def test_second_process_loads_compiled_kernels_from_the_cache(tmp_path):
+    env = {**os.environ, "WORKBENCH_CACHE_DIR": str(tmp_path)}
+    runs = [json.loads(subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
+                                      check=True, timeout=600).stdout.splitlines()[-1]) for _ in range(2)]
+    assert [r["from_cache"] for r in runs] == [False, True]
+    assert runs[0]["dir"] == runs[1]["dir"] and runs[0]["dir"].startswith(str(tmp_path))
+    files = {p.name for p in (tmp_path / os.path.basename(runs[0]["dir"])).iterdir()}
+    assert {"kernels.py", "compiled", "__pycache__"} <= files
+    assert not [p for p in tmp_path.rglob(".tmp-*")]
+
+
+def test_cache_key_changes_with_parameters_target_and_versions(monkeypatch):
+    from workbench import kernel_cache
+    a = kernel_cache.digest("text", "cpu")
+    assert a != kernel_cache.digest("text", "cuda") and a != kernel_cache.digest("text2", "cpu")
+    monkeypatch.setattr(kernel_cache, "versions", lambda: {"numba": "0.0"})
+    assert kernel_cache.digest("text", "cpu") != a
+
+
+def test_cache_root_follows_the_environment(monkeypatch, tmp_path):
+    from workbench import kernel_cache
+    monkeypatch.setenv("WORKBENCH_CACHE_DIR", str(tmp_path / "k"))
+    assert kernel_cache.cache_root() == tmp_path / "k"
+    (tmp_path / "k" / "abc").mkdir(parents=True)
+    assert kernel_cache.clear() == 1 and not (tmp_path / "k" / "abc").exists()
+    monkeypatch.delenv("WORKBENCH_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
+    assert kernel_cache.cache_root() == tmp_path / "x" / "warp-workbench" / "kernels"
