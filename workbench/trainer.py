@@ -119,6 +119,8 @@ class Trainer:
         stat_names = ddpg.STATS if self.algorithm == "ddpg" else ON_POLICY[self.algorithm].STATS
         self.stat_sums = {g.name: {k: torch.zeros((), device=self.device) for k in stat_names} for g in self.groups}
         self._stat_iterations = 0
+        from .episode_stats import EpisodeStats
+        self.episode_stats = EpisodeStats(env, self.groups)
         self.chunk_size = {g.name: self._chunk_size(g) for g in self.groups}
         compile_on = bool(getattr(config, "compile", False)) and self.device.type == "cuda"
         self._policy_step = MaybeCompiled(policy_step, compile_on, "the policy step")
@@ -287,6 +289,7 @@ class Trainer:
                 buf.values[t].copy_(value)
                 g.scatter(store["action"], self.head.to_env(actions).reshape((self.E, g.n) + self.head.act_shape))
             self.env.step()
+            self.episode_stats.after_step()
             truncated_only = store["truncated"].float() * (1 - store["terminated"].float())
             final_state = self._joint_obs(store["final_obs"]) if central else None
             for g in self.groups:
@@ -362,6 +365,7 @@ class Trainer:
                 rb.stage_actions(actions)
                 g.scatter(store["action"], actions.reshape((self.E, g.n) + self.head.act_shape))
             self.env.step()
+            self.episode_stats.after_step()
             for g in self.groups:
                 rb = self.buffers[g.name]
                 ended = done.bool().reshape(self.E, 1, 1)
@@ -555,8 +559,8 @@ class Trainer:
                     if config.target_return is not None and self._reached(metrics, config.target_return):
                         stopped_by = "target_return"
                         break
-                if interrupted:
-                    stopped_by = "interrupted"
+                if interrupted or (self._interrupt is not None and self.sync is None):
+                    stopped_by = "interrupted"  # (a signal during the report above: nothing left unlogged)
                     break
                 if config.checkpoint_every and run_dir is not None and self.iteration % config.checkpoint_every == 0:
                     self.save(run_dir / "checkpoint.pt")
@@ -633,6 +637,11 @@ class Trainer:
             for stat in self.stat_sums[n].values():
                 stat.zero_()
         self._stat_iterations = 0
+        if self.sync is not None:
+            self.episode_stats.sums.copy_(self.sync.sum(self.episode_stats.sums))
+        for key, value in self.episode_stats.pull().items():
+            if not key.startswith("return/"):
+                metrics[key] = value
         finite = [r for r in returns if not math.isnan(r)]
         metrics["mean_return"] = sum(finite) / len(finite) if finite else float("nan")
         metrics["nonfinite"] = nonfinite > 0

@@ -1,0 +1,202 @@
+"""The learner's pieces against closed forms and against each other: masks, chunks, GAE at an agent's
+exit, the learning-rate floor, DDPG's defaults, interrupts, checkpoints between log points,
+divergence warnings, the progress bar and the thread choice."""
+import contextlib
+import copy
+import os
+import signal
+import time
+import warnings
+
+import pytest
+import torch
+
+import workbench as wb
+from workbench import threads
+from workbench.algorithms import a2c, ppo
+from workbench.envdef import Discrete
+from workbench.policies import ActorCritic
+from workbench.rollout import Batch, RolloutBuffer, advantages
+
+
+def small_batch(B=24, O=3, seed=0, mask=None):
+    g = torch.Generator().manual_seed(seed)
+    fields = {"obs": torch.randn(B, O, generator=g), "actions": torch.randint(0, 3, (B,), generator=g),
+              "logp": torch.full((B,), -1.1), "values": torch.randn(B, generator=g),
+              "advantages": torch.randn(B, generator=g), "returns": torch.randn(B, generator=g),
+              "mask": torch.ones(B) if mask is None else mask}
+    return Batch(fields)
+
+
+def model(seed=0):
+    torch.manual_seed(seed)
+    return ActorCritic(3, Discrete(3), (8,))
+
+
+CONFIG_A2C = wb.A2CConfig(normalize_advantages=True)
+CONFIG_PPO = wb.PPOConfig(num_minibatches=2, update_epochs=2)
+
+
+@pytest.mark.parametrize("algorithm,config", [(a2c, CONFIG_A2C), (ppo, CONFIG_PPO)])
+def test_out_of_game_samples_do_not_change_the_loss(algorithm, config):
+    mask = torch.ones(24)
+    mask[::3] = 0
+    batch = small_batch(mask=mask)
+    garbage = copy.deepcopy(batch)
+    garbage.fields["advantages"] = torch.where(mask > 0, batch["advantages"], torch.full((24,), 1e6))
+    garbage.fields["returns"] = torch.where(mask > 0, batch["returns"], torch.full((24,), -1e6))
+    live = mask > 0
+    only_live = Batch({k: v[live] for k, v in batch.fields.items()})
+    m = model()
+    count = mask.sum()
+    loss_masked, _ = algorithm.loss(m, {**garbage.take(slice(None)), "advantages": garbage["advantages"]}, config, count)
+    loss_live, _ = algorithm.loss(m, {**only_live.take(slice(None))}, config, only_live["mask"].sum())
+    assert torch.isfinite(loss_masked)
+    assert loss_masked.item() == pytest.approx(loss_live.item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("algorithm,config", [(a2c, CONFIG_A2C), (ppo, CONFIG_PPO)])
+def test_chunked_update_equals_the_whole_batch(algorithm, config):
+    results = []
+    for chunk in (5, 10_000):
+        m = model()
+        opt = torch.optim.Adam(m.parameters(), lr=1e-2)
+        stats = {k: torch.zeros(()) for k in algorithm.STATS}
+        algorithm.update(m, opt, small_batch(), config, chunk_size=chunk, generator=torch.Generator().manual_seed(1),
+                         autocast=contextlib.nullcontext, stats=stats)
+        results.append((torch.cat([p.detach().reshape(-1) for p in m.parameters()]), stats))
+    (p1, s1), (p2, s2) = results
+    assert torch.allclose(p1, p2, atol=1e-6)
+    assert s1["policy_loss"].item() == pytest.approx(s2["policy_loss"].item(), rel=1e-5, abs=1e-7)
+    assert s1["value_loss"].item() == pytest.approx(s2["value_loss"].item(), rel=1e-5)
+
+
+def test_gae_ends_an_agents_episode_when_it_leaves_the_game():
+    # one replica, two agents, T = 2; agent 1 is tagged at step 0 (mask 1 -> 0), agent 0 plays on
+    rewards = torch.tensor([[[1.0, -10.0]], [[1.0, 0.0]]])
+    values = torch.tensor([[[0.5, 0.5]], [[0.5, 7.0]]])
+    mask = torch.tensor([[[1.0, 1.0]], [[1.0, 0.0]], [[1.0, 0.0]]])
+    zeros = torch.zeros(2, 1)
+    next_value = torch.tensor([[0.25, 3.0]])
+    adv = advantages(rewards, values, torch.zeros_like(rewards), mask, zeros, zeros, next_value, 0.9, 1.0)
+    # agent 1: its episode ends at step 0: A = r0 - V0, nothing bootstrapped from V(s1) = 7
+    assert adv[0, 0, 1].item() == pytest.approx(-10.0 - 0.5)
+    # agent 0: plain discounted sum bootstrapped from the next value
+    a1 = 1.0 + 0.9 * 0.25 - 0.5
+    assert adv[1, 0, 0].item() == pytest.approx(a1)
+    assert adv[0, 0, 0].item() == pytest.approx(1.0 + 0.9 * 0.5 - 0.5 + 0.9 * a1)
+
+
+def test_truncation_bootstraps_from_the_final_value_and_termination_does_not():
+    rewards = torch.ones(1, 2, 1)
+    values = torch.zeros(1, 2, 1)
+    final_values = torch.tensor([[[0.0], [5.0]]])
+    mask = torch.ones(2, 2, 1)
+    terminated = torch.tensor([[1.0, 0.0]])
+    truncated = torch.tensor([[0.0, 1.0]])
+    adv = advantages(rewards, values, final_values, mask, terminated, truncated, torch.full((2, 1), 9.0), 0.5, 0.95)
+    assert adv[0, 0, 0].item() == pytest.approx(1.0)        # terminated: no bootstrap, not the next value 9
+    assert adv[0, 1, 0].item() == pytest.approx(1.0 + 2.5)  # truncated: V(final obs) = 5, not 9
+
+
+def cartpole(**kw):
+    base = dict(num_envs=16, rollout_length=8, num_minibatches=2, update_epochs=1, target="cpu", log_every=1,
+                total_env_steps=16 * 8 * 2)
+    return wb.PPOConfig(**{**base, **kw})
+
+
+@pytest.fixture(scope="module")
+def env():
+    return wb.make("cartpole", num_envs=16, target="cpu", seed=0)
+
+
+def test_annealed_learning_rate_stops_at_zero_past_the_budget(env):
+    trainer = wb.Trainer(env, cartpole(anneal_lr=True))
+    with pytest.warns(UserWarning, match="learning rate has reached 0"):
+        trainer.train(num_iterations=4)
+    lrs = [group["lr"] for group in trainer.optimizers["shared"].param_groups]
+    assert lrs == [0.0]
+
+
+def test_ddpg_does_not_clip_by_default_and_normalises_what_it_replays(monkeypatch):
+    assert wb.DDPGConfig().max_grad_norm == 0
+    clipped = []
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda *a, **k: clipped.append(1))
+    config = wb.DDPGConfig(env="pendulum", num_envs=8, rollout_length=2, learning_starts=32, batch_size=16,
+                           updates_per_rollout=2, normalize_obs=True, target="cpu", log_every=1,
+                           total_env_steps=8 * 2 * 6)
+    trainer = wb.make_trainer(config)
+    trainer.train()
+    assert clipped == []
+    norm, rb = trainer.norms["shared"], trainer.buffers["shared"]
+    assert norm.count.item() > 8 * 2 * 5
+    stored = rb.obs[:rb.size]
+    # raw observations in the buffer (cos, sin in [-1, 1], angular velocity up to 8), normalised when sampled
+    assert stored[:, :2].abs().max() <= 1.0 + 1e-6
+    obs, *_ = rb.sample(64, torch.Generator().manual_seed(0), norm)
+    assert torch.allclose(obs, norm(rb.obs[(torch.rand(64, generator=torch.Generator().manual_seed(0))
+                                            * rb.fill).long()]))
+
+
+def test_ctrl_c_stops_at_the_end_of_the_iteration_with_a_checkpoint(tmp_path, env):
+    trainer = wb.Trainer(env, cartpole(run_dir=str(tmp_path), total_env_steps=10**6))
+
+    def press_ctrl_c(iteration, metrics):
+        if iteration == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return True
+
+    result = trainer.train(callback=press_ctrl_c)
+    assert result.stopped_by == "interrupted" and result.iterations == 2
+    assert result.checkpoint == str(tmp_path / "checkpoint.pt")
+    resumed = wb.Trainer(env, cartpole(run_dir=str(tmp_path))).load(result.checkpoint)
+    assert resumed.iteration == 2
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_checkpoints_between_log_points(tmp_path, env, monkeypatch):
+    trainer = wb.Trainer(env, cartpole(run_dir=str(tmp_path), log_every=4, checkpoint_every=1,
+                                       total_env_steps=16 * 8 * 4))
+    saved = []
+    real = trainer.save
+    monkeypatch.setattr(trainer, "save", lambda path: saved.append(trainer.iteration) or real(path))
+    trainer.train()
+    assert saved[:4] == [1, 2, 3, 4]
+
+
+def test_divergence_is_named_with_its_likely_cause(env):
+    trainer = wb.Trainer(env, cartpole(lr=5.0))
+    trainer._warn_divergence({"value_loss/shared": 2.0, "entropy/shared": 0.69})
+    with pytest.warns(UserWarning, match=r"looks divergent: the value loss grew from 2 to 6e\+04.*lr=5"):
+        trainer._warn_divergence({"value_loss/shared": 6e4, "entropy/shared": 0.6})
+    other = wb.Trainer(env, cartpole(lr=5.0))
+    other._warn_divergence({"value_loss/shared": 2.0, "entropy/shared": 0.69})
+    with pytest.warns(UserWarning, match="entropy collapsed"):
+        other._warn_divergence({"value_loss/shared": 2.0, "entropy/shared": 1e-6})
+
+
+def test_progress_bar_shows_rate_and_return(env, capsys):
+    trainer = wb.Trainer(env, cartpole(target_return=400.0))
+    trainer.train(num_iterations=2, progress=True)
+    err = capsys.readouterr().err
+    assert "steps/s" in err and "2/" in err
+
+
+def test_thread_counts_are_chosen_by_measurement(monkeypatch):
+    for name in threads.USER_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(threads, "available_cores", lambda: 2)
+    chosen = {}
+    monkeypatch.setattr(threads, "_set_numba", lambda n: chosen.__setitem__("env", n))
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: chosen.__setitem__("learner", n))
+
+    def env_step():  # faster on one thread (oversubscribed)
+        time.sleep(0.004 if chosen.get("env") == 2 else 0.001)
+
+    def learner_pass():  # faster on all cores
+        time.sleep(0.001 if chosen.get("learner") == 2 else 0.004)
+
+    report = threads.configure(0, env_step, learner_pass)
+    assert (report["env"], report["learner"]) == (1, 2) == (chosen["env"], chosen["learner"])
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert threads.configure(0, env_step, learner_pass)["how"] == "environment variables"
