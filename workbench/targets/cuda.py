@@ -97,7 +97,7 @@ class CudaKernels:
         envs_per_block = min(self.layout.envs_per_block, n_envs)  # small runs (and the simulator) launch less
         grid = (n_envs + envs_per_block - 1) // envs_per_block
         token = _NO_FMA.set(True)  # the first launch compiles
-        before = [v.copy() for v in views] if self.boundscheck and simulator_enabled() else None
+        before = [v.copy() for v in views] if simulator_enabled() else None  # to locate an IndexError
         try:
             kernel[grid, envs_per_block * self.layout.threads_per_env, self._stream()](n_envs, seed, *views)
         except NumbaError as exc:
