@@ -96,6 +96,19 @@ def test_tag_grid_trained_teams_beat_random_ones():
     assert trained > before["trained"]["tag_rate"] + 0.15, (before, after)
 
 
+def test_mappo_learns_tag_at_least_as_well_as_independent_ppo():
+    """A centralised critic per team (MAPPO) against independent PPO, same seed and budget: the
+    trained tagger's tag rate against its own trained runners."""
+    rates = {}
+    for name, central in (("ppo", ()), ("mappo", ("all",))):
+        trainer = wb.make_trainer(tag_grid_config(total_env_steps=64 * 32 * 50, centralised_critic=central))
+        assert type(trainer.models["taggers"]).__name__ == ("CentralisedActorCritic" if central else "ActorCritic")
+        trainer.train()
+        rates[name] = compare(trainer, seed=7, episodes=2)["trained"]["tag_rate"]
+    assert rates["mappo"] >= rates["ppo"] - 0.05, rates
+    assert rates["mappo"] > 0.3, rates
+
+
 def test_evaluate_refuses_bad_requests_by_name(tmp_path, capsys):
     trainer = wb.make_trainer(tag_grid_config(total_env_steps=64))
     unknown = r"random_policies \(--random\) names \['tagger'\].*\['taggers', 'runners'\]"
