@@ -108,7 +108,7 @@ def test_minibatches_that_do_not_divide_fail_at_construction():
 
 
 def test_policy_map_errors():
-    env = wb.make("cartpole", num_envs=4, target="cpu")
+    env = wb.make("cartpole", num_envs=32, target="cpu")
     with pytest.raises(PolicyMapError, match=r"agents \[0\] belong to no policy"):
         wb.Trainer(env, ppo_cartpole(), policies={"p": []})
     with pytest.raises(PolicyMapError, match="agent 3, but the env has agents 0..0"):
@@ -116,7 +116,7 @@ def test_policy_map_errors():
 
 
 def test_model_with_the_wrong_action_head():
-    env = wb.make("cartpole", num_envs=4, target="cpu")
+    env = wb.make("cartpole", num_envs=32, target="cpu")
 
     class Wrong(torch.nn.Module):
         def __init__(self):

@@ -114,8 +114,6 @@ class Trainer:
         if self.sync is not None:
             for model in self.models.values():
                 self.sync.broadcast_parameters(model)
-        self.return_sum = {g.name: torch.zeros((), device=self.device) for g in self.groups}
-        self.return_count = {g.name: torch.zeros((), device=self.device) for g in self.groups}
         stat_names = ddpg.STATS if self.algorithm == "ddpg" else ON_POLICY[self.algorithm].STATS
         self.stat_sums = {g.name: {k: torch.zeros((), device=self.device) for k in stat_names} for g in self.groups}
         self._stat_iterations = 0
@@ -249,11 +247,6 @@ class Trainer:
             value = self._value_step(model, obs.reshape(-1, self.obs_dim), state, g.name in self.central)
         return value.reshape(self.E, g.n)
 
-    def _track_returns(self, g, done):
-        last = g.gather(self.env.store["last_return"])
-        self.return_sum[g.name].add_((last * done.unsqueeze(1)).sum())
-        self.return_count[g.name].add_(done.sum() * g.n)
-
     def _act(self, g, model, obs, state):
         """Sample the group's actions: obs [E, n, O] -> actions [E * n, ...], logp [E * n], values [E, n]."""
         noise = self._noise[g.name]
@@ -300,7 +293,6 @@ class Trainer:
                 if self.env.definition.max_steps < 2**31 - 1:  # an env without a time limit never truncates
                     final = self._values(g, model, self._obs(g, store["final_obs"]), final_state)
                     buf.final_values[t].copy_(final * truncated_only.unsqueeze(1))
-                self._track_returns(g, done)
         if self.active is not None:
             for g in self.groups:
                 self.buffers[g.name].mask[self.T].copy_(g.gather(store[self.active]) != 0)
@@ -372,7 +364,6 @@ class Trainer:
                 raw_next = torch.where(ended, g.gather(store["final_obs"]), g.gather(store["obs"]))
                 term = store["terminated"].float().reshape(self.E, 1).expand(self.E, g.n)
                 rb.add(g.gather(store["reward"]).reshape(-1), raw_next.reshape(-1, self.obs_dim), term.reshape(-1))
-                self._track_returns(g, done)
 
     def _ddpg_iteration(self):
         learning = self._ddpg_learning()
@@ -604,44 +595,39 @@ class Trainer:
                               f"lower, or normalize_obs / smaller rewards", stacklevel=3)
 
     def _pull_metrics(self, rate, elapsed) -> dict:
+        """One host read of the update statistics (averaged over the iterations since the last pull
+        and over ranks) and of the episode sums (returns per policy, lengths, env metrics)."""
         names = [g.name for g in self.groups]
-        device_values, is_stat = [], []
-        for n in names:
-            stats = self.stat_sums[n]
-            device_values += [self.return_sum[n], self.return_count[n]]
-            device_values += [stats[k] for k in sorted(stats)]
-            is_stat += [False, False] + [True] * len(stats)
-        stacked = torch.stack([v.float() for v in device_values])
-        if self.sync is not None:  # returns and counts add up over ranks; losses average
-            stacked = self.sync.sum(stacked)
-            stacked = torch.where(torch.tensor(is_stat, device=stacked.device), stacked / self.world_size, stacked)
+        keys = [(n, k) for n in names for k in sorted(self.stat_sums[n])]
+        stacked = torch.stack([self.stat_sums[n][k].float() for n, k in keys])
+        if self.sync is not None:  # losses average over ranks; episode sums add up
+            stacked = self.sync.sum(stacked) / self.world_size
+            self.episode_stats.sums.copy_(self.sync.sum(self.episode_stats.sums))
         host = stacked.cpu().tolist()
+        episodes = self.episode_stats.pull()
         iterations = max(self._stat_iterations, 1)
         metrics = {"iteration": self.iteration, "env_steps": self.env_steps, "env_steps_per_s": rate,
                    "time_s": elapsed}
-        pos, returns, nonfinite = 0, [], 0.0
+        learning = not (self.algorithm == "ddpg" and not self._ddpg_learning())
+        nonfinite = 0.0
+        returns = []
         for n in names:
-            total, count = host[pos], host[pos + 1]
-            pos += 2
-            value = total / count if count > 0 else float("nan")
-            metrics[f"return/{n}"] = value
-            returns.append(value)
-            for k in sorted(self.stat_sums[n]):
+            metrics[f"return/{n}"] = episodes[f"return/{n}"]
+            returns.append(episodes[f"return/{n}"])
+            for (owner, k), value in zip(keys, host):
+                if owner != n:
+                    continue
                 if k == "nonfinite":
-                    nonfinite += host[pos]
-                elif not (self.algorithm == "ddpg" and not self._ddpg_learning()):
-                    metrics[f"{k}/{n}"] = host[pos] / iterations
-                pos += 1
-            self.return_sum[n].zero_()
-            self.return_count[n].zero_()
-            for stat in self.stat_sums[n].values():
-                stat.zero_()
-        self._stat_iterations = 0
-        if self.sync is not None:
-            self.episode_stats.sums.copy_(self.sync.sum(self.episode_stats.sums))
-        for key, value in self.episode_stats.pull().items():
+                    nonfinite += value
+                elif learning:
+                    metrics[f"{k}/{n}"] = value / iterations
+        for key, value in episodes.items():
             if not key.startswith("return/"):
                 metrics[key] = value
+        for sums in self.stat_sums.values():
+            for stat in sums.values():
+                stat.zero_()
+        self._stat_iterations = 0
         finite = [r for r in returns if not math.isnan(r)]
         metrics["mean_return"] = sum(finite) / len(finite) if finite else float("nan")
         metrics["nonfinite"] = nonfinite > 0
