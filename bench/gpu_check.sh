@@ -60,9 +60,10 @@ for stage in $STAGES; do
   case $stage in
     tests)
       TIMEOUT=$(python3 -c "import pytest_timeout" 2>/dev/null && echo "--timeout 240")
-      timed pytest_gpu python3 -m pytest -q -rfE $TIMEOUT -p no:cacheprovider tests/test_cartpole.py tests/test_check_env.py \
+      WORKERS=$(python3 -c "import xdist" 2>/dev/null && echo "-n ${GPU_TEST_WORKERS:-8}")
+      timed pytest_gpu python3 -m pytest -q -rfE $TIMEOUT $WORKERS -p no:cacheprovider tests/test_cartpole.py tests/test_check_env.py \
         tests/test_classic_control.py tests/test_cuda_c.py tests/test_sampling.py tests/test_tag.py \
-        tests/test_tag_cuda_c.py tests/test_step_graph.py tests/test_magic.py tests/test_training.py tests/test_errors.py \
+        tests/test_tag_cuda_c.py tests/test_step_graph.py tests/test_magic.py tests/test_training.py tests/test_errors.py tests/test_env_compiler.py tests/test_learner.py \
         $(ls tests/test_tag_grid_search.py 2>/dev/null)
       grep -E "passed|failed" "$LOGS/pytest_gpu.log" | tail -n 1 | sed 's/^/    /'
       # The record of this run: into $OUT (this tree may be a copy; commit it from there) and docs/.

@@ -207,3 +207,44 @@ def test_cuda_graph_rollout_learns_and_replays():
     assert not torch.equal(before_t, trainer.env.store["t"])
     result = trainer.train()
     assert result.metrics["return/shared"] > 5 * RANDOM_CARTPOLE_RETURN
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("make_config", [
+    lambda: ppo_cartpole(target="cuda", num_envs=256, log_every=1),
+    lambda: wb.A2CConfig(env="tag_continuous", target="cuda", num_envs=64, rollout_length=8, log_every=1,
+                         env_params=dict(num_taggers=2, num_runners=6, grid_length=10.0, episode_length=20,
+                                         num_other_agents_observed=3), centralised_critic=("runners",)),
+    lambda: wb.DDPGConfig(env="pendulum", target="cuda", num_envs=32, rollout_length=2, learning_starts=128,
+                          batch_size=64, log_every=1, normalize_obs=True),
+], ids=["ppo", "a2c-mappo-masks", "ddpg"])
+def test_whole_iteration_graph_replays_what_eager_computes(make_config):
+    """The same seed trained with every iteration replayed from one CUDA graph and eagerly logs the
+    same metrics: one implementation, two ways of running it."""
+    histories = []
+    for graph in (True, False):
+        trainer = wb.make_trainer(cfg.replace(make_config(), cuda_graph=graph))
+        trainer.train(num_iterations=5)
+        assert trainer._graph_state == ("replay" if graph else "eager-first")
+        histories.append(trainer.history)
+    for a, b in zip(*histories):
+        for key, value in a.items():
+            if key not in ("env_steps_per_s", "time_s") and isinstance(value, float) and not math.isnan(value):
+                assert value == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_learner_memory_stays_within_its_bound_on_the_gpu():
+    """A2C on Tag with a small learner_memory_gb: the batch is processed in chunks and the peak of an
+    iteration stays within the rollout buffers plus the bound (and a fixed allowance)."""
+    config = wb.A2CConfig(env="tag_continuous", target="cuda", num_envs=256, rollout_length=32, log_every=10**6,
+                          env_params=dict(num_taggers=4, num_runners=40, num_other_agents_observed=10),
+                          hidden_sizes=(256, 256), learner_memory_gb=0.05, total_env_steps=10**9)
+    trainer = wb.make_trainer(config)
+    assert all(chunk < 256 * 32 * 40 for chunk in trainer.chunk_size.values())
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()  # env, rollout buffers, models
+    trainer.train(num_iterations=3)  # eager, captured, replayed: the graph's pool holds one iteration
+    torch.cuda.synchronize()
+    assert torch.cuda.max_memory_allocated() - base < 0.05 * 2**30 * 4 + 256 * 2**20
