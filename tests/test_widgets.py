@@ -297,10 +297,10 @@ def test_redraws_are_throttled():
 def test_errors_in_the_training_thread_are_shown(monkeypatch):
     from workbench.trainer import Trainer
 
-    def broken_update(self, group):
+    def broken_update(self):
         raise RuntimeError("the update exploded")
 
-    monkeypatch.setattr(Trainer, "_update_on_policy", broken_update)
+    monkeypatch.setattr(Trainer, "_on_policy_iteration", broken_update)
     panel = tiny_panel()
     panel.start()
     assert panel.wait(timeout=TIMEOUT, raise_error=False) is None

@@ -63,13 +63,15 @@ def parse_field(owner: str, name: str, kind, default, widget):
         return widget.value
     text = widget.value.strip()
     if text in ("", "None", "none", "null"):
+        if default == ():  # an empty list, e.g. no centralised critics
+            return ()
         if default is None or base is str:
             return None if default is None else ""
         raise ConfigError(f"{owner}.{name} needs a value (it has no 'None'): e.g. {_text(default)!r}")
     try:
         if base is tuple:
-            parts = [p for p in text.strip("()[] ").split(",") if p.strip()]
-            return tuple(int(p) for p in parts)
+            parts = [p.strip() for p in text.strip("()[] ").split(",") if p.strip()]
+            return tuple(int(p) if p.lstrip("-").isdigit() else p for p in parts)
         if base is dict:
             value = yaml.safe_load(text)
             if not isinstance(value, dict):

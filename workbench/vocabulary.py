@@ -137,8 +137,18 @@ def check_source(name: str, source: str, phases: list, arrays: dict, params: dic
     functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
     local_functions = set(functions)
     phase_names = {fn.__name__ for fn in phases}
+    # only what runs in a kernel: the phases and the env functions they call (not host-side helpers
+    # such as validate_params, reference_* or a draw(frame, ax) for the viewer)
+    kernel_code, todo = set(), [n for n in phase_names if n in functions]
+    while todo:
+        current = todo.pop()
+        if current in kernel_code:
+            continue
+        kernel_code.add(current)
+        todo += [node.func.id for node in ast.walk(functions[current]) if isinstance(node, ast.Call)
+                 and isinstance(node.func, ast.Name) and node.func.id in functions]
     for fn_name, fn in functions.items():
-        if fn_name.startswith("reference_") or fn_name == "validate_params" or fn_name.isupper():
+        if fn_name not in kernel_code:
             continue
         arguments = {a.arg for a in fn.args.args}
         rebound = {t.id for node in ast.walk(fn) if isinstance(node, (ast.Assign, ast.AugAssign, ast.For))

@@ -1,4 +1,5 @@
 """Jobs launched by tests/test_distributed.py under torchrun (2 processes, gloo, cpu target)."""
+import contextlib
 import copy
 import os
 import sys
@@ -11,6 +12,7 @@ from workbench import distributed as wbd
 from workbench.algorithms import a2c, ppo
 from workbench.envdef import Discrete
 from workbench.policies import ActionHead, ActorCritic
+from workbench.rollout import Batch
 
 
 def gathered_params(model):
@@ -27,8 +29,9 @@ def equal_batch():
     torch.manual_seed(0)
     B, O = 64, 4
     full = {"obs": torch.randn(B, O), "actions": torch.randint(0, 2, (B,)), "logp": torch.full((B,), -0.69),
-            "values": torch.randn(B), "advantages": torch.randn(B), "returns": torch.randn(B)}
-    half = {k: v.chunk(context.world_size)[context.rank] for k, v in full.items()}
+            "values": torch.randn(B), "advantages": torch.randn(B), "returns": torch.randn(B), "mask": torch.ones(B)}
+    half = Batch({k: v.chunk(context.world_size)[context.rank] for k, v in full.items()})
+    full = Batch(full)
     for name, algorithm, config in (
             ("a2c", a2c, wb.A2CConfig(normalize_advantages=False, max_grad_norm=0.5)),
             ("ppo", ppo, wb.PPOConfig(num_minibatches=1, update_epochs=1, normalize_advantages=False))):
@@ -39,8 +42,10 @@ def equal_batch():
         opt = torch.optim.Adam(model.parameters(), lr=1e-2)
         opt_single = torch.optim.Adam(single.parameters(), lr=1e-2)
         for _ in range(3):
-            algorithm.update(model, opt, half, config, sync=sync)
-            algorithm.update(single, opt_single, full, config)
+            for m, o, batch, s in ((model, opt, half, sync), (single, opt_single, full, None)):
+                stats = {k: torch.zeros(()) for k in algorithm.STATS}
+                algorithm.update(m, o, batch, config, sync=s, chunk_size=B, stats=stats,
+                                 generator=torch.Generator().manual_seed(2), autocast=contextlib.nullcontext)
         params = gathered_params(model)
         assert all(torch.equal(params[0], p) for p in params), f"{name}: ranks diverged"
         reference = torch.cat([p.detach().reshape(-1) for p in single.parameters()])
@@ -71,6 +76,9 @@ def train(run_dir, die_at=None):
     seeds = [torch.zeros(1, dtype=torch.long) for _ in range(trainer.world_size)]
     dist.all_gather(seeds, torch.tensor([trainer.env.seed]))
     assert len({int(s) for s in seeds}) == trainer.world_size, "ranks share an env seed"
+    noise = [torch.zeros(1, dtype=torch.long) for _ in range(trainer.world_size)]
+    dist.all_gather(noise, torch.tensor([trainer.generator.initial_seed()]))
+    assert len({int(s) for s in noise}) == trainer.world_size, "ranks draw the same policy noise"
     print(f"rank {rank} trained {result.iterations} iterations, env_steps {result.env_steps}", flush=True)
 
 
