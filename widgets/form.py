@@ -71,7 +71,9 @@ def parse_field(owner: str, name: str, kind, default, widget):
     try:
         if base is tuple:
             parts = [p.strip() for p in text.strip("()[] ").split(",") if p.strip()]
-            return tuple(int(p) if p.lstrip("-").isdigit() else p for p in parts)
+            if default == ():  # a list of names (centralised_critic)
+                return tuple(parts)
+            return tuple(int(p) for p in parts)
         if base is dict:
             value = yaml.safe_load(text)
             if not isinstance(value, dict):
