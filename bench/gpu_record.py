@@ -39,7 +39,8 @@ def parse_pytest(text: str) -> dict:
         m = _FAILED.match(line.strip())
         if m and m.group(2) not in failing:
             failing.append(m.group(2))
-    return {**counts, "failing": failing, "summary_found": bool(summary)}
+    interrupted = "KeyboardInterrupt" in text or "Interrupted:" in text
+    return {**counts, "failing": failing, "summary_found": bool(summary), "interrupted": interrupted}
 
 
 def render(commit: str, device: str, date: str, result: dict) -> str:
@@ -51,7 +52,9 @@ def render(commit: str, device: str, date: str, result: dict) -> str:
         lines.append("- result: no pytest summary line found (the run was cut off?)")
     else:
         lines.append(f"- result: {result['passed']} passed, {result['failed']} failed, {result['skipped']} skipped, "
-                     f"{result['errors']} errors")
+                     f"{result['errors']} errors"
+                     + (" (stopped at the time limit: the tests not counted did not run)"
+                        if result.get("interrupted") else ""))
     lines.append("- failing: " + ("none" if not result["failing"] else ""))
     lines += [f"  - {name}" for name in result["failing"]]
     return "\n".join(lines) + "\n"

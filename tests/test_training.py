@@ -214,7 +214,8 @@ def test_cuda_graph_rollout_learns_and_replays():
     lambda: ppo_cartpole(target="cuda", num_envs=256, log_every=1),
     lambda: wb.A2CConfig(env="tag_continuous", target="cuda", num_envs=64, rollout_length=8, log_every=1,
                          env_params=dict(num_taggers=2, num_runners=6, grid_length=10.0, episode_length=20,
-                                         num_other_agents_observed=3), centralised_critic=("runners",)),
+                                         num_other_agents_observed=3), centralised_critic=("runners",),
+                         compile=False),  # compiling two Tag policies takes minutes; CartPole covers compile
     lambda: wb.DDPGConfig(env="pendulum", target="cuda", num_envs=32, rollout_length=2, learning_starts=128,
                           batch_size=64, log_every=1, normalize_obs=True),
 ], ids=["ppo", "a2c-mappo-masks", "ddpg"])
@@ -239,7 +240,7 @@ def test_learner_memory_stays_within_its_bound_on_the_gpu():
     iteration stays within the rollout buffers plus the bound (and a fixed allowance)."""
     config = wb.A2CConfig(env="tag_continuous", target="cuda", num_envs=256, rollout_length=32, log_every=10**6,
                           env_params=dict(num_taggers=4, num_runners=40, num_other_agents_observed=10),
-                          hidden_sizes=(256, 256), learner_memory_gb=0.05, total_env_steps=10**9)
+                          hidden_sizes=(256, 256), learner_memory_gb=0.05, total_env_steps=10**9, compile=False)
     trainer = wb.make_trainer(config)
     assert all(chunk < 256 * 32 * 40 for chunk in trainer.chunk_size.values())
     torch.cuda.synchronize()

@@ -517,7 +517,12 @@ class Trainer:
         try:
             while self.iteration < stop_at:
                 self._anneal(total_iters)
+                if bar is not None and self._graph_state == "eager-first" and self._loss is not None \
+                        and self._loss.compiled is not None:
+                    bar.bar.set_description("first iteration: compiling (compile=false skips it)")
                 self._run_iteration()
+                if bar is not None and self.iteration == 0:
+                    bar.bar.set_description("training")
                 self._stat_iterations += 1
                 self.iteration += 1
                 self.env_steps += self.steps_per_iteration
