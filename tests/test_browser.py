@@ -1,7 +1,13 @@
 """A real browser on the training panel: JupyterLab (headless, random port, token, a temporary root
 holding a copy of notebooks/01_quick_start.ipynb), the system Chromium driven by Playwright. Runs
-every cell, presses Start, sees the curve image change, presses Stop, sees the run stop, and saves
-a screenshot (browser.png under pytest's tmp dir, copied to $WORKBENCH_ARTIFACTS when set).
+every cell, presses Start, sees the curve image change, presses Stop, sees the run stop, presses
+Start again (Continue, with a budget 16 iterations further) and sees the iteration count go on to
+it in the same run folder. Then a second
+notebook, made here from notebook 02's `%%warpenv` cell, shows that env's own drawing and Tag in
+the rollout viewer. Saves screenshots (browser.png under pytest's tmp dir, copied to
+$WORKBENCH_ARTIFACTS when set); with WORKBENCH_SCREENSHOTS=DIR (docs/figures for the docs) it also
+writes the cropped figures that docs/notebooks.md shows: panel-cartpole.png, panel-form.png,
+viewer-custom-draw.png, viewer-tag.png.
 
 Skipped when Chromium, Playwright or JupyterLab is missing, unless WORKBENCH_REQUIRE_BROWSER=1
 (CI sets it after .ci/browser_setup.sh), which turns a missing piece into a failure.
@@ -22,6 +28,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "01_quick_start.ipynb"
+GALLERY = "viewers.ipynb"  # made by _gallery_notebook in the server's root
 CHROMIUM = os.environ.get("WORKBENCH_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 REQUIRED = os.environ.get("WORKBENCH_REQUIRE_BROWSER") == "1"
 RUN_ALL_TIMEOUT_S = 420
@@ -81,6 +88,7 @@ def lab(tmp_path):
     root = tmp_path / "root"
     root.mkdir()
     shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
+    _gallery_notebook(root / GALLERY)
     _settings(tmp_path / "settings")
     port, token = _free_port(), secrets.token_hex(16)
     env = dict(os.environ, WORKBENCH_SMALL="1", WORKBENCH_TARGET="cpu",
@@ -107,6 +115,7 @@ def lab(tmp_path):
             pytest.fail(f"JupyterLab did not start:\n{(tmp_path / 'jupyterlab.log').read_text()[-3000:]}")
         time.sleep(0.5)
     yield {"url": f"{base}/lab/tree/{NOTEBOOK.name}?token={token}", "base": base, "token": token,
+           "gallery_url": f"{base}/lab/tree/{GALLERY}?token={token}", "root": root,
            "log": tmp_path / "jupyterlab.log"}
     try:  # a clean shutdown also ends the kernels the server started
         req = urllib.request.Request(f"{base}/api/shutdown", method="POST",
@@ -120,6 +129,89 @@ def lab(tmp_path):
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
     log.close()
+
+
+def _gallery_notebook(path: Path):
+    """A notebook showing two drawings in the rollout viewer: the env of notebook 02's `%%warpenv`
+    cell (its own `draw(frame, ax)`) and Tag with random actions."""
+    import nbformat
+    tutorial = nbformat.read(ROOT / "notebooks" / "02_write_an_env.ipynb", as_version=4)
+    warpenv = next(c.source for c in tutorial.cells if c.source.startswith("%%warpenv predator_prey "))
+    cells = [
+        "%load_ext workbench\nimport workbench as wb\nfrom workbench import render\nAGENTS = 8",
+        warpenv,
+        "env = wb.make('predator_prey', num_envs=4, target='cpu', seed=3)\n"
+        "episodes = render.record_episode(env, replicas=[0], max_steps=32)\n"
+        "print('drawn by', type(render.drawer_for(episodes[0], env)).__name__)\n"
+        "render.show(episodes, env)",
+        "tag = wb.make('tag_continuous', num_envs=4, target='cpu', seed=1, num_taggers=3, num_runners=12,\n"
+        "              episode_length=60, tagging_distance=0.12)\n"
+        "render.show(render.record_episode(tag, replicas=[0]), tag)",
+    ]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+
+
+def _save_figure(page, path: Path, *elements, pad: int = 8, max_height: float | None = None):
+    """Screenshot of the region holding `elements` (locators; at most `max_height` px of it), written
+    to $WORKBENCH_SCREENSHOTS when set (docs/figures regenerates the docs' figures)."""
+    elements[0].evaluate("e => e.scrollIntoView({block: 'center'})")  # clear of the sticky toolbar
+    time.sleep(0.3)
+    boxes = [e.bounding_box() for e in elements]
+    x0, y0 = min(b["x"] for b in boxes) - pad, min(b["y"] for b in boxes) - 2  # not the line above
+    x1 = max(b["x"] + b["width"] for b in boxes) + pad
+    y1 = max(b["y"] + b["height"] for b in boxes) + pad
+    if max_height:
+        y1 = min(y1, y0 + max_height)
+    page.screenshot(path=str(path), clip={"x": max(x0, 0), "y": max(y0, 0), "width": x1 - max(x0, 0),
+                                          "height": y1 - max(y0, 0)})
+    target = os.environ.get("WORKBENCH_SCREENSHOTS")
+    if target:
+        directory = Path(target) if Path(target).is_absolute() else ROOT / target
+        directory.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, directory / path.name)
+
+
+def _frame_pixels(player):
+    """RGB pixels [H, W, 3] of the frame the player shows."""
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+    src = player.locator("img").get_attribute("src")
+    data = base64.b64decode(src.split(",", 1)[1])
+    return np.asarray(Image.open(io.BytesIO(data)).convert("RGB")).astype(int)
+
+
+def _near(pixels, rgb, tol=12) -> int:
+    """How many pixels are within `tol` of colour `rgb` in every channel."""
+    import numpy as np
+    return int((np.abs(pixels - np.array(rgb)) <= tol).all(axis=-1).sum())
+
+
+def _run_all(page, lab, name, failure_shot):
+    """Open notebook `name`'s page, wait for its kernel, Run > Run All Cells, wait for every cell."""
+    _wait(lambda: _notebook(page).locator(".jp-CodeCell").count() > 0, 90, f"{name} to open", page,
+          failure_shot)
+    _wait(lambda: _kernel_state(lab, name) == "idle", 120, f"the kernel of {name} to start", page, failure_shot)
+    # Run > Run All Cells, through the menu as a person would
+    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+    running = _notebook(page).locator(".jp-CodeCell .jp-InputPrompt", has_text="[*]")
+    _wait(lambda: running.count() > 0
+          or _cells_done(page)[0], 60, "the cells to start running", page, failure_shot)
+    _wait(lambda: _cells_done(page)[0] and running.count() == 0,
+          RUN_ALL_TIMEOUT_S, f"every cell of {name} to run", page, failure_shot)
+    errors = _notebook(page).locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'], "
+                          ".jp-RenderedText[data-mime-type='application/vnd.jupyter.error']")
+    tracebacks = [t for t in errors.all_inner_texts() if "Error" in t or "Traceback" in t]
+    assert not tracebacks, tracebacks
+
+
+def _to_last_frame(player):
+    player.locator("input.wb-slider").evaluate("s => { s.value = s.max; s.dispatchEvent(new Event('input')); }")
 
 
 def _save_artifact(path: Path):
@@ -142,21 +234,26 @@ def _wait(predicate, timeout_s, what, page=None, shot=None):
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
-def _kernel_state(lab):
-    """execution_state of the kernel of the notebook's session (None before it exists)."""
+def _kernel_state(lab, name=NOTEBOOK.name):
+    """execution_state of the kernel of notebook `name`'s session (None before it exists)."""
     req = urllib.request.Request(f"{lab['base']}/api/sessions", headers={"Authorization": f"token {lab['token']}"})
     try:
         with urllib.request.urlopen(req, timeout=5) as reply:
             sessions = json.load(reply)
     except OSError:
         return None
-    states = [s["kernel"].get("execution_state") for s in sessions if s.get("path", "").endswith(NOTEBOOK.name)]
+    states = [s["kernel"].get("execution_state") for s in sessions if s.get("path", "").endswith(name)]
     return states[0] if states else None
 
 
+def _notebook(page):
+    """The notebook in the active tab (others stay in the DOM, hidden)."""
+    return page.locator(".jp-NotebookPanel:visible")
+
+
 def _cells_done(page):
-    """(all code cells have run, their prompts) from the notebook's input prompts."""
-    prompts = page.locator(".jp-CodeCell .jp-InputPrompt").all_inner_texts()
+    """(all code cells have run, their prompts) from the active notebook's input prompts."""
+    prompts = _notebook(page).locator(".jp-CodeCell .jp-InputPrompt").all_inner_texts()
     prompts = [p.strip() for p in prompts]
     return bool(prompts) and all(p.startswith("[") and p[1:-2].isdigit() for p in prompts), prompts
 
@@ -172,21 +269,7 @@ def test_panel_in_jupyterlab_starts_draws_and_stops(lab, tmp_path):
         page = browser.new_page(viewport={"width": 1400, "height": 2400})
         try:
             page.goto(lab["url"], wait_until="domcontentloaded", timeout=90_000)
-            page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=90_000)
-            _wait(lambda: _kernel_state(lab) == "idle", 120, "the notebook's kernel to start", page, failure_shot)
-
-            # Run > Run All Cells, through the menu as a person would
-            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-            page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
-            _wait(lambda: page.locator(".jp-CodeCell .jp-InputPrompt", has_text="[*]").count() > 0
-                  or _cells_done(page)[0], 60, "the cells to start running", page, failure_shot)
-            _wait(lambda: _cells_done(page)[0] and page.locator(".jp-CodeCell .jp-InputPrompt",
-                                                                  has_text="[*]").count() == 0,
-                  RUN_ALL_TIMEOUT_S, "every cell to run", page, failure_shot)
-            errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'], "
-                                  ".jp-RenderedText[data-mime-type='application/vnd.jupyter.error']")
-            tracebacks = [t for t in errors.all_inner_texts() if "Error" in t or "Traceback" in t]
-            assert not tracebacks, tracebacks
+            _run_all(page, lab, NOTEBOOK.name, failure_shot)
 
             panel = page.locator(".wb-panel").first
             panel.wait_for(state="visible", timeout=30_000)
@@ -236,10 +319,64 @@ def test_panel_in_jupyterlab_starts_draws_and_stops(lab, tmp_path):
             assert panel.locator("button.wb-stop").is_disabled()
             iterations = int(text.split("after ")[1].split(" iterations")[0])
             assert 1 <= iterations < 100_000_000 // (32 * 64)
+            # every run is on disk: the status names its folder (relative to the notebook's directory)
+            folder = text.split("; run folder ")[1].split(";")[0]
+            run_dir = lab["root"] / folder
+            assert (run_dir / "config.yaml").is_file() and (run_dir / "metrics.csv").is_file(), folder
+            rows = len((run_dir / "metrics.csv").read_text().splitlines())
+
+            # Start again continues the stopped run: same trainer and folder, the iteration count goes
+            # on, now up to a budget 16 iterations further (the run ends by itself at 100%)
+            header = panel.locator(".jupyter-widget-Collapse-header, .lm-AccordionPanel-title, "
+                                   ".widget-accordion-title", has_text="Hyperparameters").first
+            per_iteration = 32 * 64  # the notebook's small size: replicas x rollout_length
+            budget.fill(str(per_iteration * (iterations + 16)))
+            budget.press("Enter")
+            budget.blur()
+            _save_figure(page, tmp_path / "panel-form.png", panel.locator(".wb-forms"), max_height=560)
+            header.click()  # fold the form: the panel's figure shows the controls, progress and curves
+            start = panel.locator("button.wb-start")
+            _wait(lambda: start.inner_text().strip() == "Continue", 30, "Start to read Continue", page,
+                  failure_shot)
+            start.click()
+            _wait(lambda: "continuing" in status.inner_text() or status.inner_text().startswith("finished"),
+                  120, "the run to continue", page, failure_shot)
+            _wait(lambda: status.inner_text().startswith("finished"), 300, "the continued run to finish", page,
+                  failure_shot)
+            _wait(lambda: start.is_enabled(), 60, "Start to be enabled again", page, failure_shot)
+            again = status.inner_text()
+            assert int(again.split("after ")[1].split(" iterations")[0]) == iterations + 16, again
+            assert again.split("; run folder ")[1].split(";")[0] == folder, again
+            assert len((run_dir / "metrics.csv").read_text().splitlines()) > rows
+            assert "100.0%" in panel.locator(".wb-progress-text").inner_text()
+            time.sleep(1.5)  # the last redraw's image lands
 
             panel.scroll_into_view_if_needed()
             panel.screenshot(path=str(shot))
             page.screenshot(path=str(tmp_path / "browser_page.png"))
+            # the figure for the docs: the panel from its title to the runs table (the viewer has its own)
+            _save_figure(page, tmp_path / "panel-cartpole.png", panel.locator(".widget-html").first,
+                         panel.locator("img.wb-curves"), panel.locator(".wb-runs"))
+
+            # a second notebook: an env's own draw(frame, ax) and Tag in the rollout viewer
+            page.goto(lab["gallery_url"], wait_until="domcontentloaded", timeout=90_000)
+            _run_all(page, lab, GALLERY, failure_shot)
+            outputs = _notebook(page).locator(".jp-CodeCell .jp-OutputArea")
+            assert "drawn by FunctionDrawer" in outputs.nth(2).inner_text(), outputs.nth(2).inner_text()
+            players = _notebook(page).locator(".wb-player")
+            assert players.count() == 2
+            custom, tag = players.nth(0), players.nth(1)
+            for player in (custom, tag):  # each plays: the slider moves it to another frame
+                first_frame = player.locator("img").get_attribute("src")
+                _to_last_frame(player)
+                assert player.locator("img").get_attribute("src") != first_frame
+            # the cell's drawing, not the default dots: the catch radius is a pale red disc around
+            # each predator (tab:red at alpha 0.15 on white), prey are tab:blue
+            pixels = _frame_pixels(custom)
+            assert _near(pixels, (249, 223, 223), tol=6) > 200, "no catch-radius disc in the custom drawing"
+            assert _near(pixels, (31, 119, 180)) > 20, "no prey (tab:blue) in the custom drawing"
+            _save_figure(page, tmp_path / "viewer-custom-draw.png", custom)
+            _save_figure(page, tmp_path / "viewer-tag.png", tag)
         except Exception:
             page.screenshot(path=str(failure_shot))
             _save_artifact(failure_shot)
@@ -247,5 +384,6 @@ def test_panel_in_jupyterlab_starts_draws_and_stops(lab, tmp_path):
         finally:
             browser.close()
     assert shot.stat().st_size > 10_000
-    _save_artifact(shot)
-    _save_artifact(tmp_path / "browser_page.png")
+    for name in ("browser.png", "browser_page.png", "panel-cartpole.png", "panel-form.png", "viewer-custom-draw.png",
+                 "viewer-tag.png"):
+        _save_artifact(tmp_path / name)
