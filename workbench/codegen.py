@@ -1,10 +1,12 @@
-"""Generates the reset and step drivers that run an env's per-agent phases on a target.
+"""Generates the reset and step drivers that run an env's phases on a target.
 
 Both numba targets share one driver text; they differ only in how a replica and its agents
 map onto loops or threads (the `header`) and in what a barrier is (`sync`). The driver owns
 the framework's part of a step: clearing rewards and flags, the time-limit truncation,
 episode bookkeeping and the same-step auto-reset of finished replicas with the final
-observation kept.
+observation kept. A phase runs over the agents of a replica, over the instances of one of its
+ENTITIES (strided over the same lanes), or once per replica (its first lane); a barrier follows
+every phase whatever it runs over.
 """
 from __future__ import annotations
 
@@ -46,12 +48,28 @@ def kernel_args(defn: EnvDefinition) -> list:
     return ["n_envs", "seed"] + list(defn.arrays)
 
 
-def _call(fn, key_expr: str) -> tuple:
-    names = {"env": "e", "agent": "a", "key": "key"}
+ENTITY_STREAM = 1 << 32  # entity k's instance i draws from the key of "agent" (k + 1) * ENTITY_STREAM + i
+
+
+def stream_of(defn: EnvDefinition, index: str | None) -> str:
+    """The agent slot of a phase's random key: the agent `a`; for an entity phase a stream apart
+    from every agent's (agents are fewer than 2**32); for a per-replica phase 0 (agent 0's)."""
+    if index == "agent":
+        return "a"
+    if index is None:
+        return "0"
+    return f"{(list(defn.entities).index(index) + 1) * ENTITY_STREAM} + a"
+
+
+def _call(fn, key_expr: str, defn: EnvDefinition) -> tuple:
+    index = defn.phase_index(fn)
+    names = {"env": "e", "key": "key"}
+    if index is not None:
+        names[index] = "a"
     args = [names.get(p, p) for p in fn.__code__.co_varnames[:fn.__code__.co_argcount]]
     lines = []
     if "key" in args:
-        lines.append(f"key = {key_expr}")
+        lines.append("key = " + key_expr.replace("(seed, e, a, ", f"(seed, e, {stream_of(defn, index)}, "))
     lines.append(f"{fn.__name__}({', '.join(args)})")
     return tuple(lines)
 
@@ -68,9 +86,20 @@ class _Writer:
         if self.sync:
             self.emit(depth, self.sync)
 
-    def agent_loop(self, depth: int, body: tuple, guard: str = "active"):
-        self.emit(depth, f"if {guard}:", "    a = lane", "    while a < NUM_AGENTS:")
+    def agent_loop(self, depth: int, body: tuple, guard: str = "active", count: str = "NUM_AGENTS"):
+        self.emit(depth, f"if {guard}:", "    a = lane", f"    while a < {count}:")
         self.emit(depth + 2, *body, "a += TPE")
+
+    def phase(self, depth: int, defn: EnvDefinition, fn, key_expr: str, guard: str = "active"):
+        """One phase over what it runs on: the agents, an entity's instances (strided over the
+        replica's lanes as agents are), or the replica once (its first lane)."""
+        index = defn.phase_index(fn)
+        body = _call(fn, key_expr, defn)
+        if index is None:
+            self.emit(depth, f"if {guard} and lane == 0:")
+            self.emit(depth + 1, *body)
+        else:
+            self.agent_loop(depth, body, guard, "NUM_AGENTS" if index == "agent" else str(defn.entities[index]))
 
 
 def _copy_obs(defn: EnvDefinition) -> tuple:
@@ -90,38 +119,38 @@ def _step_body(w: _Writer, defn: EnvDefinition, d: int):
     w.emit(d, "if active and lane == 0:", "    terminated[e] = 0", "    truncated[e] = 0")
     w.barrier(d)
     for fn in defn.step_phases:
-        w.agent_loop(d, _call(fn, STEP_KEY))
+        w.phase(d, defn, fn, STEP_KEY)
         w.barrier(d)
     w.agent_loop(d, ("episode_return[e, a] += reward[e, a]",))
     w.emit(d, "if active and lane == 0:", "    t[e] += 1", "    if t[e] >= MAX_STEPS:", "        truncated[e] = 1",
            "    done[e] = 1 if (terminated[e] != 0 or truncated[e] != 0) else 0")
     w.barrier(d)
     for fn in defn.observe_phases:
-        w.agent_loop(d, _call(fn, OBSERVE_KEY))
+        w.phase(d, defn, fn, OBSERVE_KEY)
         w.barrier(d)
     finished = "active and done[e] != 0"
     w.agent_loop(d, _copy_obs(defn) + ("last_return[e, a] = episode_return[e, a]", "episode_return[e, a] = 0"),
                  guard=finished)
     for fn in defn.reset_phases:
-        w.agent_loop(d, _call(fn, RESET_KEY), guard=finished)
+        w.phase(d, defn, fn, RESET_KEY, guard=finished)
         w.barrier(d)
     w.emit(d, f"if {finished} and lane == 0:", "    last_length[e] = t[e]", "    t[e] = 0", "    episode[e] += 1")
     w.barrier(d)
     for fn in defn.observe_phases:
-        w.agent_loop(d, _call(fn, OBSERVE_KEY), guard=finished)
+        w.phase(d, defn, fn, OBSERVE_KEY, guard=finished)
         w.barrier(d)
 
 
 def _reset_body(w: _Writer, defn: EnvDefinition, d: int):
     for fn in defn.reset_phases:
-        w.agent_loop(d, _call(fn, RESET_KEY))
+        w.phase(d, defn, fn, RESET_KEY)
         w.barrier(d)
     w.agent_loop(d, ("reward[e, a] = 0", "episode_return[e, a] = 0", "last_return[e, a] = 0"))
     w.emit(d, "if active and lane == 0:", "    t[e] = 0", "    episode[e] += 1", "    terminated[e] = 0",
            "    truncated[e] = 0", "    done[e] = 0", "    last_length[e] = 0")
     w.barrier(d)
     for fn in defn.observe_phases:
-        w.agent_loop(d, _call(fn, OBSERVE_KEY))
+        w.phase(d, defn, fn, OBSERVE_KEY)
         w.barrier(d)
 
 

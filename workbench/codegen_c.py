@@ -5,7 +5,8 @@ The kernels do what codegen.py's GPU drivers do (clear rewards and flags, time-l
 episode bookkeeping, same-step auto-reset keeping final_obs) with the same thread mapping
 (codegen.gpu_layout): `TPE` lanes per replica with the agents strided over them (a = lane;
 a < NUM_AGENTS; a += TPE), `EPB` replicas per block, `__syncthreads()` between phases only when a
-replica has more than one lane.
+replica has more than one lane. Entity phases stride the entity's instances over the same lanes;
+per-replica phases run on lane 0.
 
 Arrays reach the phases as raw pointers to row-major storage: [E, *shape] for per-env arrays,
 [E, NUM_AGENTS, *shape] for per-agent arrays. Each array NAME also gets a type NAME_view (a
@@ -20,8 +21,8 @@ import math
 
 import numpy as np
 
-from .codegen import Layout
-from .envdef import EnvDefinition, c_phases
+from .codegen import ENTITY_STREAM, Layout
+from .envdef import EnvDefinition, c_phases, phase_index
 
 DRIVER_FILE = "<workbench driver>"
 RUNTIME_HEADER = "wb_runtime.cuh"
@@ -51,6 +52,12 @@ def _c_double(value: float) -> str:
     return repr(value)
 
 
+def _c_float(value) -> str:
+    """A float32 value as a C float expression (the exact value: its double text, converted)."""
+    text = _c_double(float(value))
+    return f"(float){text}" if text.startswith(("_", "-_")) else text + "f"
+
+
 def _c_constant(name: str, value) -> str:
     """One PARAMS entry as a C++ constant (numbers and flat sequences of numbers)."""
     if isinstance(value, (bool, np.bool_)):
@@ -59,12 +66,17 @@ def _c_constant(name: str, value) -> str:
         value = int(value)
         return (f"constexpr int {name} = {value};" if -2**31 <= value < 2**31
                 else f"constexpr long long {name} = {value}LL;")
+    if isinstance(value, np.float32):  # a float parameter under PRECISION = "float32"
+        return f"constexpr float {name} = {_c_float(value)};"
     if isinstance(value, (float, np.floating)):
         return f"constexpr double {name} = {_c_double(float(value))};"
     if isinstance(value, (list, tuple, np.ndarray)) and len(value) and \
             all(isinstance(v, (int, float, np.number)) and not isinstance(v, bool) for v in value):
         if all(isinstance(v, (int, np.integer)) for v in value):
             return f"__device__ constexpr long long {name}[{len(value)}] = {{{', '.join(str(int(v)) for v in value)}}};"
+        if all(isinstance(v, (np.float32, int, np.integer)) for v in value):
+            return (f"__device__ constexpr float {name}[{len(value)}] = "
+                    f"{{{', '.join(_c_float(np.float32(v)) for v in value)}}};")
         return (f"__device__ constexpr double {name}[{len(value)}] = "
                 f"{{{', '.join(_c_double(float(v)) for v in value)}}};")
     return f"// PARAMS['{name}'] ({type(value).__name__}) has no C form"
@@ -91,17 +103,41 @@ class _Writer:
         if self.sync:
             self.emit(depth, "__syncthreads();")
 
-    def agent_loop(self, depth: int, body, guard: str = "active"):
-        self.emit(depth, f"if ({guard}) {{", "    for (int a = lane; a < NUM_AGENTS; a += TPE) {")
+    def agent_loop(self, depth: int, body, guard: str = "active", count: str = "NUM_AGENTS"):
+        self.emit(depth, f"if ({guard}) {{", f"    for (int a = lane; a < {count}; a += TPE) {{")
         self.emit(depth + 2, *body)
         self.emit(depth, "    }", "}")
 
+    def index(self, phase) -> str | None:
+        return phase_index(self.defn.name, f"{phase.name}() (line {phase.line})", phase.args, self.defn.entities,
+                           phase.line)
+
     def call(self, phase, key_expr: str) -> tuple:
-        names = {"env": "e", "agent": "a", "key": "key"}
-        lines = [f"const wb_key key = {key_expr};"] if "key" in phase.args else []
+        index = self.index(phase)
+        names = {"env": "e", "key": "key"}
+        if index is not None:
+            names[index] = "a"
+        if index is None:
+            stream = "0"
+        elif index == "agent":
+            stream = "a"
+        else:
+            stream = f"{(list(self.defn.entities).index(index) + 1) * ENTITY_STREAM}ULL + (wb_u64)a"
+        lines = [f"const wb_key key = {key_expr.replace('(seed, e, a, ', f'(seed, e, {stream}, ')};"] \
+            if "key" in phase.args else []
         lines += [f"#line {phase.line} {self.c_file}",
                   f"{phase.name}({', '.join(names.get(p, p) for p in phase.args)});", _RESYNC]
         return tuple(lines)
+
+    def phase(self, depth: int, phase, key_expr: str, guard: str = "active"):
+        """One phase over the agents, an entity's instances (strided over the lanes as agents are)
+        or the replica once (its first lane), as codegen._Writer.phase."""
+        index = self.index(phase)
+        if index is None:
+            self.lane0(depth, guard, *self.call(phase, key_expr))
+        else:
+            count = "NUM_AGENTS" if index == "agent" else str(self.defn.entities[index])
+            self.agent_loop(depth, self.call(phase, key_expr), guard, count)
 
     def lane0(self, depth: int, guard: str, *body: str):
         self.emit(depth, f"if ({guard} && lane == 0) {{")
@@ -118,39 +154,39 @@ def _step_body(w: _Writer, phases: dict, d: int):
     w.lane0(d, "active", "terminated[e] = 0;", "truncated[e] = 0;")
     w.barrier(d)
     for phase in phases["step"]:
-        w.agent_loop(d, w.call(phase, STEP_KEY))
+        w.phase(d, phase, STEP_KEY)
         w.barrier(d)
     w.agent_loop(d, (EA, "episode_return[ea] += reward[ea];"))
     w.lane0(d, "active", "t[e] += 1;", "if (t[e] >= MAX_STEPS)", "    truncated[e] = 1;",
             "done[e] = (terminated[e] != 0 || truncated[e] != 0) ? 1 : 0;")
     w.barrier(d)
     for phase in phases["observe"]:
-        w.agent_loop(d, w.call(phase, OBSERVE_KEY))
+        w.phase(d, phase, OBSERVE_KEY)
         w.barrier(d)
     finished = "active && done[e] != 0"
     w.agent_loop(d, (EA, f"for (long long i = 0; i < {obs_size}; ++i)",
                      f"    final_obs[ea * {obs_size} + i] = obs[ea * {obs_size} + i];",
                      "last_return[ea] = episode_return[ea];", "episode_return[ea] = 0;"), guard=finished)
     for phase in phases["reset"]:
-        w.agent_loop(d, w.call(phase, RESET_KEY), guard=finished)
+        w.phase(d, phase, RESET_KEY, guard=finished)
         w.barrier(d)
     w.lane0(d, finished, "last_length[e] = t[e];", "t[e] = 0;", "episode[e] += 1;")
     w.barrier(d)
     for phase in phases["observe"]:
-        w.agent_loop(d, w.call(phase, OBSERVE_KEY), guard=finished)
+        w.phase(d, phase, OBSERVE_KEY, guard=finished)
         w.barrier(d)
 
 
 def _reset_body(w: _Writer, phases: dict, d: int):
     for phase in phases["reset"]:
-        w.agent_loop(d, w.call(phase, RESET_KEY))
+        w.phase(d, phase, RESET_KEY)
         w.barrier(d)
     w.agent_loop(d, (EA, "reward[ea] = 0;", "episode_return[ea] = 0;", "last_return[ea] = 0;"))
     w.lane0(d, "active", "t[e] = 0;", "episode[e] += 1;", "terminated[e] = 0;", "truncated[e] = 0;", "done[e] = 0;",
             "last_length[e] = 0;")
     w.barrier(d)
     for phase in phases["observe"]:
-        w.agent_loop(d, w.call(phase, OBSERVE_KEY))
+        w.phase(d, phase, OBSERVE_KEY)
         w.barrier(d)
 
 
@@ -163,7 +199,7 @@ def c_program(defn: EnvDefinition, layout: Layout) -> str:
     head = [f"// CUDA C program of env '{defn.name}', generated by workbench.codegen_c",
             f"#include \"{RUNTIME_HEADER}\"", "",
             "namespace wb_params {  // PARAMS, resolved"]
-    head += [_c_constant(k, v) for k, v in defn.params.items() if k.isidentifier()]
+    head += [_c_constant(k, v) for k, v in defn.kernel_params().items() if k.isidentifier()]
     head += ["}", "using namespace wb_params;", "",
              f"constexpr int NUM_AGENTS = {defn.num_agents};",
              f"constexpr int MAX_STEPS = {defn.max_steps};",

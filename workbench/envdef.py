@@ -7,11 +7,15 @@ module level:
     MAX_STEPS    episode length (a truncation, not a termination)
     OBSERVATION  Box(shape=...) per agent
     ACTION       Discrete(n) | MultiDiscrete(nvec) | Box(low, high, shape)
-    STATE        {name: per_env(...) | per_agent(...)}
+    STATE        {name: per_env(...) | per_agent(...) | per_entity(entity, ...)}
     PARAMS       {name: value}: globals of the kernel code, overridable in wb.make
-    reset, observe, and STEP = [phase, ...] (or a single `step`) as per-agent functions
+    ENTITIES     optional {entity: count}: other things of a replica that phases can run over
+    PRECISION    optional "float64" (default) | "float32": the type of float parameters in phases
+    reset, observe, and STEP = [phase, ...] (or a single `step`) as phase functions
 
 Phase functions take (env, agent, key, <array names>...); the framework binds arrays by name.
+A phase taking `agent` runs once per (replica, agent); one taking an entity's name instead runs
+once per (replica, entity); one taking neither runs once per replica.
 """
 from __future__ import annotations
 
@@ -57,10 +61,12 @@ class Box:
 
 @dataclass(frozen=True)
 class ArrayDecl:
-    """A state array: `layout` is "env" ([E, *shape]) or "agent" ([E, A, *shape])."""
+    """A state array: `layout` is "env" ([E, *shape]), "agent" ([E, A, *shape]) or "entity"
+    ([E, count of `entity`, *shape])."""
     layout: str
     dtype: str = "float32"
     shape: tuple = ()
+    entity: str = ""
 
 
 def per_env(dtype: str = "float32", shape: tuple = ()) -> ArrayDecl:
@@ -73,6 +79,14 @@ def per_agent(dtype: str = "float32", shape: tuple = ()) -> ArrayDecl:
     return ArrayDecl("agent", dtype, tuple(shape))
 
 
+def per_entity(entity: str, dtype: str = "float32", shape: tuple = ()) -> ArrayDecl:
+    """State array with one entry (of `shape`) per entity of ENTITIES: [E, count, *shape]. It is
+    stored as a per-replica array whose shape starts with the entity count."""
+    if not isinstance(entity, str):
+        raise EnvDefinitionError(f"per_entity takes the entity's name (a key of ENTITIES) first, got {entity!r}")
+    return ArrayDecl("entity", dtype, tuple(shape) if not isinstance(shape, (int, str)) else (shape,), entity)
+
+
 @dataclass(frozen=True)
 class ResolvedArray:
     name: str
@@ -80,6 +94,7 @@ class ResolvedArray:
     dtype: np.dtype
     shape: tuple  # trailing shape after [E] or [E, A]
     owner: str  # "env" (declared in STATE) or "framework"
+    entity: str | None = None  # per_entity arrays: the entity (layout "env", shape[0] its count)
 
 
 @dataclass
@@ -102,6 +117,18 @@ class EnvDefinition:
     c_source: str | None = None  # CUDA C phases for the cuda-c target (see parse_c, attach_c)
     c_filename: str | None = None
     language: str = "python"  # "cuda-c" when the phases exist only in C (the Python ones are stubs)
+    entities: dict = field(default_factory=dict)  # ENTITIES resolved: name -> count
+    precision: str = "float64"  # PRECISION: the type of float parameters inside phases
+
+    def phase_index(self, fn) -> str | None:
+        """What a Python phase runs over: "agent", an entity's name, or None (once per replica)."""
+        line = fn.__code__.co_firstlineno
+        return phase_index(self.name, f"{fn.__name__}() (line {line})", self.phase_args(fn), self.entities, line)
+
+    def kernel_params(self) -> dict:
+        """PARAMS as the kernels see them: float values (and floats inside tuples and lists) become
+        numpy float32 scalars when PRECISION is "float32"; otherwise the values themselves."""
+        return {k: _with_precision(v, self.precision) for k, v in self.params.items()}
 
     @property
     def obs_shape(self) -> tuple:
@@ -109,6 +136,31 @@ class EnvDefinition:
 
     def phase_args(self, fn) -> list:
         return list(inspect.signature(fn).parameters)
+
+
+PRECISIONS = ("float64", "float32")
+
+
+def _with_precision(value, precision):
+    if precision != "float32" or isinstance(value, (bool, np.bool_)):
+        return value
+    if isinstance(value, (float, np.floating)):
+        return np.float32(value)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_with_precision(v, precision) for v in value)
+    return value
+
+
+def phase_index(env_name: str, what: str, args, entities: Mapping, line=None) -> str | None:
+    """"agent", an entity's name or None (per replica) for a phase taking `args`; a phase taking
+    more than one of them is an EnvDefinitionError."""
+    taken = [a for a in args if a == "agent" or a in entities]
+    if len(taken) > 1:
+        raise EnvDefinitionError(
+            f"{env_name}: {what} takes {' and '.join(repr(a) for a in taken)}; a phase runs over "
+            f"one thing: take 'agent', or one entity of ENTITIES ({', '.join(entities) or 'none declared'}), or "
+            f"neither (once per replica)", line=line)
+    return taken[0] if taken else None
 
 
 _INTERVAL = re.compile(r"^\s*(int\s+)?([\[(])\s*([^,]+?)\s*,\s*([^\])]+?)\s*([\])])\s*$")
@@ -255,15 +307,31 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
         "last_return": ResolvedArray("last_return", "agent", np.dtype(np.float32), (), "framework"),
         "last_length": ResolvedArray("last_length", "env", np.dtype(np.int32), (), "framework"),
     }
+    entities = _entities(name, namespace.get("ENTITIES", {}), params, arrays)
+    precision = namespace.get("PRECISION", "float64")
+    if precision not in PRECISIONS:
+        raise EnvDefinitionError(f"{name}: PRECISION must be \"float64\" or \"float32\", got {precision!r}")
     for arr_name, decl in dict(namespace.get("STATE", {})).items():
         if arr_name in arrays or arr_name in SPECIAL_ARGS:
             raise EnvDefinitionError(f"{name}: STATE name '{arr_name}' is reserved by the framework")
+        if arr_name in entities:
+            raise EnvDefinitionError(f"{name}: STATE name '{arr_name}' is also an entity of ENTITIES; rename one")
         if not isinstance(decl, ArrayDecl):
-            raise EnvDefinitionError(f"{name}: STATE['{arr_name}'] must be per_env(...) or per_agent(...)")
+            raise EnvDefinitionError(f"{name}: STATE['{arr_name}'] must be per_env(...), per_agent(...) or "
+                                     f"per_entity(...)")
         if decl.dtype not in _DTYPES:
             raise EnvDefinitionError(f"{name}: STATE['{arr_name}'] dtype '{decl.dtype}' not in {sorted(_DTYPES)}")
-        arrays[arr_name] = ResolvedArray(arr_name, decl.layout, np.dtype(_DTYPES[decl.dtype]),
-                                         _shape(decl.shape, params, f"STATE['{arr_name}'].shape"), "env")
+        shape = _shape(decl.shape, params, f"STATE['{arr_name}'].shape")
+        if decl.layout == "entity":
+            if decl.entity not in entities:
+                raise EnvDefinitionError(
+                    f"{name}: STATE['{arr_name}'] is per_entity({decl.entity!r}), which ENTITIES does not declare "
+                    f"(declare it: ENTITIES = dict({decl.entity}=\"<count parameter>\"); declared: "
+                    f"{sorted(entities) or 'none'})")
+            arrays[arr_name] = ResolvedArray(arr_name, "env", np.dtype(_DTYPES[decl.dtype]),
+                                             (entities[decl.entity],) + shape, "env", decl.entity)
+        else:
+            arrays[arr_name] = ResolvedArray(arr_name, decl.layout, np.dtype(_DTYPES[decl.dtype]), shape, "env")
 
     def phases(value, what):
         fns = list(value) if isinstance(value, (list, tuple)) else [value]
@@ -272,11 +340,13 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
                 raise EnvDefinitionError(f"{name}: {what} must hold functions, got {fn!r}")
             args = list(inspect.signature(fn).parameters)
             for arg in args:
-                if arg not in arrays and arg not in SPECIAL_ARGS:
+                if arg not in arrays and arg not in SPECIAL_ARGS and arg not in entities:
                     raise EnvDefinitionError(
                         f"{name}: {fn.__name__}() (line {fn.__code__.co_firstlineno}) takes '{arg}', which is "
-                        f"neither env/agent/key nor an array; arrays are {sorted(arrays)}",
+                        f"neither env/agent/key, an entity of ENTITIES nor an array; arrays are {sorted(arrays)}",
                         line=fn.__code__.co_firstlineno)
+            line = fn.__code__.co_firstlineno
+            phase_index(name, f"{fn.__name__}() (line {line})", args, entities, line)
         return fns
 
     reset_phases = phases(namespace.get("RESET", namespace["reset"]), "RESET")
@@ -286,7 +356,28 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
     check_source(name, source, reset_phases + step_phases + observe_phases, arrays, params, namespace)
     digest = hashlib.sha256((source + repr(sorted(params.items()))).encode()).hexdigest()[:16]
     return EnvDefinition(name, source, filename, namespace, params, num_agents, max_steps, obs_space, action,
-                         arrays, reset_phases, step_phases, observe_phases, digest)
+                         arrays, reset_phases, step_phases, observe_phases, digest, entities=entities,
+                         precision=precision)
+
+
+def _entities(name: str, declared, params: dict, arrays: dict) -> dict:
+    """ENTITIES resolved to {entity: count}, each name checked against what phases already bind."""
+    if not isinstance(declared, Mapping):
+        raise EnvDefinitionError(f"{name}: ENTITIES must be a dict of entity name to count, e.g. "
+                                 f"ENTITIES = dict(patch=\"num_patches\"); got {declared!r}")
+    entities = {}
+    for entity, count in declared.items():
+        if not isinstance(entity, str) or not entity.isidentifier() or keyword.iskeyword(entity):
+            raise EnvDefinitionError(f"{name}: ENTITIES name {entity!r} must be a Python identifier")
+        if entity in SPECIAL_ARGS or entity in arrays or entity in params:
+            what = "a parameter" if entity in params else "reserved by the framework"
+            raise EnvDefinitionError(f"{name}: ENTITIES name '{entity}' is {what}; phases bind it as the entity's "
+                                     f"index, so pick another name (e.g. the singular of what it counts)")
+        n = _as_int(count, params, f"ENTITIES['{entity}']")
+        if not 0 <= n <= 1_000_000:
+            raise EnvDefinitionError(f"{name}: ENTITIES['{entity}'] must be in [0, 1000000], got {n}")
+        entities[entity] = n
+    return entities
 
 
 # ---- CUDA C phases (the cuda-c target) -----------------------------------------------------------
@@ -366,10 +457,13 @@ def c_phases(defn: EnvDefinition) -> dict:
                                          f"{', '.join(str(d.line) for d in defs)})", line=defs[1].line)
             phase = defs[0]
             for arg in phase.args:
-                if arg not in defn.arrays and arg not in SPECIAL_ARGS:
+                if arg not in defn.arrays and arg not in SPECIAL_ARGS and arg not in defn.entities:
                     raise EnvDefinitionError(
                         f"{defn.name}: {phase.name}() (line {phase.line} of {where}) takes '{arg}', which is neither "
-                        f"env/agent/key nor an array; arrays are {sorted(defn.arrays)}", line=phase.line)
+                        f"env/agent/key, an entity of ENTITIES nor an array; arrays are {sorted(defn.arrays)}",
+                        line=phase.line)
+            phase_index(defn.name, f"{phase.name}() (line {phase.line} of {where})", phase.args, defn.entities,
+                        phase.line)
             stages[stage].append(phase)
     return stages
 
@@ -391,7 +485,7 @@ def _c_block_python(name: str, source: str) -> str:
     first_line = source.count("\n", 0, start)
     body = source[start + len(C_BLOCK):end].split("\n")
     rest = textwrap.dedent("\n".join(body[1:])).split("\n") if len(body) > 1 else []
-    prelude = "from workbench.envdef import Box, Discrete, MultiDiscrete, per_agent, per_env; import math"
+    prelude = "from workbench.envdef import Box, Discrete, MultiDiscrete, per_agent, per_entity, per_env; import math"
     head = body[0].strip()
     lines = [""] * first_line + [prelude + (f"; {head}" if head else "")] + rest
     return "\n".join(lines) + "\n"

@@ -76,7 +76,7 @@ def _ndim(spec) -> int:
 
 def _shape_text(spec) -> str:
     dims = ["E"] + (["A"] if spec.layout == "agent" else []) + [str(d) for d in spec.shape]
-    scope = "per agent" if spec.layout == "agent" else "per replica"
+    scope = "per agent" if spec.layout == "agent" else f"per {spec.entity}" if spec.entity else "per replica"
     return f"{scope}, shape [{', '.join(dims)}] ({spec.dtype.name})"
 
 

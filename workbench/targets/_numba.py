@@ -57,7 +57,7 @@ def module_text(defn: EnvDefinition, *, prelude: str, imports: str, device_decor
     """The kernel module of `defn` for a numba target; None when a parameter has no literal form.
     The env source comes first, unchanged, so line N of the module is line N of the env."""
     params = []
-    for key, value in defn.params.items():
+    for key, value in defn.kernel_params().items():  # float32 scalars under PRECISION = "float32"
         text = _literal(value)
         if text is None:
             return None
@@ -104,7 +104,7 @@ def build_namespace(defn: EnvDefinition, *, prelude: str, imports: str, device_d
         generated = text[len(defn.source):]
         exec(compile("\n" * defn.source.count("\n") + generated, defn.filename, "exec"), ns)
     else:  # parameters without a literal form: bind the objects themselves
-        ns.update(defn.params)
+        ns.update(defn.kernel_params())
         exec(compile(_RNG_SOURCE, "<workbench.rng>", "exec"), ns)
         exec(compile(_helpers_for(defn), "<workbench.helpers>", "exec"), ns)
         exec(compile("import inspect as _wb_inspect\nimport numpy as _wb_np\n" + imports + "\n" + prelude,
