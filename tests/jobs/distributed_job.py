@@ -90,4 +90,5 @@ if __name__ == "__main__":
         train(sys.argv[2])
     elif mode == "die":
         train(sys.argv[2], die_at=2)
+    dist.barrier()  # no rank tears gloo down while the other still talks to it (an abort at exit otherwise)
     dist.destroy_process_group()
