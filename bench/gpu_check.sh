@@ -68,7 +68,7 @@ for stage in $STAGES; do
         $(ls tests/test_tag_grid_search.py 2>/dev/null)
       grep -E "passed|failed" "$LOGS/pytest_gpu.log" | tail -n 1 | sed 's/^/    /'
       # The record of this run: into $OUT (this tree may be a copy; commit it from there) and docs/.
-      COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo "${WORKBENCH_COMMIT:-unknown}")
+      COMMIT=${WORKBENCH_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}  # a copied tree may carry a stale .git
       python3 bench/gpu_record.py write "$LOGS/pytest_gpu.log" --commit "$COMMIT" --device "$DEVICE" \
         --out "$OUT/gpu-record.md" --out docs/gpu-record.md > /dev/null ;;
     check)

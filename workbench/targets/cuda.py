@@ -75,8 +75,6 @@ class CudaKernels:
         options = {}
         if not simulator_enabled():
             options = {"lto": False, "cache": self.module is not None}
-            if boundscheck:
-                options.update(boundscheck=True, debug=True, opt=False)
         self._reset = cuda.jit(ns["_wb_reset"], **options)
         self._step = cuda.jit(ns["_wb_step"], **options)
         self.driver_source = ns["_wb_driver_source"]
@@ -154,8 +152,6 @@ class CudaTarget:
 
     def _module(self, defn, layout, boundscheck):
         device = "cuda.jit(device=True)"
-        if boundscheck and not simulator_enabled():
-            device = "cuda.jit(device=True, boundscheck=True, debug=True, opt=False)"
         return dict(prelude=_PRELUDE, imports="from numba import cuda", device_decorator=device,
                     layout=layout or gpu_layout(defn.num_agents), gpu=True)
 
@@ -166,6 +162,9 @@ class CudaTarget:
     def compile(self, defn, layout=None, boundscheck=False):
         if not simulator_enabled():
             _install_fma_switch()
+            # numba-cuda has no bounds checking on a GPU (NotImplementedError): ordinary kernels,
+            # and check_env's cpu target, compiled with bounds checks, finds the access
+            boundscheck = False
         module = self._module(defn, layout, boundscheck)
         ns = build_namespace(defn, target=self.name, **module)
         return CudaKernels(defn, ns, module["layout"], boundscheck)
