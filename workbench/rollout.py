@@ -127,7 +127,7 @@ class RolloutBuffer:
         self.final_values = torch.zeros((T, E, n), device=device)
         self.mask = torch.ones((T + 1, E, n), device=device)
         self.state = torch.zeros((T, E, state_dim), dtype=obs_dtype, device=device) if state_dim else None
-        self.terminated = torch.zeros((T, E), device=device)
+        self.terminated = torch.zeros((T, E), device=device)  # the trainer shares one pair across groups
         self.truncated = torch.zeros((T, E), device=device)
         self.advantages = torch.zeros((T, E, n), device=device)
         self.returns = torch.zeros((T, E, n), device=device)

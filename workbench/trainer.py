@@ -111,6 +111,11 @@ class Trainer:
                 self._build_on_policy(g, space, models.get(g.name))
             if config.normalize_obs:
                 self.norms[g.name] = RunningNorm(self.obs_dim, self.device)
+        if self.algorithm != "ddpg":
+            self.terminated = torch.zeros((self.T, self.E), device=self.device)
+            self.truncated = torch.zeros((self.T, self.E), device=self.device)
+            for buf in self.buffers.values():
+                buf.terminated, buf.truncated = self.terminated, self.truncated
         if self.sync is not None:
             for model in self.models.values():
                 self.sync.broadcast_parameters(model)
@@ -218,7 +223,10 @@ class Trainer:
             (out[0] if isinstance(out, tuple) else out).float().sum().backward()
             net.zero_grad(set_to_none=False)
 
-        return threads.configure(self.config.cpu_threads, self.env.step, learner_pass)
+        before = self.env.store.snapshot()  # the trial steps the env: put it back
+        chosen = threads.configure(self.config.cpu_threads, self.env.step, learner_pass)
+        self.env.store.load_snapshot(before)
+        return chosen
 
     def autocast(self):
         """The learner's and the rollout's precision context."""
@@ -233,12 +241,11 @@ class Trainer:
         norm = self.norms.get(g.name)
         return norm(obs) if norm is not None else obs
 
-    def _joint_obs(self, tensor):
-        """[E, A, *O] -> each replica's joint observation [E, A * O] (each group's part normalised
-        as that group's own observations are)."""
-        parts = torch.empty((self.E, self.env.num_agents, self.obs_dim), device=self.device)
+    def _joint_obs(self, group_obs: dict):
+        """The groups' observations {name: [E, n, O]} -> each replica's joint observation [E, A * O]."""
+        parts = torch.empty((self.E, self.env.num_agents, self.obs_dim), dtype=self.obs_dtype, device=self.device)
         for g in self.groups:
-            g.scatter(parts, self._obs(g, tensor))
+            g.scatter(parts, group_obs[g.name])
         return parts.reshape(self.E, self.state_dim)
 
     def _values(self, g, model, obs, state):
@@ -262,15 +269,19 @@ class Trainer:
     # -- on-policy iteration: rollout, advantages, update ------------------------------------
     def _collect(self):
         store = self.env.store
-        done = store["done"]
         central = bool(self.central)
+        can_truncate = self.env.definition.max_steps < 2**31 - 1  # an env without a time limit never does
         for t in range(self.T):
-            state = self._joint_obs(store["obs"]) if central else None
+            group_obs = {}
             for g in self.groups:
-                model, buf = self.models[g.name], self.buffers[g.name]
-                if g.name in self.norms:
-                    self.norms[g.name].accumulate(g.gather(store["obs"]).reshape(self.E, g.n, self.obs_dim))
-                obs = self._obs(g, store["obs"])
+                raw = g.gather(store["obs"]).reshape(self.E, g.n, self.obs_dim)
+                norm = self.norms.get(g.name)
+                if norm is not None:
+                    norm.accumulate(raw)
+                group_obs[g.name] = norm(raw) if norm is not None else raw
+            state = self._joint_obs(group_obs) if central else None
+            for g in self.groups:
+                model, buf, obs = self.models[g.name], self.buffers[g.name], group_obs[g.name]
                 buf.obs[t].copy_(obs)
                 if buf.state is not None:
                     buf.state[t].copy_(state)
@@ -283,16 +294,18 @@ class Trainer:
                 g.scatter(store["action"], self.head.to_env(actions).reshape((self.E, g.n) + self.head.act_shape))
             self.env.step()
             self.episode_stats.after_step()
-            truncated_only = store["truncated"].float() * (1 - store["terminated"].float())
-            final_state = self._joint_obs(store["final_obs"]) if central else None
+            self.terminated[t].copy_(store["terminated"])  # shared by every group's buffer
+            self.truncated[t].copy_(store["truncated"])
+            if can_truncate:
+                truncated_only = (self.truncated[t] * (1 - self.terminated[t])).unsqueeze(1)
+                final_obs = {g.name: self._obs(g, store["final_obs"]) for g in self.groups}
+                final_state = self._joint_obs(final_obs) if central else None
             for g in self.groups:
-                model, buf = self.models[g.name], self.buffers[g.name]
-                buf.terminated[t].copy_(store["terminated"])
-                buf.truncated[t].copy_(store["truncated"])
+                buf = self.buffers[g.name]
                 buf.rewards[t].copy_(g.gather(store["reward"]))
-                if self.env.definition.max_steps < 2**31 - 1:  # an env without a time limit never truncates
-                    final = self._values(g, model, self._obs(g, store["final_obs"]), final_state)
-                    buf.final_values[t].copy_(final * truncated_only.unsqueeze(1))
+                if can_truncate:
+                    final = self._values(g, self.models[g.name], final_obs[g.name], final_state)
+                    buf.final_values[t].copy_(final * truncated_only)
         if self.active is not None:
             for g in self.groups:
                 self.buffers[g.name].mask[self.T].copy_(g.gather(store[self.active]) != 0)
@@ -302,7 +315,10 @@ class Trainer:
         model, buf = self.models[g.name], self.buffers[g.name]
         store = self.env.store
         with torch.no_grad():
-            state = self._joint_obs(store["obs"]) if g.name in self.central else None
+            if g.name in self.central:
+                state = self._joint_obs({h.name: self._obs(h, store["obs"]) for h in self.groups})
+            else:
+                state = None
             next_value = self._values(g, model, self._obs(g, store["obs"]), state)
             gae(buf, next_value, self.config.gamma, self.config.gae_lambda, self._advantages)
 
@@ -341,8 +357,9 @@ class Trainer:
             for g in self.groups:
                 agent, rb = self.models[g.name], self.buffers[g.name]
                 raw = g.gather(store["obs"]).reshape(-1, self.obs_dim)
-                if g.name in self.norms:
-                    self.norms[g.name].accumulate(raw)
+                norm = self.norms.get(g.name)
+                if norm is not None:
+                    norm.accumulate(raw)
                 rb.stage_obs(raw)
                 if not learning:
                     rb.noise.uniform_(0, 1, generator=self.generator)
@@ -351,7 +368,7 @@ class Trainer:
                     rb.noise.normal_(0, 1, generator=self.generator)
                     span = (self.head.high - self.head.low).reshape(-1) / 2
                     with self.autocast():
-                        mu = agent.actor(self._obs(g, store["obs"]).reshape(-1, self.obs_dim))
+                        mu = agent.actor(norm(raw) if norm is not None else raw)
                     actions = mu.float() + rb.noise * self.config.exploration_noise * span
                 actions = self.head.to_env(actions.reshape((-1,) + self.head.act_shape)).reshape(-1, self.head.out_dim)
                 rb.stage_actions(actions)

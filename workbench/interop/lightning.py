@@ -6,8 +6,8 @@ One Lightning epoch = `iterations_per_epoch` workbench iterations. Per iteration
 collects one rollout on the device (`Trainer.rollout_batches()`: {policy: GAE'd Batch [B, ...]})
 and yields its minibatches: PPO update_epochs x num_minibatches of them, A2C the whole batch; each
 training_step takes one optimiser step per policy (manual optimisation: one optimiser per policy).
-Uses the algorithms' planned API: ppo.loss(model, minibatch, config, count) -> (loss, stats),
-a2c.loss(model, batch, config, count) -> (loss, stats) and Trainer.rollout_batches().
+The loss is the algorithms' own: ppo.loss(model, minibatch, config, count) -> (loss, stats),
+a2c.loss(model, batch, config, count) -> (loss, stats).
 """
 from __future__ import annotations
 
@@ -19,16 +19,6 @@ from . import AdapterError
 require("lightning", "lightning", "workbench.interop.lightning")
 import lightning as L  # noqa: E402
 from torch.utils.data import DataLoader, IterableDataset  # noqa: E402
-
-
-def planned_api_problem() -> str | None:
-    """Why this module cannot run against the installed algorithms, or None."""
-    from ..algorithms import a2c, ppo
-    from ..trainer import Trainer
-    missing = [name for name, ok in (("workbench.algorithms.ppo.loss", hasattr(ppo, "loss")),
-                                     ("workbench.algorithms.a2c.loss", hasattr(a2c, "loss")),
-                                     ("Trainer.rollout_batches", hasattr(Trainer, "rollout_batches"))) if not ok]
-    return f"the algorithm API this module trains with is not there yet: {', '.join(missing)}" if missing else None
 
 
 class RolloutStream(IterableDataset):
@@ -59,9 +49,6 @@ class RolloutModule(L.LightningModule):
 
     def __init__(self, trainer, iterations_per_epoch: int = 10):
         super().__init__()
-        problem = planned_api_problem()
-        if problem:
-            raise AdapterError(problem)
         if trainer.algorithm not in ("ppo", "a2c"):
             raise AdapterError(f"RolloutModule trains PPO or A2C; this trainer runs {trainer.algorithm!r}")
         self.trainer_ = trainer
@@ -101,7 +88,7 @@ class RolloutModule(L.LightningModule):
             if config.max_grad_norm > 0:
                 self.clip_gradients(optimizer, gradient_clip_val=config.max_grad_norm, gradient_clip_algorithm="norm")
             optimizer.step()
-            self.log_dict({f"{k}/{name}": float(v) for k, v in stats.items()}, on_step=True, prog_bar=False)
+            self.log_dict({f"{k}/{name}": v for k, v in stats.items()}, on_step=True, prog_bar=False)
             total = total + loss.detach()
         self.log("loss", total, prog_bar=True)
         return total
