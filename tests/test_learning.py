@@ -85,7 +85,7 @@ def test_tag_metrics_agree_with_a_count_of_tag_penalties():
 
 
 def test_tag_grid_trained_teams_beat_random_ones():
-    trainer = wb.make_trainer(tag_grid_config(total_env_steps=64 * 32 * 50))
+    trainer = wb.make_trainer(tag_grid_config(total_env_steps=64 * 32 * 80))
     before = compare(trainer, seed=7, episodes=2)
     trainer.train()
     after = compare(trainer, seed=7, episodes=2)
