@@ -99,6 +99,66 @@ def test_truncation_bootstraps_from_the_final_value_and_termination_does_not():
     assert adv[0, 1, 0].item() == pytest.approx(1.0 + 2.5)  # truncated: V(final obs) = 5, not 9
 
 
+@pytest.mark.parametrize("algorithm,config", [(a2c, CONFIG_A2C), (ppo, CONFIG_PPO)])
+def test_chunk_loss_traces_as_one_graph(algorithm, config):
+    """What the trainer compiles on a GPU traces without a graph break (a break would split the
+    fused kernels and run Python between them) and computes what the eager function does."""
+    torch._dynamo.reset()
+    batch, m = small_batch(B=16), model()
+    idx = torch.randperm(16)[:8]
+    if algorithm is ppo:
+        args = (m, batch.fields, None, 1, idx, idx[:4], config)
+    else:
+        args = (m, batch.take(slice(0, 8)), config, torch.tensor(16.0), torch.tensor(0.1), torch.tensor(0.9))
+    compiled = torch.compile(algorithm.chunk_loss, backend="aot_eager", fullgraph=True)
+    (loss_c, stats_c), (loss_e, stats_e) = compiled(*args), algorithm.chunk_loss(*args)
+    torch.testing.assert_close(loss_c, loss_e)
+    torch.testing.assert_close(stats_c, stats_e)
+    assert stats_e.shape == (len(algorithm.STATS),)
+
+
+def test_episode_statistics_trace_as_one_graph():
+    from workbench.episode_stats import EpisodeStats
+    torch._dynamo.reset()
+    env = wb.make("tag_continuous", num_envs=4, target="cpu", seed=0, **SMALL_TAG)
+    groups = {"t": [0, 1], "r": [2, 3, 4, 5, 6, 7]}
+    eager, traced = EpisodeStats(env, groups), EpisodeStats(env, groups)
+    step = torch.compile(traced._add_finished, backend="aot_eager", fullgraph=True)
+    for _ in range(30):
+        env.step()
+        eager.after_step()
+        step()
+    assert eager.sums[-1] > 0  # episodes finished
+    torch.testing.assert_close(traced.sums, eager.sums)
+
+
+SMALL_TAG = dict(num_taggers=2, num_runners=6, grid_length=10.0, episode_length=12, num_other_agents_observed=3)
+
+
+@pytest.mark.parametrize("config", [
+    wb.PPOConfig(env="pendulum", num_envs=8, rollout_length=70, num_minibatches=2, update_epochs=1,
+                 normalize_obs=True, target="cpu", log_every=1),
+    wb.A2CConfig(env="tag_continuous", env_params=SMALL_TAG, num_envs=4, rollout_length=10, target="cpu",
+                 log_every=1, centralised_critic=("runners",)),
+], ids=["pendulum", "tag-mappo"])
+def test_batched_final_values_equal_the_per_step_ones(config, monkeypatch):
+    """V(final observation) of truncated replicas from one pass after the rollout (small rollouts)
+    equals the pass after every step (rollouts whose final observations would take too much memory)."""
+    from workbench import trainer as trainer_module
+    finals = []
+    for limit in (trainer_module.FINAL_OBS_BUFFER_BYTES, 0):
+        monkeypatch.setattr(trainer_module, "FINAL_OBS_BUFFER_BYTES", limit)
+        trainer = wb.make_trainer(config)
+        assert (trainer.final_obs is None) == (limit == 0)
+        seen = []
+        for _ in range(3):
+            trainer.train(num_iterations=1)
+            seen.append(torch.cat([b.final_values.flatten() for b in trainer.buffers.values()]))
+        finals.append(torch.stack(seen))
+    assert (finals[0] != 0).any(), "no replica was truncated: the test would prove nothing"
+    torch.testing.assert_close(finals[0], finals[1], rtol=1e-5, atol=1e-6)
+
+
 def cartpole(**kw):
     base = dict(num_envs=16, rollout_length=8, num_minibatches=2, update_epochs=1, target="cpu", log_every=1,
                 total_env_steps=16 * 8 * 2)

@@ -1,5 +1,6 @@
-"""torch.compile where it measurably helps: the learner's loss (forward and backward), the
-rollout's policy step and GAE, on GPU targets. Each fuses dozens of small elementwise kernels
+"""torch.compile where it measurably helps: the learner's minibatch loss (gathers, advantage
+normalisation, forward and backward), the rollout's policy step, GAE and the episode statistics
+after each step, on GPU targets. Each fuses dozens of small elementwise kernels
 into a few; the first call compiles (during the eager first iteration, before the CUDA graph is
 captured), later calls, and the graph's replays, run the fused kernels. A function that fails to
 compile runs eagerly from then on, after a one-line warning naming why.
@@ -34,13 +35,15 @@ class MaybeCompiled:
 
 def policy_step(model, head, obs, state, noise, central: bool):
     """One policy step for a group: obs [N, O] (state [E, S] for a centralised critic), noise [N, D]
-    -> actions [N, ...], log pi(a|s) [N], values ([N] or [E, n])."""
+    (uniform for discrete heads, normal for Gaussian ones) -> actions [N, ...], log pi(a|s) [N], values ([N] or [E, n])."""
     if central:
         out, value = model.actor(obs), model.values(state)
     else:
         out, value = model(obs)
     out = out.float()
     log_std = getattr(model, "log_std", None)
+    if head.kind != "gaussian":
+        noise = noise.clamp(1e-10, 1.0)  # uniform draws for the Gumbel trick: log(-log(0)) is inf
     actions = head.sample(out, log_std, noise)
     logp, _ = head.log_prob_entropy(out, log_std, actions)
     return actions, logp, value.float()

@@ -162,12 +162,20 @@ class Batch:
         return self.fields[key]
 
     def take(self, idx) -> dict:
-        out = {k: v[idx] for k, v in self.fields.items()}
-        if self.state is not None:
-            sample = torch.arange(self.size, device=self.fields["values"].device)[idx] if isinstance(idx, slice) else idx
-            out["state"] = self.state[sample // self.n]
-            out["agent"] = sample % self.n
-        return out
+        return take(self.fields, self.state, self.n, idx)
+
+
+def take(fields: dict, state, n: int, idx) -> dict:
+    """Samples idx (a slice or index tensor) of flat rollout fields {name: [B, ...]}; with a
+    centralised critic also each sample's joint state (state [T * E, S], sample i belongs to
+    replica-step i // n) and its agent index within the group (i % n)."""
+    out = {k: v[idx] for k, v in fields.items()}
+    if state is not None:
+        values = fields["values"]
+        sample = torch.arange(values.shape[0], device=values.device)[idx] if isinstance(idx, slice) else idx
+        out["state"] = state[sample // n]
+        out["agent"] = sample % n
+    return out
 
 
 def chunks(size: int, chunk: int) -> list:

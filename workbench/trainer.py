@@ -29,7 +29,11 @@ from .algorithms import a2c, ddpg, ppo
 from .envdef import Box
 from .errors import NonFiniteError, WorkbenchError
 from .policies import ActionHead, ActorCritic, CentralisedActorCritic, DeterministicActor, QCritic
-from .rollout import PolicyMapError, RolloutBuffer, RunningNorm, advantages, build_groups, gae
+from .rollout import PolicyMapError, RolloutBuffer, RunningNorm, advantages, build_groups, chunks, gae
+
+# The rollout keeps its final observations for one batched critic pass when they take at most
+# this much memory (else V(final observation) is computed after every step)
+FINAL_OBS_BUFFER_BYTES = 256 * 2**20
 
 ON_POLICY = {"ppo": ppo, "a2c": a2c}
 
@@ -111,7 +115,12 @@ class Trainer:
                 self._build_on_policy(g, space, models.get(g.name))
             if config.normalize_obs:
                 self.norms[g.name] = RunningNorm(self.obs_dim, self.device)
+        self.can_truncate = env.definition.max_steps < 2**31 - 1  # an env without a time limit never does
+        self.final_obs = None
         if self.algorithm != "ddpg":
+            final_obs_bytes = 4 * self.T * self.E * env.num_agents * self.obs_dim
+            if self.can_truncate and final_obs_bytes <= FINAL_OBS_BUFFER_BYTES:
+                self.final_obs = torch.zeros((self.T, self.E, env.num_agents, self.obs_dim), device=self.device)
             self.terminated = torch.zeros((self.T, self.E), device=self.device)
             self.truncated = torch.zeros((self.T, self.E), device=self.device)
             for buf in self.buffers.values():
@@ -123,13 +132,13 @@ class Trainer:
         self.stat_sums = {g.name: {k: torch.zeros((), device=self.device) for k in stat_names} for g in self.groups}
         self._stat_iterations = 0
         from .episode_stats import EpisodeStats
-        self.episode_stats = EpisodeStats(env, self.groups)
-        self.chunk_size = {g.name: self._chunk_size(g) for g in self.groups}
         compile_on = bool(getattr(config, "compile", False)) and self.device.type == "cuda"
+        self.episode_stats = EpisodeStats(env, self.groups, compile=compile_on)
+        self.chunk_size = {g.name: self._chunk_size(g) for g in self.groups}
         self._policy_step = MaybeCompiled(policy_step, compile_on, "the policy step")
         self._value_step = MaybeCompiled(value_step, compile_on, "the value function")
         self._advantages = MaybeCompiled(advantages, compile_on, "GAE")
-        self._loss = (MaybeCompiled(ON_POLICY[self.algorithm].loss, compile_on, f"the {self.algorithm} loss")
+        self._loss = (MaybeCompiled(ON_POLICY[self.algorithm].chunk_loss, compile_on, f"the {self.algorithm} loss")
                       if self.algorithm in ON_POLICY else None)
         self._noise = {g.name: torch.empty((self.E * g.n, self.head.out_dim), device=self.device)
                        for g in self.groups} if self.algorithm in ON_POLICY else {}
@@ -236,23 +245,25 @@ class Trainer:
 
     # -- shared pieces --------------------------------------------------------------------
     def _obs(self, g, tensor):
-        """[E, A, *O] -> the group's observations [E, n, O], normalised when configured."""
-        obs = g.gather(tensor).reshape(self.E, g.n, self.obs_dim)
+        """[R, A, *O] (R replicas, or replica-steps) -> the group's observations [R, n, O],
+        normalised when configured."""
+        obs = g.gather(tensor).reshape(tensor.shape[0], g.n, self.obs_dim)
         norm = self.norms.get(g.name)
         return norm(obs) if norm is not None else obs
 
     def _joint_obs(self, group_obs: dict):
-        """The groups' observations {name: [E, n, O]} -> each replica's joint observation [E, A * O]."""
-        parts = torch.empty((self.E, self.env.num_agents, self.obs_dim), dtype=self.obs_dtype, device=self.device)
+        """The groups' observations {name: [R, n, O]} -> each replica's joint observation [R, A * O]."""
+        rows = next(iter(group_obs.values())).shape[0]
+        parts = torch.empty((rows, self.env.num_agents, self.obs_dim), dtype=self.obs_dtype, device=self.device)
         for g in self.groups:
             g.scatter(parts, group_obs[g.name])
-        return parts.reshape(self.E, self.state_dim)
+        return parts.reshape(rows, self.state_dim)
 
     def _values(self, g, model, obs, state):
-        """V of observations obs [E, n, O] (or of the joint state [E, S]) -> [E, n]."""
+        """V of observations obs [R, n, O] (or of the joint states [R, S]) -> [R, n]."""
         with self.autocast():
             value = self._value_step(model, obs.reshape(-1, self.obs_dim), state, g.name in self.central)
-        return value.reshape(self.E, g.n)
+        return value.reshape(obs.shape[0], g.n)
 
     def _act(self, g, model, obs, state):
         """Sample the group's actions: obs [E, n, O] -> actions [E * n, ...], logp [E * n], values [E, n]."""
@@ -260,7 +271,7 @@ class Trainer:
         if self.head.kind == "gaussian":
             noise.normal_(generator=self.generator)
         else:
-            noise.uniform_(generator=self.generator).clamp_(1e-10, 1.0)
+            noise.uniform_(generator=self.generator)  # (policy_step keeps it off 0)
         with self.autocast():
             actions, logp, value = self._policy_step(model, self.head, obs.reshape(-1, self.obs_dim), state, noise,
                                                      g.name in self.central)
@@ -270,7 +281,7 @@ class Trainer:
     def _collect(self):
         store = self.env.store
         central = bool(self.central)
-        can_truncate = self.env.definition.max_steps < 2**31 - 1  # an env without a time limit never does
+        per_step_final_values = self.can_truncate and self.final_obs is None
         for t in range(self.T):
             group_obs = {}
             for g in self.groups:
@@ -296,19 +307,39 @@ class Trainer:
             self.episode_stats.after_step()
             self.terminated[t].copy_(store["terminated"])  # shared by every group's buffer
             self.truncated[t].copy_(store["truncated"])
-            if can_truncate:
+            if self.final_obs is not None:
+                self.final_obs[t].copy_(store["final_obs"].reshape(self.final_obs.shape[1:]))
+            elif per_step_final_values:
                 truncated_only = (self.truncated[t] * (1 - self.terminated[t])).unsqueeze(1)
                 final_obs = {g.name: self._obs(g, store["final_obs"]) for g in self.groups}
                 final_state = self._joint_obs(final_obs) if central else None
             for g in self.groups:
                 buf = self.buffers[g.name]
                 buf.rewards[t].copy_(g.gather(store["reward"]))
-                if can_truncate:
+                if per_step_final_values:
                     final = self._values(g, self.models[g.name], final_obs[g.name], final_state)
                     buf.final_values[t].copy_(final * truncated_only)
         if self.active is not None:
             for g in self.groups:
                 self.buffers[g.name].mask[self.T].copy_(g.gather(store[self.active]) != 0)
+        if self.final_obs is not None:
+            self._final_values()
+
+    def _final_values(self):
+        """V(final observation) of every replica truncated during the rollout (else 0), into each
+        group's final_values [T, E, n]: one batched pass over the rollout's final observations
+        instead of a critic pass after every step (a few large kernels, not T times as many small
+        ones), in chunks of the learner's memory bound."""
+        T, E = self.T, self.E
+        flat = self.final_obs.reshape(T * E, self.env.num_agents, self.obs_dim)
+        truncated_only = (self.truncated * (1 - self.terminated)).reshape(T, E, 1)
+        for part in chunks(T * E, max(1, min(self.chunk_size[g.name] // g.n for g in self.groups))):
+            group_obs = {g.name: self._obs(g, flat[part]) for g in self.groups}
+            state = self._joint_obs(group_obs) if self.central else None
+            for g in self.groups:
+                value = self._values(g, self.models[g.name], group_obs[g.name], state)
+                final = self.buffers[g.name].final_values.reshape(T * E, g.n)
+                final[part].copy_(value * truncated_only.reshape(T * E, 1)[part])
 
     def _advantages_of(self, g):
         """GAE of group g's rollout, written into its buffer's advantages and returns."""

@@ -38,31 +38,39 @@ def loss(model, batch: dict, config, count):
     return total, {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": ent.detach()}
 
 
+def chunk_loss(model, chunk: dict, config, count, adv_mean, adv_std):
+    """`loss` of one chunk with its advantages normalised by the whole batch's mean and std
+    (when configured), and its statistics stacked [len(STATS)]: one function, so that torch.compile
+    fuses it (the trainer compiles it on GPU targets)."""
+    if config.normalize_advantages:
+        chunk = {**chunk, "advantages": (chunk["advantages"] - adv_mean) / (adv_std + 1e-8)}
+    total, stats = loss(model, chunk, config, count)
+    nonfinite = (~torch.isfinite(total.detach())).float()
+    return total, torch.stack([*(stats[k] for k in STATS[:-1]), nonfinite])
+
+
 def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int, generator=None,
            autocast=None, stats: dict, loss_fn=None) -> dict:
     """One optimiser step on the whole batch (B samples), accumulated over chunks.
-    `stats` (device scalars, STATS) is added to and returned."""
-    loss_fn = loss_fn or loss
+    loss_fn: `chunk_loss` or a compiled version of it. `stats` (device scalars, STATS) is added to
+    and returned."""
+    loss_fn = loss_fn or chunk_loss
     mask = batch["mask"]
     count = mask.sum().clamp_min(1)
-    adv = batch["advantages"]
-    if config.normalize_advantages:
-        mean, std = masked_mean_std(adv, mask, count)
-        adv = (adv - mean) / (std + 1e-8)
+    adv_mean, adv_std = masked_mean_std(batch["advantages"], mask, count)
 
-    optimizer.zero_grad(set_to_none=False)
+    optimizer.zero_grad(set_to_none=True)  # the first backward writes the gradients: no zeroing kernels
+    local = torch.zeros(len(STATS), device=mask.device)
     for part in chunks(batch.size, chunk_size):
-        chunk = batch.take(part)
-        chunk["advantages"] = adv[part]
         with autocast():
-            chunk_loss, chunk_stats = loss_fn(model, chunk, config, count)
-        chunk_loss.backward()
-        for k, value in chunk_stats.items():
-            stats[k] += value
-        stats["nonfinite"] += (~torch.isfinite(chunk_loss.detach())).float()
+            part_loss, part_stats = loss_fn(model, batch.take(part), config, count, adv_mean, adv_std)
+        part_loss.backward()
+        local += part_stats
     if sync is not None:
         sync.gradients(model.parameters())
     if config.max_grad_norm > 0:
         nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
     optimizer.step()
+    for i, k in enumerate(STATS):
+        stats[k] += local[i]
     return stats

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..rollout import Batch, chunks, masked_mean_std
+from ..rollout import Batch, chunks, masked_mean_std, take
 
 STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "nonfinite")
 
@@ -57,40 +57,46 @@ def loss(model, mb: dict, config, count):
     return total, stats
 
 
+def chunk_loss(model, fields: dict, state, n: int, idx, chunk_idx, config):
+    """One chunk's part of a minibatch loss, read straight from the rollout: fields {name: [B, ...]}
+    (state [T * E, S] and n for a centralised critic), idx [m] the minibatch's sample ids, chunk_idx
+    the chunk's (a part of idx). Advantages are normalised over the whole minibatch. Returns (loss,
+    stats [len(STATS)]). One function from the gathers to the statistics, so that torch.compile
+    fuses it into a few kernels (the trainer compiles it on GPU targets)."""
+    mask = fields["mask"][idx]
+    count = mask.sum().clamp_min(1)
+    mb = take(fields, state, n, chunk_idx)
+    if config.normalize_advantages:
+        mean, std = masked_mean_std(fields["advantages"][idx], mask, count)
+        mb["advantages"] = (mb["advantages"] - mean) / (std + 1e-8)
+    total, stats = loss(model, mb, config, count)
+    nonfinite = (~torch.isfinite(total.detach())).float()
+    return total, torch.stack([*(stats[k] for k in STATS[:-1]), nonfinite])
+
+
 def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int, generator=None,
            autocast=None, stats: dict, loss_fn=None) -> dict:
     """update_epochs passes of num_minibatches optimiser steps over `batch` (B samples).
 
     `stats` (device scalars, STATS) receives the means over the minibatches (added to, so the
-    caller can sum several iterations). Returns `stats`.
+    caller can sum several iterations). loss_fn: `chunk_loss` or a compiled version of it.
+    Returns `stats`.
     """
     B = batch.size
-    loss_fn = loss_fn or loss
+    loss_fn = loss_fn or chunk_loss
     mb_size = B // config.num_minibatches
-    device = batch["values"].device
-    local = {k: torch.zeros((), device=device) for k in STATS}
+    local = torch.zeros(len(STATS), device=batch["values"].device)
     updates = 0
     for _epoch in range(config.update_epochs):
-        order = torch.rand(B, device=device, generator=generator).argsort()
+        order = torch.rand(B, device=local.device, generator=generator).argsort()
         for m in range(config.num_minibatches):
             idx = order[m * mb_size:(m + 1) * mb_size]
-            mask = batch["mask"][idx]
-            count = mask.sum().clamp_min(1)
-            adv = batch["advantages"][idx]
-            if config.normalize_advantages:
-                mean, std = masked_mean_std(adv, mask, count)
-                adv = (adv - mean) / (std + 1e-8)
-
-            optimizer.zero_grad(set_to_none=False)
+            optimizer.zero_grad(set_to_none=True)  # the first backward writes the gradients: no zeroing kernels
             for part in chunks(mb_size, chunk_size):
-                mb = batch.take(idx[part])
-                mb["advantages"] = adv[part]
                 with autocast():
-                    chunk_loss, chunk_stats = loss_fn(model, mb, config, count)
-                chunk_loss.backward()
-                for k, value in chunk_stats.items():
-                    local[k] += value
-                local["nonfinite"] += (~torch.isfinite(chunk_loss.detach())).float()
+                    part_loss, part_stats = loss_fn(model, batch.fields, batch.state, batch.n, idx, idx[part], config)
+                part_loss.backward()
+                local += part_stats
             if sync is not None:  # data-parallel: average gradients over ranks before clipping
                 sync.gradients(model.parameters())
             if config.max_grad_norm > 0:
@@ -98,10 +104,10 @@ def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int
             optimizer.step()
             updates += 1
         if config.target_kl is not None:
-            kl = local["approx_kl"] / updates
+            kl = local[STATS.index("approx_kl")] / updates
             kl = sync.mean(kl) if sync is not None else kl
             if float(kl) > config.target_kl:
                 break
-    for k in STATS:
-        stats[k] += local[k] / (updates if k != "nonfinite" else 1)
+    for i, k in enumerate(STATS):
+        stats[k] += local[i] / (updates if k != "nonfinite" else 1)
     return stats
