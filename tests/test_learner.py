@@ -117,6 +117,23 @@ def test_chunk_loss_traces_as_one_graph(algorithm, config):
     assert stats_e.shape == (len(algorithm.STATS),)
 
 
+def test_policy_step_writes_the_rollout_step_in_one_graph():
+    from workbench.compiled import act_and_record
+    torch._dynamo.reset()
+    m, T, E = model(), 4, 6
+    outs = [(torch.zeros(T, E, 1, dtype=torch.long), torch.zeros(T, E, 1), torch.zeros(T, E, 1)) for _ in range(2)]
+    traced = torch.compile(act_and_record, backend="aot_eager", fullgraph=True)
+    g = torch.Generator().manual_seed(0)
+    for t in range(T):
+        obs, noise = torch.randn(E, 3, generator=g), torch.rand(E, 3, generator=g)
+        for fn, (actions, logp, values) in zip((act_and_record, traced), outs):
+            returned = fn(m, m.head, obs, None, noise, False, actions[t], logp[t], values[t])
+            assert torch.equal(returned.reshape(E, 1), actions[t])
+    for eager, compiled in zip(*outs):
+        torch.testing.assert_close(compiled, eager)
+    assert outs[0][1].lt(0).all() and outs[0][0].unique().numel() > 1  # real log-probabilities, varied actions
+
+
 def test_episode_statistics_trace_as_one_graph():
     from workbench.episode_stats import EpisodeStats
     torch._dynamo.reset()

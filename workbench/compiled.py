@@ -49,6 +49,17 @@ def policy_step(model, head, obs, state, noise, central: bool):
     return actions, logp, value.float()
 
 
+def act_and_record(model, head, obs, state, noise, central: bool, actions_out, logp_out, values_out):
+    """`policy_step`, writing actions, log-probabilities and values into the rollout buffer's
+    step t (actions_out [N, ...], logp_out and values_out [E, n]) inside the same fused kernels;
+    returns the actions [N, ...] for the env."""
+    actions, logp, value = policy_step(model, head, obs, state, noise, central)
+    actions_out.copy_(actions.reshape(actions_out.shape))
+    logp_out.copy_(logp.reshape(logp_out.shape))
+    values_out.copy_(value.reshape(values_out.shape))
+    return actions
+
+
 def value_step(model, obs, state, central: bool):
     """V of obs [N, O] (or of the joint state [E, S]) as float32."""
     if central:

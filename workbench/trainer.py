@@ -24,7 +24,7 @@ from . import checkpoint as ckpt
 from . import config as cfg
 from . import distributed as dist_mod
 from . import threads
-from .compiled import MaybeCompiled, policy_step, value_step
+from .compiled import MaybeCompiled, act_and_record, value_step
 from .algorithms import a2c, ddpg, ppo
 from .envdef import Box
 from .errors import NonFiniteError, WorkbenchError
@@ -135,7 +135,7 @@ class Trainer:
         compile_on = bool(getattr(config, "compile", False)) and self.device.type == "cuda"
         self.episode_stats = EpisodeStats(env, self.groups, compile=compile_on)
         self.chunk_size = {g.name: self._chunk_size(g) for g in self.groups}
-        self._policy_step = MaybeCompiled(policy_step, compile_on, "the policy step")
+        self._act_and_record = MaybeCompiled(act_and_record, compile_on, "the policy step")
         self._value_step = MaybeCompiled(value_step, compile_on, "the value function")
         self._advantages = MaybeCompiled(advantages, compile_on, "GAE")
         self._loss = (MaybeCompiled(ON_POLICY[self.algorithm].chunk_loss, compile_on, f"the {self.algorithm} loss")
@@ -265,17 +265,17 @@ class Trainer:
             value = self._value_step(model, obs.reshape(-1, self.obs_dim), state, g.name in self.central)
         return value.reshape(obs.shape[0], g.n)
 
-    def _act(self, g, model, obs, state):
-        """Sample the group's actions: obs [E, n, O] -> actions [E * n, ...], logp [E * n], values [E, n]."""
+    def _act(self, g, model, obs, state, buf, t):
+        """Sample the group's actions for obs [E, n, O] into buf's step t (actions, logp, values);
+        returns the actions [E * n, ...]."""
         noise = self._noise[g.name]
         if self.head.kind == "gaussian":
             noise.normal_(generator=self.generator)
         else:
-            noise.uniform_(generator=self.generator)  # (policy_step keeps it off 0)
+            noise.uniform_(generator=self.generator)  # (the policy step keeps it off 0)
         with self.autocast():
-            actions, logp, value = self._policy_step(model, self.head, obs.reshape(-1, self.obs_dim), state, noise,
-                                                     g.name in self.central)
-        return actions, logp, value.reshape(self.E, g.n)
+            return self._act_and_record(model, self.head, obs.reshape(-1, self.obs_dim), state, noise,
+                                        g.name in self.central, buf.actions[t], buf.logp[t], buf.values[t])
 
     # -- on-policy iteration: rollout, advantages, update ------------------------------------
     def _collect(self):
@@ -298,10 +298,7 @@ class Trainer:
                     buf.state[t].copy_(state)
                 if self.active is not None:
                     buf.mask[t].copy_(g.gather(store[self.active]) != 0)
-                actions, logp, value = self._act(g, model, obs, state)
-                buf.actions[t].copy_(actions.reshape(buf.actions[t].shape))
-                buf.logp[t].copy_(logp.reshape(self.E, g.n))
-                buf.values[t].copy_(value)
+                actions = self._act(g, model, obs, state, buf, t)
                 g.scatter(store["action"], self.head.to_env(actions).reshape((self.E, g.n) + self.head.act_shape))
             self.env.step()
             self.episode_stats.after_step()
