@@ -1,7 +1,15 @@
 import os
 
-import pytest
-import torch
+# In parallel workers (pytest-xdist) each worker gets its share of the cores: the trainer's own
+# thread choice measures one process at a time and, beside N busy siblings, would oversubscribe
+# the machine N-fold (a CPU learning test then runs many times slower than alone).
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _share = max(1, len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    for _name in ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_name, str(_share))
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 # Without a GPU the `cuda` target runs in numba's CUDA simulator; this must be set before numba.cuda loads.
 HAS_GPU = torch.cuda.is_available()

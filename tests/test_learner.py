@@ -99,6 +99,18 @@ def test_truncation_bootstraps_from_the_final_value_and_termination_does_not():
     assert adv[0, 1, 0].item() == pytest.approx(1.0 + 2.5)  # truncated: V(final obs) = 5, not 9
 
 
+def test_per_minibatch_moments_equal_each_minibatch_alone():
+    from workbench.rollout import masked_mean_std
+    g = torch.Generator().manual_seed(0)
+    x, mask = torch.randn(4, 16, generator=g), (torch.rand(4, 16, generator=g) > 0.3).float()
+    count = mask.sum(1)
+    mean, std = masked_mean_std(x, mask, count, dim=1)
+    for m in range(4):
+        live = x[m][mask[m] > 0]
+        assert mean[m].item() == pytest.approx(live.mean().item(), abs=1e-6)
+        assert std[m].item() == pytest.approx(live.std().item(), abs=1e-6)
+
+
 @pytest.mark.parametrize("algorithm,config", [(a2c, CONFIG_A2C), (ppo, CONFIG_PPO)])
 def test_chunk_loss_traces_as_one_graph(algorithm, config):
     """What the trainer compiles on a GPU traces without a graph break (a break would split the
@@ -107,7 +119,7 @@ def test_chunk_loss_traces_as_one_graph(algorithm, config):
     batch, m = small_batch(B=16), model()
     idx = torch.randperm(16)[:8]
     if algorithm is ppo:
-        args = (m, batch.fields, None, 1, idx, idx[:4], config)
+        args = (m, batch.fields, None, 1, idx[:4], config, torch.tensor(8.0), torch.tensor(0.1), torch.tensor(0.9))
     else:
         args = (m, batch.take(slice(0, 8)), config, torch.tensor(16.0), torch.tensor(0.1), torch.tensor(0.9))
     compiled = torch.compile(algorithm.chunk_loss, backend="aot_eager", fullgraph=True)

@@ -184,10 +184,15 @@ def chunks(size: int, chunk: int) -> list:
     return [slice(s, min(s + chunk, size)) for s in range(0, size, chunk)]
 
 
-def masked_mean_std(x, mask, count):
-    """Mean and (unbiased) std of x over the entries where mask is 1; `count` = mask.sum() >= 1."""
-    mean = (x * mask).sum() / count
-    var = (((x - mean) * mask) ** 2).sum() / (count - 1).clamp_min(1)
+def masked_mean_std(x, mask, count, dim=None):
+    """Mean and (unbiased) std of x over the entries where mask is 1; `count` = mask.sum() >= 1.
+    With `dim`, per slice along it (count [..] as x reduced over dim)."""
+    if dim is None:
+        mean = (x * mask).sum() / count
+        var = (((x - mean) * mask) ** 2).sum() / (count - 1).clamp_min(1)
+        return mean, var.sqrt()
+    mean = (x * mask).sum(dim) / count
+    var = (((x - mean.unsqueeze(dim)) * mask) ** 2).sum(dim) / (count - 1).clamp_min(1)
     return mean, var.sqrt()
 
 

@@ -57,18 +57,15 @@ def loss(model, mb: dict, config, count):
     return total, stats
 
 
-def chunk_loss(model, fields: dict, state, n: int, idx, chunk_idx, config):
+def chunk_loss(model, fields: dict, state, n: int, chunk_idx, config, count, adv_mean, adv_std):
     """One chunk's part of a minibatch loss, read straight from the rollout: fields {name: [B, ...]}
-    (state [T * E, S] and n for a centralised critic), idx [m] the minibatch's sample ids, chunk_idx
-    the chunk's (a part of idx). Advantages are normalised over the whole minibatch. Returns (loss,
-    stats [len(STATS)]). One function from the gathers to the statistics, so that torch.compile
-    fuses it into a few kernels (the trainer compiles it on GPU targets)."""
-    mask = fields["mask"][idx]
-    count = mask.sum().clamp_min(1)
+    (state [T * E, S] and n for a centralised critic), chunk_idx the chunk's sample ids; count,
+    adv_mean and adv_std are the whole minibatch's live samples and advantage moments. Returns
+    (loss, stats [len(STATS)]). One function from the gathers to the statistics, so that
+    torch.compile fuses it into a few kernels (the trainer compiles it on GPU targets)."""
     mb = take(fields, state, n, chunk_idx)
     if config.normalize_advantages:
-        mean, std = masked_mean_std(fields["advantages"][idx], mask, count)
-        mb["advantages"] = (mb["advantages"] - mean) / (std + 1e-8)
+        mb["advantages"] = (mb["advantages"] - adv_mean) / (adv_std + 1e-8)
     total, stats = loss(model, mb, config, count)
     nonfinite = (~torch.isfinite(total.detach())).float()
     return total, torch.stack([*(stats[k] for k in STATS[:-1]), nonfinite])
@@ -89,12 +86,18 @@ def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int
     updates = 0
     for _epoch in range(config.update_epochs):
         order = torch.rand(B, device=local.device, generator=generator).argsort()
+        minibatches = order[:mb_size * config.num_minibatches].view(config.num_minibatches, mb_size)
+        # every minibatch's live count and advantage moments at once (not one reduction chain per minibatch)
+        mask = batch["mask"][minibatches]
+        count = mask.sum(1).clamp_min(1)
+        adv_mean, adv_std = masked_mean_std(batch["advantages"][minibatches], mask, count, dim=1)
         for m in range(config.num_minibatches):
-            idx = order[m * mb_size:(m + 1) * mb_size]
+            idx = minibatches[m]
             optimizer.zero_grad(set_to_none=True)  # the first backward writes the gradients: no zeroing kernels
             for part in chunks(mb_size, chunk_size):
                 with autocast():
-                    part_loss, part_stats = loss_fn(model, batch.fields, batch.state, batch.n, idx, idx[part], config)
+                    part_loss, part_stats = loss_fn(model, batch.fields, batch.state, batch.n, idx[part], config,
+                                                    count[m], adv_mean[m], adv_std[m])
                 part_loss.backward()
                 local += part_stats
             if sync is not None:  # data-parallel: average gradients over ranks before clipping
