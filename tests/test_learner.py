@@ -146,19 +146,29 @@ def test_policy_step_writes_the_rollout_step_in_one_graph():
     assert outs[0][1].lt(0).all() and outs[0][0].unique().numel() > 1  # real log-probabilities, varied actions
 
 
-def test_episode_statistics_trace_as_one_graph():
-    from workbench.episode_stats import EpisodeStats
+def test_step_bookkeeping_traces_as_one_graph():
+    """The trainer's per-step bookkeeping (terminations, truncations, final observations, rewards,
+    episode statistics), compiled on a GPU, traces whole and writes what the eager call writes."""
     torch._dynamo.reset()
-    env = wb.make("tag_continuous", num_envs=4, target="cpu", seed=0, **SMALL_TAG)
-    groups = {"t": [0, 1], "r": [2, 3, 4, 5, 6, 7]}
-    eager, traced = EpisodeStats(env, groups), EpisodeStats(env, groups)
-    step = torch.compile(traced._add_finished, backend="aot_eager", fullgraph=True)
-    for _ in range(30):
-        env.step()
-        eager.after_step()
-        step()
-    assert eager.sums[-1] > 0  # episodes finished
-    torch.testing.assert_close(traced.sums, eager.sums)
+    trainer = wb.make_trainer(wb.A2CConfig(env="tag_continuous", env_params=SMALL_TAG, num_envs=4, rollout_length=4,
+                                           target="cpu"))
+    E, A = trainer.E, trainer.env.num_agents
+    traced = torch.compile(trainer._step_outcome, backend="aot_eager", fullgraph=True)
+    outs = []
+    for fn in (trainer._step_outcome, traced):
+        outs.append((torch.zeros(E), torch.zeros(E), torch.zeros(E, A, trainer.obs_dim),
+                     [torch.zeros(E, g.n) for g in trainer.groups]))
+    sums = []
+    for _ in range(30):  # episodes of 12 steps: some end, and some are truncated
+        trainer.env.step()
+        for fn, (term, trunc, final, rewards) in zip((trainer._step_outcome, traced), outs):
+            before = trainer.episode_stats.sums.clone()
+            fn(term, trunc, final, rewards)
+            sums.append(trainer.episode_stats.sums - before)
+        for a, b in zip(outs[0][:3] + tuple(outs[0][3]), outs[1][:3] + tuple(outs[1][3])):
+            torch.testing.assert_close(a, b)
+    torch.testing.assert_close(torch.stack(sums[0::2]), torch.stack(sums[1::2]))
+    assert torch.stack(sums)[:, -1].sum() > 0  # episodes were counted
 
 
 SMALL_TAG = dict(num_taggers=2, num_runners=6, grid_length=10.0, episode_length=12, num_other_agents_observed=3)

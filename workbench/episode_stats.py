@@ -18,7 +18,6 @@ import math
 
 import torch
 
-from .compiled import MaybeCompiled
 from .evaluate import env_metrics
 
 # evaluate's names for Tag metrics -> the names the panel, CSV and captions use
@@ -33,7 +32,7 @@ class EpisodeStats:
     the last all ones to count episodes), sums [K].
     """
 
-    def __init__(self, env, groups=None, compile: bool = False):
+    def __init__(self, env, groups=None):
         self.env = env
         store = env.store
         if groups is None:
@@ -54,14 +53,9 @@ class EpisodeStats:
         self.done = torch.zeros(E, dtype=torch.float32, device=device)
         self.step_sums = torch.zeros(len(self.keys) + 1, dtype=torch.float32, device=device)
         self.sums = torch.zeros(len(self.keys) + 1, dtype=torch.float32, device=device)
-        # compiled (on a GPU, by the trainer): the gathers, means and sums of a step fuse into a few kernels
-        self._accumulate = MaybeCompiled(self._add_finished, compile, "the episode statistics")
 
     def after_step(self) -> None:
         """Add the episodes that finished in the last step; call once after every env step."""
-        self._accumulate()
-
-    def _add_finished(self) -> None:
         store = self.env.store
         self.done.copy_(store["done"])
         for row, (index, gathered) in enumerate(zip(self.index, self.gathered)):

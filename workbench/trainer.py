@@ -133,9 +133,10 @@ class Trainer:
         self._stat_iterations = 0
         from .episode_stats import EpisodeStats
         compile_on = bool(getattr(config, "compile", False)) and self.device.type == "cuda"
-        self.episode_stats = EpisodeStats(env, self.groups, compile=compile_on)
+        self.episode_stats = EpisodeStats(env, self.groups)
         self.chunk_size = {g.name: self._chunk_size(g) for g in self.groups}
         self._act_and_record = MaybeCompiled(act_and_record, compile_on, "the policy step")
+        self._record_outcome = MaybeCompiled(self._step_outcome, compile_on, "the step's bookkeeping")
         self._value_step = MaybeCompiled(value_step, compile_on, "the value function")
         self._advantages = MaybeCompiled(advantages, compile_on, "GAE")
         self._loss = (MaybeCompiled(ON_POLICY[self.algorithm].chunk_loss, compile_on, f"the {self.algorithm} loss")
@@ -301,26 +302,35 @@ class Trainer:
                 actions = self._act(g, model, obs, state, buf, t)
                 g.scatter(store["action"], self.head.to_env(actions).reshape((self.E, g.n) + self.head.act_shape))
             self.env.step()
-            self.episode_stats.after_step()
-            self.terminated[t].copy_(store["terminated"])  # shared by every group's buffer
-            self.truncated[t].copy_(store["truncated"])
-            if self.final_obs is not None:
-                self.final_obs[t].copy_(store["final_obs"].reshape(self.final_obs.shape[1:]))
-            elif per_step_final_values:
+            self._record_outcome(self.terminated[t], self.truncated[t],
+                                 self.final_obs[t] if self.final_obs is not None else None,
+                                 [self.buffers[g.name].rewards[t] for g in self.groups])
+            if per_step_final_values:
                 truncated_only = (self.truncated[t] * (1 - self.terminated[t])).unsqueeze(1)
                 final_obs = {g.name: self._obs(g, store["final_obs"]) for g in self.groups}
                 final_state = self._joint_obs(final_obs) if central else None
-            for g in self.groups:
-                buf = self.buffers[g.name]
-                buf.rewards[t].copy_(g.gather(store["reward"]))
-                if per_step_final_values:
+                for g in self.groups:
                     final = self._values(g, self.models[g.name], final_obs[g.name], final_state)
-                    buf.final_values[t].copy_(final * truncated_only)
+                    self.buffers[g.name].final_values[t].copy_(final * truncated_only)
         if self.active is not None:
             for g in self.groups:
                 self.buffers[g.name].mask[self.T].copy_(g.gather(store[self.active]) != 0)
         if self.final_obs is not None:
             self._final_values()
+
+    def _step_outcome(self, terminated, truncated, final_obs, rewards: list):
+        """After an env step: its terminations and truncations [E] (one pair shared by every group),
+        final observations [E, A, O] (when kept) and each group's rewards [E, n] into the rollout's
+        step t (the views given), and the episodes that finished into the episode statistics. One
+        function, so that torch.compile fuses the step's bookkeeping into a few kernels."""
+        store = self.env.store
+        self.episode_stats.after_step()
+        terminated.copy_(store["terminated"])
+        truncated.copy_(store["truncated"])
+        if final_obs is not None:
+            final_obs.copy_(store["final_obs"].reshape(final_obs.shape))
+        for g, reward in zip(self.groups, rewards):
+            reward.copy_(g.gather(store["reward"]))
 
     def _final_values(self):
         """V(final observation) of every replica truncated during the rollout (else 0), into each
