@@ -3,6 +3,7 @@ exit, the learning-rate floor, DDPG's defaults, interrupts, checkpoints between 
 divergence warnings, the progress bar and the thread choice."""
 import contextlib
 import copy
+import math
 import os
 import signal
 import time
@@ -196,6 +197,31 @@ def test_batched_final_values_equal_the_per_step_ones(config, monkeypatch):
         finals.append(torch.stack(seen))
     assert (finals[0] != 0).any(), "no replica was truncated: the test would prove nothing"
     torch.testing.assert_close(finals[0], finals[1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("config", [
+    wb.PPOConfig(env="cartpole", num_envs=16, rollout_length=8, num_minibatches=2, update_epochs=2, target="cpu",
+                 precision="bf16", log_every=1),
+    wb.A2CConfig(env="tag_continuous", env_params=SMALL_TAG, num_envs=4, rollout_length=8, target="cpu",
+                 precision="bf16", log_every=1, centralised_critic=("runners",)),
+], ids=["cartpole", "tag-mappo"])
+def test_bf16_rollout_copies_act_as_autocast_does(config, monkeypatch):
+    """Under bf16 the rollout acts with a copy of each model whose linear weights are bf16 already
+    (refreshed every iteration): the same numbers as autocast casting them at every step."""
+    runs = []
+    for shadow in (True, False):
+        if not shadow:
+            monkeypatch.setattr(wb.Trainer, "_rollout_copies", lambda self: (dict(self.models), ([], [])))
+        trainer = wb.make_trainer(config)
+        assert (trainer.rollout_models[trainer.groups[0].name] is trainer.models[trainer.groups[0].name]) != shadow
+        trainer.train(num_iterations=3)
+        runs.append((trainer.history, [b.logp.clone() for b in trainer.buffers.values()]))
+    for a, b in zip(runs[0][1], runs[1][1]):
+        assert torch.equal(a, b)
+    for a, b in zip(runs[0][0], runs[1][0]):
+        assert a["return/" + trainer.groups[0].name] == b["return/" + trainer.groups[0].name] or \
+            math.isnan(a["return/" + trainer.groups[0].name])
+        assert a[f"value_loss/{trainer.groups[0].name}"] == b[f"value_loss/{trainer.groups[0].name}"]
 
 
 def cartpole(**kw):

@@ -184,6 +184,16 @@ def chunks(size: int, chunk: int) -> list:
     return [slice(s, min(s + chunk, size)) for s in range(0, size, chunk)]
 
 
+def wide_sum(x):
+    """x.sum() in two stages ([rows, k] summed over k, then over rows) when x divides evenly: a
+    compiled loss's reduction of a minibatch to one number otherwise runs in one thread block."""
+    n = x.numel()
+    for rows in (512, 256, 128, 64, 32):
+        if n % rows == 0 and n // rows >= 16:
+            return x.reshape(rows, n // rows).sum(1).sum()
+    return x.sum()
+
+
 def masked_mean_std(x, mask, count, dim=None):
     """Mean and (unbiased) std of x over the entries where mask is 1; `count` = mask.sum() >= 1.
     With `dim`, per slice along it (count [..] as x reduced over dim)."""

@@ -9,6 +9,7 @@ The trainer knows nothing of any UI: it reports through `callback(iteration, met
 from __future__ import annotations
 
 import contextlib
+import copy
 import csv
 import math
 import signal
@@ -128,6 +129,7 @@ class Trainer:
         if self.sync is not None:
             for model in self.models.values():
                 self.sync.broadcast_parameters(model)
+        self.rollout_models, self._shadow_pairs = self._rollout_copies()
         stat_names = ddpg.STATS if self.algorithm == "ddpg" else ON_POLICY[self.algorithm].STATS
         self.stat_sums = {g.name: {k: torch.zeros((), device=self.device) for k in stat_names} for g in self.groups}
         self._stat_iterations = 0
@@ -207,6 +209,31 @@ class Trainer:
         self.buffers[g.name] = ddpg.ReplayBuffer(max(self.config.buffer_size, n), self.obs_dim, act_dim, self.device,
                                                  batch=n)
 
+    def _rollout_copies(self):
+        """The models the rollout acts with. Under bf16 autocast every forward pass would cast each
+        weight to bf16 again (a kernel per weight per step); instead the rollout uses a copy whose
+        linear layers hold bf16 weights, refreshed by one copy kernel per iteration. (Other
+        layers and parameters stay as they are, and autocast treats them as it would.)"""
+        if self.precision != "bf16" or self.algorithm not in ON_POLICY:
+            return dict(self.models), ([], [])
+        copies, shadows, sources = {}, [], []
+        for name, model in self.models.items():
+            shadow = copy.deepcopy(model).requires_grad_(False)
+            for (_, source), (_, module) in zip(model.named_modules(), shadow.named_modules()):
+                if isinstance(module, torch.nn.Linear):
+                    for attr in ("weight", "bias"):
+                        if getattr(module, attr) is not None:
+                            setattr(module, attr, torch.nn.Parameter(getattr(module, attr).detach().to(torch.bfloat16),
+                                                                     requires_grad=False))
+                            shadows.append(getattr(module, attr))
+                            sources.append(getattr(source, attr))
+            copies[name] = shadow
+        return copies, (shadows, sources)
+
+    def _refresh_rollout_copies(self):
+        if self._shadow_pairs[0]:
+            torch._foreach_copy_(*self._shadow_pairs)
+
     def _chunk_size(self, g) -> int:
         """Samples per learner chunk: activations of a forward and backward pass of the actor and the
         critic, estimated per sample, kept within `learner_memory_gb`."""
@@ -283,6 +310,7 @@ class Trainer:
         store = self.env.store
         central = bool(self.central)
         per_step_final_values = self.can_truncate and self.final_obs is None
+        self._refresh_rollout_copies()
         for t in range(self.T):
             group_obs = {}
             for g in self.groups:
@@ -293,7 +321,7 @@ class Trainer:
                 group_obs[g.name] = norm(raw) if norm is not None else raw
             state = self._joint_obs(group_obs) if central else None
             for g in self.groups:
-                model, buf, obs = self.models[g.name], self.buffers[g.name], group_obs[g.name]
+                model, buf, obs = self.rollout_models[g.name], self.buffers[g.name], group_obs[g.name]
                 buf.obs[t].copy_(obs)
                 if buf.state is not None:
                     buf.state[t].copy_(state)
@@ -310,7 +338,7 @@ class Trainer:
                 final_obs = {g.name: self._obs(g, store["final_obs"]) for g in self.groups}
                 final_state = self._joint_obs(final_obs) if central else None
                 for g in self.groups:
-                    final = self._values(g, self.models[g.name], final_obs[g.name], final_state)
+                    final = self._values(g, self.rollout_models[g.name], final_obs[g.name], final_state)
                     self.buffers[g.name].final_values[t].copy_(final * truncated_only)
         if self.active is not None:
             for g in self.groups:
@@ -344,13 +372,13 @@ class Trainer:
             group_obs = {g.name: self._obs(g, flat[part]) for g in self.groups}
             state = self._joint_obs(group_obs) if self.central else None
             for g in self.groups:
-                value = self._values(g, self.models[g.name], group_obs[g.name], state)
+                value = self._values(g, self.rollout_models[g.name], group_obs[g.name], state)
                 final = self.buffers[g.name].final_values.reshape(T * E, g.n)
                 final[part].copy_(value * truncated_only.reshape(T * E, 1)[part])
 
     def _advantages_of(self, g):
         """GAE of group g's rollout, written into its buffer's advantages and returns."""
-        model, buf = self.models[g.name], self.buffers[g.name]
+        model, buf = self.rollout_models[g.name], self.buffers[g.name]
         store = self.env.store
         with torch.no_grad():
             if g.name in self.central:

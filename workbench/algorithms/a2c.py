@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..rollout import Batch, chunks, masked_mean_std
+from ..rollout import Batch, chunks, masked_mean_std, wide_sum
 
 STATS = ("policy_loss", "value_loss", "entropy", "nonfinite")
 
@@ -29,7 +29,7 @@ def loss(model, batch: dict, config, count):
     weight = batch["mask"] / count
 
     def mean(x):
-        return torch.where(live, x, torch.zeros_like(x)).mul(weight).sum()
+        return wide_sum(torch.where(live, x, torch.zeros_like(x)).mul(weight))
 
     pg_loss = mean(-logp * batch["advantages"])
     v_loss = mean(0.5 * (value.float() - batch["returns"]) ** 2)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..rollout import Batch, chunks, masked_mean_std, take
+from ..rollout import Batch, chunks, masked_mean_std, wide_sum, take
 
 STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "nonfinite")
 
@@ -46,7 +46,7 @@ def loss(model, mb: dict, config, count):
         v = 0.5 * (value - mb["returns"]) ** 2
 
     def mean(x):
-        return torch.where(live, x, torch.zeros_like(x)).mul(weight).sum()
+        return wide_sum(torch.where(live, x, torch.zeros_like(x)).mul(weight))
 
     pg_loss, v_loss, ent = mean(pg), mean(v), mean(entropy)
     total = pg_loss - config.ent_coef * ent + config.vf_coef * v_loss
