@@ -35,6 +35,7 @@ def test_a2c_improves_over_random():
 def test_same_seed_same_metrics_on_cpu():
     runs = [wb.make_trainer(ppo_cartpole(total_env_steps=32 * 64 * 3, log_every=1, seed=5)).train() for _ in range(2)]
     keys = ["return/shared", "policy_loss/shared", "value_loss/shared", "entropy/shared"]
+    assert runs[0].warmup_s == 0.0  # no compile or graph capture on the CPU
     for a, b in zip(runs[0].history, runs[1].history):
         assert a["return/shared"] == b["return/shared"]  # the same episodes
         # losses to float rounding: thread counts chosen by timing (and first-call kernels) may differ
@@ -200,8 +201,9 @@ def test_cuda_graph_rollout_learns_and_replays():
     (its buffers alias the store) and the policy noise generator moves on between replays."""
     trainer = wb.make_trainer(ppo_cartpole(target="cuda", num_envs=256, total_env_steps=256 * 64 * 40,
                                            target_return=200.0, cuda_graph=True))
-    trainer.train(num_iterations=2)
+    warm = trainer.train(num_iterations=2)
     assert trainer.graph is not None
+    assert 0 < warm.warmup_s <= warm.wall_time_s  # compile and capture, reported apart
     before_t = trainer.env.store["t"].clone()
     noise_state = trainer.generator.get_state()
     trainer.train(num_iterations=1)
@@ -209,6 +211,7 @@ def test_cuda_graph_rollout_learns_and_replays():
     assert not torch.equal(before_t, trainer.env.store["t"])
     result = trainer.train()
     assert result.metrics["return/shared"] > 5 * RANDOM_CARTPOLE_RETURN
+    assert result.warmup_s == 0.0  # replays only
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

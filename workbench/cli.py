@@ -105,7 +105,9 @@ def run_training(config, *, resume=None, progress=True, policies=None):
         if logger is not None:
             logger.close(trainer.history[-1] if trainer.history else None)
     say(f"stopped by {result.stopped_by} after {result.iterations} iterations, {result.env_steps / 1e6:.2f} M "
-          f"env-steps, {result.wall_time_s:.1f} s of training (compile {compile_s:.1f} s apart); "
+          f"env-steps, {result.wall_time_s - result.warmup_s:.1f} s of training (env compile {compile_s:.1f} s "
+          + (f"and torch.compile with graph capture {result.warmup_s:.1f} s " if result.warmup_s else "")
+          + "apart); "
           f"mean return {result.metrics.get('mean_return', float('nan')):.2f}")
     if run_dir is not None and trainer.history and trainer.is_main:
         plot_learning_curve(trainer.history, run_dir / "learning_curve.png", f"{config.env} {config.algorithm}")

@@ -48,6 +48,7 @@ class TrainResult:
     metrics: dict
     history: list = field(default_factory=list)
     checkpoint: str | None = None
+    warmup_s: float = 0.0  # of wall_time_s: iterations that compiled (torch.compile) and captured the CUDA graph
 
 
 def resolve_precision(precision: str, device) -> str:
@@ -594,6 +595,7 @@ class Trainer:
         start = time.perf_counter()
         window_start, window_steps = start, 0
         stopped_by = "budget"
+        warmup = 0.0
         metrics = self.history[-1] if self.history else {}
         self._interrupt = None
         previous = self._install_signal_handlers()
@@ -603,7 +605,13 @@ class Trainer:
                 if bar is not None and self._graph_state == "eager-first" and self._loss is not None \
                         and self._loss.compiled is not None:
                     bar.bar.set_description("first iteration: compiling (compile=false skips it)")
+                warming = self.device.type == "cuda" and self._graph_state in ("eager-first", "capture") \
+                    and self._graphable() is None
+                iteration_start = time.perf_counter()
                 self._run_iteration()
+                if warming:
+                    torch.cuda.synchronize()
+                    warmup += time.perf_counter() - iteration_start
                 if bar is not None and self.iteration == 0:
                     bar.bar.set_description("training")
                 self._stat_iterations += 1
@@ -651,7 +659,7 @@ class Trainer:
         wall = time.perf_counter() - start
         saved = self.save(run_dir / "checkpoint.pt") if run_dir is not None else None
         return TrainResult(self.iteration, self.env_steps, wall, stopped_by, metrics, list(self.history),
-                           str(saved) if saved else None)
+                           str(saved) if saved else None, warmup)
 
     def _reached(self, metrics, target) -> bool:
         values = [metrics.get(f"return/{g.name}") for g in self.groups]
