@@ -382,6 +382,19 @@ def test_runner_works_without_any_widget():
         RunSpec(config=config, mode="evaluate")
 
 
+def test_runner_writes_the_forms_logger(tmp_path):
+    """The logger chosen in the panel's form (here tensorboard) records the run, as from the CLI."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    config = wb.PPOConfig(env="cartpole", num_envs=8, target="cpu", total_env_steps=8 * 8 * 3, logger="tensorboard",
+                          run_dir=str(tmp_path / "run"), **TINY)
+    run = Runner(RunSpec(config=config))
+    run.start().wait(timeout=TIMEOUT)
+    events = EventAccumulator(str(tmp_path / "run" / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    assert [e.step for e in events.Scalars("return/shared")] == [m["env_steps"] for m in run.history]
+
+
 def test_stop_during_compilation_ends_the_run_before_training():
     config = wb.PPOConfig(env="cartpole", num_envs=8, target="cpu", total_env_steps=10**9, **TINY)
     gate = threading.Event()

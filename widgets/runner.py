@@ -233,7 +233,7 @@ class Runner:
         self._write_config(config)
         if self.trainer is not None:  # continuing: same trainer, the form's budget and schedule
             keep = {k: getattr(config, k) for k in ("total_env_steps", "log_every", "checkpoint_every",
-                                                     "target_return", "run_dir")}
+                                                     "target_return", "run_dir", "logger")}
             self.trainer.config = cfg.replace(self.trainer.config, **keep)
         else:
             self._set_state("compiling")
@@ -243,12 +243,19 @@ class Runner:
         self._start_recording()
         self._set_state("running")
 
+        from workbench.loggers import make_logger
+        logger = make_logger(self.trainer.config, self.trainer.config.run_dir)  # the form's logger (tensorboard, wandb)
+
         def callback(iteration, metrics):
             self._report(metrics)
             self._maybe_pull(iteration)
+            logger(iteration, metrics)
             return not self._stop.is_set()
 
-        self.result = self.trainer.train(callback=callback)
+        try:
+            self.result = self.trainer.train(callback=callback)
+        finally:
+            logger.close(self.trainer.history[-1] if self.trainer.history else None)
         self.stopped_by = self.result.stopped_by
         self._maybe_pull(self.trainer.iteration, force=self.spec.record_every > 0)
 
