@@ -200,7 +200,7 @@ def test_cuda_graph_rollout_learns_and_replays():
     """On a GPU the rollout is captured once and replayed: the env advances T steps per replay
     (its buffers alias the store) and the policy noise generator moves on between replays."""
     trainer = wb.make_trainer(ppo_cartpole(target="cuda", num_envs=256, total_env_steps=256 * 64 * 40,
-                                           target_return=200.0, cuda_graph=True))
+                                           target_return=200.0, cuda_graph=True, compile=True))
     warm = trainer.train(num_iterations=2)
     assert trainer.graph is not None
     assert 0 < warm.warmup_s <= warm.wall_time_s  # compile and capture, reported apart
