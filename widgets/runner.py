@@ -231,31 +231,32 @@ class Runner:
             # the recorder's copies are host-driven: they run outside a captured CUDA graph
             config = cfg.replace(config, cuda_graph=False)
         self._write_config(config)
-        if self.trainer is not None:  # continuing: same trainer, the form's budget and schedule
-            keep = {k: getattr(config, k) for k in ("total_env_steps", "log_every", "checkpoint_every",
-                                                     "target_return", "run_dir", "logger")}
-            self.trainer.config = cfg.replace(self.trainer.config, **keep)
-        else:
-            self._set_state("compiling")
-            self.trainer = make_trainer(config, policies=self.spec.policies, env=self._env_for(config))
-        self.env = self.trainer.env
-        self._check_stop()
-        self._start_recording()
-        self._set_state("running")
-
         from workbench.loggers import make_logger
-        logger = make_logger(self.trainer.config, self.trainer.config.run_dir)  # the form's logger (tensorboard, wandb)
-
-        def callback(iteration, metrics):
-            self._report(metrics)
-            self._maybe_pull(iteration)
-            logger(iteration, metrics)
-            return not self._stop.is_set()
-
+        # the form's logger (tensorboard, wandb), made first: a missing extra is named before any compile
+        logger = make_logger(config, config.run_dir)
         try:
+            if self.trainer is not None:  # continuing: same trainer, the form's budget and schedule
+                keep = {k: getattr(config, k) for k in ("total_env_steps", "log_every", "checkpoint_every",
+                                                         "target_return", "run_dir", "logger")}
+                self.trainer.config = cfg.replace(self.trainer.config, **keep)
+            else:
+                self._set_state("compiling")
+                self.trainer = make_trainer(config, policies=self.spec.policies, env=self._env_for(config))
+            self.env = self.trainer.env
+            self._check_stop()
+            self._start_recording()
+            self._set_state("running")
+
+            def callback(iteration, metrics):
+                self._report(metrics)
+                self._maybe_pull(iteration)
+                logger(iteration, metrics)
+                return not self._stop.is_set()
+
             self.result = self.trainer.train(callback=callback)
         finally:
-            logger.close(self.trainer.history[-1] if self.trainer.history else None)
+            history = self.trainer.history if self.trainer is not None else []
+            logger.close(history[-1] if history else None)
         self.stopped_by = self.result.stopped_by
         self._maybe_pull(self.trainer.iteration, force=self.spec.record_every > 0)
 

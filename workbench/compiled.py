@@ -1,6 +1,6 @@
 """torch.compile where it measurably helps: the learner's minibatch loss (gathers, advantage
-normalisation, forward and backward), the rollout's policy step, GAE and the episode statistics
-after each step, on GPU targets. Each fuses dozens of small elementwise kernels
+normalisation, forward and backward), the rollout's policy step, the step's bookkeeping and GAE,
+on GPU targets when `compile` is set. Each fuses dozens of small elementwise kernels
 into a few; the first call compiles (during the eager first iteration, before the CUDA graph is
 captured), later calls, and the graph's replays, run the fused kernels. A function that fails to
 compile runs eagerly from then on, after a one-line warning naming why.
@@ -35,7 +35,8 @@ class MaybeCompiled:
 
 def policy_step(model, head, obs, state, noise, central: bool):
     """One policy step for a group: obs [N, O] (state [E, S] for a centralised critic), noise [N, D]
-    (uniform for discrete heads, normal for Gaussian ones) -> actions [N, ...], log pi(a|s) [N], values ([N] or [E, n])."""
+    (uniform for discrete heads, normal for Gaussian ones) -> actions [N, ...], log pi(a|s) [N],
+    values ([N] or [E, n])."""
     if central:
         out, value = model.actor(obs), model.values(state)
     else:
