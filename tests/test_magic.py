@@ -309,3 +309,38 @@ def test_first_compile_is_announced_and_a_cached_one_is_not(tmp_path, monkeypatc
     heard.clear()
     second = magic.warpenv("magic_progress", cell, target="cpu", check=False, progress=heard.append)
     assert heard == [] and second.loaded_from_cache == ["cpu"] and "loaded from cache for cpu" in second.summary
+
+
+def test_verbose_says_where_kernels_came_from_and_what_the_check_saw(ip, walk, capsys):
+    capsys.readouterr()
+    ip.run_cell_magic("warpenv", "magic_walk --agents 4 --replicas 3 --verbose", WALK)
+    out = capsys.readouterr().out.splitlines()
+    targets = magic.last_result("magic_walk").targets
+    assert out[0].startswith("warpenv magic_walk: 4 agents") and len(out) == 2 + len(targets)
+    for target, said in zip(targets, out[1:]):
+        assert said.startswith(f"  {target}: kernels compiled earlier in this session, make "), said
+    if len(targets) > 1:
+        assert out[-1].startswith("  check: largest difference between targets per array: ") and "pos " in out[-1]
+    else:
+        assert out[-1] == "  check: the runner's contract on cpu (one target here: no other to compare with)"
+    ip.run_cell_magic("warpenv", "magic_walk --agents 4 --replicas 3 --verbose", WALK)
+    assert "this cell ran unchanged before" in capsys.readouterr().out
+
+
+def test_compiler_errors_are_condensed_and_verbose_prints_the_full_text(ip, capsys):
+    bad = WALK.replace("reward[env, agent] = scale * pos[env, agent]",
+                       "reward[env, agent] = scale * pos[env, agent] + (1.0, 2.0)")
+    line = cell_line(bad, "(1.0, 2.0)")
+    capsys.readouterr()
+    with pytest.raises(EnvCompileError) as info:
+        ip.run_cell_magic("warpenv", "magic_typing --target cpu --no-check", bad)
+    assert info.value.line == line and f"at line {line}" in rendered(info.value)
+    assert len(rendered(info.value).splitlines()) <= 5
+    err = capsys.readouterr().err
+    assert "%%warpenv magic_typing --target cpu --no-check --verbose" in err
+    assert info.value.details not in err
+    with pytest.raises(EnvCompileError) as info:
+        ip.run_cell_magic("warpenv", "magic_typing --target cpu --no-check --verbose", bad)
+    err = capsys.readouterr().err
+    assert "No implementation of function" in err and info.value.details.strip() in err
+    assert "magic_typing" not in wb.env_names()

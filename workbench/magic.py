@@ -17,6 +17,7 @@ Results are cached by a hash of the cell and its options: re-running an unchange
 from __future__ import annotations
 
 import hashlib
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field, replace
@@ -54,6 +55,7 @@ class WarpenvResult:
     note: str = ""  # why a CUDA C cell did not run here
     cached: bool = False  # True when this run came from the cache
     loaded_from_cache: list = field(default_factory=list)  # targets whose kernels came from the on-disk cache
+    made: dict = field(default_factory=dict)  # target -> (where its kernels came from, seconds its make took)
     summary: str = ""
 
 
@@ -169,6 +171,22 @@ def _summary(result: WarpenvResult) -> str:
     return "; ".join(parts)
 
 
+def details(result: WarpenvResult) -> str:
+    """What `%%warpenv --verbose` prints after the summary: where each target's kernels came from and
+    how long its make took, and the check's largest difference per array."""
+    if result.cached:
+        lines = [f"  {', '.join(result.targets) or 'nothing'}: this cell ran unchanged before; its result was reused"]
+    else:
+        lines = [f"  {target}: {origin}, make {took:.2f} s" for target, (origin, took) in result.made.items()]
+    if result.report is not None and result.report.max_abs_diff:
+        diffs = ", ".join(f"{k} {v:.1e}" for k, v in result.report.max_abs_diff.items())
+        lines.append(f"  check: largest difference between targets per array: {diffs}")
+    elif result.report is not None:
+        lines.append(f"  check: the runner's contract on {result.report.targets[0]} (one target here: no "
+                     f"other to compare with)")
+    return "\n".join(lines)
+
+
 def warpenv(name: str, cell: str, *, lang: str = "python", target: str | None = None, agents: int | None = None,
             replicas: int = DEFAULT_REPLICAS, check: bool = True, progress=None) -> WarpenvResult:
     """What `%%warpenv` does, callable without IPython: register the env `name` from the cell body
@@ -257,9 +275,13 @@ def _build(result: WarpenvResult, replicas: int, check: bool, progress=None) -> 
                 announced = True
             start = time.perf_counter()
             env = result.envs[target] = wb.make(result.name, num_envs=replicas, target=target)
-            seconds += time.perf_counter() - start
+            took = time.perf_counter() - start
+            seconds += took
             if not in_memory and getattr(env.kernels, "loaded_from_cache", False):
                 result.loaded_from_cache.append(target)
+            origin = ("kernels compiled earlier in this session" if in_memory else
+                      "the on-disk kernel cache" if target in result.loaded_from_cache else "compiled")
+            result.made[target] = (origin, took)
         result.compile_seconds = seconds if fresh else None
         if check:
             result.report = wb.check_env(result.name, targets=result.targets, num_envs=replicas, steps=CHECK_STEPS)
@@ -287,6 +309,9 @@ class WarpenvMagics(Magics):
               help=f"Replicas of the compile and the check (default {DEFAULT_REPLICAS}).")
     @argument("--no-check", action="store_true",
               help="Compile and register only; skip wb.check_env.")
+    @argument("--verbose", action="store_true",
+              help="Also print where each target's kernels came from and how long they took, the check's "
+                   "differences per array, and on a compile error the compiler's full text (else condensed).")
     @cell_magic
     def warpenv(self, line, cell):
         """Compile, register and check the environment written in this cell.
@@ -295,13 +320,24 @@ class WarpenvMagics(Magics):
         C source beginning with a /*@workbench ... */ block). It is registered under NAME, compiled
         for the targets it supports here and checked with wb.check_env at a few replicas; one summary
         line is printed. Re-running an unchanged cell with the same options is instant (cached).
-        Errors raise, with a short message naming the cell's line.
+        Errors raise, with a short message naming the cell's line (--verbose adds the compiler's full text).
         """
         args = parse_argstring(self.warpenv, line)
-        result = warpenv(args.name, cell, lang=args.lang, target=args.target, agents=args.agents,
-                         replicas=args.replicas, check=not args.no_check,
-                         progress=lambda message: print(message, flush=True))
+        try:
+            result = warpenv(args.name, cell, lang=args.lang, target=args.target, agents=args.agents,
+                             replicas=args.replicas, check=not args.no_check,
+                             progress=lambda message: print(message, flush=True))
+        except WorkbenchError as exc:
+            full_text = getattr(exc, "details", "")
+            if full_text and args.verbose:
+                print(full_text, file=sys.stderr, flush=True)
+            elif full_text:
+                print(f"(the compiler's full text: run the cell as %%warpenv {line.strip()} --verbose, "
+                      f"or read the error's .details)", file=sys.stderr, flush=True)
+            raise
         print(result.summary)
+        if args.verbose and details(result):
+            print(details(result))
 
 
 def load_ipython_extension(ipython):
