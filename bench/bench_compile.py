@@ -1,7 +1,8 @@
 """Cold and warm make+compile of every shipped env: each measurement is a fresh Python process.
 
 Cold runs against an empty cache directory, warm against the one the cold run filled. The time is
-`wb.make(NAME, num_envs=4, target=...)` inside the process (import excluded, printed apart).
+`wb.make(NAME, num_envs=4, target=...)` inside the process; importing workbench, torch and numba
+is printed apart.
 
     python bench/bench_compile.py --target cpu
     python bench/bench_compile.py --target cuda --envs cartpole tag_continuous
@@ -20,6 +21,7 @@ from _common import ROOT
 PROBE = """
 import json, sys, time
 start = time.perf_counter()
+import numba, torch  # the libraries every env runs on: their import is not the env's make
 import workbench as wb
 imported = time.perf_counter()
 env = wb.make(sys.argv[1], num_envs=4, target=sys.argv[2])

@@ -63,7 +63,8 @@ class RunConfig:
     centralised_critic: tuple = _f((), "Policies whose value function sees the replica's joint observation "
                                        "(MAPPO with PPO, or A2C), e.g. [runners]; [all] for every policy.")
     cpu_threads: int = _f(0, "Threads for the CPU target's kernels and torch (0: chosen by measuring 1 thread "
-                             "against all cores at the start).")
+                             "against all cores at the start). Fix it for bit-identical reruns: matmuls split "
+                             "over another thread count round differently.")
     progress: bool = _f(False, "Show a progress bar with env-steps/s and an ETA while training.")
     checkpoint_every: int = _f(0, "Save a checkpoint every this many iterations into run_dir (0: only at the end).")
     run_dir: str = _f(None, "Folder for metrics.csv, the learning curve, checkpoints (None: no files).")
