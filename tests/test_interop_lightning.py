@@ -24,3 +24,21 @@ def test_lightning_fits_tag_with_the_projects_ppo(tmp_path):
     assert any(not torch.equal(before[k], after[k]) for k in before)
     assert list(tmp_path.glob("**/*.ckpt")), "Lightning's checkpoint callback wrote a checkpoint"
 
+
+
+def test_lightning_ddp_keeps_the_ranks_policies_identical(tmp_path):
+    """Two torchrun ranks, each on its own replicas (other seeds, other initial weights): Lightning's DDP
+    strategy starts them from rank 0's weights and averages every gradient, so they end identical."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    job = Path(__file__).resolve().parent / "jobs" / "lightning_ddp_job.py"
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["OMP_NUM_THREADS"] = "1"
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          str(job), str(tmp_path)], capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    for rank in (0, 1):
+        assert (f"rank {rank}: initial equal False; final equal True; changed True; observations equal False; "
+                f"steps 16") in out.stdout, out.stdout

@@ -75,21 +75,27 @@ class RolloutModule(L.LightningModule):
         config = self.trainer_.config
         optimizers = self.optimizers()
         optimizers = optimizers if isinstance(optimizers, (list, tuple)) else [optimizers]
-        total = 0.0
-        for (name, model), optimizer in zip(self.policies.items(), optimizers):
+        losses = []
+        for name, model in self.policies.items():
             mb = dict(batch[name])
             count = mb["mask"].sum().clamp_min(1)
             if config.normalize_advantages:
                 mean, std = masked_mean_std(mb["advantages"], mb["mask"], count)
                 mb["advantages"] = (mb["advantages"] - mean) / (std + 1e-8)
             loss, stats = algorithm.loss(model, mb, config, count)
+            self.log_dict({f"{k}/{name}": v for k, v in stats.items()}, on_step=True, prog_bar=False)
+            losses.append(loss)
+        # One backward of the policies' summed losses: their parameters are disjoint, so each gets the
+        # gradient of its own loss, and DDP (which hooks one backward per step) averages them all.
+        total = torch.stack(losses).sum()
+        for optimizer in optimizers:
             optimizer.zero_grad()
-            self.manual_backward(loss)
+        self.manual_backward(total)
+        for optimizer in optimizers:
             if config.max_grad_norm > 0:
                 self.clip_gradients(optimizer, gradient_clip_val=config.max_grad_norm, gradient_clip_algorithm="norm")
             optimizer.step()
-            self.log_dict({f"{k}/{name}": v for k, v in stats.items()}, on_step=True, prog_bar=False)
-            total = total + loss.detach()
+        total = total.detach()
         self.log("loss", total, prog_bar=True)
         return total
 
