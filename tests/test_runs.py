@@ -95,3 +95,24 @@ def test_default_run_dir_names_env_and_time(tmp_path, monkeypatch):
     assert re.fullmatch(r"runs/cartpole-\d{8}-\d{6}", first)
     (tmp_path / first).mkdir(parents=True)
     assert default_run_dir(config).startswith(first + "-")
+
+
+def test_train_from_python_keeps_a_run_folder_and_resumes_it(tmp_path, monkeypatch):
+    """wb.train is the CLI's train from Python: a shipped config's name plus overrides, a run folder by
+    default, and resume=RUN_DIR continuing the same run (iteration count, metrics.csv)."""
+    monkeypatch.chdir(tmp_path)
+    small = {k: v for k, v in SMALL.items() if k != "env"}
+    trainer, result = wb.train("cartpole", progress=False, **{**small, "total_env_steps": 2 * E * T})
+    (folder,) = (tmp_path / "runs").iterdir()
+    assert re.fullmatch(r"cartpole-\d{8}-\d{6}", folder.name) and trainer.config.run_dir == f"runs/{folder.name}"
+    assert {"config.yaml", "metrics.csv", "checkpoint.pt", "learning_curve.png"} <= {p.name for p in folder.iterdir()}
+    assert result.iterations == trainer.iteration == 2
+    rows = len((folder / "metrics.csv").read_text().splitlines())
+    resumed, again = wb.train(resume=folder, progress=False, total_env_steps=4 * E * T)
+    assert resumed.iteration == again.iterations == 4 and again.env_steps == 4 * E * T
+    assert len((folder / "metrics.csv").read_text().splitlines()) > rows
+    assert list((tmp_path / "runs").iterdir()) == [folder]
+    with pytest.raises(ResumeError, match=r"num_envs cannot change \(8 -> 16\)"):
+        wb.train(resume=folder, num_envs=16)
+    with pytest.raises(cfg.ConfigError, match="train needs a config"):
+        wb.train()

@@ -14,7 +14,7 @@ _LAZY = {"Env": ("env", "Env"), "Box": ("envdef", "Box"), "Discrete": ("envdef",
          "per_env": ("envdef", "per_env"), "env_names": ("registry", "names"), "register": ("registry", "register"),
          "available_targets": ("targets", "available_targets"), "best_target": ("targets", "best_target"),
          "Trainer": ("trainer", "Trainer"), "TrainResult": ("trainer", "TrainResult"),
-         "make_trainer": ("trainer", "make_trainer")}
+         "make_trainer": ("trainer", "make_trainer"), "train": ("runs", "train")}
 
 
 def __getattr__(name):

@@ -64,21 +64,6 @@ def _overrides(args) -> dict:
     return values
 
 
-def _with_changes(config, changes: dict):
-    """`config` with CLI `changes`; a changed `algorithm` switches the config class, keeping the
-    fields the two classes share."""
-    from . import config as cfg
-    algorithm = changes.pop("algorithm", config.algorithm)
-    if algorithm != config.algorithm:
-        if algorithm not in cfg.ALGORITHMS:
-            raise cfg.ConfigError(f"algorithm must be one of {sorted(cfg.ALGORITHMS)}, got {algorithm!r}")
-        cls = cfg.ALGORITHMS[algorithm]
-        names = {f.name for f in cfg.dataclasses.fields(cls)}
-        kept = {k: v for k, v in cfg.to_dict(config).items() if k in names and k != "algorithm"}
-        config = cfg.from_dict(kept, cls)
-    return cfg.replace(config, **changes)
-
-
 def run_training(config, *, resume=None, progress=True, policies=None):
     """Train per `config`, writing its run folder; returns (trainer, result)."""
     from . import config as cfg
@@ -117,26 +102,12 @@ def run_training(config, *, resume=None, progress=True, policies=None):
 
 def cmd_train(args) -> int:
     from . import config as cfg
-    from .runs import default_run_dir, resume_config
-    if args.config is None and not args.resume:
-        from .config import ConfigError
-        raise ConfigError("train needs a config (a file or a shipped name), or --resume RUN_DIR")
+    from .runs import run_config
     config = cfg.load_yaml(resolve_config(args.config)) if args.config else None
-    checkpoint = None
-    if args.resume:
-        config, checkpoint = resume_config(args.resume, requested=config)
     changes = _overrides(args)
-    if args.resume:
-        for key in ("env", "algorithm", "num_envs", "env_params"):
-            if key in changes and changes[key] != getattr(config, key):
-                from .runs import ResumeError
-                raise ResumeError(f"--resume continues {config.run_dir!r} as trained; {key} cannot change "
-                                  f"({getattr(config, key)!r} -> {changes[key]!r})")
-    elif args.run_dir:
+    if args.run_dir and not args.resume:
         changes["run_dir"] = args.run_dir
-    elif not config.run_dir:
-        changes["run_dir"] = default_run_dir(config)
-    config = _with_changes(config, changes)
+    config, checkpoint = run_config(config, resume=args.resume, changes=changes)
     if args.auto_scale:
         if args.resume:
             from .runs import ResumeError

@@ -281,5 +281,13 @@ def save_yaml(config, path) -> None:
 
 
 def replace(config, **changes):
-    """A copy of `config` with `changes`, type-checked like from_dict."""
+    """A copy of `config` with `changes`, type-checked like from_dict. A changed `algorithm` switches
+    the config class, keeping the fields the two classes share."""
+    algorithm = changes.pop("algorithm", config.algorithm)
+    if algorithm != config.algorithm:
+        if algorithm not in ALGORITHMS:
+            raise ConfigError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
+        names = {f.name for f in dataclasses.fields(ALGORITHMS[algorithm])}
+        kept = {k: v for k, v in to_dict(config).items() if k in names and k != "algorithm"}
+        return from_dict({**kept, **changes}, ALGORITHMS[algorithm])
     return from_dict({**to_dict(config), **changes}, type(config))

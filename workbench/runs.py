@@ -56,6 +56,45 @@ def resume_config(run_or_checkpoint, requested=None):
     return cfg.replace(config, run_dir=str(run_dir)), path
 
 
+FIXED_ON_RESUME = ("env", "algorithm", "num_envs", "env_params")
+
+
+def run_config(config=None, *, resume=None, changes=None):
+    """(config, checkpoint or None) of a run: `config` with `changes` and run_dir defaulting to
+    runs/ENV-DATE; with `resume` (a run folder or checkpoint) the config the run was trained with,
+    whose env, algorithm, num_envs and env_params `changes` may not alter."""
+    changes = dict(changes or {})
+    if resume:
+        config, checkpoint = resume_config(resume, requested=config)
+        for key in FIXED_ON_RESUME:
+            if key in changes and changes[key] != getattr(config, key):
+                raise ResumeError(f"resuming {config.run_dir!r} continues the run as trained; {key} cannot change "
+                                  f"({getattr(config, key)!r} -> {changes[key]!r})")
+        changes.pop("run_dir", None)
+        return cfg.replace(config, **changes), checkpoint
+    if config is None:
+        raise cfg.ConfigError("train needs a config (a file or a shipped config's name), or a run to resume "
+                              "(--resume RUN_DIR; resume=RUN_DIR from Python)")
+    config = cfg.replace(config, **changes)
+    if not config.run_dir:
+        config = cfg.replace(config, run_dir=default_run_dir(config))
+    return config, None
+
+
+def train(config=None, *, resume=None, progress: bool = True, policies=None, **changes):
+    """Train from Python as `python -m workbench train` does: `config` is a config, a YAML file or a
+    shipped config's name ("cartpole"), `changes` override its fields (num_envs=..., seed=...), and
+    `resume` (a run folder or checkpoint) continues that run instead. Every run keeps a folder
+    (runs/ENV-DATE unless run_dir names one): config.yaml, metrics.csv, checkpoint.pt and
+    learning_curve.png. Returns (trainer, TrainResult). `Trainer.train` alone writes only where
+    run_dir says."""
+    from .cli import resolve_config, run_training
+    if isinstance(config, (str, Path)):
+        config = cfg.load_yaml(resolve_config(str(config)))
+    config, checkpoint = run_config(config, resume=resume, changes=changes)
+    return run_training(config, resume=checkpoint, progress=progress, policies=policies)
+
+
 def load_policy(run_or_checkpoint, *, num_envs: int = 1, target: str | None = None, seed: int | None = None):
     """A Trainer holding the trained policies of a run, on a fresh env of `num_envs` replicas."""
     from .trainer import make_trainer
