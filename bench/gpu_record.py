@@ -20,7 +20,9 @@ from pathlib import Path
 RECORD = Path(__file__).resolve().parent.parent / "docs" / "gpu-record.md"
 # Commits touching these can change what runs on the GPU.
 GPU_PATHS = ("workbench/targets", "workbench/codegen*.py", "workbench/cuda", "workbench/trainer.py",
-             "workbench/algorithms", "workbench/rollout.py", "workbench/policies.py", "workbench/sampling.py", "envs/")
+             "workbench/algorithms", "workbench/rollout.py", "workbench/policies.py", "workbench/sampling.py", "envs/",
+             "workbench/compiled.py", "workbench/env.py", "workbench/store.py", "workbench/episode_stats.py",
+             "workbench/rng.py", "workbench/kernel_cache.py")
 _COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)\b")
 _FAILED = re.compile(r"^(FAILED|ERROR) (\S+)")
 
