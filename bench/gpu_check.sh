@@ -10,7 +10,12 @@
 # Needs no network: wheels missing from the machine's image are taken from .whl/ when present. The
 # image lacks gymnasium (reference checks) and IPython (the magic's tests); fill .whl/ beforehand with
 #     pip download gymnasium ipython --python-version 3.12 --only-binary=:all: --platform manylinux2014_x86_64 -d .whl
-# and delete typing_extensions from it (the image's torch brings its own).
+# and delete typing_extensions from it (the image's torch brings its own). The notebooks stage needs a
+# Jupyter kernel, which the image lacks too; its wheels go in .whl-nb/ (carried only for that stage):
+#     pip download nbclient nbformat ipykernel ipywidgets matplotlib ipython --python-version 3.12 \
+#         --only-binary=:all: --platform manylinux2014_x86_64 -d .whl-nb
+# then delete numpy, typing_extensions, packaging, psutil and pygments from it.
+#     bash bench/gpu_check.sh notebooks               # every notebook top to bottom at its GPU size
 set -u
 OUT=${OUT:-$PWD/gpu_out}
 LOGS=${LOGS:-/tmp/gpu_check_logs}  # packed into $OUT/results.tar.gz at the end
@@ -117,6 +122,12 @@ for stage in $STAGES; do
         --iterations 5 --precisions bf16 tf32 --solve --solve-repeats 3 --out "$LOGS/bench_training.json"
       timed learner_tag python3 bench/bench_learner.py tag 100:250 1000:100 --precisions bf16 tf32
       timed learner_tag_big python3 bench/bench_learner.py big 2000:20 2000:100 ;;
+    notebooks)
+      if [ -d .whl-nb ] && ls .whl-nb/*.whl >/dev/null 2>&1; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-nb \
+          .whl-nb/*.whl && export PYTHONPATH=/tmp/site-nb${PYTHONPATH:+:$PYTHONPATH}
+      fi
+      timed notebooks_gpu python3 bench/notebook_timings.py --target cuda ;;
     scaling)
       GPUS=$(python3 -c "import torch; print(torch.cuda.device_count())")
       for n in $(seq 1 "$GPUS"); do
