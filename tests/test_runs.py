@@ -14,7 +14,8 @@ from workbench.trainer import make_trainer
 
 E, T = 8, 8
 SMALL = dict(env="cartpole", target="cpu", num_envs=E, rollout_length=T, total_env_steps=4 * E * T,
-             update_epochs=2, num_minibatches=2, hidden_sizes=[16, 16], seed=4, normalize_obs=True)
+             update_epochs=2, num_minibatches=2, hidden_sizes=[16, 16], seed=4, normalize_obs=True,
+             cpu_threads=1)  # bit-identical runs need the same thread counts (a measured count can differ)
 
 
 def _config(run_dir):
