@@ -559,6 +559,16 @@ class Trainer:
                 for group in opt.param_groups:
                     group["lr"] = frac * self.config.lr
 
+    def run_iteration(self, total_iterations: int | None = None):
+        """One training iteration: the learning rate's annealing step, the rollout, advantages and the
+        algorithm's update (replayed from the CUDA graph once captured); its statistics are summed on the
+        device until `pull_metrics`. total_iterations: the annealing horizon (default: the budget's)."""
+        self._anneal(total_iterations or self.total_iterations())
+        self._run_iteration()
+        self._stat_iterations += 1
+        self.iteration += 1
+        self.env_steps += self.steps_per_iteration
+
     def _install_signal_handlers(self):
         """Ctrl-C / SIGTERM stop training at the end of the current iteration (a second Ctrl-C
         interrupts at once). Only the main thread may install handlers: elsewhere, none."""
@@ -601,22 +611,18 @@ class Trainer:
         previous = self._install_signal_handlers()
         try:
             while self.iteration < stop_at:
-                self._anneal(total_iters)
                 if bar is not None and self._graph_state == "eager-first" and self._loss is not None \
                         and self._loss.compiled is not None:
                     bar.bar.set_description("first iteration: compiling (compile=false skips it)")
                 warming = self.device.type == "cuda" and self._graph_state in ("eager-first", "capture") \
                     and self._graphable() is None
                 iteration_start = time.perf_counter()
-                self._run_iteration()
+                self.run_iteration(total_iters)
                 if warming:
                     torch.cuda.synchronize()
                     warmup += time.perf_counter() - iteration_start
                 if bar is not None and self.iteration == 0:
                     bar.bar.set_description("training")
-                self._stat_iterations += 1
-                self.iteration += 1
-                self.env_steps += self.steps_per_iteration
                 window_steps += self.steps_per_iteration
                 interrupted = self._interrupt is not None
                 if self.sync is not None:
@@ -624,7 +630,7 @@ class Trainer:
                 last = self.iteration >= stop_at or interrupted
                 if self.iteration % config.log_every == 0 or last:
                     now = time.perf_counter()
-                    metrics = self._pull_metrics(window_steps / max(now - window_start, 1e-9), now - start)
+                    metrics = self.pull_metrics(window_steps / max(now - window_start, 1e-9), now - start)
                     window_start, window_steps = now, 0
                     self.history.append(metrics)
                     if run_dir is not None:
@@ -690,7 +696,7 @@ class Trainer:
                               f"likely cause is a learning rate too high for this problem (lr={lr:g}): try 10x "
                               f"lower, or normalize_obs / smaller rewards", stacklevel=3)
 
-    def _pull_metrics(self, rate, elapsed) -> dict:
+    def pull_metrics(self, rate: float = float("nan"), elapsed: float = float("nan")) -> dict:
         """One host read of the update statistics (averaged over the iterations since the last pull
         and over ranks) and of the episode sums (returns per policy, lengths, env metrics)."""
         names = [g.name for g in self.groups]
