@@ -23,3 +23,13 @@ def test_check_env_catches_a_target_that_disagrees(monkeypatch):
     monkeypatch.setattr(wb.Env, "step", corrupted)
     with pytest.raises(wb.ConsistencyError, match="'x_dot' differs between cpu and cuda after step 1"):
         wb.check_env("cartpole", targets=("cpu", "cuda"), num_envs=3, steps=3)
+
+
+def test_check_report_keeps_the_largest_difference_per_array():
+    """The report (and the magic's --verbose line, which prints it per array) is keyed by array name."""
+    env = wb.make("cartpole", num_envs=4, target="cpu")
+    report = wb.check_env("cartpole", targets=("cpu", "cpu"), num_envs=4, steps=20)
+    floats = {name for name, tensor in env.store.items() if tensor.dtype.is_floating_point}
+    assert set(report.max_abs_diff) == floats
+    assert all(value == 0.0 for value in report.max_abs_diff.values())
+    assert "theta: 0.00e+00" in str(report)

@@ -23,7 +23,7 @@ def test_two_ranks_equal_single_process_on_the_same_total_batch():
     out = torchrun("equal_batch")
     assert out.returncode == 0, out.stdout + out.stderr
     for rank in (0, 1):
-        for algorithm in ("a2c", "ppo"):
+        for algorithm in ("a2c", "a2c-norm", "ppo", "ppo-norm"):
             assert f"rank {rank} {algorithm} ok" in out.stdout
 
 
@@ -32,6 +32,7 @@ def test_two_rank_training_keeps_parameters_identical_and_resumes_single_process
     assert out.returncode == 0, out.stdout + out.stderr
     assert "rank 0 trained 4 iterations, env_steps 1024" in out.stdout
     assert "rank 1 trained 4 iterations" in out.stdout
+    assert "rank 1 resumed with its own policy noise" in out.stdout
     assert (tmp_path / "checkpoint.pt").exists() and (tmp_path / "metrics.csv").exists()
     config = wb.PPOConfig(num_envs=8, rollout_length=16, num_minibatches=2, target="cpu", normalize_obs=True)
     trainer = wb.make_trainer(config, distributed=False)

@@ -17,7 +17,7 @@ class CheckReport:
     steps: int
     num_envs: int
     episodes_finished: int
-    max_abs_diff: dict = field(default_factory=dict)
+    max_abs_diff: dict = field(default_factory=dict)  # {array: largest |difference| from the first target}
 
     def __str__(self):
         diffs = ", ".join(f"{k}: {v:.2e}" for k, v in self.max_abs_diff.items())
@@ -76,7 +76,7 @@ def check_env(name_or_env, targets=None, *, num_envs: int = 8, steps: int = 64, 
     envs = [make(name, num_envs=num_envs, target=t, seed=seed, debug=True, **params) for t in targets]
     ref = envs[0]
     names = list(ref.store)
-    worst = {t: 0.0 for t in targets[1:]}
+    worst = {arr: 0.0 for arr in names if ref.store[arr].dtype.is_floating_point} if len(targets) > 1 else {}
 
     def compare(stage):
         for env in envs[1:]:
@@ -91,7 +91,7 @@ def check_env(name_or_env, targets=None, *, num_envs: int = 8, steps: int = 64, 
                         raise ConsistencyError(
                             f"{name}: '{arr}' differs between {targets[0]} and {env.target.name} {stage} at index "
                             f"{where}: {a[where].item()} vs {b[where].item()}")
-                    worst[env.target.name] = max(worst[env.target.name], float(diff.max()) if diff.numel() else 0.0)
+                    worst[arr] = max(worst[arr], float(diff.max()) if diff.numel() else 0.0)
                 elif not torch.equal(a, b):
                     where = tuple(int(i) for i in (a != b).nonzero()[0])
                     raise ConsistencyError(f"{name}: '{arr}' differs between {targets[0]} and {env.target.name} "

@@ -5,10 +5,11 @@ import argparse
 import math
 import sys
 import time
-from importlib import resources
 from pathlib import Path
 
 import yaml
+
+from .runs import ResumeError, resolve_config, run_config, run_training
 
 
 def _sync(env):
@@ -28,19 +29,6 @@ def rollout_throughput(env, steps: int) -> float:
         env.step(env.sample_actions())
     _sync(env)
     return steps * env.num_envs / (time.perf_counter() - start)
-
-
-def resolve_config(name_or_path: str) -> Path:
-    """A config file path, or the name of a shipped config (configs/NAME.yaml)."""
-    path = Path(name_or_path)
-    if path.exists():
-        return path
-    shipped = resources.files("workbench.configs") / f"{name_or_path.removesuffix('.yaml')}.yaml"
-    if shipped.is_file():
-        return Path(str(shipped))
-    names = sorted(p.name[:-5] for p in resources.files("workbench.configs").iterdir() if p.name.endswith(".yaml"))
-    from .config import ConfigError
-    raise ConfigError(f"no config file {name_or_path!r}; shipped configs: {names}")
 
 
 def _overrides(args) -> dict:
@@ -64,53 +52,15 @@ def _overrides(args) -> dict:
     return values
 
 
-def run_training(config, *, resume=None, progress=True, policies=None):
-    """Train per `config`, writing its run folder; returns (trainer, result)."""
-    from . import config as cfg
-    from .loggers import compose, make_logger
-    from .report import plot_learning_curve
-    from .trainer import make_trainer
-
-    start = time.perf_counter()
-    trainer = make_trainer(config, policies=policies)
-    compile_s = time.perf_counter() - start
-    if resume:
-        trainer.load(resume)
-    run_dir = Path(config.run_dir) if config.run_dir else None
-    if run_dir is not None and trainer.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        cfg.save_yaml(config, run_dir / "config.yaml")
-    say = print if trainer.is_main else (lambda *a, **k: None)
-    say(f"training {config.env} with {config.algorithm.upper()} on target '{trainer.env.target.name}' "
-          f"({config.num_envs} replicas x {trainer.env.num_agents} agents; env compiled in {compile_s:.1f} s)")
-    logger = make_logger(config, run_dir) if trainer.is_main else None
-    try:
-        result = trainer.train(callback=compose(logger), progress=progress and trainer.is_main)
-    finally:
-        if logger is not None:
-            logger.close(trainer.history[-1] if trainer.history else None)
-    say(f"stopped by {result.stopped_by} after {result.iterations} iterations, {result.env_steps / 1e6:.2f} M "
-          f"env-steps, {result.wall_time_s - result.warmup_s:.1f} s of training (env compile {compile_s:.1f} s "
-          + (f"and torch.compile with graph capture {result.warmup_s:.1f} s " if result.warmup_s else "")
-          + "apart); "
-          f"mean return {result.metrics.get('mean_return', float('nan')):.2f}")
-    if run_dir is not None and trainer.history and trainer.is_main:
-        plot_learning_curve(trainer.history, run_dir / "learning_curve.png", f"{config.env} {config.algorithm}")
-        print(f"run folder: {run_dir} (metrics.csv, learning_curve.png, checkpoint.pt, config.yaml)")
-    return trainer, result
-
-
 def cmd_train(args) -> int:
     from . import config as cfg
-    from .runs import run_config
     config = cfg.load_yaml(resolve_config(args.config)) if args.config else None
     changes = _overrides(args)
-    if args.run_dir and not args.resume:
+    if args.run_dir:
         changes["run_dir"] = args.run_dir
     config, checkpoint = run_config(config, resume=args.resume, changes=changes)
     if args.auto_scale:
         if args.resume:
-            from .runs import ResumeError
             raise ResumeError("--auto-scale changes num_envs, which a resumed run keeps; drop one of the two")
         from .autoscale import auto_scale
         config, _report = auto_scale(config)
@@ -256,10 +206,14 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train from a config file or a shipped config name")
     train.add_argument("config", nargs="?", default=None, help="config file or shipped config name "
                        "(optional with --resume)")
-    train.add_argument("--run-dir", default=None, help="run folder (default: runs/<env>-<date>)")
+    train.add_argument("--run-dir", default=None, help="run folder (default: runs/<env>-<date>); with --resume, a "
+                       "new folder to fork the run into: it gets the continued run's config.yaml, metrics.csv "
+                       "(the resumed rows, then the new ones) and checkpoint.pt, and the resumed run is left as it is")
     train.add_argument("--resume", default=None, metavar="RUN_DIR",
-                       help="continue this run folder (its config and checkpoint.pt) to its budget, appending to "
-                            "its metrics.csv")
+                       help="continue this run folder (its config and checkpoint.pt; or a checkpoint file) to its "
+                            "budget, appending to its metrics.csv. A --total-env-steps above the run's budget wins "
+                            "over a target_return the run had reached (it trains on to the new budget; pass "
+                            "--target-return to keep one)")
     train.add_argument("--auto-scale", action="store_true",
                        help="size num_envs to this device by measurement (GPU: free memory; CPU: throughput)")
     _add_config_options(train)

@@ -74,11 +74,19 @@ class RunningNorm:
         self.sumsq = torch.zeros(shape, device=device)
         self.n = torch.zeros((), device=device)
 
-    def accumulate(self, obs):
+    def accumulate(self, obs, live=None):
+        """Add observations obs [..., O] to the batch; live [...] (1 in the game, 0 out of it) leaves
+        out agents whose observations mean nothing."""
         flat = obs.reshape(-1, obs.shape[-1])
-        self.sum.add_(flat.sum(0))
-        self.sumsq.add_((flat * flat).sum(0))
-        self.n.add_(flat.shape[0])
+        if live is None:
+            self.sum.add_(flat.sum(0))
+            self.sumsq.add_((flat * flat).sum(0))
+            self.n.add_(flat.shape[0])
+            return
+        weight = live.reshape(-1, 1).to(flat.dtype)
+        self.sum.add_((flat * weight).sum(0))
+        self.sumsq.add_((flat * flat * weight).sum(0))
+        self.n.add_(weight.sum())
 
     def commit(self, sync=None):
         """Fold the accumulated batch into the running statistics; with `sync` (data-parallel
@@ -86,8 +94,9 @@ class RunningNorm:
         if sync is not None:
             for stat in (self.sum, self.sumsq, self.n):
                 stat.copy_(sync.sum(stat))
-        batch_mean = self.sum / self.n
-        batch_var = (self.sumsq / self.n - batch_mean ** 2).clamp_min(0)
+        n = self.n.clamp_min(1)  # a batch with no live agent leaves the statistics as they are
+        batch_mean = self.sum / n
+        batch_var = (self.sumsq / n - batch_mean ** 2).clamp_min(0)
         total = self.count + self.n
         delta = batch_mean - self.mean
         new_mean = self.mean + delta * self.n / total
@@ -194,16 +203,23 @@ def wide_sum(x):
     return x.sum()
 
 
-def masked_mean_std(x, mask, count, dim=None):
-    """Mean and (unbiased) std of x over the entries where mask is 1; `count` = mask.sum() >= 1.
-    With `dim`, per slice along it (count [..] as x reduced over dim)."""
-    if dim is None:
-        mean = (x * mask).sum() / count
-        var = (((x - mean) * mask) ** 2).sum() / (count - 1).clamp_min(1)
-        return mean, var.sqrt()
-    mean = (x * mask).sum(dim) / count
-    var = (((x - mean.unsqueeze(dim)) * mask) ** 2).sum(dim) / (count - 1).clamp_min(1)
-    return mean, var.sqrt()
+def masked_moments(x, mask, dim=None, sync=None, moments: bool = True):
+    """Count, mean and (unbiased) std of x over the entries where mask is 1: over all of x, or per
+    slice along `dim` (x [k, b], dim=1 -> [k]). With `sync` (data parallel) over every rank's entries,
+    so a rank with fewer live agents weighs each sample no more than the others. moments=False
+    returns (count, None, None). count is at least 1."""
+    dims = tuple(range(x.dim())) if dim is None else (dim,)
+
+    def total(v):
+        v = v.sum(dims, keepdim=True)
+        return sync.sum(v) if sync is not None else v
+
+    count = total(mask).clamp_min(1)
+    if not moments:
+        return count.squeeze(dims), None, None
+    mean = total(x * mask) / count
+    var = total(((x - mean) * mask) ** 2) / (count - 1).clamp_min(1)
+    return count.squeeze(dims), mean.squeeze(dims), var.sqrt().squeeze(dims)
 
 
 def gae(buffer: RolloutBuffer, next_value, gamma: float, lam: float, advantage_fn=None):

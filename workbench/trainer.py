@@ -213,21 +213,26 @@ class Trainer:
     def _rollout_copies(self):
         """The models the rollout acts with. Under bf16 autocast every forward pass would cast each
         weight to bf16 again (a kernel per weight per step); instead the rollout uses a copy whose
-        linear layers hold bf16 weights, refreshed by one copy kernel per iteration. (Other
-        layers and parameters stay as they are, and autocast treats them as it would.)"""
+        linear layers hold bf16 weights. Every parameter and buffer of the copy (log_std, norms,
+        embeddings, a user model's buffers) is paired with its source and refreshed by one copy
+        kernel per iteration."""
         if self.precision != "bf16" or self.algorithm not in ON_POLICY:
             return dict(self.models), ([], [])
         copies, shadows, sources = {}, [], []
         for name, model in self.models.items():
             shadow = copy.deepcopy(model).requires_grad_(False)
-            for (_, source), (_, module) in zip(model.named_modules(), shadow.named_modules()):
+            for module in shadow.modules():
                 if isinstance(module, torch.nn.Linear):
                     for attr in ("weight", "bias"):
                         if getattr(module, attr) is not None:
                             setattr(module, attr, torch.nn.Parameter(getattr(module, attr).detach().to(torch.bfloat16),
                                                                      requires_grad=False))
-                            shadows.append(getattr(module, attr))
-                            sources.append(getattr(source, attr))
+            for pairs in ((shadow.named_parameters(), model.named_parameters()),
+                          (shadow.named_buffers(), model.named_buffers())):
+                mine, theirs = dict(pairs[0]), dict(pairs[1])
+                for key, tensor in mine.items():
+                    shadows.append(tensor.data)
+                    sources.append(theirs[key].detach())
             copies[name] = shadow
         return copies, (shadows, sources)
 
@@ -315,10 +320,13 @@ class Trainer:
         for t in range(self.T):
             group_obs = {}
             for g in self.groups:
+                buf = self.buffers[g.name]
+                if self.active is not None:
+                    buf.mask[t].copy_(g.gather(store[self.active]) != 0)
                 raw = g.gather(store["obs"]).reshape(self.E, g.n, self.obs_dim)
                 norm = self.norms.get(g.name)
                 if norm is not None:
-                    norm.accumulate(raw)
+                    norm.accumulate(raw, buf.mask[t] if self.active is not None else None)
                 group_obs[g.name] = norm(raw) if norm is not None else raw
             state = self._joint_obs(group_obs) if central else None
             for g in self.groups:
@@ -326,8 +334,6 @@ class Trainer:
                 buf.obs[t].copy_(obs)
                 if buf.state is not None:
                     buf.state[t].copy_(state)
-                if self.active is not None:
-                    buf.mask[t].copy_(g.gather(store[self.active]) != 0)
                 actions = self._act(g, model, obs, state, buf, t)
                 g.scatter(store["action"], self.head.to_env(actions).reshape((self.E, g.n) + self.head.act_shape))
             self.env.step()
@@ -426,7 +432,8 @@ class Trainer:
                 raw = g.gather(store["obs"]).reshape(-1, self.obs_dim)
                 norm = self.norms.get(g.name)
                 if norm is not None:
-                    norm.accumulate(raw)
+                    norm.accumulate(raw, (g.gather(store[self.active]) != 0).reshape(-1)
+                                    if self.active is not None else None)
                 rb.stage_obs(raw)
                 if not learning:
                     rb.noise.uniform_(0, 1, generator=self.generator)
@@ -636,12 +643,7 @@ class Trainer:
                     if run_dir is not None:
                         self._append_csv(run_dir / "metrics.csv", metrics)
                     if metrics.get("nonfinite"):
-                        saved = run_dir is not None and (run_dir / "checkpoint.pt").exists()
-                        raise NonFiniteError(
-                            f"the loss became NaN or inf by iteration {self.iteration}; training stopped and no "
-                            f"checkpoint was written from this state"
-                            + (f" (the last good one is {run_dir / 'checkpoint.pt'})" if saved else "")
-                            + ". Lower lr, enable normalize_obs, or check the env's rewards for NaN (debug=True).")
+                        raise self._nonfinite_error(run_dir, "the loss")
                     self._warn_divergence(metrics)
                     stop = any(c(self.iteration, metrics) is False for c in callbacks)
                     if self.sync is not None:
@@ -656,6 +658,8 @@ class Trainer:
                     stopped_by = "interrupted"  # (a signal during the report above: nothing left unlogged)
                     break
                 if config.checkpoint_every and run_dir is not None and self.iteration % config.checkpoint_every == 0:
+                    if not self._weights_finite():  # (between reports the loss statistics are not read)
+                        raise self._nonfinite_error(run_dir, "the weights")
                     self.save(run_dir / "checkpoint.pt")
         finally:
             for sig, handler in previous.items():
@@ -667,24 +671,45 @@ class Trainer:
         return TrainResult(self.iteration, self.env_steps, wall, stopped_by, metrics, list(self.history),
                            str(saved) if saved else None, warmup)
 
+    def _weights_finite(self) -> bool:
+        """One host read: every policy's parameters are finite."""
+        flags = [torch.isfinite(p).all() for m in self.models.values() for p in m.parameters()]
+        return bool(torch.stack(flags).all())
+
+    def _nonfinite_error(self, run_dir, what: str) -> NonFiniteError:
+        saved = run_dir is not None and (run_dir / "checkpoint.pt").exists()
+        return NonFiniteError(
+            f"{what} became NaN or inf by iteration {self.iteration}; training stopped and no checkpoint was written "
+            f"from this state" + (f" (the last good one is {run_dir / 'checkpoint.pt'})" if saved else "")
+            + ". Lower lr, enable normalize_obs, or check the env's rewards for NaN (debug=True).")
+
     def _reached(self, metrics, target) -> bool:
         values = [metrics.get(f"return/{g.name}") for g in self.groups]
         return all(v is not None and not math.isnan(v) and v >= target for v in values)
 
     def _warn_divergence(self, metrics):
-        """A loss growing by orders of magnitude, or a discrete policy's entropy collapsing to zero
-        within a few iterations, is almost always a learning rate that is too high."""
+        """A report that shows divergence: on its own values (PPO's approx_kl far past its trust region,
+        a value loss far above the returns' scale) or against the first report (a loss grown by orders
+        of magnitude, a discrete policy's entropy collapsed within a few iterations). Almost always a
+        learning rate that is too high."""
         lr = self.config.lr if self.algorithm != "ddpg" else self.config.critic_lr
+        loss_key = "critic_loss" if self.algorithm == "ddpg" else "value_loss"
         for g in self.groups:
-            loss_key = "critic_loss" if self.algorithm == "ddpg" else "value_loss"
             loss = metrics.get(f"{loss_key}/{g.name}")
             entropy = metrics.get(f"entropy/{g.name}")
+            kl = metrics.get(f"approx_kl/{g.name}")
+            ret = metrics.get(f"return/{g.name}")
             first = self._divergence_seen.setdefault(g.name, {"loss": loss, "entropy": entropy,
                                                                "iteration": self.iteration, "warned": False})
-            if first["warned"] or loss is None or first["loss"] is None:
+            if first["warned"] or loss is None:
                 continue
+            scale = max(1.0, abs(ret) if ret is not None and math.isfinite(ret) else 1.0) ** 2
             message = None
-            if loss > 1e3 * max(first["loss"], 1e-2):
+            if kl is not None and kl > 1.0:
+                message = f"approx_kl is {kl:.3g} (a PPO update moves the policy by about 0.01 to 0.05)"
+            elif loss > 1e6 * scale:
+                message = f"the {loss_key.replace('_', ' ')} is {loss:.3g}, far above the returns' scale"
+            elif first["loss"] is not None and loss > 1e3 * max(first["loss"], 1e-2):
                 message = f"the {loss_key.replace('_', ' ')} grew from {first['loss']:.3g} to {loss:.3g}"
             elif (entropy is not None and first["entropy"] and self.head.kind != "gaussian" and first["entropy"] > 0
                   and entropy < 1e-3 * first["entropy"] and self.iteration - first["iteration"] <= 50):
@@ -737,13 +762,27 @@ class Trainer:
 
     @staticmethod
     def _append_csv(path: Path, metrics: dict):
+        """One row per report. Columns keep the header's order; a report with new columns (DDPG's
+        losses once learning starts) rewrites the file once with the wider header."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        new = not path.exists()
-        with path.open("a", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=list(metrics), extrasaction="ignore")
-            if new:
-                writer.writeheader()
-            writer.writerow(metrics)
+        rows, fields = [], list(metrics)
+        if path.exists():
+            with path.open(newline="") as fh:
+                reader = csv.DictReader(fh)
+                header = list(reader.fieldnames or [])
+                if set(fields) <= set(header):
+                    fields, rows = header, None
+                else:
+                    rows = list(reader)
+                    fields = header + [k for k in fields if k not in header]
+        if rows is None:
+            with path.open("a", newline="") as fh:
+                csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore").writerow(metrics)
+            return
+        with path.open("w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows + [metrics])
 
     # -- acting with a trained policy -----------------------------------------------------
     def act(self, deterministic: bool = True) -> torch.Tensor:
@@ -843,7 +882,10 @@ class Trainer:
         self.history = list(payload["history"])
         torch.set_rng_state(payload["rng"]["torch"])
         self.generator.set_state(payload["rng"]["generator"])
+        if self.rank > 0:  # the checkpoint holds rank 0's stream: every other rank continues on its own
+            self.generator.manual_seed(dist_mod.rank_seed(self.config.seed + 1, self.rank) * 2**20 + self.iteration)
         self._invalidate_graph()
+        self._refresh_rollout_copies()
         saved_world = payload.get("world_size", 1)
         if restore_env and saved_world != self.world_size:
             warnings.warn(f"checkpoint written by {saved_world} rank(s), resumed by {self.world_size}: policies, "

@@ -28,13 +28,18 @@ def equal_batch():
     sync = wbd.GradientSync(context)
     torch.manual_seed(0)
     B, O = 64, 4
+    # rank 1 has far fewer agents in the game than rank 0: the global means must weigh every live
+    # sample alike, whichever rank holds it
+    mask = (torch.arange(B) < B // 2 + B // 8).float()
     full = {"obs": torch.randn(B, O), "actions": torch.randint(0, 2, (B,)), "logp": torch.full((B,), -0.69),
-            "values": torch.randn(B), "advantages": torch.randn(B), "returns": torch.randn(B), "mask": torch.ones(B)}
+            "values": torch.randn(B), "advantages": torch.randn(B), "returns": torch.randn(B), "mask": mask}
     half = Batch({k: v.chunk(context.world_size)[context.rank] for k, v in full.items()})
     full = Batch(full)
     for name, algorithm, config in (
             ("a2c", a2c, wb.A2CConfig(normalize_advantages=False, max_grad_norm=0.5)),
-            ("ppo", ppo, wb.PPOConfig(num_minibatches=1, update_epochs=1, normalize_advantages=False))):
+            ("a2c-norm", a2c, wb.A2CConfig(normalize_advantages=True, max_grad_norm=0.5)),
+            ("ppo", ppo, wb.PPOConfig(num_minibatches=1, update_epochs=1, normalize_advantages=False)),
+            ("ppo-norm", ppo, wb.PPOConfig(num_minibatches=1, update_epochs=1, normalize_advantages=True))):
         torch.manual_seed(1)
         model = ActorCritic(O, Discrete(2))
         model.head = ActionHead(Discrete(2))
@@ -80,6 +85,13 @@ def train(run_dir, die_at=None):
     dist.all_gather(noise, torch.tensor([trainer.generator.initial_seed()]))
     assert len({int(s) for s in noise}) == trainer.world_size, "ranks draw the same policy noise"
     print(f"rank {rank} trained {result.iterations} iterations, env_steps {result.env_steps}", flush=True)
+    if die_at is None:
+        dist.barrier()  # rank 0 has written the checkpoint
+        resumed = wb.make_trainer(config).load(f"{run_dir}/checkpoint.pt")
+        draws = [torch.zeros(4) for _ in range(trainer.world_size)]
+        dist.all_gather(draws, torch.rand(4, generator=resumed.generator))
+        assert not torch.equal(draws[0], draws[1]), "resumed ranks draw the same policy noise"
+        print(f"rank {rank} resumed with its own policy noise", flush=True)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..rollout import Batch, chunks, masked_mean_std, wide_sum
+from ..rollout import Batch, chunks, masked_moments, wide_sum
 
 STATS = ("policy_loss", "value_loss", "entropy", "nonfinite")
 
@@ -56,8 +56,10 @@ def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int
     and returned."""
     loss_fn = loss_fn or chunk_loss
     mask = batch["mask"]
-    count = mask.sum().clamp_min(1)
-    adv_mean, adv_std = masked_mean_std(batch["advantages"], mask, count)
+    # over all ranks' samples; each rank divides by count / world, so the averaged gradients are the global mean's
+    count, adv_mean, adv_std = masked_moments(batch["advantages"], mask, sync=sync,
+                                              moments=config.normalize_advantages)
+    count = count / (sync.context.world_size if sync is not None else 1)
 
     optimizer.zero_grad(set_to_none=True)  # the first backward writes the gradients: no zeroing kernels
     local = torch.zeros(len(STATS), device=mask.device)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..rollout import Batch, chunks, masked_mean_std, wide_sum, take
+from ..rollout import Batch, chunks, masked_moments, wide_sum, take
 
 STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "nonfinite")
 
@@ -82,15 +82,20 @@ def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int
     B = batch.size
     loss_fn = loss_fn or chunk_loss
     mb_size = B // config.num_minibatches
+    world = sync.context.world_size if sync is not None else 1
     local = torch.zeros(len(STATS), device=batch["values"].device)
     updates = 0
     for _epoch in range(config.update_epochs):
         order = torch.rand(B, device=local.device, generator=generator).argsort()
         minibatches = order[:mb_size * config.num_minibatches].view(config.num_minibatches, mb_size)
-        # every minibatch's live count and advantage moments at once (not one reduction chain per minibatch)
-        mask = batch["mask"][minibatches]
-        count = mask.sum(1).clamp_min(1)
-        adv_mean, adv_std = masked_mean_std(batch["advantages"][minibatches], mask, count, dim=1)
+        # every minibatch's live count and advantage moments at once (not one reduction chain per
+        # minibatch), over all ranks' samples; each rank's loss divides by count / world so that the
+        # averaged gradients are those of the global minibatch's mean
+        count, adv_mean, adv_std = masked_moments(batch["advantages"][minibatches], batch["mask"][minibatches], dim=1,
+                                                  sync=sync, moments=config.normalize_advantages)
+        count = count / world
+        if adv_mean is None:
+            adv_mean = adv_std = [None] * config.num_minibatches
         for m in range(config.num_minibatches):
             idx = minibatches[m]
             optimizer.zero_grad(set_to_none=True)  # the first backward writes the gradients: no zeroing kernels
