@@ -39,6 +39,13 @@ def median_seconds(fn, device, repeats: int, inner: int = 1) -> tuple:
     return statistics.median(times), times
 
 
+def iteration_seconds(trainer, repeats: int = 4, warmup: int = 2) -> float:
+    """Median wall seconds of one training iteration (after `warmup` iterations: compile, graph capture),
+    each timed between device synchronisations, the report included."""
+    trainer.train(num_iterations=warmup)
+    return median_seconds(lambda: trainer.train(num_iterations=1), trainer.device, repeats)[0]
+
+
 def median_event_seconds(fn, repeats: int, inner: int = 1) -> tuple:
     """Like median_seconds but timed with CUDA events on the current stream (GPU time)."""
     import torch

@@ -14,12 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import time
 
 import torch
 
 import _common  # noqa: F401  (puts the checkout on sys.path)
+from _common import iteration_seconds
 import workbench as wb
 
 WARPDRIVE_TAG = dict(num_taggers=10, num_runners=100, grid_length=20.0, episode_length=500, max_acceleration=0.1,
@@ -75,14 +75,7 @@ def timed_training(config, iterations=4):
     trainer.train(num_iterations=2)
     torch.cuda.synchronize()
     setup = time.perf_counter() - start
-    times = []
-    for _ in range(iterations):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        trainer.train(num_iterations=1)
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t)
-    median = statistics.median(times)
+    median = iteration_seconds(trainer, repeats=iterations, warmup=0)
     row = dict(setup_s=round(setup, 1), iteration_s=round(median, 4),
                env_steps_per_s=round(trainer.steps_per_iteration / median),
                agent_steps_per_s=round(trainer.steps_per_iteration * trainer.env.num_agents / median),

@@ -12,13 +12,12 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import statistics
-import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 import _common  # noqa: F401  (puts the checkout on sys.path)
+from _common import iteration_seconds
 import workbench as wb
 
 TAG = dict(num_taggers=10, num_runners=100, grid_length=20.0, episode_length=500, num_other_agents_observed=10,
@@ -53,16 +52,7 @@ def summarise(events, repeats=1):
 
 def run(env, num_envs, T, compile_on):
     trainer = wb.make_trainer(config_for(env, num_envs, T, compile_on, graph=True))
-    trainer.train(num_iterations=3)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(10):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        trainer.train(num_iterations=1)
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    iteration_s = statistics.median(times)
+    iteration_s = iteration_seconds(trainer, repeats=10, warmup=3)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(3):
             trainer.train(num_iterations=1)

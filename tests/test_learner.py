@@ -471,3 +471,24 @@ def test_metrics_csv_keeps_its_columns_when_a_report_adds_some(tmp_path):
     assert [r["iteration"] for r in rows] == ["1", "2", "3"]
     assert [r["critic_loss/shared"] for r in rows] == ["", "0.5", "0.25"]
     assert [r["return/shared"] for r in rows] == ["-3.0", "-2.0", "-1.0"]
+
+
+def test_load_restores_the_thread_counts_the_run_measured(tmp_path, monkeypatch):
+    """A resumed run computes with the thread counts it measured, not with what a new measurement picks."""
+    for name in threads.USER_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(threads, "available_cores", lambda: 2)
+    picks = iter([(2, {}), (2, {}), (1, {}), (1, {})])  # the first run measures 2 and 2, the resumed one 1 and 1
+    monkeypatch.setattr(threads, "pick", lambda candidates, setter, work: next(picks))
+    applied = []
+    monkeypatch.setattr(threads, "apply", lambda chosen: applied.append(dict(chosen)))
+    env = wb.make("cartpole", num_envs=16, target="cpu", seed=0)
+    first = wb.Trainer(env, cartpole())
+    assert (first.threads["env"], first.threads["learner"]) == (2, 2)
+    first.save(tmp_path / "checkpoint.pt")
+    resumed = wb.Trainer(env, cartpole())
+    assert (resumed.threads["env"], resumed.threads["learner"]) == (1, 1)
+    resumed.load(tmp_path / "checkpoint.pt")
+    assert applied[-1]["env"] == 2 and applied[-1]["learner"] == 2
+    assert (resumed.threads["env"], resumed.threads["learner"]) == (2, 2)
+    assert resumed.threads["how"] == "restored from the checkpoint"

@@ -51,6 +51,12 @@ def pick(candidates, setter, work) -> tuple:
     return best, timings
 
 
+def apply(chosen: dict) -> None:
+    """Set both pools to counts chosen earlier ({"env": n, "learner": m}, as `configure` returns)."""
+    _set_numba(int(chosen["env"]))
+    torch.set_num_threads(int(chosen["learner"]))
+
+
 def configure(requested: int, env_step, learner_pass) -> dict:
     """Set numba's and torch's thread counts for CPU training and return what was chosen.
 

@@ -852,6 +852,7 @@ class Trainer:
             "env_state": {k: v.detach().cpu() for k, v in self.env.store.items()},
             "env_seed": self.env.seed,
             "world_size": self.world_size,
+            "threads": self.threads,
             "replay": {n: b.state_dict() for n, b in self.buffers.items() if isinstance(b, ddpg.ReplayBuffer)},
         }
         return ckpt.save_atomic(payload, path)
@@ -886,6 +887,11 @@ class Trainer:
             self.generator.manual_seed(dist_mod.rank_seed(self.config.seed + 1, self.rank) * 2**20 + self.iteration)
         self._invalidate_graph()
         self._refresh_rollout_copies()
+        saved_threads = payload.get("threads")
+        if self.threads is not None and saved_threads and self.threads.get("how") == "measured":
+            # a resumed run goes on with the counts its run measured (the same rounding as before)
+            threads.apply(saved_threads)
+            self.threads = {**saved_threads, "how": "restored from the checkpoint"}
         saved_world = payload.get("world_size", 1)
         if restore_env and saved_world != self.world_size:
             warnings.warn(f"checkpoint written by {saved_world} rank(s), resumed by {self.world_size}: policies, "
