@@ -57,7 +57,7 @@ def parity():
             trainer = wb.make_trainer(wb.config.replace(config, cuda_graph=graph, target="cuda"))
             trainer.train(num_iterations=6)
             histories.append(trainer.history)
-            states.append(trainer._graph_state)
+            states.append(trainer.graph.state)
         worst = 0.0
         for a, b in zip(*histories):
             for k, v in a.items():
@@ -79,7 +79,7 @@ def timed_training(config, iterations=4):
     row = dict(setup_s=round(setup, 1), iteration_s=round(median, 4),
                env_steps_per_s=round(trainer.steps_per_iteration / median),
                agent_steps_per_s=round(trainer.steps_per_iteration * trainer.env.num_agents / median),
-               peak_gb=round(torch.cuda.max_memory_allocated() / 2**30, 2), graph=trainer._graph_state,
+               peak_gb=round(torch.cuda.max_memory_allocated() / 2**30, 2), graph=trainer.graph.state,
                precision=trainer.precision, chunks={k: v for k, v in trainer.chunk_size.items()})
     del trainer
     torch.cuda.empty_cache()

@@ -47,7 +47,7 @@ def throughput(target, num_envs, iterations, graph=True, env="cartpole", extra=N
     median = statistics.median(times)
     peak = torch.cuda.max_memory_allocated() if trainer.device.type == "cuda" else 0
     row = {"target": target, "env": env, "num_envs": num_envs, "cuda_graph": graph,
-           "precision": trainer.precision, "graph_state": trainer._graph_state, "compile": compile,
+           "precision": trainer.precision, "graph_state": trainer.graph.state, "compile": compile,
            "env_steps_per_s": trainer.steps_per_iteration / median, "iteration_s": median, "peak_bytes": peak}
     del trainer
     if target != "cpu":

@@ -59,7 +59,7 @@ def run(env, num_envs, T, compile_on):
         torch.cuda.synchronize()
     replay = summarise(kernels(prof), repeats=3)
     print("RESULT " + json.dumps({"env": env, "num_envs": num_envs, "compile": compile_on,
-                                  "graph_state": trainer._graph_state, "iteration_ms": round(iteration_s * 1e3, 3),
+                                  "graph_state": trainer.graph.state, "iteration_ms": round(iteration_s * 1e3, 3),
                                   "env_steps_per_s": round(trainer.steps_per_iteration / iteration_s),
                                   "replay_kernels": replay["kernels"], "replay_device_ms": replay["device_us"] / 1e3}),
           flush=True)
@@ -69,12 +69,12 @@ def run(env, num_envs, T, compile_on):
     torch.cuda.synchronize()
     phases = {}
     with torch.no_grad(), profile(activities=[ProfilerActivity.CUDA]) as prof:
-        eager._collect()
+        eager.collector.rollout()
         torch.cuda.synchronize()
     phases["rollout"] = summarise(kernels(prof))
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for g in eager.groups:
-            eager._advantages_of(g)
+            eager.collector.advantages(g)
         torch.cuda.synchronize()
     phases["gae"] = summarise(kernels(prof))
     from workbench.trainer import ON_POLICY
@@ -83,7 +83,7 @@ def run(env, num_envs, T, compile_on):
             ON_POLICY[eager.algorithm].update(
                 eager.models[g.name], eager.optimizers[g.name], eager.buffers[g.name].batch(), eager.config,
                 chunk_size=eager.chunk_size[g.name], generator=eager.generator, autocast=eager.autocast,
-                stats=eager.stat_sums[g.name], loss_fn=eager._loss)
+                stats=eager.metrics.sums[g.name], loss_fn=eager.loss_fn)
         torch.cuda.synchronize()
     phases["update"] = summarise(kernels(prof))
     for name, summary in phases.items():

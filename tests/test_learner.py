@@ -14,7 +14,8 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import threads
+from workbench import learners, threads
+from workbench.metrics import append_csv
 from workbench.algorithms import a2c, ppo
 from workbench.envdef import Discrete
 from workbench.policies import ActorCritic
@@ -160,15 +161,15 @@ def test_step_bookkeeping_traces_as_one_graph():
     trainer = wb.make_trainer(wb.A2CConfig(env="tag_continuous", env_params=SMALL_TAG, num_envs=4, rollout_length=4,
                                            target="cpu"))
     E, A = trainer.E, trainer.env.num_agents
-    traced = torch.compile(trainer._step_outcome, backend="aot_eager", fullgraph=True)
+    traced = torch.compile(trainer.collector.step_outcome, backend="aot_eager", fullgraph=True)
     outs = []
-    for fn in (trainer._step_outcome, traced):
+    for fn in (trainer.collector.step_outcome, traced):
         outs.append((torch.zeros(E), torch.zeros(E), torch.zeros(E, A, trainer.obs_dim),
                      [torch.zeros(E, g.n) for g in trainer.groups]))
     sums = []
     for _ in range(30):  # episodes of 12 steps: some end, and some are truncated
         trainer.env.step()
-        for fn, (term, trunc, final, rewards) in zip((trainer._step_outcome, traced), outs):
+        for fn, (term, trunc, final, rewards) in zip((trainer.collector.step_outcome, traced), outs):
             before = trainer.episode_stats.sums.clone()
             fn(term, trunc, final, rewards)
             sums.append(trainer.episode_stats.sums - before)
@@ -190,12 +191,12 @@ SMALL_TAG = dict(num_taggers=2, num_runners=6, grid_length=10.0, episode_length=
 def test_batched_final_values_equal_the_per_step_ones(config, monkeypatch):
     """V(final observation) of truncated replicas from one pass after the rollout (small rollouts)
     equals the pass after every step (rollouts whose final observations would take too much memory)."""
-    from workbench import trainer as trainer_module
+    from workbench import collection as trainer_module
     finals = []
     for limit in (trainer_module.FINAL_OBS_BUFFER_BYTES, 0):
         monkeypatch.setattr(trainer_module, "FINAL_OBS_BUFFER_BYTES", limit)
         trainer = wb.make_trainer(config)
-        assert (trainer.final_obs is None) == (limit == 0)
+        assert (trainer.collector.final_obs is None) == (limit == 0)
         seen = []
         for _ in range(3):
             trainer.train(num_iterations=1)
@@ -249,7 +250,7 @@ def test_bf16_rollout_copy_forward_equals_autocast_after_a_refresh(config, reque
     trainer = wb.make_trainer(config, models=models)
     for name, model in trainer.models.items():
         perturb(model)
-    trainer._refresh_rollout_copies()
+    trainer.refresh_rollout_copies()
     for g in trainer.groups:
         model, copy_ = trainer.models[g.name], trainer.rollout_models[g.name]
         assert copy_ is not model
@@ -277,7 +278,7 @@ def test_bf16_gaussian_rollout_stores_the_learners_log_probabilities():
     with torch.no_grad():
         model.log_std.fill_(-0.7)
     with torch.no_grad():
-        trainer._collect()
+        trainer.collector.rollout()
     buf = trainer.buffers["shared"]
     with torch.no_grad(), trainer.autocast():
         out, _ = model(buf.obs.reshape(-1, trainer.obs_dim).float())
@@ -292,7 +293,7 @@ def test_bf16_rollout_copies_train_as_autocast_does(config, monkeypatch):
     runs = []
     for shadow in (True, False):
         if not shadow:
-            monkeypatch.setattr(wb.Trainer, "_rollout_copies", lambda self: (dict(self.models), ([], [])))
+            monkeypatch.setattr(learners, "rollout_copies", lambda models, bf16: (dict(models), ([], [])))
         trainer = wb.make_trainer(config)
         assert (trainer.rollout_models[trainer.groups[0].name] is trainer.models[trainer.groups[0].name]) != shadow
         trainer.train(num_iterations=3)
@@ -413,7 +414,7 @@ def test_observation_normaliser_counts_only_agents_in_the_game():
     trainer = wb.make_trainer(config)
     trainer.env.store["in_game"][:, -3:] = 0  # three runners out from the start (they stay out)
     with torch.no_grad():
-        trainer._collect()
+        trainer.collector.rollout()
     for g in trainer.groups:
         buf, norm = trainer.buffers[g.name], trainer.norms[g.name]
         live = buf.mask[:trainer.T]
@@ -422,15 +423,19 @@ def test_observation_normaliser_counts_only_agents_in_the_game():
             assert live.sum().item() < live.numel()
 
 
+def warn(trainer, metrics):
+    trainer.metrics.warn_divergence({"iteration": 1, **metrics}, trainer.config.lr, "value_loss", discrete=True)
+
+
 def test_divergence_is_named_with_its_likely_cause(env):
     trainer = wb.Trainer(env, cartpole(lr=5.0))
-    trainer._warn_divergence({"value_loss/shared": 2.0, "entropy/shared": 0.69})
+    warn(trainer, {"value_loss/shared": 2.0, "entropy/shared": 0.69})
     with pytest.warns(UserWarning, match=r"looks divergent: the value loss grew from 2 to 6e\+04.*lr=5"):
-        trainer._warn_divergence({"value_loss/shared": 6e4, "entropy/shared": 0.6})
+        warn(trainer, {"value_loss/shared": 6e4, "entropy/shared": 0.6})
     other = wb.Trainer(env, cartpole(lr=5.0))
-    other._warn_divergence({"value_loss/shared": 2.0, "entropy/shared": 0.69})
+    warn(other, {"value_loss/shared": 2.0, "entropy/shared": 0.69})
     with pytest.warns(UserWarning, match="entropy collapsed"):
-        other._warn_divergence({"value_loss/shared": 2.0, "entropy/shared": 1e-6})
+        warn(other, {"value_loss/shared": 2.0, "entropy/shared": 1e-6})
 
 
 def test_progress_bar_shows_rate_and_return(env, capsys):
@@ -463,9 +468,9 @@ def test_thread_counts_are_chosen_by_measurement(monkeypatch):
 def test_metrics_csv_keeps_its_columns_when_a_report_adds_some(tmp_path):
     """DDPG reports no losses before learning starts: later rows' columns still match the header."""
     path = tmp_path / "metrics.csv"
-    wb.Trainer._append_csv(path, {"iteration": 1, "return/shared": -3.0})
-    wb.Trainer._append_csv(path, {"iteration": 2, "return/shared": -2.0, "critic_loss/shared": 0.5})
-    wb.Trainer._append_csv(path, {"return/shared": -1.0, "iteration": 3, "critic_loss/shared": 0.25})
+    append_csv(path, {"iteration": 1, "return/shared": -3.0})
+    append_csv(path, {"iteration": 2, "return/shared": -2.0, "critic_loss/shared": 0.5})
+    append_csv(path, {"return/shared": -1.0, "iteration": 3, "critic_loss/shared": 0.25})
     import csv
     rows = list(csv.DictReader(path.open()))
     assert [r["iteration"] for r in rows] == ["1", "2", "3"]

@@ -231,7 +231,7 @@ def test_whole_iteration_graph_replays_what_eager_computes(make_config):
     for graph in (True, False):
         trainer = wb.make_trainer(cfg.replace(make_config(), cuda_graph=graph))
         trainer.train(num_iterations=5)
-        assert trainer._graph_state == ("replay" if graph else "eager-first")
+        assert trainer.graph.state == ("replay" if graph else "eager-first")
         histories.append(trainer.history)
     for a, b in zip(*histories):
         for key, value in a.items():

@@ -58,6 +58,14 @@ class ActionHead:
             return torch.stack([g.argmax(-1) for g in gumbel.split(self.splits, dim=-1)], dim=-1)
         return out + log_std.exp() * noise
 
+    def mode(self, out):
+        """The most likely action of head output `out` [N, D] (the mean for a Gaussian)."""
+        if self.kind == "discrete":
+            return out.argmax(-1)
+        if self.kind == "multi":
+            return torch.stack([p.argmax(-1) for p in out.split(self.splits, dim=-1)], -1)
+        return out
+
     def log_prob_entropy(self, out, log_std, actions):
         """log pi(a|s) [N] and entropy [N] of `actions` under head output `out`."""
         if self.kind == "discrete":
@@ -75,12 +83,6 @@ class ActionHead:
         logp = -((actions - out) ** 2) / (2 * var) - log_std - 0.5 * math.log(2 * math.pi)
         entropy = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).expand_as(out)
         return logp.sum(-1), entropy.sum(-1)
-
-    def noise_shape(self, n):
-        return (n, self.out_dim)
-
-    def noise_kind(self):
-        return "normal" if self.kind == "gaussian" else "uniform"
 
     def to_env(self, actions):
         """Actions as the env stores them (continuous ones clipped to the Box)."""

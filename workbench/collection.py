@@ -1,0 +1,242 @@
+"""Collecting experience on the device: the on-policy rollout and what GAE reads, DDPG's exploration
+into its replay buffer, and acting with trained policies.
+
+What one rollout of T steps leaves in each group's buffer ([T, E, n], n agents of the group):
+- obs[t], actions[t], logp[t] = log pi_old(a|s) and values[t] = V(s_t), from the policy step before
+  env step t (observations normalised when configured);
+- rewards[t] after env step t, and the replica's terminated[t] / truncated[t] (one pair shared by
+  every group);
+- mask[t] = 1 while the agent is in the game before step t (mask[T]: after the last step). An agent
+  whose mask drops while its replica runs on has ended its own episode, a termination for GAE; out
+  of the game it is left out of every loss, statistic and the observation normaliser;
+- final_values[t] = V(final observation) of replicas truncated at step t (a time limit bootstraps
+  from the state it cut off; a termination bootstraps nothing), else 0.
+GAE (`rollout.advantages`) then bootstraps the replicas still running from V(s_T).
+"""
+from __future__ import annotations
+
+import torch
+
+from .compiled import MaybeCompiled, act_and_record, value_step
+from .rollout import advantages, chunks, gae
+
+# The rollout keeps its final observations for one batched critic pass when they take at most
+# this much memory (else V(final observation) is computed after every step)
+FINAL_OBS_BUFFER_BYTES = 256 * 2**20
+
+
+class Collector:
+    """Steps the trainer's env with its policies. trainer: the Trainer whose env, groups, models,
+    buffers, normalisers and generator it uses (it owns none of them)."""
+
+    def __init__(self, trainer, compile_on: bool):
+        self.trainer = trainer
+        tr, env = trainer, trainer.env
+        T, E, O = tr.T, tr.E, tr.obs_dim
+        self.store = env.store
+        self.active = env.definition.namespace.get("ACTIVE")  # per-agent array: nonzero while in the game
+        self.can_truncate = env.definition.max_steps < 2**31 - 1  # an env without a time limit never does
+        self.final_obs = None
+        self.noise = {}
+        if tr.algorithm != "ddpg":
+            if self.can_truncate and 4 * T * E * env.num_agents * O <= FINAL_OBS_BUFFER_BYTES:
+                self.final_obs = torch.zeros((T, E, env.num_agents, O), device=tr.device)
+            self.terminated = torch.zeros((T, E), device=tr.device)
+            self.truncated = torch.zeros((T, E), device=tr.device)
+            for buf in tr.buffers.values():
+                buf.terminated, buf.truncated = self.terminated, self.truncated
+            self.noise = {g.name: torch.empty((E * g.n, tr.head.out_dim), device=tr.device) for g in tr.groups}
+        self._act_and_record = MaybeCompiled(act_and_record, compile_on, "the policy step")
+        self._record_outcome = MaybeCompiled(self.step_outcome, compile_on, "the step's bookkeeping")
+        self._value_step = MaybeCompiled(value_step, compile_on, "the value function")
+        self._advantages = MaybeCompiled(advantages, compile_on, "GAE")
+
+    # -- observations and actions of one group -----------------------------------------------
+    def live(self, g):
+        """[E, n] bool: the group's agents in the game (None: the env has no ACTIVE array)."""
+        return g.gather(self.store[self.active]) != 0 if self.active is not None else None
+
+    def observe(self, g, tensor, live=None, accumulate: bool = False):
+        """[R, A, *O] (R replicas, or replica-steps) -> the group's observations [R, n, O], normalised
+        when configured; `accumulate` adds the live agents' raw observations to the normaliser's batch."""
+        tr = self.trainer
+        obs = g.gather(tensor).reshape(tensor.shape[0], g.n, tr.obs_dim)
+        norm = tr.norms.get(g.name)
+        if norm is None:
+            return obs
+        if accumulate:
+            norm.accumulate(obs, live)
+        return norm(obs)
+
+    def joint_obs(self, group_obs: dict):
+        """The groups' observations {name: [R, n, O]} -> each replica's joint observation [R, A * O]."""
+        tr = self.trainer
+        rows = next(iter(group_obs.values())).shape[0]
+        parts = torch.empty((rows, tr.env.num_agents, tr.obs_dim), dtype=tr.obs_dtype, device=tr.device)
+        for g in tr.groups:
+            g.scatter(parts, group_obs[g.name])
+        return parts.reshape(rows, tr.state_dim)
+
+    def send(self, g, actions):
+        """The group's actions [E * n, ...] (policy units) into the env's action array."""
+        tr = self.trainer
+        g.scatter(self.store["action"], tr.head.to_env(actions.reshape((-1,) + tr.head.act_shape))
+                  .reshape((tr.E, g.n) + tr.head.act_shape))
+
+    def values(self, g, model, obs, state):
+        """V of observations obs [R, n, O] (or of the joint states [R, S]) -> [R, n]."""
+        tr = self.trainer
+        with tr.autocast():
+            value = self._value_step(model, obs.reshape(-1, tr.obs_dim), state, g.name in tr.central)
+        return value.reshape(obs.shape[0], g.n)
+
+    # -- the on-policy rollout -----------------------------------------------------------------
+    def rollout(self):
+        """T steps of every group's policy into its buffer (see the module's docstring)."""
+        tr, store = self.trainer, self.store
+        per_step_final_values = self.can_truncate and self.final_obs is None
+        tr.refresh_rollout_copies()
+        for t in range(tr.T):
+            group_obs = {}
+            for g in tr.groups:
+                buf = tr.buffers[g.name]
+                live = self.live(g)
+                if live is not None:
+                    buf.mask[t].copy_(live)
+                group_obs[g.name] = self.observe(g, store["obs"], live, accumulate=True)
+            state = self.joint_obs(group_obs) if tr.central else None
+            for g in tr.groups:
+                buf, obs = tr.buffers[g.name], group_obs[g.name]
+                buf.obs[t].copy_(obs)
+                if buf.state is not None:
+                    buf.state[t].copy_(state)
+                self.send(g, self._policy_step(g, obs, state, t))
+            tr.env.step()
+            self._record_outcome(self.terminated[t], self.truncated[t],
+                                 self.final_obs[t] if self.final_obs is not None else None,
+                                 [tr.buffers[g.name].rewards[t] for g in tr.groups])
+            if per_step_final_values:
+                self._final_values_of_step(t)
+        if self.active is not None:
+            for g in tr.groups:
+                tr.buffers[g.name].mask[tr.T].copy_(self.live(g))
+        if self.final_obs is not None:
+            self._final_values()
+
+    def _policy_step(self, g, obs, state, t):
+        """Sample the group's actions for obs [E, n, O] into its buffer's step t (actions, logp,
+        values) with the rollout's copy of the model; returns the actions [E * n, ...]."""
+        tr = self.trainer
+        buf, noise = tr.buffers[g.name], self.noise[g.name]
+        if tr.head.kind == "gaussian":
+            noise.normal_(generator=tr.generator)
+        else:
+            noise.uniform_(generator=tr.generator)  # (the policy step keeps it off 0)
+        with tr.autocast():
+            return self._act_and_record(tr.rollout_models[g.name], tr.head, obs.reshape(-1, tr.obs_dim), state,
+                                        noise, g.name in tr.central, buf.actions[t], buf.logp[t], buf.values[t])
+
+    def step_outcome(self, terminated, truncated, final_obs, rewards: list):
+        """After an env step: its terminations and truncations [E], final observations [E, A, O] (when
+        kept) and each group's rewards [E, n] into the rollout's step t (the views given), and the
+        episodes that finished into the episode statistics. One function, so that torch.compile fuses
+        the step's bookkeeping into a few kernels."""
+        tr, store = self.trainer, self.store
+        tr.episode_stats.after_step()
+        terminated.copy_(store["terminated"])
+        truncated.copy_(store["truncated"])
+        if final_obs is not None:
+            final_obs.copy_(store["final_obs"].reshape(final_obs.shape))
+        for g, reward in zip(tr.groups, rewards):
+            reward.copy_(g.gather(store["reward"]))
+
+    def _final_values_of_step(self, t):
+        """V(final observation) of the replicas truncated at step t, when the rollout's final
+        observations are too large to keep for one batched pass."""
+        tr = self.trainer
+        truncated_only = (self.truncated[t] * (1 - self.terminated[t])).unsqueeze(1)
+        final_obs = {g.name: self.observe(g, self.store["final_obs"]) for g in tr.groups}
+        state = self.joint_obs(final_obs) if tr.central else None
+        for g in tr.groups:
+            final = self.values(g, tr.rollout_models[g.name], final_obs[g.name], state)
+            tr.buffers[g.name].final_values[t].copy_(final * truncated_only)
+
+    def _final_values(self):
+        """V(final observation) of every replica truncated during the rollout (else 0), into each
+        group's final_values [T, E, n]: one batched pass over the kept final observations (a few
+        large kernels, not T times as many small ones), in chunks of the learner's memory bound."""
+        tr = self.trainer
+        T, E = tr.T, tr.E
+        flat = self.final_obs.reshape(T * E, tr.env.num_agents, tr.obs_dim)
+        truncated_only = (self.truncated * (1 - self.terminated)).reshape(T * E, 1)
+        for part in chunks(T * E, max(1, min(tr.chunk_size[g.name] // g.n for g in tr.groups))):
+            group_obs = {g.name: self.observe(g, flat[part]) for g in tr.groups}
+            state = self.joint_obs(group_obs) if tr.central else None
+            for g in tr.groups:
+                value = self.values(g, tr.rollout_models[g.name], group_obs[g.name], state)
+                final = tr.buffers[g.name].final_values.reshape(T * E, g.n)
+                final[part].copy_(value * truncated_only[part])
+
+    def advantages(self, g):
+        """GAE of group g's rollout, bootstrapped from V(s_T), into its buffer's advantages and returns."""
+        tr = self.trainer
+        with torch.no_grad():
+            obs = {h.name: self.observe(h, self.store["obs"]) for h in tr.groups}
+            state = self.joint_obs(obs) if g.name in tr.central else None
+            next_value = self.values(g, tr.rollout_models[g.name], obs[g.name], state)
+            gae(tr.buffers[g.name], next_value, tr.config.gamma, tr.config.gae_lambda, self._advantages)
+
+    # -- DDPG: exploration into the replay buffer ----------------------------------------------
+    def explore(self, learning: bool):
+        """T steps with the actors plus Gaussian noise (uniform random actions until `learning`),
+        each transition into the group's replay buffer (raw observations: normalised when replayed)."""
+        tr, store = self.trainer, self.store
+        head = tr.head
+        span = (head.high - head.low).reshape(-1)
+        for _ in range(tr.T):
+            for g in tr.groups:
+                rb = tr.buffers[g.name]
+                raw = g.gather(store["obs"]).reshape(-1, tr.obs_dim)
+                obs = self.observe(g, store["obs"], self.live(g), accumulate=True).reshape(-1, tr.obs_dim)
+                rb.stage_obs(raw)
+                if not learning:
+                    rb.noise.uniform_(0, 1, generator=tr.generator)
+                    actions = head.low.reshape(-1) + rb.noise * span
+                else:
+                    rb.noise.normal_(0, 1, generator=tr.generator)
+                    with tr.autocast():
+                        mu = tr.models[g.name].actor(obs)
+                    actions = mu.float() + rb.noise * tr.config.exploration_noise * span / 2
+                actions = head.to_env(actions.reshape((-1,) + head.act_shape)).reshape(-1, head.out_dim)
+                rb.stage_actions(actions)
+                g.scatter(store["action"], actions.reshape((tr.E, g.n) + head.act_shape))
+            tr.env.step()
+            tr.episode_stats.after_step()
+            ended = store["done"].bool().reshape(tr.E, 1, 1)
+            term = store["terminated"].float().reshape(tr.E, 1)
+            for g in tr.groups:
+                raw_next = torch.where(ended, g.gather(store["final_obs"]), g.gather(store["obs"]))
+                tr.buffers[g.name].add(g.gather(store["reward"]).reshape(-1), raw_next.reshape(-1, tr.obs_dim),
+                                       term.expand(tr.E, g.n).reshape(-1))
+
+    # -- acting with trained policies ------------------------------------------------------------
+    def act(self, deterministic: bool = True):
+        """The learners' actions for the env's current observations into its action array: the
+        distribution's mode when deterministic, else a sample."""
+        tr = self.trainer
+        with torch.no_grad():
+            for g in tr.groups:
+                model = tr.models[g.name]
+                obs = self.observe(g, self.store["obs"]).reshape(-1, tr.obs_dim)
+                if tr.algorithm == "ddpg":
+                    actions = model.actor(obs)
+                else:
+                    out = model.actor(obs) if g.name in tr.central else model(obs)[0]
+                    if deterministic:
+                        actions = tr.head.mode(out)
+                    else:
+                        noise = torch.rand(out.shape, device=tr.device).clamp_(1e-10, 1) \
+                            if tr.head.kind != "gaussian" else torch.randn(out.shape, device=tr.device)
+                        actions = tr.head.sample(out, getattr(model, "log_std", None), noise)
+                self.send(g, actions)
+        return self.store["action"]

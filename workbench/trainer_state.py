@@ -1,0 +1,102 @@
+"""What a trainer's checkpoint holds, and putting it back: policies, optimisers (with the learning-rate
+tensors a captured graph reads), normalisers, replay buffers, counters and history, random streams,
+the env's state and the CPU thread counts the run measured. The file itself: checkpoint.py.
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from . import checkpoint as ckpt
+from . import config as cfg
+from . import distributed as dist_mod
+from . import threads
+from .algorithms import ddpg
+
+
+def signature(tr) -> dict:
+    """What must match between a checkpoint and the trainer that loads it."""
+    return {"env": tr.env.name, "num_agents": tr.env.num_agents, "obs_shape": list(tr.env.obs_shape),
+            "action_space": repr(tr.env.action_space), "policies": {g.name: g.ids for g in tr.groups},
+            "algorithm": tr.algorithm, "normalize_obs": bool(tr.norms), "centralised_critic": sorted(tr.central)}
+
+
+def _optimizers(tr):
+    """Every optimiser, in a fixed order (DDPG's are (actor, critic) pairs)."""
+    for opt in tr.optimizers.values():
+        yield from (opt if isinstance(opt, tuple) else (opt,))
+
+
+def state(tr) -> dict:
+    """The trainer's whole state as a checkpoint payload (host tensors for the env)."""
+    return {
+        "signature": signature(tr),
+        "config": cfg.to_dict(tr.config),
+        "models": {n: m.state_dict() for n, m in tr.models.items()},
+        "optimizers": {n: (o.state_dict() if not isinstance(o, tuple) else [x.state_dict() for x in o])
+                       for n, o in tr.optimizers.items()},
+        "norms": {n: norm.state_dict() for n, norm in tr.norms.items()},
+        "iteration": tr.iteration, "env_steps": tr.env_steps, "history": tr.history,
+        "rng": {"torch": torch.get_rng_state(), "generator": tr.generator.get_state(),
+                "env_generator": tr.env._generator.get_state()},
+        "env_state": {k: v.detach().cpu() for k, v in tr.env.store.items()},
+        "env_seed": tr.env.seed,
+        "world_size": tr.world_size,
+        "threads": tr.threads,
+        "replay": {n: b.state_dict() for n, b in tr.buffers.items() if isinstance(b, ddpg.ReplayBuffer)},
+    }
+
+
+def restore(tr, payload: dict, path, restore_env: bool = True):
+    """Put a checkpoint payload back into trainer `tr` (written for the same env and policy map)."""
+    mine, theirs = signature(tr), payload["signature"]
+    for key in mine:
+        if mine[key] != theirs.get(key, [] if key == "centralised_critic" else None):
+            raise ckpt.CheckpointError(f"checkpoint {str(path)!r} was written for {key}={theirs.get(key)!r}; "
+                                       f"this trainer has {key}={mine[key]!r}")
+    for n, saved in payload["models"].items():
+        tr.models[n].load_state_dict(saved)
+    for n, saved in payload["optimizers"].items():
+        opt = tr.optimizers[n]
+        for o, s in zip(opt, saved) if isinstance(opt, tuple) else ((opt, saved),):
+            o.load_state_dict(s)
+    _keep_lr_tensors(tr)
+    for n, saved in payload.get("replay", {}).items():
+        tr.buffers[n].load_state_dict(saved)
+    for n, saved in payload["norms"].items():
+        tr.norms[n].load_state_dict(saved)
+    tr.iteration, tr.env_steps = payload["iteration"], payload["env_steps"]
+    tr.history = list(payload["history"])
+    torch.set_rng_state(payload["rng"]["torch"])
+    tr.generator.set_state(payload["rng"]["generator"])
+    if tr.rank > 0:  # the checkpoint holds rank 0's stream: every other rank continues on its own
+        tr.generator.manual_seed(dist_mod.rank_seed(tr.config.seed + 1, tr.rank) * 2**20 + tr.iteration)
+    tr.graph.invalidate()
+    tr.refresh_rollout_copies()
+    saved_threads = payload.get("threads")
+    if tr.threads is not None and saved_threads and tr.threads.get("how") == "measured":
+        # a resumed run goes on with the counts its run measured (the same rounding as before)
+        threads.apply(saved_threads)
+        tr.threads = {**saved_threads, "how": "restored from the checkpoint"}
+    saved_world = payload.get("world_size", 1)
+    if restore_env and saved_world != tr.world_size:
+        warnings.warn(f"checkpoint written by {saved_world} rank(s), resumed by {tr.world_size}: policies, "
+                      f"optimisers and counters are restored; env replicas start new episodes", stacklevel=3)
+    elif restore_env and payload["env_state"]["obs"].shape == tr.env.store["obs"].shape and tr.world_size == 1:
+        tr.env.store.load_snapshot(payload["env_state"])
+        tr.env.seed = payload["env_seed"]
+        tr.env._generator.set_state(payload["rng"]["env_generator"])
+
+
+def _keep_lr_tensors(tr):
+    """A loaded optimiser state brings its own learning-rate values: copy them into the device tensors
+    the fused Adam (and a captured graph) read, and keep those tensors in place."""
+    if not tr.lr_tensors:
+        return
+    tensors = iter(tr.lr_tensors)
+    for o in _optimizers(tr):
+        for group in o.param_groups:
+            tensor, _base = next(tensors)
+            tensor.fill_(float(group["lr"]))
+            group["lr"] = tensor
