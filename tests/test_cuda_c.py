@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import codegen_c, envdef, registry
+from workbench import codegen_c, envdef, envdef_c, registry
 from workbench.codegen import Layout, gpu_layout
 from workbench.env import Env
 from workbench.errors import EnvCompileError, EnvDefinitionError
@@ -143,19 +143,19 @@ STEP = ["move", "score"]
 
 
 def probe_definition(**params):
-    return envdef.attach_c(envdef.parse("probe", PROBE_PY, "probe.py", params), PROBE_C, "probe.cu")
+    return envdef_c.attach_c(envdef.parse("probe", PROBE_PY, "probe.py", params), PROBE_C, "probe.cu")
 
 
 
 # ---- the /*@workbench*/ declaration block and the C phase scan ---------------------------------
 
 def test_workbench_block_parses():
-    defn = envdef.parse_c("probe_pure", PROBE_PURE, overrides={"num_agents": 4})
+    defn = envdef_c.parse_c("probe_pure", PROBE_PURE, overrides={"num_agents": 4})
     assert defn.language == "cuda-c" and defn.c_source == PROBE_PURE
     assert defn.num_agents == 4 and defn.max_steps == 9 and defn.obs_shape == (2, 2)
     assert defn.params["gains"] == (1.0, 0.5)
     assert defn.arrays["pos"].shape == (2,) and defn.arrays["ticks"].dtype == np.int64
-    phases = envdef.c_phases(defn)
+    phases = envdef_c.c_phases(defn)
     assert [p.name for p in phases["step"]] == ["move", "score"]
     assert phases["observe"][0].args == ("env", "agent", "pos", "obs")
     lines = PROBE_PURE.splitlines()
@@ -167,15 +167,15 @@ def test_workbench_block_parses():
 def test_workbench_block_errors_name_the_line():
     bad = PROBE_PURE.replace('MAX_STEPS = "max_steps"', "MAX_STEPS = max_steps + ")
     with pytest.raises(EnvDefinitionError) as info:
-        envdef.parse_c("bad", bad)
+        envdef_c.parse_c("bad", bad)
     assert info.value.line == 4
     with pytest.raises(EnvDefinitionError, match=r"takes 'speedz'"):
-        envdef.parse_c("bad", PROBE_PURE.replace("energy_view energy, int* hits,\n                     tag_view tag",
+        envdef_c.parse_c("bad", PROBE_PURE.replace("energy_view energy, int* hits,\n                     tag_view tag",
                                                  "energy_view energy, int* hits,\n                     float speedz"))
     with pytest.raises(EnvDefinitionError, match=r"no `__device__ void score"):
-        envdef.parse_c("bad", PROBE_PURE.replace("void score(", "void scored("))
+        envdef_c.parse_c("bad", PROBE_PURE.replace("void score(", "void scored("))
     with pytest.raises(EnvDefinitionError, match=r"/\*@workbench"):
-        envdef.parse_c("bad", PROBE_C)
+        envdef_c.parse_c("bad", PROBE_C)
 
 
 def test_c_functions_ignore_comments_and_read_parameter_names():
@@ -185,16 +185,16 @@ def test_c_functions_ignore_comments_and_read_parameter_names():
 __device__ static __forceinline__ float helper(float a) { return a; }
 __device__ void step(int env, int agent, wb_view<float, 3, 4> obs, const float* const x, unsigned char done[]) {}
 '''
-    found = envdef.c_functions(source)
+    found = envdef_c.c_functions(source)
     assert sorted(found) == ["helper", "step"]
-    assert found["step"][0] == envdef.CPhase("step", ("env", "agent", "obs", "x", "done"), 5)
+    assert found["step"][0] == envdef_c.CPhase("step", ("env", "agent", "obs", "x", "done"), 5)
 
 
 def test_registry_attaches_the_sibling_cu():
     defn = registry.definition("cartpole")
     assert defn.c_source is not None and defn.c_filename.endswith("cartpole.cu")
     assert defn.language == "python" and defn.reset_phases[0].__name__ == "reset"
-    assert [p.name for p in envdef.c_phases(defn)["step"]] == ["step"]
+    assert [p.name for p in envdef_c.c_phases(defn)["step"]] == ["step"]
     wb.register("probe_pure_reg", PROBE_PURE, language="cuda")
     assert registry.definition("probe_pure_reg", speed=1.0).params["speed"] == 1.0
 
@@ -234,7 +234,7 @@ def test_cartpole_compiles_with_nvrtc(nvrtc, arch):
 
 
 def test_probe_and_pure_c_compile_with_nvrtc(nvrtc):
-    for defn in (probe_definition(), envdef.parse_c("probe_pure", PROBE_PURE)):
+    for defn in (probe_definition(), envdef_c.parse_c("probe_pure", PROBE_PURE)):
         code, _ = cuda_c.compile_program(defn, "sm_90")
         assert len(code.code) > 1000
 
@@ -243,7 +243,7 @@ def test_c_syntax_error_names_the_cu_line(nvrtc):
     cu = (RUNTIME_DIR.parent.parent / "envs" / "cartpole.cu").read_text()
     broken = cu.replace("    reward(env, agent) = 1.0f;", "    reward(env, agent) = 1.0f")
     line = broken.splitlines().index("    reward(env, agent) = 1.0f") + 1
-    defn = envdef.attach_c(registry.definition("cartpole"), broken, "/somewhere/cartpole.cu")
+    defn = envdef_c.attach_c(registry.definition("cartpole"), broken, "/somewhere/cartpole.cu")
     with pytest.raises(EnvCompileError) as info:
         cuda_c.compile_program(defn, "sm_90")
     # NVRTC reports a missing ';' at the next token: this line or the next
@@ -254,8 +254,8 @@ def test_c_syntax_error_names_the_cu_line(nvrtc):
 
 def test_phase_type_mismatch_names_the_phase_line(nvrtc):
     broken = PROBE_PURE.replace("unsigned char* terminated, long long* ticks", "int* terminated, long long* ticks")
-    defn = envdef.parse_c("probe_pure", broken, filename="<warpenv probe_pure>")
-    score_line = next(p.line for p in envdef.c_phases(defn)["step"] if p.name == "score")
+    defn = envdef_c.parse_c("probe_pure", broken, filename="<warpenv probe_pure>")
+    score_line = next(p.line for p in envdef_c.c_phases(defn)["step"] if p.name == "score")
     with pytest.raises(EnvCompileError) as info:
         cuda_c.compile_program(defn, "sm_90")
     assert info.value.line == score_line
@@ -434,7 +434,7 @@ def test_host_build_of_multi_agent_probe_matches_cpu(tmp_path, layout):
 
 @needs_gxx
 def test_host_build_of_pure_c_probe_matches_python_probe(tmp_path):
-    pure = envdef.parse_c("probe_pure", PROBE_PURE)
+    pure = envdef_c.parse_c("probe_pure", PROBE_PURE)
     python = probe_definition()
     frames = _host_run(tmp_path, pure, gpu_layout(3), 4, 7, [np.full((4, 3, 2), 0.5, np.float32)] * 12)
     env = Env(python, num_envs=4, target="cpu", seed=7)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import codegen, codegen_c, envdef, rng
+from workbench import codegen, codegen_c, envdef, envdef_c, rng
 
 # Agents on a ring of `size` cells eat from food patches; an eaten patch regrows after
 # `regrow_time` steps at a random cell. Per-patch counts are cleared by a patch phase, filled by an
@@ -261,7 +261,7 @@ def test_entity_definition_errors_say_what_to_do():
 
 
 def test_cuda_c_driver_runs_entity_and_per_replica_phases():
-    defn = envdef.attach_c(envdef.parse("patches", PATCHES), PATCHES_C, "patches.cu")
+    defn = envdef_c.attach_c(envdef.parse("patches", PATCHES), PATCHES_C, "patches.cu")
     source = codegen_c.c_program(defn, codegen.gpu_layout(3))
     assert "for (int a = lane; a < 4; a += TPE)" in source  # the patch phases
     assert "wb_make_key(seed, e, 4294967296ULL + (wb_u64)a, " in source
@@ -272,7 +272,7 @@ def test_cuda_c_entity_phases_match_the_cpu_target_in_a_host_build(tmp_path):
     test_cuda_c = pytest.importorskip("test_cuda_c")
     if test_cuda_c.GXX is None:
         pytest.skip("needs g++ for the host build of the C runtime")
-    defn = envdef.attach_c(envdef.parse("patches", PATCHES), PATCHES_C, "patches.cu")
+    defn = envdef_c.attach_c(envdef.parse("patches", PATCHES), PATCHES_C, "patches.cu")
     frames = test_cuda_c._compare_with_cpu(tmp_path, defn, codegen.gpu_layout(3), n_envs=3, steps=25)
     assert max(f["episode"].max() for f in frames) >= 2
 
@@ -317,9 +317,9 @@ def test_float_parameters_enter_phases_at_the_declared_precision(target, precisi
 def test_cuda_c_parameters_follow_precision():
     source = PRECISE.replace("NUM_AGENTS = 1", 'PRECISION = "float32"\nNUM_AGENTS = 1')
     c = "__device__ void reset(int env) {}\n__device__ void step(int env) {}\n__device__ void observe(int env) {}\n"
-    single = codegen_c.c_program(envdef.attach_c(envdef.parse("precise", source), c), codegen.gpu_layout(1))
+    single = codegen_c.c_program(envdef_c.attach_c(envdef.parse("precise", source), c), codegen.gpu_layout(1))
     assert "constexpr float scale = 0.10000000149011612f;" in single
     assert "__device__ constexpr float pair[2] = {0.10000000149011612f, 0.30000001192092896f};" in single
     assert "constexpr int count = 3;" in single
-    double = codegen_c.c_program(envdef.attach_c(envdef.parse("precise", PRECISE), c), codegen.gpu_layout(1))
+    double = codegen_c.c_program(envdef_c.attach_c(envdef.parse("precise", PRECISE), c), codegen.gpu_layout(1))
     assert "constexpr double scale = 0.1;" in double

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import codegen_c, envdef, registry
+from workbench import codegen_c, envdef, envdef_c, registry
 from workbench.codegen import Layout, gpu_layout
 from workbench.env import Env
 from workbench.targets import cuda_c
@@ -147,7 +147,7 @@ def brute_knn(frame, n_agents, k):
 def test_registry_attaches_the_cu_with_every_phase():
     defn = definition(**TAG)
     assert defn.c_source is not None and defn.c_filename.endswith("tag_continuous.cu")
-    phases = envdef.c_phases(defn)
+    phases = envdef_c.c_phases(defn)
     for stage, fns in (("reset", defn.reset_phases), ("step", defn.step_phases), ("observe", defn.observe_phases)):
         assert [p.name for p in phases[stage]] == [fn.__name__ for fn in fns]
         # the C phases take the arrays their Python twins take, in the same order

@@ -22,7 +22,8 @@ import math
 import numpy as np
 
 from .codegen import ENTITY_STREAM, Layout
-from .envdef import EnvDefinition, c_phases, phase_index
+from .envdef import EnvDefinition, phase_index
+from .envdef_c import c_phases
 
 DRIVER_FILE = "<workbench driver>"
 RUNTIME_HEADER = "wb_runtime.cuh"

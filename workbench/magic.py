@@ -8,7 +8,7 @@ registered and checked.
     ...                                   # the same text as a file in envs/
 
 The cell goes through the path every env takes (`registry.register` -> `envdef.parse`, or
-`envdef.parse_c` for `--lang cuda`, then the targets' compile), so `wb.make(NAME, ...)` works
+`envdef_c.parse_c` for `--lang cuda`, then the targets' compile), so `wb.make(NAME, ...)` works
 afterwards. Errors raise (a notebook run in CI fails) and render as one short message naming the
 cell's own line: the source is registered as `<warpenv NAME>` with a blank first line standing
 for the `%%warpenv` line, so line N of a message is line N of the cell as the notebook shows it.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 
-from . import envdef
+from . import envdef, envdef_c
 from .errors import UnknownEnvError
 
 
@@ -64,9 +64,9 @@ def names() -> list:
 def definition(name: str, **params) -> envdef.EnvDefinition:
     entry = lookup(name)
     params = {**dict(entry.params), **params}
-    if entry.language in envdef.C_LANGUAGES:
-        return envdef.parse_c(entry.name, entry.source, entry.filename, params)
+    if entry.language in envdef_c.C_LANGUAGES:
+        return envdef_c.parse_c(entry.name, entry.source, entry.filename, params)
     defn = envdef.parse(entry.name, entry.source, entry.filename, params)
     if entry.c_source is not None:
-        defn = envdef.attach_c(defn, entry.c_source, entry.c_filename)
+        defn = envdef_c.attach_c(defn, entry.c_source, entry.c_filename)
     return defn
