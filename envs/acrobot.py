@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from workbench.envdef import Box, Discrete, check_ranges, per_env
+from workbench.render import Drawer
 from workbench.rng import uniform_range
 
 PARAMS = dict(dt=0.2, link_length_1=1.0, link_length_2=1.0, link_mass_1=1.0, link_mass_2=1.0,
@@ -138,3 +139,29 @@ def observe(env, agent, theta1, theta2, dtheta1, dtheta2, obs):
     obs[env, agent, 3] = math.sin(theta2[env])
     obs[env, agent, 4] = dtheta1[env]
     obs[env, agent, 5] = dtheta2[env]
+
+
+# ---- the rollout viewer's drawing (workbench.render): host Python that no kernel compiles --------
+
+class AcrobotDrawer(Drawer):
+    """Two links hanging from a pivot; the dashed line is the height the tip must reach."""
+    figsize = (3.6, 3.6)
+
+    def setup(self, ax):
+        reach = self.p.link_length_1 + self.p.link_length_2 + 0.2
+        ax.set_xlim(-reach, reach)
+        ax.set_ylim(-reach, reach)
+        ax.set_aspect("equal")
+        ax.axhline(1.0, color="0.5", ls="--", lw=0.8)
+        (self.links,) = ax.plot([], [], "-o", color="tab:blue", lw=4, ms=6, mfc="tab:orange")
+        return [self.links, self.make_info(ax)]
+
+    def update(self, k):
+        t1, t2 = float(self.traj["theta1"][k]), float(self.traj["theta2"][k])
+        x1, y1 = self.p.link_length_1 * math.sin(t1), -self.p.link_length_1 * math.cos(t1)
+        x2, y2 = x1 + self.p.link_length_2 * math.sin(t1 + t2), y1 - self.p.link_length_2 * math.cos(t1 + t2)
+        self.links.set_data([0.0, x1, x2], [0.0, y1, y2])
+        self.set_info(k)
+
+
+RENDER = AcrobotDrawer

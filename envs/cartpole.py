@@ -5,6 +5,7 @@ Reward 1 every step; terminated when |x| > 2.4 or |theta| > 12 degrees; truncate
 import math
 
 from workbench.envdef import Box, Discrete, check_ranges, per_env
+from workbench.render import Drawer
 from workbench.rng import uniform_range
 
 PARAMS = dict(gravity=9.8, masscart=1.0, masspole=0.1, length=0.5, force_mag=10.0, tau=0.02,
@@ -64,3 +65,35 @@ def observe(env, agent, x, x_dot, theta, theta_dot, obs):
     obs[env, agent, 1] = x_dot[env]
     obs[env, agent, 2] = theta[env]
     obs[env, agent, 3] = theta_dot[env]
+
+
+# ---- the rollout viewer's drawing (workbench.render): host Python that no kernel compiles --------
+
+class CartPoleDrawer(Drawer):
+    """Cart (a rectangle on a track) and pole (a line of length 2 * length)."""
+    figsize = (7.2, 2.9)  # the aspect of the track and pole: no blank bands around them
+
+    def setup(self, ax):
+        from matplotlib.patches import Rectangle
+        lim = getattr(self.p, "x_threshold", 2.4) * 1.12
+        pole = 2 * getattr(self.p, "length", 0.5)
+        ax.set_xlim(-lim, lim)
+        ax.set_ylim(-0.25, pole + 0.35)
+        ax.set_aspect("equal")
+        ax.plot([-lim, lim], [0, 0], color="0.3", lw=1)
+        for edge in (-self.p.x_threshold, self.p.x_threshold):
+            ax.axvline(edge, color="tab:red", lw=0.8, ls=":")
+        self.cart = Rectangle((0, -0.1), 0.5, 0.3, color="0.25")
+        ax.add_patch(self.cart)
+        (self.pole,) = ax.plot([], [], color="tab:orange", lw=4, solid_capstyle="round")
+        self.pole_len = pole
+        return [self.cart, self.pole, self.make_info(ax)]
+
+    def update(self, k):
+        x, th = float(self.traj["x"][k]), float(self.traj["theta"][k])
+        self.cart.set_xy((x - 0.25, -0.1))
+        self.pole.set_data([x, x + self.pole_len * math.sin(th)], [0.2, 0.2 + self.pole_len * math.cos(th)])
+        self.set_info(k)
+
+
+RENDER = CartPoleDrawer

@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from workbench.envdef import Box, Discrete, check_ranges, per_env
+from workbench.render import Drawer
 from workbench.rng import uniform_range
 
 PARAMS = dict(min_position=-1.2, max_position=0.6, max_speed=0.07, goal_position=0.5, goal_velocity=0.0,
@@ -67,3 +68,37 @@ def step(env, agent, action, position, velocity, reward, terminated):
 def observe(env, agent, position, velocity, obs):
     obs[env, agent, 0] = position[env]
     obs[env, agent, 1] = velocity[env]
+
+
+# ---- the rollout viewer's drawing (workbench.render): host Python that no kernel compiles --------
+
+class MountainCarDrawer(Drawer):
+    """The hill y = 0.45 sin(3x) + 0.55, the car on it and the goal flag."""
+    figsize = (4.8, 3.2)
+
+    @staticmethod
+    def height(x):
+        return np.sin(3 * np.asarray(x)) * 0.45 + 0.55
+
+    def setup(self, ax):
+        xs = np.linspace(self.p.min_position, self.p.max_position, 200)
+        ax.set_xlim(self.p.min_position, self.p.max_position)
+        ax.set_ylim(0.0, 1.15)
+        ax.plot(xs, self.height(xs), color="0.3")
+        goal = self.p.goal_position
+        ax.plot([goal, goal], [self.height(goal), self.height(goal) + 0.12], color="0.2")
+        ax.plot([goal], [self.height(goal) + 0.12], ">", color="gold", ms=10)
+        (self.car,) = ax.plot([], [], "s", color="tab:blue", ms=10)
+        return [self.car, self.make_info(ax)]
+
+    def update(self, k):
+        x = float(self.traj["position"][k])
+        self.car.set_data([x], [float(self.height(x)) + 0.03])
+        self.set_info(k, self.caption(k))
+
+    def caption(self, k: int) -> str:
+        """What frame k's caption adds after the return."""
+        return ""
+
+
+RENDER = MountainCarDrawer

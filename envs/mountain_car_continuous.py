@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from workbench.envdef import Box, check_ranges, per_env
+from workbench.envs.mountain_car import MountainCarDrawer
 from workbench.rng import uniform_range
 
 PARAMS = dict(min_action=-1.0, max_action=1.0, min_position=-1.2, max_position=0.6, max_speed=0.07,
@@ -74,3 +75,16 @@ def step(env, agent, action, position, velocity, reward, terminated):
 def observe(env, agent, position, velocity, obs):
     obs[env, agent, 0] = position[env]
     obs[env, agent, 1] = velocity[env]
+
+
+# ---- the rollout viewer's drawing (workbench.render): host Python that no kernel compiles --------
+
+class MountainCarContinuousDrawer(MountainCarDrawer):
+    """The mountain car's drawing (envs/mountain_car.py), the force applied in the caption."""
+
+    def caption(self, k):
+        action = self.traj.get("action")
+        return f" force={float(action[k].reshape(-1)[0]):+.2f}" if action is not None else ""
+
+
+RENDER = MountainCarContinuousDrawer

@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from workbench.envdef import Box, check_ranges, per_env
+from workbench.render import Drawer
 from workbench.rng import uniform_range
 
 PARAMS = dict(max_speed=8.0, max_torque=2.0, dt=0.05, g=10.0, m=1.0, l=1.0, init_theta=math.pi,
@@ -61,3 +62,27 @@ def observe(env, agent, theta, thetadot, obs):
     obs[env, agent, 0] = math.cos(theta[env])
     obs[env, agent, 1] = math.sin(theta[env])
     obs[env, agent, 2] = thetadot[env]
+
+
+# ---- the rollout viewer's drawing (workbench.render): host Python that no kernel compiles --------
+
+class PendulumDrawer(Drawer):
+    """A rod from the pivot (theta = 0 is upright) and the applied torque."""
+    figsize = (3.6, 3.6)
+
+    def setup(self, ax):
+        ax.set_xlim(-1.3, 1.3)
+        ax.set_ylim(-1.3, 1.3)
+        ax.set_aspect("equal")
+        ax.plot([0], [0], "o", color="0.2")
+        (self.rod,) = ax.plot([], [], color="tab:red", lw=5, solid_capstyle="round")
+        return [self.rod, self.make_info(ax)]
+
+    def update(self, k):
+        th = float(self.traj["theta"][k])
+        self.rod.set_data([0.0, math.sin(th)], [0.0, math.cos(th)])
+        action = self.traj.get("action")
+        self.set_info(k, f" torque={float(action[k].reshape(-1)[0]):+.2f}" if action is not None else "")
+
+
+RENDER = PendulumDrawer

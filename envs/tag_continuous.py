@@ -52,6 +52,7 @@ import math
 import numpy as np
 
 from workbench.envdef import Box, MultiDiscrete, check_ranges, per_agent, per_env
+from workbench.render import PointsDrawer
 from workbench.rng import randint, uniform_range
 
 MAX_AGENTS = 10_000
@@ -523,3 +524,47 @@ def write_obs(env, agent, t, x, y, speed, heading, accel, in_game, cell_count, c
 
 
 observe = [bin_agents, observe_agent, unbin_agents]
+
+
+# ---- the rollout viewer's drawing (workbench.render): host Python that no kernel compiles --------
+
+class TagDrawer(PointsDrawer):
+    """Taggers red, runners blue, one Line2D per team; a runner out of the game is a grey cross, and
+    circled in black for the first frames after its tag; the caption counts tags and gives each
+    team its return."""
+    tag_mark_frames = 4  # a tag stays circled this many frames, so it is seen while playing
+
+    def moving_artists(self, ax):
+        artists = super().moving_artists(ax)
+        self.in_game = np.asarray(self.traj["in_game"]) != 0
+        (self.out,) = ax.plot([], [], "x", ls="none", ms=self.size, color="0.55", label="out of the game")
+        # left[k, a]: agent a left the game between frames k - 1 and k (frame k is the first without it)
+        left = np.zeros_like(self.in_game)
+        left[1:] = self.in_game[:-1] & ~self.in_game[1:]
+        self.tag_step = np.where(left.any(axis=0), left.argmax(axis=0), -1)
+        self.tags_so_far = np.cumsum(left.sum(axis=1))
+        (self.tag_ring,) = ax.plot([], [], "o", ls="none", ms=max(2.2 * self.size, 7.0), mfc="none", mec="black",
+                                   mew=1.2, label="tagged")
+        # taggers are few: drawn after the runners (blitting draws in list order) and larger, so runners
+        # never hide them; the rings over everything
+        taggers = [line for line in artists if line.get_label().startswith("taggers")]
+        for line in taggers:
+            line.set_markersize(max(1.8 * self.size, 5.0))
+        return [line for line in artists if line not in taggers] + [self.out] + taggers + [self.tag_ring]
+
+    def drawn_agents(self) -> int:
+        """Agents drawn in the frame last set by `update` (in the game plus crossed out)."""
+        return super().drawn_agents() + len(self.out.get_xdata())
+
+    def update(self, k):
+        playing = self.in_game[k]
+        self.move_agents(k, shown=playing)
+        gone = np.flatnonzero(~playing)
+        self.out.set_data(self.xs[k][gone], self.ys[k][gone])
+        since = k - self.tag_step
+        recent = np.flatnonzero((self.tag_step >= 0) & (since >= 0) & (since < self.tag_mark_frames))
+        self.tag_ring.set_data(self.xs[k][recent], self.ys[k][recent])
+        self.set_info(k, f" tagged={int(self.tags_so_far[k])} out={len(gone)}")
+
+
+RENDER = TagDrawer

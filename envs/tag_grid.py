@@ -51,6 +51,7 @@ import math
 import numpy as np
 
 from workbench.envdef import Box, Discrete, check_ranges, per_agent, per_env
+from workbench.envs.tag_continuous import TagDrawer
 from workbench.rng import randint
 
 PARAMS = dict(num_taggers=10, num_runners=1, grid_length=10, episode_length=100, wall_hit_penalty=0.1,
@@ -325,3 +326,13 @@ def clear_blocks(env, agent, blocks):
 
 
 observe = [observe_agent, clear_blocks]
+
+
+# ---- the rollout viewer's drawing (workbench.render): host Python that no kernel compiles --------
+
+class TagGridDrawer(TagDrawer):
+    """Tag's drawing (envs/tag_continuous.py) on the integer grid: agents as squares on the cells."""
+    grid = True
+
+
+RENDER = TagGridDrawer

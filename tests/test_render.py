@@ -36,7 +36,28 @@ def test_every_shipped_env_has_a_drawer_and_is_tested_here():
     shipped = {p.name[:-3] for p in resources.files("workbench.envs").iterdir()
                if p.name.endswith(".py") and not p.name.startswith("_")}
     assert shipped == set(ENVS)
-    assert shipped <= set(render.DRAWERS)
+
+
+@pytest.mark.parametrize("name", list(ENVS))
+def test_a_shipped_env_declares_its_drawer_in_its_source(recorded, name):
+    """Shipped envs use the hook of any env source (RENDER), found through the definition; none
+    is drawn by a generic drawer or registered by name."""
+    env, (traj, *_) = recorded[name]
+    cls = env.definition.namespace.get("RENDER")
+    assert isinstance(cls, type) and issubclass(cls, render.Drawer)
+    assert cls not in (render.PointsDrawer, render.StripDrawer, render.FunctionDrawer)
+    assert name not in render.DRAWERS
+    assert type(render.drawer_for(traj, env)) is cls
+
+
+def test_a_registered_drawer_wins_over_the_sources(recorded):
+    env, (traj, *_) = recorded["pendulum"]
+    render.register_drawer("pendulum", render.StripDrawer)
+    try:
+        assert type(render.drawer_for(traj, env)) is render.StripDrawer
+    finally:
+        del render.DRAWERS["pendulum"]
+    assert type(render.drawer_for(traj, env)).__name__ == "PendulumDrawer"
 
 
 @pytest.mark.parametrize("name", list(ENVS))
@@ -348,6 +369,42 @@ def draw(frame, ax):
         return
     ax.plot(frame["px"], frame["py"], "s", color="black")
 '''
+
+
+PLAIN_ENV = '''
+from workbench.envdef import Box, Discrete, per_agent
+
+PARAMS = dict(n=3)
+NUM_AGENTS = "n"
+OBSERVATION = Box(shape=(1,))
+ACTION = Discrete(2)
+STATE = dict(x=per_agent(), y=per_agent())
+
+def reset(env, agent, x, y):
+    x[env, agent] = 0.0
+
+def step(env, agent, x):
+    x[env, agent] += 1.0
+
+def observe(env, agent, x, obs):
+    obs[env, agent, 0] = x[env, agent]
+'''
+
+
+def test_an_env_without_a_drawer_is_drawn_as_points_or_a_strip():
+    from workbench import envdef
+    defn = envdef.parse("plain_walkers", PLAIN_ENV)
+    steps = 4
+    traj = {"x": np.tile(np.arange(steps, dtype=np.float32)[:, None], (1, 3)), "y": np.zeros((steps, 3), np.float32),
+            "t": np.arange(steps), "reward": np.zeros((steps, 3), np.float32), "done": np.zeros(steps, bool)}
+    points = render.FrameSource(traj, defn)
+    assert type(points.drawer) is render.PointsDrawer
+    points.rgb(3)
+    assert points.drawer.drawn_agents() == 3
+    assert list(points.drawer.lines[0][0].get_xdata()) == [3.0, 3.0, 3.0]
+    strip = render.FrameSource({k: v for k, v in traj.items() if k != "y"} | {"x": traj["x"][:, 0]}, defn)
+    assert type(strip.drawer) is render.StripDrawer
+    assert len(strip.rgb(3).shape) == 3
 
 
 def test_a_custom_env_draws_itself_with_its_draw_function():

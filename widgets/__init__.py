@@ -3,12 +3,18 @@
     from workbench.widgets import TrainingPanel
     panel = TrainingPanel("cartpole", target="cpu")     # display it; press Start, or panel.start()
 
-TrainingPanel (and `panel(...)`, the same) builds its form from the config dataclasses; Runner and
-RunSpec are the engine beneath it, usable without widgets; LivePlot draws the curves with
-matplotlib's Agg canvas.
+TrainingPanel (panel.py; `panel(...)` is the same) puts its parts together:
+
+    controls.py   RunForm: what to run, with form.py's forms generated from the config dataclasses
+    runner.py     Runner and RunSpec: a run in a background thread, usable without widgets;
+                  jobs.py holds what a run does, runfiles.py its run folder's files
+    curves.py     RunCurves: the live curves (plots.py's LivePlot, matplotlib Agg), runs compared
+    viewer.py     EpisodeViewer: the episodes a run pulls, animated by workbench.render
+    status.py     the status line, progress line and error box; device.py the device line
 """
+from .device import device_summary, gpu_count
 from .form import ConfigForm, EnvParamsForm, agent_params
-from .panel import TrainingPanel, device_summary, gpu_count, panel
+from .panel import TrainingPanel, panel
 from .plots import LivePlot
 from .runner import Runner, RunSpec
 

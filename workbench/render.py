@@ -3,9 +3,12 @@ player with a frame slider, or written to mp4 through ffmpeg.
 
 A trajectory is one entry of `env.pull_trajectories()`: host arrays [T, ...] of the env's state
 (per-env arrays [T], per-agent arrays [T, A]) before each step, plus obs, t, action, reward, done.
-Each env family has a `Drawer` that makes its artists once and moves them with `set_data` (agents
-of a group share ONE Line2D with point markers: thousands of agents stay cheap); frames are drawn
-by blitting onto a fixed background.
+An env is drawn by the drawer its source declares (`RENDER = MyDrawer` or `draw(frame, ax)`:
+shipped envs and `%%warpenv` cells alike), found through its definition by `drawer_for`;
+workbench.drawers holds the Drawer base class and the drawers of envs that declare none. A
+drawer makes its artists once and moves them with `set_data` (agents of a group share ONE
+Line2D with point markers: thousands of agents stay cheap); frames are drawn by blitting onto a
+fixed background.
 
     anim = render.show(env.pull_trajectories(), env)     # displays in a notebook (_repr_html_)
     anim.save_html("run.html"); anim.save_mp4("run.mp4")
@@ -26,10 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
+# the drawer classes are part of this module's interface (an env's RENDER subclasses render.Drawer)
+from .drawers import GROUP_COLOURS, Drawer, FunctionDrawer, PointsDrawer, StripDrawer  # noqa: F401
 from .errors import WorkbenchError
-
-GROUP_COLOURS = {"taggers": "tab:red", "runners": "tab:blue"}
-_CYCLE = ("tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
 
 
 class FFmpegNotFoundError(WorkbenchError, RuntimeError):
@@ -44,326 +46,13 @@ class EmbedLimitWarning(UserWarning):
     """An animation shows every k-th step only, to stay under the embed limit."""
 
 
-# ---- drawers -------------------------------------------------------------------------------------
+# ---- which drawer --------------------------------------------------------------------------------
 
-class Drawer:
-    """Draws one env's frames: `setup(ax)` makes the artists once (fixed limits, no autoscale),
-    `update(k)` moves them to frame k of the trajectory with set_data/set_xy only."""
-    figsize = (4.8, 3.6)
-
-    def __init__(self, trajectory: dict, params: dict, groups: dict | None = None, name: str = ""):
-        self.traj = trajectory
-        self.p = types.SimpleNamespace(**params)
-        self.groups = groups or {}
-        self.name = name
-        reward = np.asarray(trajectory.get("reward", np.zeros((len(self),))), dtype=np.float64)
-        reward = reward.reshape(len(reward), -1) if reward.size else np.zeros((len(self), 1))
-        # the return so far of each team (mean over its agents): averaging taggers with runners hides both
-        teams = {name: np.asarray(list(ids), dtype=np.int64) for name, ids in self.groups.items()
-                 if len(ids) and max(ids) < reward.shape[1]}
-        self.team_returns = ({name: np.cumsum(reward[:, ids].mean(axis=1)) for name, ids in teams.items()}
-                             if len(teams) > 1 else {})
-        self.returns = np.cumsum(reward.mean(axis=1))
-        self.info = None
-        self.captions = [""] * len(self)
-
-    def __len__(self):
-        return len(self.traj["t"])
-
-    def setup(self, ax) -> list:
-        raise NotImplementedError
-
-    def update(self, k: int) -> None:
-        raise NotImplementedError
-
-    def make_info(self, ax):
-        """The per-frame caption as a text artist (for mp4; the HTML player shows it beside the image,
-        as drawing glyphs costs more than the rest of a frame)."""
-        self.info = ax.text(0.02, 0.97, "", transform=ax.transAxes, va="top", ha="left", fontsize=8,
-                            family="monospace")
-        return self.info
-
-    def set_info(self, k: int, extra: str = ""):
-        if self.team_returns:
-            ret = "return " + " ".join(f"{name}={values[k]:+.2f}" for name, values in self.team_returns.items())
-        else:
-            ret = f"return={self.returns[k]:.2f}"
-        self.captions[k] = f"t={int(self.traj['t'][k])} {ret}{extra}"
-        if self.info is not None and self.info.get_visible():
-            self.info.set_text(self.captions[k])
-
-
-class CartPoleDrawer(Drawer):
-    """Cart (a rectangle on a track) and pole (a line of length 2 * length)."""
-    figsize = (7.2, 2.9)  # the aspect of the track and pole: no blank bands around them
-
-    def setup(self, ax):
-        from matplotlib.patches import Rectangle
-        lim = getattr(self.p, "x_threshold", 2.4) * 1.12
-        pole = 2 * getattr(self.p, "length", 0.5)
-        ax.set_xlim(-lim, lim)
-        ax.set_ylim(-0.25, pole + 0.35)
-        ax.set_aspect("equal")
-        ax.plot([-lim, lim], [0, 0], color="0.3", lw=1)
-        for edge in (-self.p.x_threshold, self.p.x_threshold):
-            ax.axvline(edge, color="tab:red", lw=0.8, ls=":")
-        self.cart = Rectangle((0, -0.1), 0.5, 0.3, color="0.25")
-        ax.add_patch(self.cart)
-        (self.pole,) = ax.plot([], [], color="tab:orange", lw=4, solid_capstyle="round")
-        self.pole_len = pole
-        return [self.cart, self.pole, self.make_info(ax)]
-
-    def update(self, k):
-        x, th = float(self.traj["x"][k]), float(self.traj["theta"][k])
-        self.cart.set_xy((x - 0.25, -0.1))
-        self.pole.set_data([x, x + self.pole_len * math.sin(th)], [0.2, 0.2 + self.pole_len * math.cos(th)])
-        self.set_info(k)
-
-
-class AcrobotDrawer(Drawer):
-    """Two links hanging from a pivot; the dashed line is the height the tip must reach."""
-    figsize = (3.6, 3.6)
-
-    def setup(self, ax):
-        reach = self.p.link_length_1 + self.p.link_length_2 + 0.2
-        ax.set_xlim(-reach, reach)
-        ax.set_ylim(-reach, reach)
-        ax.set_aspect("equal")
-        ax.axhline(1.0, color="0.5", ls="--", lw=0.8)
-        (self.links,) = ax.plot([], [], "-o", color="tab:blue", lw=4, ms=6, mfc="tab:orange")
-        return [self.links, self.make_info(ax)]
-
-    def update(self, k):
-        t1, t2 = float(self.traj["theta1"][k]), float(self.traj["theta2"][k])
-        x1, y1 = self.p.link_length_1 * math.sin(t1), -self.p.link_length_1 * math.cos(t1)
-        x2, y2 = x1 + self.p.link_length_2 * math.sin(t1 + t2), y1 - self.p.link_length_2 * math.cos(t1 + t2)
-        self.links.set_data([0.0, x1, x2], [0.0, y1, y2])
-        self.set_info(k)
-
-
-class MountainCarDrawer(Drawer):
-    """The hill y = 0.45 sin(3x) + 0.55, the car on it and the goal flag."""
-    figsize = (4.8, 3.2)
-
-    @staticmethod
-    def height(x):
-        return np.sin(3 * np.asarray(x)) * 0.45 + 0.55
-
-    def setup(self, ax):
-        xs = np.linspace(self.p.min_position, self.p.max_position, 200)
-        ax.set_xlim(self.p.min_position, self.p.max_position)
-        ax.set_ylim(0.0, 1.15)
-        ax.plot(xs, self.height(xs), color="0.3")
-        goal = self.p.goal_position
-        ax.plot([goal, goal], [self.height(goal), self.height(goal) + 0.12], color="0.2")
-        ax.plot([goal], [self.height(goal) + 0.12], ">", color="gold", ms=10)
-        (self.car,) = ax.plot([], [], "s", color="tab:blue", ms=10)
-        return [self.car, self.make_info(ax)]
-
-    def update(self, k):
-        x = float(self.traj["position"][k])
-        self.car.set_data([x], [float(self.height(x)) + 0.03])
-        action = self.traj.get("action")
-        extra = ""
-        if action is not None and action.ndim >= 3:  # continuous: [T, 1, 1]
-            extra = f" force={float(action[k].reshape(-1)[0]):+.2f}"
-        self.set_info(k, extra)
-
-
-class PendulumDrawer(Drawer):
-    """A rod from the pivot (theta = 0 is upright) and the applied torque."""
-    figsize = (3.6, 3.6)
-
-    def setup(self, ax):
-        ax.set_xlim(-1.3, 1.3)
-        ax.set_ylim(-1.3, 1.3)
-        ax.set_aspect("equal")
-        ax.plot([0], [0], "o", color="0.2")
-        (self.rod,) = ax.plot([], [], color="tab:red", lw=5, solid_capstyle="round")
-        return [self.rod, self.make_info(ax)]
-
-    def update(self, k):
-        th = float(self.traj["theta"][k])
-        self.rod.set_data([0.0, math.sin(th)], [0.0, math.cos(th)])
-        action = self.traj.get("action")
-        self.set_info(k, f" torque={float(action[k].reshape(-1)[0]):+.2f}" if action is not None else "")
-
-
-class PointsDrawer(Drawer):
-    """Agents as points at per-agent (x, y), one Line2D per agent group; agents whose in_game
-    flag is 0 are drawn as grey crosses (Tag's tagged runners), and a runner tagged in the last
-    few steps is circled in black (the tag itself)."""
-    figsize = (4.6, 5.0)
-    grid = False
-    tag_mark_frames = 4  # a tag stays circled this many frames, so it is seen while playing
-
-    def positions(self):
-        if "x" in self.traj and "y" in self.traj:
-            return np.asarray(self.traj["x"], np.float64), np.asarray(self.traj["y"], np.float64)
-        pos = next(v for k, v in self.traj.items() if isinstance(v, np.ndarray) and v.ndim == 3 and v.shape[-1] == 2
-                   and k not in ("obs", "action"))
-        return np.asarray(pos[..., 0], np.float64), np.asarray(pos[..., 1], np.float64)
-
-    def limits(self, xs, ys):
-        side = getattr(self.p, "grid_length", None)
-        if side is not None:
-            return (0.0, float(side)), (0.0, float(side))
-        pad = 0.05 * max(np.ptp(xs), np.ptp(ys), 1e-6)
-        return (xs.min() - pad, xs.max() + pad), (ys.min() - pad, ys.max() + pad)
-
-    def setup(self, ax):
-        self.xs, self.ys = self.positions()
-        n = self.xs.shape[1]
-        (x0, x1), (y0, y1) = self.limits(self.xs, self.ys)
-        margin = 0.5 if self.grid else 0.03 * max(x1 - x0, y1 - y0)  # half a cell: edge squares stay whole
-        ax.set_xlim(x0 - margin, x1 + margin)
-        ax.set_ylim(y0 - margin, y1 + margin)
-        ax.set_aspect("equal")
-        if self.grid and x1 - x0 <= 40:
-            for v in range(int(x0), int(x1) + 1):
-                ax.axvline(v, color="0.9", lw=0.6, zorder=0)
-                ax.axhline(v, color="0.9", lw=0.6, zorder=0)
-        groups = {k: np.asarray(list(v), dtype=np.int64) for k, v in self.groups.items()} or {"agents": np.arange(n)}
-        size = float(np.clip(40.0 / math.sqrt(n), 1.5, 9.0))
-        self.in_game = np.asarray(self.traj["in_game"]) != 0 if "in_game" in self.traj else None
-        self.lines = []
-        marker = "s" if self.grid else "o"
-        for i, (gname, ids) in enumerate(groups.items()):
-            colour = GROUP_COLOURS.get(gname, _CYCLE[i % len(_CYCLE)])
-            # no marker edges and no alpha: Agg stamps one cached marker per agent, the cheapest path
-            (line,) = ax.plot([], [], marker, ls="none", ms=size, color=colour, label=f"{gname} ({len(ids)})",
-                              mew=0.0)
-            self.lines.append((line, ids))
-        # taggers are few: drawn last (blitting draws in list order) and larger, so runners never hide them
-        artists = sorted((line for line, _ in self.lines), key=lambda line: line.get_label().startswith("taggers"))
-        for line in artists:
-            if line.get_label().startswith("taggers"):
-                line.set_markersize(max(1.8 * size, 5.0))
-        self.out = self.tag_ring = None
-        if self.in_game is not None:
-            (self.out,) = ax.plot([], [], "x", ls="none", ms=size, color="0.55", label="out of the game")
-            # tagged[k, a]: agent a left the game between frames k - 1 and k (frame k is the first without it)
-            left = np.zeros_like(self.in_game)
-            left[1:] = self.in_game[:-1] & ~self.in_game[1:]
-            self.tag_step = np.where(left.any(axis=0), left.argmax(axis=0), -1)
-            self.tags_so_far = np.cumsum(left.sum(axis=1))
-            (self.tag_ring,) = ax.plot([], [], "o", ls="none", ms=max(2.2 * size, 7.0), mfc="none", mec="black",
-                                       mew=1.2, label="tagged")
-            artists += [self.out, self.tag_ring]
-        artists.sort(key=lambda a: (a is self.tag_ring and a is not None, a.get_label().startswith("taggers")))
-        legend = ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.03), ncol=2, fontsize=9, frameon=False,
-                           handletextpad=0.3, columnspacing=1.2)
-        for handle in getattr(legend, "legend_handles", None) or legend.legendHandles:
-            handle.set_markersize(7.0)  # legible whatever the agents' marker size
-        return artists + [self.make_info(ax)]
-
-    def drawn_agents(self) -> int:
-        """Agents drawn in the frame last set by `update` (in the game plus crossed out)."""
-        count = sum(len(line.get_xdata()) for line, _ in self.lines)
-        return count + (len(self.out.get_xdata()) if self.out is not None else 0)
-
-    def update(self, k):
-        xs, ys = self.xs[k], self.ys[k]
-        playing = self.in_game[k] if self.in_game is not None else None
-        for line, ids in self.lines:
-            keep = ids if playing is None else ids[playing[ids]]
-            line.set_data(xs[keep], ys[keep])
-        extra = ""
-        if self.out is not None:
-            gone = np.flatnonzero(~playing)
-            self.out.set_data(xs[gone], ys[gone])
-            recent = np.flatnonzero((self.tag_step >= 0) & (self.tag_step <= k) & (k - self.tag_step < self.tag_mark_frames))
-            self.tag_ring.set_data(xs[recent], ys[recent])
-            extra = f" tagged={int(self.tags_so_far[k])} out={len(gone)}"
-        self.set_info(k, extra)
-
-
-class TagGridDrawer(PointsDrawer):
-    """Tag on the integer grid: taggers (red squares) and runners (blue), tagged runners as crosses."""
-    grid = True
-
-
-class StripDrawer(Drawer):
-    """Fallback for any env: every per-agent scalar state array as points on its own row (x = value),
-    per-env scalars as diamonds on theirs; limits from the whole trajectory."""
-    figsize = (4.8, 2.6)
-
-    def setup(self, ax):
-        skip = {"t", "done", "terminated", "truncated", "reward", "action", "obs", "episode"}
-        rows = [(k, np.asarray(v, np.float64).reshape(len(self), -1)) for k, v in self.traj.items()
-                if isinstance(v, np.ndarray) and k not in skip and v.ndim in (1, 2) and len(v) == len(self)]
-        if not rows:  # nothing but obs: show agent 0's observation vector
-            obs = np.asarray(self.traj["obs"], np.float64).reshape(len(self), -1)
-            rows = [(f"obs[{i}]", obs[:, i:i + 1]) for i in range(min(obs.shape[1], 8))]
-        self.rows = rows[:8]
-        values = np.concatenate([v.reshape(-1) for _, v in self.rows])
-        values = values[np.isfinite(values)]
-        lo, hi = (values.min(), values.max()) if values.size else (-1.0, 1.0)
-        pad = 0.05 * max(hi - lo, 1e-6)
-        ax.set_xlim(lo - pad, hi + pad)
-        ax.set_ylim(-0.7, len(self.rows) - 0.3)
-        ax.set_yticks(range(len(self.rows)), [k for k, _ in self.rows], fontsize=8)
-        self.lines = []
-        for i, (_, v) in enumerate(self.rows):
-            (line,) = ax.plot([], [], "o" if v.shape[1] > 1 else "D", ls="none", color=_CYCLE[i % len(_CYCLE)],
-                              ms=float(np.clip(40.0 / math.sqrt(v.shape[1]), 2.0, 8.0)))
-            self.lines.append(line)
-        return self.lines + [self.make_info(ax)]
-
-    def update(self, k):
-        for i, (line, (_, v)) in enumerate(zip(self.lines, self.rows)):
-            line.set_data(v[k], np.full(v.shape[1], float(i)))
-        self.set_info(k)
-
-
-class FunctionDrawer(Drawer):
-    """An env's own `draw(frame, ax)`: called once per frame with that step's arrays (per-env
-    arrays as scalars, per-agent arrays [A, ...], plus t, obs, reward, action and `params`, the
-    env's PARAMS as attributes); whatever artists it adds to `ax` are that frame's drawing. Its
-    first call also fixes the axes (limits, aspect, static decorations such as goals or walls drawn
-    with `frame["static"]` true): later changes to the limits are not shown."""
-    figsize = (4.6, 4.6)
-    dynamic = True
-
-    def __init__(self, trajectory, params, groups, name, draw):
-        super().__init__(trajectory, params, groups, name)
-        self.draw = draw
-        self.ax = None
-        self.current: list = []
-
-    def frame(self, k: int, static: bool = False) -> dict:
-        out = {key: (v[k] if np.ndim(v) >= 1 and len(v) == len(self) else v) for key, v in self.traj.items()
-               if isinstance(v, np.ndarray)}
-        out.update(params=self.p, groups=self.groups, static=static, step=k)
-        return {key: (v.item() if isinstance(v, np.ndarray) and v.ndim == 0 else v) for key, v in out.items()}
-
-    def setup(self, ax):
-        self.ax = ax
-        self.draw(self.frame(0, static=True), ax)  # the static part stays in the background
-        return [self.make_info(ax)]
-
-    def _artists(self):
-        ax = self.ax
-        return set(ax.lines) | set(ax.patches) | set(ax.collections) | set(ax.texts) | set(ax.images)
-
-    def update(self, k):
-        for artist in self.current:
-            artist.remove()
-        before = self._artists()
-        self.draw(self.frame(k), self.ax)
-        self.current = [a for a in self._artists() - before]
-        for artist in self.current:
-            artist.set_animated(True)
-        self.set_info(k)
-
-
-DRAWERS = {"cartpole": CartPoleDrawer, "acrobot": AcrobotDrawer, "mountain_car": MountainCarDrawer,
-           "mountain_car_continuous": MountainCarDrawer, "pendulum": PendulumDrawer,
-           "tag_grid": TagGridDrawer, "tag_continuous": PointsDrawer}
+DRAWERS: dict = {}  # env name -> Drawer subclass, from register_drawer: wins over what the env's source declares
 
 
 def register_drawer(name: str, drawer: type) -> None:
-    """Draw env `name` with `drawer` (a Drawer subclass)."""
+    """Draw env `name` with `drawer` (a Drawer subclass) instead of the drawer its source declares."""
     DRAWERS[name] = drawer
 
 
@@ -379,7 +68,9 @@ def _definition(env):
 
 
 def drawer_for(trajectory: dict, env) -> Drawer:
-    """The Drawer of `env`'s family (by name, else by its state arrays), bound to `trajectory`."""
+    """The drawer of `env`, bound to `trajectory`: one registered for its name, else its source's
+    RENDER class or draw(frame, ax) function, else points (per-agent positions) or a strip of its
+    state arrays."""
     defn = _definition(env)
     groups = None
     fn = defn.namespace.get("AGENT_GROUPS")

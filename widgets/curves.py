@@ -1,0 +1,111 @@
+"""The curves of the panel's runs: one image (LivePlot, matplotlib Agg) of the run going, with the
+panel's other runs and any run folder added to compare overlaid on its return axis, and a table
+of the settings in which those runs differ."""
+from __future__ import annotations
+
+import html
+import os
+
+import ipywidgets as widgets
+
+from workbench import config as cfg
+
+from .plots import LivePlot
+from .runfiles import read_run
+from .status import describe_state
+
+
+class RunCurves:
+    """image: the curves (an ipywidgets.Image); table: the runs compared (HTML); plot: the LivePlot.
+    runs: [{"label", "run_dir", "config", and "runner" (a run of the panel) or "history" (a folder's
+    metrics rows)}], oldest first."""
+
+    def __init__(self):
+        self.plot = LivePlot()
+        self.runs: list = []
+        self.image = widgets.Image(format="png", value=self.plot.render([], "press Start: curves appear here"),
+                                   layout=widgets.Layout(max_width="100%"))
+        self.image.add_class("wb-curves")
+        self.table = widgets.HTML("")
+        self.table.add_class("wb-runs")
+        self.drawn_rows = -1  # metrics rows of the run going in the image (-1: draw at the next redraw)
+
+    def add_runner(self, runner, resume=None) -> None:
+        """Enter a run started in the panel: in the place of the run it continues (`resume`), else
+        as the next "run N"."""
+        if resume is not None:
+            entry = next(r for r in self.runs if r.get("runner") is resume)
+            entry["runner"] = runner
+        else:
+            config = runner.spec.config
+            self.runs.append({"label": f"run {len(self.runs) + 1}", "run_dir": config.run_dir,
+                              "config": cfg.to_dict(config), "runner": runner})
+        self.drawn_rows = -1
+
+    def add_folder(self, run_dir, runner=None) -> dict:
+        """Enter a run folder (its metrics.csv and config.yaml) to compare with, and redraw with
+        `runner` the run going (None before the first run)."""
+        config, rows = read_run(run_dir)
+        entry = {"label": os.path.basename(os.path.normpath(str(run_dir))), "run_dir": str(run_dir),
+                 "config": config, "history": rows}
+        self.runs.append(entry)
+        self.update_table()
+        self.drawn_rows = -1
+        self.image.value = self.render(runner)
+        return entry
+
+    def redraw(self, runner, rows: int) -> bool:
+        """Draw the image again when the run now has `rows` metrics rows and the image fewer;
+        whether it was drawn."""
+        if rows == self.drawn_rows:
+            return False
+        self.drawn_rows = rows
+        self.image.value = self.render(runner)
+        return True
+
+    def render(self, runner) -> bytes:
+        """The PNG of `runner`'s curves with the other runs overlaid (a message before any row)."""
+        history = list(runner.history) if runner is not None else []
+        message = "" if history else (describe_state(runner) if runner is not None
+                                      else "press Start: curves appear here")
+        others = self._others(runner)
+        if not history and others:  # nothing of this run yet: the runs to compare stand alone
+            history = others.pop()[1]
+        target = runner.spec.config.target_return if runner is not None else None
+        return self.plot.render(history, message, target_return=target, others=others)
+
+    def _others(self, runner) -> list:
+        """[(label, history)] of every run but `runner`'s, for the overlay."""
+        out = []
+        for entry in self.runs:
+            if runner is not None and entry.get("runner") is runner:
+                continue
+            history = entry["runner"].history if "runner" in entry else entry["history"]
+            if history:
+                out.append((entry["label"], list(history)))
+        return out
+
+    def config_differences(self) -> tuple:
+        """(keys, rows): the config fields whose values differ between the runs, and per run
+        (label, run_dir, {key: value})."""
+        configs = [dict(e.get("config") or {}) for e in self.runs]
+        keys = sorted({k for c in configs for k in c if k != "run_dir"})
+        differing = [k for k in keys if len({repr(c.get(k)) for c in configs}) > 1]
+        return differing, [(e["label"], e["run_dir"], {k: c.get(k) for k in differing})
+                           for e, c in zip(self.runs, configs)]
+
+    def update_table(self) -> None:
+        """Fill the table of runs compared (empty while there are fewer than two)."""
+        if len(self.runs) < 2:
+            self.table.value = ""
+            return
+        keys, rows = self.config_differences()
+        head = "".join(f"<th style='padding:0 8px'>{html.escape(k)}</th>" for k in keys)
+        body = "".join(
+            f"<tr><td style='padding:0 8px'><b>{html.escape(label)}</b></td>"
+            f"<td style='padding:0 8px;font-family:monospace'>{html.escape(str(run_dir))}</td>"
+            + "".join(f"<td style='padding:0 8px;font-family:monospace'>{html.escape(str(v))}</td>"
+                      for v in values.values()) + "</tr>" for label, run_dir, values in rows)
+        self.table.value = (f"<div style='font-size:12px'><b>Runs compared</b> (curves overlaid on the return "
+                            f"plot; the columns are the settings that differ)<table><tr><th>run</th>"
+                            f"<th>folder</th>{head}</tr>{body}</table></div>")

@@ -1,0 +1,214 @@
+"""What a Runner's thread runs, one function per kind of run, each reporting through the Runner
+(`run.set_state`, `run.report`, `run.pull_episodes`) and ending when `run.stop_requested`:
+
+    train(run)            Trainer.train(callback=...) in this process; the callback records the
+                          metrics and returns False once Stop was asked for
+    rollouts(run)         no learning: step the env with uniformly random actions or a
+                          checkpoint's policy, checking Stop every iteration
+    train_on_ranks(run)   `python -m workbench train` under torchrun in a subprocess, one rank per
+                          GPU; its metrics read back from the run folder's metrics.csv, Stop
+                          interrupts it
+
+Each sets run.trainer, run.env (in this process), run.stopped_by and run.result.
+"""
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from pathlib import Path
+
+import torch
+
+from workbench import config as cfg
+
+from .runfiles import append_csv, read_metrics, write_config
+
+
+def train(run) -> None:
+    """Train the spec's config in this process (continuing run.trainer when the run resumes one)."""
+    from workbench.loggers import make_logger
+    from workbench.trainer import make_trainer
+    config = run.spec.config
+    if run.spec.record_every and config.cuda_graph:
+        # the recorder's copies are host-driven: they run outside a captured CUDA graph
+        config = cfg.replace(config, cuda_graph=False)
+    write_config(config)
+    # the form's logger (tensorboard, wandb), made first: a missing extra is named before any compile
+    logger = make_logger(config, config.run_dir)
+    try:
+        if run.trainer is not None:  # continuing: same trainer, the form's budget and schedule
+            keep = {k: getattr(config, k) for k in ("total_env_steps", "log_every", "checkpoint_every",
+                                                     "target_return", "run_dir", "logger")}
+            run.trainer.config = cfg.replace(run.trainer.config, **keep)
+        else:
+            run.set_state("compiling")
+            run.trainer = make_trainer(config, policies=run.spec.policies, env=_given_env(run, config))
+        run.env = run.trainer.env
+        run.check_stop()
+        run.start_recording()
+        run.set_state("running")
+
+        def callback(iteration, metrics):
+            run.report(metrics)
+            run.pull_episodes(iteration)
+            logger(iteration, metrics)
+            return not run.stop_requested
+
+        run.result = run.trainer.train(callback=callback)
+    finally:
+        history = run.trainer.history if run.trainer is not None else []
+        logger.close(history[-1] if history else None)
+    run.stopped_by = run.result.stopped_by
+    run.pull_episodes(run.trainer.iteration, force=run.spec.record_every > 0)
+
+
+def _given_env(run, config):
+    """The env given to the run (reused: no compile) when it matches the config, else None."""
+    env = run.given_env
+    if env is None:
+        return None
+    from workbench import registry
+    wanted = registry.definition(config.env, **(config.env_params or {}))
+    if (env.name, env.num_envs, env.definition.digest) != (config.env, config.num_envs, wanted.digest) or \
+            config.target not in (env.target.name, "auto"):
+        return None
+    return env
+
+
+def rollouts(run) -> None:
+    """Step the env without learning; one metrics row (throughput, episode statistics) every
+    log_every iterations, appended to the run folder's metrics.csv."""
+    import workbench as wb
+    from workbench.episode_stats import EpisodeStats
+    config = run.spec.config
+    write_config(config)
+    run.set_state("compiling")
+    if run.spec.checkpoint:
+        run.trainer = _checkpoint_trainer(run.spec.checkpoint, config)
+        run.env = env = run.trainer.env
+    else:
+        target = wb.best_target() if config.target == "auto" else config.target
+        run.env = env = _given_env(run, config) or wb.make(config.env, num_envs=config.num_envs, target=target,
+                                                           seed=config.seed, **(config.env_params or {}))
+    run.check_stop()
+    run.start_recording()
+    run.set_state("running")
+    if run.trainer is not None:
+        groups = {g.name: g.ids for g in run.trainer.groups}
+    else:
+        table = env.definition.namespace.get("AGENT_GROUPS")
+        groups = ({k: list(v) for k, v in table(types.SimpleNamespace(**env.definition.params)).items()}
+                  if table is not None else None)
+    stats = EpisodeStats(env, groups)
+    T, E = config.rollout_length, env.num_envs
+    total = run.spec.total_iterations
+    csv_path = Path(config.run_dir) / "metrics.csv" if config.run_dir else None
+    env.reset()
+    start = time.perf_counter()
+    window_start, window_steps = start, 0
+    iteration = env_steps = 0
+    metrics = {}
+    run.stopped_by = "budget"
+    while iteration < total:
+        with torch.no_grad():
+            for _ in range(T):
+                actions = run.trainer.act(deterministic=False) if run.trainer is not None else env.sample_actions()
+                env.step(actions)
+                stats.after_step()
+        iteration += 1
+        env_steps += E * T
+        window_steps += E * T
+        last = iteration >= total
+        stop = run.stop_requested
+        if iteration % config.log_every == 0 or last or stop:
+            if env.device.type == "cuda":
+                torch.cuda.synchronize(env.device)
+            now = time.perf_counter()
+            metrics = {"iteration": iteration, "env_steps": env_steps,
+                       "env_steps_per_s": window_steps / max(now - window_start, 1e-9),
+                       "time_s": now - start, **stats.pull()}
+            finite = [metrics[f"return/{n}"] for n in stats.names if not math.isnan(metrics[f"return/{n}"])]
+            metrics["mean_return"] = sum(finite) / len(finite) if finite else float("nan")
+            window_start, window_steps = now, 0
+            if csv_path is not None:
+                append_csv(csv_path, metrics)
+            run.report(metrics)
+            run.pull_episodes(iteration)
+        if stop:
+            run.stopped_by = "callback"
+            break
+    run.pull_episodes(iteration, force=run.spec.record_every > 0)
+    run.result = {"iterations": iteration, "env_steps": env_steps, "wall_time_s": time.perf_counter() - start,
+                  "stopped_by": run.stopped_by, "metrics": metrics, "history": list(run.history)}
+
+
+def _checkpoint_trainer(checkpoint: str, config):
+    """A trainer holding the checkpoint's policies, on the run's replicas and target."""
+    from workbench import checkpoint as ckpt
+    from workbench.trainer import make_trainer
+    payload = ckpt.load(checkpoint)
+    saved = cfg.from_dict(payload["config"])
+    run_config = cfg.replace(saved, num_envs=config.num_envs, target=config.target, seed=config.seed,
+                             run_dir=None)
+    policies = {name: list(ids) for name, ids in payload["signature"]["policies"].items()}
+    trainer = make_trainer(run_config, policies=policies)
+    trainer.load(checkpoint, restore_env=False)
+    return trainer
+
+
+def train_on_ranks(run) -> None:
+    """Data-parallel training: torchrun with one rank per GPU in a subprocess (its output in the
+    run folder's panel_log.txt); Stop sends SIGINT, and SIGKILL 20 s later."""
+    config = run.spec.config
+    run_dir = Path(config.run_dir or tempfile.mkdtemp(prefix="workbench-panel-"))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config = cfg.replace(config, run_dir=str(run_dir))
+    config_path = run_dir / "panel_config.yaml"
+    cfg.save_yaml(config, config_path)
+    metrics_path = run_dir / "metrics.csv"
+    if metrics_path.exists():
+        metrics_path.unlink()
+    run.log_path = run_dir / "panel_log.txt"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc-per-node={run.spec.world_size}", "-m", "workbench", "train", str(config_path),
+           "--run-dir", str(run_dir)]
+    run.set_state("compiling")
+    with open(run.log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        rows_seen = 0
+        stopping_since = None
+        while True:
+            code = proc.poll()
+            rows = read_metrics(metrics_path)
+            for row in rows[rows_seen:]:
+                if run.state == "compiling":
+                    run.set_state("running")
+                run.report(row)
+            rows_seen = len(rows)
+            if code is not None:
+                break
+            if run.stop_requested and stopping_since is None:
+                stopping_since = time.perf_counter()
+                os.killpg(proc.pid, signal.SIGINT)
+            elif stopping_since is not None and time.perf_counter() - stopping_since > 20:
+                os.killpg(proc.pid, signal.SIGKILL)
+            time.sleep(0.2)
+    last = run.history[-1] if run.history else {}
+    if stopping_since is not None:
+        run.stopped_by = "callback"
+    elif code != 0:
+        tail = run.log_path.read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"torchrun with {run.spec.world_size} processes exited with status {code}; the end "
+                           f"of its log ({run.log_path}):\n{tail}")
+    else:
+        run.stopped_by = "budget"
+    run.result = {"iterations": int(last.get("iteration", 0)), "env_steps": int(last.get("env_steps", 0)),
+                  "wall_time_s": time.perf_counter() - run.started_at, "stopped_by": run.stopped_by,
+                  "metrics": last, "history": list(run.history), "run_dir": str(run_dir)}

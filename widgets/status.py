@@ -1,0 +1,113 @@
+"""What the panel says about a run, as text and HTML: its state (compiling, running, stopped,
+finished, error), the progress line (percentage, env-steps, env-steps/s, ETA, iteration) and an
+error box with its traceback. Functions of a Runner only: no widget is touched here."""
+from __future__ import annotations
+
+import html
+import math
+import os
+
+STATUS_COLOURS = {"error": "#b00020", "warning": "#a15c00", "success": "#1b7f3a"}
+
+
+def fmt_steps(n: float) -> str:
+    """A count and its k/M/G prefix, to be followed by the unit: "1.50 M", "950 "."""
+    if n >= 1e9:
+        return f"{n / 1e9:.2f} G"
+    if n >= 1e6:
+        return f"{n / 1e6:.2f} M"
+    if n >= 1e3:
+        return f"{n / 1e3:.1f} k"
+    return f"{n:.0f} "
+
+
+def fmt_time(s: float) -> str:
+    """Seconds as s, min or h ("?" when not finite)."""
+    if not math.isfinite(s):
+        return "?"
+    if s >= 3600:
+        return f"{s / 3600:.1f} h"
+    if s >= 60:
+        return f"{s / 60:.1f} min"
+    return f"{s:.0f} s"
+
+
+def iteration_text(runner) -> str:
+    """"iteration i / n" of the run's last metrics row."""
+    it = runner.history[-1]["iteration"] if runner.history else 0
+    return f"iteration {it} / {runner.spec.total_iterations}"
+
+
+def describe_state(runner) -> str:
+    """The status line of a run in its current state."""
+    spec, c = runner.spec, runner.spec.config
+    what = (f"training {c.algorithm.upper()}" if spec.mode == "train"
+            else f"rollouts ({'policy of ' + os.path.basename(spec.checkpoint) if spec.checkpoint else 'random actions'})")
+    agents = runner.env.num_agents if runner.env is not None else None
+    size = f"{c.num_envs} replicas" + (f" x {agents} agents" if agents else "")
+    ranks = f" on {spec.world_size} ranks" if spec.world_size > 1 else ""
+    last = runner.history[-1] if runner.history else {}
+    done = (f"{last.get('iteration', 0)} iterations, {fmt_steps(float(last.get('env_steps', 0)))}env-steps"
+            f" in {fmt_time(float(last.get('time_s', 0.0)))}")
+    state = runner.state
+    if state in ("idle", "compiling"):
+        return (f"compiling {c.env} for target {c.target}{ranks} (the first run of these parameters in this "
+                f"kernel compiles the env; later runs reuse it)...")
+    folder = f"; run folder {c.run_dir}" if c.run_dir else ""
+    if state == "running":
+        going_on = "continuing " if runner.resumed_from is not None else ""
+        return f"running: {going_on}{what} on {c.env}, {size}, target {c.target}{ranks}{folder}"
+    if state == "stopped":
+        more = "; Continue goes on, New run starts again" if spec.mode == "train" and spec.world_size == 1 else ""
+        return f"stopped (Stop pressed) after {done}: {what} on {c.env}{folder}{more}"
+    if state == "finished":
+        reason = {"budget": "total_env_steps reached", "target_return": "target_return reached"}.get(
+            runner.stopped_by, str(runner.stopped_by))
+        ret = last.get("mean_return")
+        ret = f", mean return {ret:.2f}" if isinstance(ret, float) and math.isfinite(ret) else ""
+        return f"finished ({reason}) after {done}{ret}: {what} on {c.env}{folder}"
+    return f"error: {type(runner.error).__name__}: {runner.error}"
+
+
+def state_style(runner) -> str:
+    """The colour of the status line for the run's state: "error", "warning", "success" or ""."""
+    return {"error": "error", "stopped": "warning", "finished": "success"}.get(runner.state, "")
+
+
+def progress_line(runner, history: list) -> tuple:
+    """(fraction of total_env_steps done, the progress line as HTML) after the metrics `history`.
+    While running the rate is the last row's and an ETA follows; once ended, this session's mean
+    rate (time_s counts from its start) and no ETA."""
+    last = history[-1]
+    total = runner.spec.config.total_env_steps
+    steps = float(last.get("env_steps", 0))
+    frac = min(1.0, steps / max(total, 1))
+    rate = float(last.get("env_steps_per_s", 0.0))
+    if not runner.running:
+        earlier = runner.resumed_from.history if runner.resumed_from else []
+        before = earlier[-1]["env_steps"] if earlier else 0
+        elapsed = float(last.get("time_s", 0.0))
+        if elapsed > 0 and len(history) > len(earlier):
+            rate = (steps - float(before)) / elapsed
+    eta = (total - steps) / rate if rate > 0 and runner.running else 0.0
+    text = (f"<span style='font-family:monospace;font-size:12px'>{100 * frac:5.1f}% | "
+            f"{fmt_steps(steps)}env-steps | {fmt_steps(rate)}env-steps/s | "
+            f"ETA {fmt_time(eta) if runner.running else '-'} | {iteration_text(runner)}</span>")
+    return frac, text
+
+
+def status_line_html(text: str, style: str = "") -> str:
+    """The status line as HTML, coloured by `style` ("error", "warning", "success" or "")."""
+    colour = STATUS_COLOURS.get(style, "#222")
+    return f"<span style='color:{colour};font-size:13px'>{html.escape(text)}</span>"
+
+
+def error_box_html(exc, traceback_text: str | None = None, with_traceback: bool = True) -> str:
+    """A red box naming the error, with its traceback folded under it."""
+    detail = ""
+    if with_traceback and traceback_text:
+        detail = (f"<details><summary>traceback</summary><pre style='font-size:11px;white-space:pre-wrap'>"
+                  f"{html.escape(traceback_text)}</pre></details>")
+    return (f"<div style='border:1px solid #b00020;background:#fff0f0;padding:6px;"
+            f"max-width:980px'><b style='color:#b00020'>{html.escape(type(exc).__name__)}</b>: "
+            f"<span style='white-space:pre-wrap'>{html.escape(str(exc))}</span>{detail}</div>")
