@@ -68,14 +68,9 @@ class Trainer:
             raise cfg.ConfigError(f"algorithm must be one of {sorted(cfg.ALGORITHMS)}, got {config.algorithm!r}")
         self.env, self.config, self.device, self.algorithm = env, config, env.device, config.algorithm
         self.sync, self.rank, self.world_size = None, 0, 1
-        if distributed or (distributed is None and dist_mod.launched_by_torchrun()):
-            context = dist_mod.init(env.target.name)
-            self.sync = dist_mod.GradientSync(context)
-            self.rank, self.world_size = context.rank, context.world_size
         torch.manual_seed(config.seed)
         self.generator = torch.Generator(device=self.device)
-        # every rank explores with its own policy noise, as every rank's env has its own seed
-        self.generator.manual_seed(dist_mod.rank_seed(config.seed + 1, self.rank))
+        self.generator.manual_seed(config.seed + 1)
         self.groups = build_groups(policies, env.num_agents, self.device)
         self.obs_dim = int(math.prod(env.obs_shape)) if env.obs_shape else 1
         self.E, self.T = env.num_envs, config.rollout_length
@@ -98,9 +93,6 @@ class Trainer:
             self.models[g.name], self.optimizers[g.name], self.buffers[g.name] = build(self, g, models.get(g.name))
             if config.normalize_obs:
                 self.norms[g.name] = RunningNorm(self.obs_dim, self.device)
-        if self.sync is not None:
-            for model in self.models.values():
-                self.sync.broadcast_parameters(model)
         self.rollout_models, self._copy_pairs = learners.rollout_copies(
             self.models, self.precision == "bf16" and self.algorithm in ON_POLICY)
         self.chunk_size = {g.name: learners.chunk_size(self, g) for g in self.groups}
@@ -117,6 +109,20 @@ class Trainer:
         self._interrupt: str | None = None
         self._warned_lr_floor = False
         self.threads = learners.measure_threads(self) if self.device.type == "cpu" else None
+        if distributed or (distributed is None and dist_mod.launched_by_torchrun()):
+            self.join(dist_mod.init(env.target.name))
+
+    def join(self, context):
+        """Train data-parallel in the process group of `context` (a distributed.Context): gradients,
+        normaliser statistics and reports are reduced over its ranks, every rank starts from rank 0's
+        weights and explores with its own policy noise (as every rank's env has its own seed)."""
+        self.sync = self.metrics.sync = dist_mod.GradientSync(context)
+        self.rank, self.world_size = context.rank, context.world_size
+        self.metrics.world_size = context.world_size
+        self.generator.manual_seed(dist_mod.rank_seed(self.config.seed + 1, self.rank))
+        for model in self.models.values():
+            self.sync.broadcast_parameters(model)
+        self.refresh_rollout_copies()
 
     def _set_centralised_critics(self, names):
         central = tuple(names or ())

@@ -1,105 +1,173 @@
-"""A LightningModule whose data are the trainer's device rollouts and whose training_step is the
-project's own PPO/A2C loss (workbench.algorithms.ppo.loss / a2c.loss), so Lightning's loggers,
-checkpoint callbacks and strategies apply to the workbench's algorithms.
+"""A LightningModule over a workbench Trainer (PPO or A2C): each Lightning step is one workbench
+iteration, `Trainer.run_iteration()` (the rollout, GAE and the algorithm's own update, with its
+anneal_lr, target_kl, learner_memory_gb chunking, precision and, on a GPU, CUDA graph), so
+Lightning's loggers, checkpoint callbacks and DDP strategy apply to the project's algorithms.
 
-One Lightning epoch = `iterations_per_epoch` workbench iterations. Per iteration the data stream
-collects one rollout on the device (`Trainer.rollout_batches()`: {policy: GAE'd Batch [B, ...]})
-and yields its minibatches: PPO update_epochs x num_minibatches of them, A2C the whole batch; each
-training_step takes one optimiser step per policy (manual optimisation: one optimiser per policy).
-The loss is the algorithms' own: ppo.loss(model, minibatch, config, count) -> (loss, stats),
-a2c.loss(model, batch, config, count) -> (loss, stats).
+One Lightning epoch is `iterations_per_epoch` iterations and `global_step` counts iterations.
+Metrics are pulled to the host every `log_every` iterations of the config (and at an epoch's end)
+and logged; training stops at the config's total_env_steps or target_return, as Trainer.train does.
+Under the DDP strategy the trainer averages gradients over Lightning's process group itself.
 """
 from __future__ import annotations
 
+import math
+import time
+
 import torch
 
+from .. import distributed as dist_mod
 from ..extras import require
+from ..metrics import nonfinite_error
 from . import AdapterError
 
 require("lightning", "lightning", "workbench.interop.lightning")
 import lightning as L  # noqa: E402
-from torch.utils.data import DataLoader, IterableDataset  # noqa: E402
+from lightning.fabric.utilities.optimizer import _optimizers_to_device  # noqa: E402
+from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy  # noqa: E402
+from lightning.pytorch.strategies.launchers import _MultiProcessingLauncher  # noqa: E402
+from lightning.pytorch.utilities import rank_zero_info  # noqa: E402
 
-
-class RolloutStream(IterableDataset):
-    """Minibatches {policy: dict of [b, ...] device tensors} of fresh rollouts, `iterations` rollouts long."""
-
-    def __init__(self, trainer, iterations: int):
-        self.trainer, self.iterations = trainer, iterations
-
-    def __iter__(self):
-        trainer, config = self.trainer, self.trainer.config
-        for _ in range(self.iterations):
-            batches = trainer.rollout_batches()
-            if trainer.algorithm == "a2c":
-                yield {name: batch.take(slice(None)) for name, batch in batches.items()}
-                continue
-            for _epoch in range(config.update_epochs):
-                order = {name: torch.randperm(b.size, device=trainer.device, generator=trainer.generator)
-                         for name, b in batches.items()}
-                for m in range(config.num_minibatches):
-                    yield {name: b.take(order[name][m * (b.size // config.num_minibatches):
-                                                    (m + 1) * (b.size // config.num_minibatches)])
-                           for name, b in batches.items()}
+# config fields of Trainer.train's own loop, and what does their job under Lightning
+TRAIN_LOOP_ONLY = {"run_dir": "L.Trainer(default_root_dir=...) and its ModelCheckpoint callback",
+                   "checkpoint_every": "a ModelCheckpoint(every_n_train_steps=...) callback",
+                   "progress": "L.Trainer(enable_progress_bar=True)"}
 
 
 class RolloutModule(L.LightningModule):
-    """trainer: a workbench Trainer (its env, policies, optimisers and rollout buffers).
-    iterations_per_epoch: rollouts per Lightning epoch."""
+    """trainer: a workbench Trainer (its env, policies and optimisers). iterations_per_epoch:
+    workbench iterations per Lightning epoch."""
 
     def __init__(self, trainer, iterations_per_epoch: int = 10):
         super().__init__()
         if trainer.algorithm not in ("ppo", "a2c"):
             raise AdapterError(f"RolloutModule trains PPO or A2C; this trainer runs {trainer.algorithm!r}")
+        config = trainer.config
+        for name, fix in TRAIN_LOOP_ONLY.items():
+            if getattr(config, name):
+                raise AdapterError(f"{type(config).__name__}.{name}={getattr(config, name)!r} is for Trainer.train; "
+                                   f"RolloutModule cannot honour it: leave it unset and use {fix}")
+        if int(iterations_per_epoch) < 1:
+            raise AdapterError(f"iterations_per_epoch must be >= 1, got {iterations_per_epoch!r}")
         self.trainer_ = trainer
         self.policies = torch.nn.ModuleDict(trainer.models)
         self.iterations_per_epoch = int(iterations_per_epoch)
         self.automatic_optimization = False
         self.save_hyperparameters({"env": trainer.env.name, "num_envs": trainer.env.num_envs,
-                                   **{k: v for k, v in vars(trainer.config).items()
+                                   **{k: v for k, v in vars(config).items()
                                       if isinstance(v, (int, float, str, bool))}})
 
+    @property
+    def env_device(self) -> torch.device:
+        return self.trainer_.env.store["obs"].device
+
+    def setup(self, stage: str):
+        strategy, precision = self.trainer.strategy, str(self.trainer.precision)
+        if precision not in ("32-true", "32"):
+            raise AdapterError(f"L.Trainer(precision={precision!r}): RolloutModule runs in the workbench config's "
+                               f"precision; leave Lightning's at 32-true and set the config's precision "
+                               f"(fp32, tf32 or bf16) instead")
+        if not isinstance(strategy, (SingleDeviceStrategy, DDPStrategy)) \
+                or isinstance(strategy.launcher, _MultiProcessingLauncher):
+            raise AdapterError(f"L.Trainer(strategy={type(strategy).__name__}): RolloutModule trains this process's "
+                               f"trainer on one device, or under strategy='ddp' one process per device launched by "
+                               f"torchrun or from a script (not spawned or forked)")
+        root, env = strategy.root_device, self.env_device
+        if root.type != env.type or (env.type == "cuda" and root.index != env.index):
+            raise AdapterError(f"Lightning runs this process on {root} but the trainer's env is on {env}: choose the "
+                               f"accelerator of the env's target (accelerator='cpu' for target cpu, 'gpu' for cuda); "
+                               f"under torchrun, wb.make_trainer(config) puts each rank's env on that rank's GPU")
+        self._restore_device()
+        if torch.distributed.is_available() and torch.distributed.is_initialized() \
+                and torch.distributed.get_world_size() > 1:
+            self._join_process_group()
+
+    def _join_process_group(self):
+        """The trainer's own GradientSync over Lightning's process group, as its update takes several
+        backward passes and optimiser steps per iteration where DDP's reducer expects one backward per
+        forward (Lightning prepares that reducer only in manual_backward, which this module never calls)."""
+        dist, trainer = torch.distributed, self.trainer_
+        seeds = [None] * dist.get_world_size()
+        dist.all_gather_object(seeds, trainer.env.seed)
+        if len(set(seeds)) < len(seeds):
+            raise AdapterError(f"the ranks' envs have the seeds {seeds}: identical replicas add nothing; give each "
+                               f"rank its own (config seed=SEED + rank), or make the trainer with "
+                               f"wb.make_trainer(config) under torchrun, which seeds each rank's env")
+        if trainer.sync is None:
+            context = dist_mod.Context(dist.get_rank(), self.trainer.local_rank, dist.get_world_size(),
+                                       dist.get_backend())
+            trainer.join(context)
+        elif trainer.world_size != dist.get_world_size():
+            raise AdapterError(f"the trainer was made for {trainer.world_size} ranks, Lightning runs "
+                               f"{dist.get_world_size()}")
+
+    def cpu(self):
+        """The parameters are the trainer's policies: they stay on the env's device (the rollout's
+        copies and a captured CUDA graph read their memory), also when Lightning's teardown moves
+        its module to the CPU at the end of a fit."""
+        return self
+
+    def _restore_device(self):
+        """Lightning's teardown moves the optimisers' state to the CPU: back to the env's device, and
+        the trainer's CUDA graph, which read the old tensors, is captured again."""
+        device = self.env_device
+        optimizers = list(self.trainer_.optimizers.values())
+        if all(t.device == device for o in optimizers for state in o.state.values()
+               for t in state.values() if torch.is_tensor(t)):
+            return
+        _optimizers_to_device(optimizers, device)
+        self.trainer_.graph.invalidate()
+
+    def on_fit_end(self):
+        self._restore_device()
+
+    def on_load_checkpoint(self, checkpoint):
+        raise AdapterError("fit(ckpt_path=...) would restore the policies and optimisers but not the trainer's "
+                           "iteration count, normaliser or env: resume with trainer.save(path) and trainer.load(path), "
+                           "then fit a new RolloutModule (a Lightning checkpoint's weights load with "
+                           "module.load_state_dict(torch.load(ckpt)['state_dict']))")
+
     def train_dataloader(self):
-        return DataLoader(RolloutStream(self.trainer_, self.iterations_per_epoch), batch_size=None)
+        return range(self.iterations_per_epoch)  # a step's work is an iteration: nothing crosses the prefetch
 
     def configure_optimizers(self):
         return [self.trainer_.optimizers[name] for name in self.policies]
 
-    def transfer_batch_to_device(self, batch, device, dataloader_idx):
-        return batch  # rollouts are made on the env's device and stay there
+    def on_train_start(self):
+        self._started = self._window_start = time.perf_counter()
+        self._window_steps = 0
 
     def training_step(self, batch, batch_idx):
-        from ..algorithms import a2c, ppo
-        from ..rollout import masked_mean_std
-        algorithm = ppo if self.trainer_.algorithm == "ppo" else a2c
-        config = self.trainer_.config
-        optimizers = self.optimizers()
-        optimizers = optimizers if isinstance(optimizers, (list, tuple)) else [optimizers]
-        losses = []
-        for name, model in self.policies.items():
-            mb = dict(batch[name])
-            count = mb["mask"].sum().clamp_min(1)
-            if config.normalize_advantages:
-                mean, std = masked_mean_std(mb["advantages"], mb["mask"], count)
-                mb["advantages"] = (mb["advantages"] - mean) / (std + 1e-8)
-            loss, stats = algorithm.loss(model, mb, config, count)
-            self.log_dict({f"{k}/{name}": v for k, v in stats.items()}, on_step=True, prog_bar=False)
-            losses.append(loss)
-        # One backward of the policies' summed losses: their parameters are disjoint, so each gets the
-        # gradient of its own loss, and DDP (which hooks one backward per step) averages them all.
-        total = torch.stack(losses).sum()
-        for optimizer in optimizers:
-            optimizer.zero_grad()
-        self.manual_backward(total)
-        for optimizer in optimizers:
-            if config.max_grad_norm > 0:
-                self.clip_gradients(optimizer, gradient_clip_val=config.max_grad_norm, gradient_clip_algorithm="norm")
-            optimizer.step()
-        total = total.detach()
-        self.log("loss", total, prog_bar=True)
-        return total
+        trainer, config = self.trainer_, self.trainer_.config
+        trainer.run_iteration()
+        self._window_steps += trainer.steps_per_iteration
+        # Lightning counts global_step (max_steps, checkpoint names) in its optimiser wrappers' steps;
+        # the algorithm's update steps the trainer's optimisers directly: one iteration, one step
+        progress = self.trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress
+        progress.increment_ready()
+        progress.increment_completed()
+        budget = trainer.iteration >= trainer.total_iterations()
+        if trainer.iteration % config.log_every == 0 or batch_idx + 1 == self.iterations_per_epoch or budget:
+            self._log_metrics()
+        if budget:
+            if self.trainer.global_step < self.trainer.estimated_stepping_batches:
+                rank_zero_info(f"total_env_steps={config.total_env_steps} reached after {trainer.iteration} "
+                               f"iterations: training stops")
+            self.trainer.should_stop = True
 
-    def on_train_epoch_end(self):
-        env = self.trainer_.env
-        returns = env.store["last_return"]
-        self.log("last_return", float(returns.float().mean()), prog_bar=True)
+    def _log_metrics(self):
+        trainer, config = self.trainer_, self.trainer_.config
+        now = time.perf_counter()
+        metrics = trainer.pull_metrics(self._window_steps / max(now - self._window_start, 1e-9), now - self._started)
+        self._window_start, self._window_steps = now, 0
+        trainer.history.append(metrics)
+        if metrics["nonfinite"]:
+            raise nonfinite_error("the loss", trainer.iteration, None)
+        logged = {k: float(v) for k, v in metrics.items()
+                  if k not in ("iteration", "time_s", "nonfinite") and isinstance(v, (int, float))}
+        self.log("mean_return", logged.pop("mean_return"), on_step=True, on_epoch=False, prog_bar=True)
+        self.log_dict(logged, on_step=True, on_epoch=False)
+        returns = [metrics[f"return/{name}"] for name in self.policies]
+        if config.target_return is not None and all(not math.isnan(r) and r >= config.target_return
+                                                    for r in returns):
+            rank_zero_info(f"target_return={config.target_return} reached at iteration {trainer.iteration}")
+            self.trainer.should_stop = True
