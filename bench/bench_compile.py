@@ -42,7 +42,7 @@ def measure(name: str, target: str, cache_dir: str) -> dict:
 
 def main():
     sys.path.insert(0, str(ROOT))
-    from workbench.registry import names
+    from workbench.runtime.registry import names
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--target", default="cpu")
     parser.add_argument("--envs", nargs="*", default=None, help="default: every shipped env")

@@ -1,4 +1,4 @@
-"""workbench.sampling.Sampler against torch's samplers, median time per call.
+"""workbench.runtime.sampling.Sampler against torch's samplers, median time per call.
 
 Categorical, N rows x K categories, from float32 logits:
     ours         Sampler.categorical(logits, out)            (out: int32 [N], preallocated)
@@ -53,7 +53,7 @@ def bench_cell(sampler, device, n, k, repeats) -> dict:
 def main(argv=None) -> int:
     import torch
 
-    from workbench.sampling import Sampler
+    from workbench.runtime.sampling import Sampler
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--devices", nargs="+", default=None, help="cpu and/or cuda (default: cuda if present, and cpu)")
     parser.add_argument("--n", nargs="+", type=C.count, default=[10**4, 10**5, 10**6])

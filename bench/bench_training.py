@@ -20,7 +20,7 @@ import torch
 import yaml
 
 import workbench as wb
-from workbench import config as cfg
+from workbench.learn import config as cfg
 from workbench.cli import resolve_config
 
 

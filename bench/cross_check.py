@@ -18,7 +18,7 @@ TAG_CONFIGS = {
 
 def main(argv=None) -> int:
     import workbench as wb
-    from workbench.registry import lookup
+    from workbench.runtime.registry import lookup
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--envs", nargs="*", default=None)
     parser.add_argument("--num-envs", type=int, default=2048)

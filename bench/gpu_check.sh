@@ -87,7 +87,7 @@ for stage in $STAGES; do
                     "tag_grid cuda --param num_taggers=4 --param num_runners=60" \
                     "tag_continuous cuda-c --param num_taggers=3 --param num_runners=40"; do
           set -- $spec
-          if [ "$2" = cuda-c ] && ! python3 -c "import sys, workbench.registry as r; sys.exit(r.lookup('$1').c_source is None)"; then continue; fi
+          if [ "$2" = cuda-c ] && ! python3 -c "import sys, workbench.runtime.registry as r; sys.exit(r.lookup('$1').c_source is None)"; then continue; fi
           i=$((i + 1))
           timed "sanitize_${i}_${tool}_$1_$2" compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 3 \
             python3 bench/sanitize_env.py "$1" --target "$2" "${@:3}"
@@ -108,7 +108,7 @@ for stage in $STAGES; do
       for cfg in "10 100 100 1000" "40 600 2000" "50 950 100 500 1000 2000 4000" "200 3800 100" "500 9500 100"; do
         set -- $cfg; taggers=$1; runners=$2; shift 2
         for t in $TAG_TARGETS; do
-          if [ "$t" = cuda-c ] && ! python3 -c "import sys, workbench.registry as r; sys.exit(r.lookup('tag_continuous').c_source is None)"; then continue; fi
+          if [ "$t" = cuda-c ] && ! python3 -c "import sys, workbench.runtime.registry as r; sys.exit(r.lookup('tag_continuous').c_source is None)"; then continue; fi
           timed "bench_tag_continuous_${t}_$((taggers + runners))" python3 bench/bench_envs.py --envs tag_continuous --targets $t \
             --num-envs "$@" --param num_taggers=$taggers --param num_runners=$runners --repeats 5 --max-steps 200 \
             --out "$LOGS/bench_tag_continuous_${t}_$((taggers + runners)).json"

@@ -19,10 +19,17 @@ from pathlib import Path
 
 RECORD = Path(__file__).resolve().parent.parent / "docs" / "gpu-record.md"
 # Commits touching these can change what runs on the GPU.
-GPU_PATHS = ("workbench/targets", "workbench/codegen*.py", "workbench/cuda", "workbench/trainer.py",
-             "workbench/algorithms", "workbench/rollout.py", "workbench/policies.py", "workbench/sampling.py", "envs/",
-             "workbench/compiled.py", "workbench/env.py", "workbench/store.py", "workbench/episode_stats.py",
-             "workbench/rng.py", "workbench/kernel_cache.py")
+GPU_PATHS = ("workbench/compiler/targets", "workbench/compiler/codegen*.py", "workbench/compiler/cuda",
+             "workbench/compiler/rng.py", "workbench/compiler/kernel_cache.py", "workbench/runtime/sampling*.py",
+             "workbench/runtime/env.py", "workbench/runtime/store.py", "workbench/learn/trainer.py",
+             "workbench/learn/collection.py", "workbench/learn/learners.py", "workbench/learn/iteration_graph.py",
+             "workbench/learn/metrics.py", "workbench/learn/algorithms", "workbench/learn/rollout.py",
+             "workbench/learn/policies.py", "workbench/learn/compiled.py", "workbench/learn/episode_stats.py", "envs/",
+             # the same modules before the layer packages (commits older than the move)
+             "workbench/targets", "workbench/codegen*.py", "workbench/cuda", "workbench/trainer.py", "workbench/algorithms",
+             "workbench/rollout.py", "workbench/policies.py", "workbench/sampling.py", "workbench/compiled.py",
+             "workbench/env.py", "workbench/store.py", "workbench/episode_stats.py", "workbench/rng.py",
+             "workbench/kernel_cache.py")
 _COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)\b")
 _FAILED = re.compile(r"^(FAILED|ERROR) (\S+)")
 

@@ -77,7 +77,7 @@ def run(env, num_envs, T, compile_on):
             eager.collector.advantages(g)
         torch.cuda.synchronize()
     phases["gae"] = summarise(kernels(prof))
-    from workbench.trainer import ON_POLICY
+    from workbench.learn.trainer import ON_POLICY
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for g in eager.groups:
             ON_POLICY[eager.algorithm].update(

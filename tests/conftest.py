@@ -26,7 +26,7 @@ def nvrtc():
         import cuda.core  # noqa: F401
     except ImportError as exc:
         pytest.skip(f"cuda.core is not installed ({exc})")
-    from workbench.targets.cuda_c import nvrtc_problem
+    from workbench.compiler.targets.cuda_c import nvrtc_problem
     problem = nvrtc_problem()
     if problem:
         pytest.skip(problem)

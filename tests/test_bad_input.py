@@ -13,13 +13,13 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import checkpoint as ckpt
+from workbench.learn import checkpoint as ckpt
 from workbench import cli
-from workbench import config as cfg
-from workbench import distributed as wbd
-from workbench import store as store_mod
-from workbench.env import ActionCheck
-from workbench.envdef import Box, Discrete, MultiDiscrete
+from workbench.learn import config as cfg
+from workbench.learn import distributed as wbd
+from workbench.runtime import store as store_mod
+from workbench.runtime.env import ActionCheck
+from workbench.compiler.envdef import Box, Discrete, MultiDiscrete
 from workbench.errors import EnvParameterError, InsufficientMemoryError
 
 
@@ -149,7 +149,7 @@ PARAM_CASES = {
 
 @pytest.mark.parametrize("case", PARAM_CASES)
 def test_env_parameter(case):
-    from workbench.registry import definition
+    from workbench.runtime.registry import definition
     name, params, expected = PARAM_CASES[case]
     check(lambda: definition(name, **params), expected)
 
@@ -160,7 +160,7 @@ def test_make_refuses_a_zero_length_pole():
 
 
 def test_every_shipped_env_declares_its_ranges():
-    from workbench.registry import definition, lookup
+    from workbench.runtime.registry import definition, lookup
     for name in ("cartpole", "acrobot", "mountain_car", "mountain_car_continuous", "pendulum", "tag_grid",
                  "tag_continuous"):
         namespace = definition(name).namespace

@@ -216,7 +216,7 @@ def test_reset_distribution(name):
 def test_acrobot_torque_noise_matches_gymnasium_with_the_same_draw():
     # the noise is the env's first uniform draw of the step's key; rebuilt on the host, Gymnasium
     # with that torque must give the same next state
-    from workbench.rng import reference_uniform
+    from workbench.compiler.rng import reference_uniform
     n, noise = 6, 0.5
     env = wb.make("acrobot", num_envs=n, target="cuda", seed=2, torque_noise_max=noise)
     case = CASES["acrobot"]

@@ -17,11 +17,12 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import codegen_c, envdef, envdef_c, registry
-from workbench.codegen import Layout, gpu_layout
-from workbench.env import Env
+from workbench.compiler import codegen_c, envdef, envdef_c
+from workbench.runtime import registry
+from workbench.compiler.codegen import Layout, gpu_layout
+from workbench.runtime.env import Env
 from workbench.errors import EnvCompileError, EnvDefinitionError
-from workbench.targets import cuda_c
+from workbench.compiler.targets import cuda_c
 
 from conftest import gpu_only
 
@@ -33,8 +34,8 @@ needs_gxx = pytest.mark.skipif(GXX is None, reason="needs g++ for the host build
 # data (barriers), multi-dim per-agent state and observations, Box actions, atomics, every dtype,
 # every random-number function and a tuple parameter.
 PROBE_PY = '''
-from workbench.envdef import Box, per_agent, per_env
-from workbench.rng import normal, randint, uniform, uniform_range
+from workbench.compiler.envdef import Box, per_agent, per_env
+from workbench.compiler.rng import normal, randint, uniform, uniform_range
 
 PARAMS = dict(num_agents=3, speed=0.5, wall=1.5, max_steps=9, gains=(1.0, 0.5))
 NUM_AGENTS = "num_agents"
@@ -240,7 +241,7 @@ def test_probe_and_pure_c_compile_with_nvrtc(nvrtc):
 
 
 def test_c_syntax_error_names_the_cu_line(nvrtc):
-    cu = (RUNTIME_DIR.parent.parent / "envs" / "cartpole.cu").read_text()
+    cu = (Path(__file__).resolve().parent.parent / "envs" / "cartpole.cu").read_text()
     broken = cu.replace("    reward(env, agent) = 1.0f;", "    reward(env, agent) = 1.0f")
     line = broken.splitlines().index("    reward(env, agent) = 1.0f") + 1
     defn = envdef_c.attach_c(registry.definition("cartpole"), broken, "/somewhere/cartpole.cu")
@@ -372,8 +373,8 @@ def _compare_with_cpu(tmp_path, defn, layout, n_envs=5, steps=40, seed=3):
 
 @needs_gxx
 def test_c_rng_equals_python_rng(tmp_path):
-    from workbench import rng  # imported here: alone in a worker, nothing has imported it yet
-    from workbench.targets._numba import _RNG_SOURCE
+    from workbench.compiler import rng  # imported here: alone in a worker, nothing has imported it yet
+    from workbench.compiler.targets._numba import _RNG_SOURCE
     ns = {}
     exec(compile(_RNG_SOURCE, "<rng>", "exec"), ns)
     for fn in ("mix64", "make_key", "uniform", "uniform_range", "randint", "normal"):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import workbench as wb
-from workbench import distributed as wbd
+from workbench.learn import distributed as wbd
 
 JOB = Path(__file__).resolve().parent / "jobs" / "distributed_job.py"
 
@@ -63,7 +63,7 @@ def test_distributed_without_torchrun_says_how_to_launch(monkeypatch):
 
 
 def test_auto_scale_search_backs_off_on_out_of_memory():
-    from workbench.autoscale import search_memory
+    from workbench.learn.autoscale import search_memory
     import torch
 
     def trial(n):  # 1 KiB per replica plus 1 MiB; OOM from 64k replicas on
@@ -77,7 +77,7 @@ def test_auto_scale_search_backs_off_on_out_of_memory():
 
 
 def test_auto_scale_on_the_cpu_target_explains_itself():
-    from workbench.autoscale import auto_scale
+    from workbench.learn.autoscale import auto_scale
     lines = []
     config, report = auto_scale(wb.PPOConfig(num_envs=8, rollout_length=8, num_minibatches=2, target="cpu"),
                                 start=16, max_envs=64, log=lines.append)

@@ -7,15 +7,15 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import codegen, codegen_c, envdef, envdef_c, rng
+from workbench.compiler import codegen, codegen_c, envdef, envdef_c, rng
 
 # Agents on a ring of `size` cells eat from food patches; an eaten patch regrows after
 # `regrow_time` steps at a random cell. Per-patch counts are cleared by a patch phase, filled by an
 # agent phase with atomics, read by a patch phase and summed by a per-replica phase: a barrier must
 # separate each from the next.
 PATCHES = textwrap.dedent('''
-    from workbench.envdef import Box, Discrete, per_agent, per_entity, per_env
-    from workbench.rng import randint
+    from workbench.compiler.envdef import Box, Discrete, per_agent, per_entity, per_env
+    from workbench.compiler.rng import randint
 
     PARAMS = dict(num_agents=3, num_patches=4, size=7, regrow_time=2, goal=6, max_steps=12)
     NUM_AGENTS = "num_agents"
@@ -278,7 +278,7 @@ def test_cuda_c_entity_phases_match_the_cpu_target_in_a_host_build(tmp_path):
 
 
 PRECISE = textwrap.dedent('''
-    from workbench.envdef import Box, Discrete, per_env
+    from workbench.compiler.envdef import Box, Discrete, per_env
     PARAMS = dict(scale=0.1, pair=(0.1, 0.3), count=3)
     NUM_AGENTS = 1
     OBSERVATION = Box(shape=(1,))

@@ -10,13 +10,13 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import vocabulary
-from workbench.helpers import clip, rint, round_half_even, sign
+from workbench.compiler import vocabulary
+from workbench.compiler.helpers import clip, rint, round_half_even, sign
 
 # A per-replica counter env: one agent per replica draws in its step phase and in observe.
 KEYS = textwrap.dedent('''
-    from workbench.envdef import Box, Discrete, per_env
-    from workbench.rng import uniform
+    from workbench.compiler.envdef import Box, Discrete, per_env
+    from workbench.compiler.rng import uniform
     NUM_AGENTS = 1
     MAX_STEPS = 50
     OBSERVATION = Box(shape=(1,))
@@ -47,7 +47,7 @@ def test_observe_draws_from_its_own_key_stream(target):
 
 # One agent writing a 6-wide observation; the variants below break it one way each.
 SIX = textwrap.dedent('''
-    from workbench.envdef import Box, Discrete, per_env
+    from workbench.compiler.envdef import Box, Discrete, per_env
     NUM_AGENTS = 2
     MAX_STEPS = 20
     OBSERVATION = Box(shape=(6,))
@@ -125,7 +125,7 @@ def test_compiler_error_is_condensed_and_keeps_the_details():
                                                ("math.frexp(x[env])", "portable list")])
 def test_call_no_target_compiles_everywhere_is_refused_at_parse(call, alternative):
     wb.register("unportable", SIX.replace("x[env] + 1.0", call).replace(
-        "from workbench.envdef", "import math, numpy as np; from workbench.envdef"))
+        "from workbench.compiler.envdef", "import math, numpy as np; from workbench.compiler.envdef"))
     with pytest.raises(wb.EnvDefinitionError) as info:
         wb.make("unportable", num_envs=3, target="cpu")
     text = str(info.value)
@@ -147,7 +147,7 @@ def test_helpers_in_python():
 
 def test_shipped_envs_use_only_the_portable_vocabulary():
     from importlib import resources
-    from workbench import registry
+    from workbench.runtime import registry
     shipped = [p.name[:-3] for p in resources.files("workbench.envs").iterdir()
                if p.name.endswith(".py") and not p.name.startswith("_")]
     assert len(shipped) >= 7
@@ -175,7 +175,7 @@ def test_second_process_loads_compiled_kernels_from_the_cache(tmp_path):
 
 
 def test_cache_key_changes_with_parameters_target_and_versions(monkeypatch):
-    from workbench import kernel_cache
+    from workbench.compiler import kernel_cache
     a = kernel_cache.digest("text", "cpu")
     assert a != kernel_cache.digest("text", "cuda") and a != kernel_cache.digest("text2", "cpu")
     monkeypatch.setattr(kernel_cache, "versions", lambda: {"numba": "0.0"})
@@ -183,7 +183,7 @@ def test_cache_key_changes_with_parameters_target_and_versions(monkeypatch):
 
 
 def test_cache_root_follows_the_environment(monkeypatch, tmp_path):
-    from workbench import kernel_cache
+    from workbench.compiler import kernel_cache
     monkeypatch.setenv("WORKBENCH_CACHE_DIR", str(tmp_path / "k"))
     assert kernel_cache.cache_root() == tmp_path / "k"
     (tmp_path / "k" / "abc").mkdir(parents=True)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import workbench as wb
-from workbench.episode_stats import EpisodeStats
-from workbench.evaluate import TAG_METRICS
+from workbench.learn.episode_stats import EpisodeStats
+from workbench.learn.evaluate import TAG_METRICS
 
 from test_tag import GRID as GRID_SMALL  # the small Tag variant test_tag compiles anyway
 

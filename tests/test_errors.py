@@ -68,7 +68,7 @@ def test_actions_out_of_range_in_debug_mode():
 
 
 BROKEN = textwrap.dedent('''
-    from workbench.envdef import Box, Discrete, per_env
+    from workbench.compiler.envdef import Box, Discrete, per_env
     NUM_AGENTS = 1
     OBSERVATION = Box(shape=(1,))
     ACTION = Discrete(2)
@@ -116,7 +116,7 @@ def test_phase_argument_that_is_no_array():
 
 NAN_ENV = BROKEN.replace("x[env] + undefined_name", "x[env] + 1.0").replace(
     "obs[env, agent, 0] = x[env]", "obs[env, agent, 0] = math.log(-x[env]) if x[env] > 2.5 else x[env]").replace(
-    "from workbench.envdef", "import math\nfrom workbench.envdef")
+    "from workbench.compiler.envdef", "import math\nfrom workbench.compiler.envdef")
 
 
 def test_nan_detected_in_debug_mode():

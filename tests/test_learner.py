@@ -14,12 +14,12 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import learners, threads
-from workbench.metrics import append_csv
-from workbench.algorithms import a2c, ppo
-from workbench.envdef import Discrete
-from workbench.policies import ActorCritic
-from workbench.rollout import Batch, RolloutBuffer, advantages
+from workbench.learn import learners, threads
+from workbench.learn.metrics import append_csv
+from workbench.learn.algorithms import a2c, ppo
+from workbench.compiler.envdef import Discrete
+from workbench.learn.policies import ActorCritic
+from workbench.learn.rollout import Batch, RolloutBuffer, advantages
 
 
 def small_batch(B=24, O=3, seed=0, mask=None):
@@ -103,7 +103,7 @@ def test_truncation_bootstraps_from_the_final_value_and_termination_does_not():
 
 
 def test_per_minibatch_moments_equal_each_minibatch_alone():
-    from workbench.rollout import masked_moments
+    from workbench.learn.rollout import masked_moments
     g = torch.Generator().manual_seed(0)
     x, mask = torch.randn(4, 16, generator=g), (torch.rand(4, 16, generator=g) > 0.3).float()
     count, mean, std = masked_moments(x, mask, dim=1)
@@ -138,7 +138,7 @@ def test_chunk_loss_traces_as_one_graph(algorithm, config):
 
 
 def test_policy_step_writes_the_rollout_step_in_one_graph():
-    from workbench.compiled import act_and_record
+    from workbench.learn.compiled import act_and_record
     torch._dynamo.reset()
     m, T, E = model(), 4, 6
     outs = [(torch.zeros(T, E, 1, dtype=torch.long), torch.zeros(T, E, 1), torch.zeros(T, E, 1)) for _ in range(2)]
@@ -191,7 +191,7 @@ SMALL_TAG = dict(num_taggers=2, num_runners=6, grid_length=10.0, episode_length=
 def test_batched_final_values_equal_the_per_step_ones(config, monkeypatch):
     """V(final observation) of truncated replicas from one pass after the rollout (small rollouts)
     equals the pass after every step (rollouts whose final observations would take too much memory)."""
-    from workbench import collection as trainer_module
+    from workbench.learn import collection as trainer_module
     finals = []
     for limit in (trainer_module.FINAL_OBS_BUFFER_BYTES, 0):
         monkeypatch.setattr(trainer_module, "FINAL_OBS_BUFFER_BYTES", limit)

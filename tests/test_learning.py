@@ -1,5 +1,5 @@
 """Learning, not just running: short CPU trainings whose final policies must clearly beat the uniformly
-random policy, both measured by workbench.evaluate in the same test from the same starts.
+random policy, both measured by workbench.learn.evaluate in the same test from the same starts.
 
 Fixed seeds and one thread (torch and numba) make every number here the same on every run on the CPU
 target; the margins are a fraction of the gap these short runs reach. The shipped configs' full runs
@@ -11,7 +11,7 @@ import torch
 
 import workbench as wb
 from workbench import cli
-from workbench.evaluate import EvaluationError, compare, evaluate
+from workbench.learn.evaluate import EvaluationError, compare, evaluate
 
 
 @pytest.fixture(autouse=True)

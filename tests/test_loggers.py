@@ -6,10 +6,10 @@ import sys
 import pytest
 
 from workbench import cli
-from workbench import config as cfg
-from workbench.config import ConfigError
+from workbench.learn import config as cfg
+from workbench.learn.config import ConfigError
 from workbench.extras import MissingExtraError
-from workbench.loggers import compose, make_logger
+from workbench.learn.loggers import compose, make_logger
 
 SMALL = ["--set", "env=cartpole", "--target", "cpu", "--num-envs", "8", "--rollout-length", "8",
          "--total-env-steps", "192", "--set", "update_epochs=1", "--set", "hidden_sizes=[8]"]

@@ -10,13 +10,14 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
 import workbench as wb
-from workbench import magic, registry
+from workbench.notebook import magic
+from workbench.runtime import registry
 from workbench.errors import EnvCompileError, EnvDefinitionError
-from workbench.targets import all_targets
+from workbench.compiler.targets import all_targets
 
 # Agents on a line: agent a starts at a, moves by action - 1 and earns scale * its position, so
 # after k steps of action 2 agent a is at a + k and earns scale * (a + k).
-WALK = '''from workbench.envdef import Box, Discrete, per_agent, per_env
+WALK = '''from workbench.compiler.envdef import Box, Discrete, per_agent, per_env
 
 PARAMS = dict(num_agents=3, max_steps=5, scale=0.5)
 NUM_AGENTS = "num_agents"
@@ -302,7 +303,7 @@ def test_first_compile_is_announced_and_a_cached_one_is_not(tmp_path, monkeypatc
     heard = []
     first = magic.warpenv("magic_progress", cell, target="cpu", check=False, progress=heard.append)
     assert heard == ["compiling (first time)..."] and "compiled for cpu" in first.summary
-    from workbench import env as env_module
+    from workbench.runtime import env as env_module
     for key in [k for k in env_module._KERNEL_CACHE if k[0] == first.definition.digest]:
         del env_module._KERNEL_CACHE[key]  # as a restarted kernel: only the on-disk cache is left
     magic.clear_cache()

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import workbench as wb
-from workbench import registry, render
+from workbench.runtime import registry
+from workbench.notebook import render
 
 from test_tag import GRID as GRID_SMALL  # the small variants test_tag uses: a full run compiles them once
 from test_tag import SMALL as TAG_SMALL
@@ -341,7 +342,7 @@ def test_tag_captions_give_each_team_its_return(recorded):
 
 CUSTOM_ENV = '''
 import numpy as np
-from workbench.envdef import Box, Discrete, per_agent
+from workbench.compiler.envdef import Box, Discrete, per_agent
 
 PARAMS = dict(n=3, side=4.0)
 NUM_AGENTS = "n"
@@ -372,7 +373,7 @@ def draw(frame, ax):
 
 
 PLAIN_ENV = '''
-from workbench.envdef import Box, Discrete, per_agent
+from workbench.compiler.envdef import Box, Discrete, per_agent
 
 PARAMS = dict(n=3)
 NUM_AGENTS = "n"
@@ -392,7 +393,7 @@ def observe(env, agent, x, obs):
 
 
 def test_an_env_without_a_drawer_is_drawn_as_points_or_a_strip():
-    from workbench import envdef
+    from workbench.compiler import envdef
     defn = envdef.parse("plain_walkers", PLAIN_ENV)
     steps = 4
     traj = {"x": np.tile(np.arange(steps, dtype=np.float32)[:, None], (1, 3)), "y": np.zeros((steps, 3), np.float32),
@@ -408,7 +409,7 @@ def test_an_env_without_a_drawer_is_drawn_as_points_or_a_strip():
 
 
 def test_a_custom_env_draws_itself_with_its_draw_function():
-    from workbench import envdef
+    from workbench.compiler import envdef
     defn = envdef.parse("walkers", CUSTOM_ENV)
     steps = 4
     traj = {"px": np.tile(np.arange(steps, dtype=np.float32)[:, None], (1, 3)), "py": np.zeros((steps, 3), np.float32),

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import cli, runs
-from workbench import config as cfg
+from workbench import cli
+from workbench.learn import runs
+from workbench.learn import config as cfg
 
 E, T = 8, 8
 SMALL = dict(target="cpu", num_envs=E, rollout_length=T, update_epochs=1, num_minibatches=1,

@@ -8,9 +8,9 @@ import torch
 
 import workbench as wb
 from workbench import cli
-from workbench import config as cfg
-from workbench.runs import ResumeError, default_run_dir, load_policy, resume_config
-from workbench.trainer import make_trainer
+from workbench.learn import config as cfg
+from workbench.learn.runs import ResumeError, default_run_dir, load_policy, resume_config
+from workbench.learn.trainer import make_trainer
 
 E, T = 8, 8
 SMALL = dict(env="cartpole", target="cpu", num_envs=E, rollout_length=T, total_env_steps=4 * E * T,

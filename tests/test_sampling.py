@@ -7,7 +7,7 @@ import torch
 
 import workbench as wb
 from conftest import HAS_GPU, gpu_only, tiny
-from workbench.sampling import Sampler, SamplingError, lanes_per_row
+from workbench.runtime.sampling import Sampler, SamplingError, lanes_per_row
 
 
 def chi2_limit(dof: int, z: float = 4.5) -> float:

@@ -15,10 +15,11 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import codegen_c, envdef, envdef_c, registry
-from workbench.codegen import Layout, gpu_layout
-from workbench.env import Env
-from workbench.targets import cuda_c
+from workbench.compiler import codegen_c, envdef, envdef_c
+from workbench.runtime import registry
+from workbench.compiler.codegen import Layout, gpu_layout
+from workbench.runtime.env import Env
+from workbench.compiler.targets import cuda_c
 
 from conftest import gpu_only
 from test_cuda_c import _HOST_CUDA, GXX, _build, _host_run

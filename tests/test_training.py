@@ -6,9 +6,9 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import config as cfg
-from workbench.checkpoint import CheckpointError
-from workbench.rollout import PolicyMapError
+from workbench.learn import config as cfg
+from workbench.learn.checkpoint import CheckpointError
+from workbench.learn.rollout import PolicyMapError
 
 RANDOM_CARTPOLE_RETURN = 22.0  # mean episode length of a uniformly random CartPole policy
 
@@ -138,7 +138,7 @@ def test_model_with_the_wrong_action_head():
 
 MATCHING = textwrap.dedent('''
     """Each agent is rewarded for the action that equals its own id modulo 3 (a multi-policy test)."""
-    from workbench.envdef import Box, Discrete
+    from workbench.compiler.envdef import Box, Discrete
     NUM_AGENTS = 4
     MAX_STEPS = 8
     OBSERVATION = Box(shape=(2,))
@@ -169,7 +169,7 @@ def test_two_policies_over_non_contiguous_agents_learn():
 
 NAN_REWARD = MATCHING.replace("1.0 if action[env, agent] == agent % 3 else 0.0",
                               "math.nan if action[env, agent] == 2 else 0.0").replace(
-    "from workbench.envdef", "import math\nfrom workbench.envdef")
+    "from workbench.compiler.envdef", "import math\nfrom workbench.compiler.envdef")
 
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path):

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench import config as cfg
-from workbench.config import ConfigError
+from workbench.learn import config as cfg
+from workbench.learn.config import ConfigError
 from workbench.widgets import (ConfigForm, EnvParamsForm, LivePlot, Runner, RunSpec, TrainingPanel, agent_params,
                                device_summary)
 from workbench.widgets.panel import CONTROLLED
@@ -295,7 +295,7 @@ def test_redraws_are_throttled():
 
 
 def test_errors_in_the_training_thread_are_shown(monkeypatch):
-    from workbench.trainer import Trainer
+    from workbench.learn.trainer import Trainer
 
     def broken_update(self):
         raise RuntimeError("the update exploded")

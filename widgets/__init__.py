@@ -9,7 +9,7 @@ TrainingPanel (panel.py; `panel(...)` is the same) puts its parts together:
     runner.py     Runner and RunSpec: a run in a background thread, usable without widgets;
                   jobs.py holds what a run does, runfiles.py its run folder's files
     curves.py     RunCurves: the live curves (plots.py's LivePlot, matplotlib Agg), runs compared
-    viewer.py     EpisodeViewer: the episodes a run pulls, animated by workbench.render
+    viewer.py     EpisodeViewer: the episodes a run pulls, animated by workbench.notebook.render
     status.py     the status line, progress line and error box; device.py the device line
 """
 from .device import device_summary, gpu_count

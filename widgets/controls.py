@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
-from workbench import config as cfg
-from workbench.config import ConfigError
+from workbench.learn import config as cfg
+from workbench.learn.config import ConfigError
 
 from .device import device_line, gpu_count
 from .form import ConfigForm, EnvParamsForm

@@ -8,7 +8,7 @@ import os
 
 import ipywidgets as widgets
 
-from workbench import config as cfg
+from workbench.learn import config as cfg
 
 from .plots import LivePlot
 from .runfiles import read_run

@@ -1,4 +1,4 @@
-"""Forms generated from the config dataclasses (`workbench.config.describe`) and from an env's
+"""Forms generated from the config dataclasses (`workbench.learn.config.describe`) and from an env's
 PARAMS: one widget per field, its type from the field's annotation, its tooltip and the grey text
 beside it from the field's doc. Nothing here lists a field by hand, so a field added to a config
 class appears in the panel by itself."""
@@ -11,8 +11,8 @@ import ipywidgets as widgets
 import numpy as np
 import yaml
 
-from workbench import config as cfg
-from workbench.config import ConfigError
+from workbench.learn import config as cfg
+from workbench.learn.config import ConfigError
 
 LABEL_WIDTH = "200px"
 # fields that only act on a GPU target: hidden while the panel's target is the CPU
@@ -144,7 +144,7 @@ class ConfigForm(widgets.VBox):
 
 def agent_params(env_name: str) -> list:
     """The integer PARAMS of `env_name` that change its agent count (found by trying each + 1)."""
-    from workbench import registry
+    from workbench.runtime import registry
     base = registry.definition(env_name)
     found = []
     for name, value in base.params.items():
@@ -159,7 +159,7 @@ def agent_params(env_name: str) -> list:
 
 def param_docs(env_name: str) -> dict:
     """{parameter: doc} from the env's PARAM_DOCS (empty when the env documents none)."""
-    from workbench import registry
+    from workbench.runtime import registry
     return dict(registry.definition(env_name).namespace.get("PARAM_DOCS", {}) or {})
 
 
@@ -177,7 +177,7 @@ class EnvParamsForm(widgets.VBox):
     form.num_agents() -> the agent count these values give."""
 
     def __init__(self, env_name: str, values: dict | None = None, **kwargs):
-        from workbench import registry
+        from workbench.runtime import registry
         self.env_name = env_name
         defn = registry.definition(env_name)
         self.defaults = dict(defn.params)
@@ -230,7 +230,7 @@ class EnvParamsForm(widgets.VBox):
         return out
 
     def num_agents(self) -> int:
-        from workbench import registry
+        from workbench.runtime import registry
         return registry.definition(self.env_name, **self.values()).num_agents
 
     def _update_count(self):

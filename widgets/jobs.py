@@ -25,15 +25,15 @@ from pathlib import Path
 
 import torch
 
-from workbench import config as cfg
+from workbench.learn import config as cfg
 
 from .runfiles import append_csv, read_metrics, write_config
 
 
 def train(run) -> None:
     """Train the spec's config in this process (continuing run.trainer when the run resumes one)."""
-    from workbench.loggers import make_logger
-    from workbench.trainer import make_trainer
+    from workbench.learn.loggers import make_logger
+    from workbench.learn.trainer import make_trainer
     config = run.spec.config
     if run.spec.record_every and config.cuda_graph:
         # the recorder's copies are host-driven: they run outside a captured CUDA graph
@@ -73,7 +73,7 @@ def _given_env(run, config):
     env = run.given_env
     if env is None:
         return None
-    from workbench import registry
+    from workbench.runtime import registry
     wanted = registry.definition(config.env, **(config.env_params or {}))
     if (env.name, env.num_envs, env.definition.digest) != (config.env, config.num_envs, wanted.digest) or \
             config.target not in (env.target.name, "auto"):
@@ -85,7 +85,7 @@ def rollouts(run) -> None:
     """Step the env without learning; one metrics row (throughput, episode statistics) every
     log_every iterations, appended to the run folder's metrics.csv."""
     import workbench as wb
-    from workbench.episode_stats import EpisodeStats
+    from workbench.learn.episode_stats import EpisodeStats
     config = run.spec.config
     write_config(config)
     run.set_state("compiling")
@@ -150,8 +150,8 @@ def rollouts(run) -> None:
 
 def _checkpoint_trainer(checkpoint: str, config):
     """A trainer holding the checkpoint's policies, on the run's replicas and target."""
-    from workbench import checkpoint as ckpt
-    from workbench.trainer import make_trainer
+    from workbench.learn import checkpoint as ckpt
+    from workbench.learn.trainer import make_trainer
     payload = ckpt.load(checkpoint)
     saved = cfg.from_dict(payload["config"])
     run_config = cfg.replace(saved, num_envs=config.num_envs, target=config.target, seed=config.seed,

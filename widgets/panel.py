@@ -26,7 +26,7 @@ import time
 
 import ipywidgets as widgets
 
-from workbench import config as cfg
+from workbench.learn import config as cfg
 
 from .controls import CONTROLLED, RunForm  # noqa: F401 - CONTROLLED importable from here too
 from .curves import RunCurves

@@ -26,7 +26,7 @@ _RUN_CYCLE = ("0.55", "tab:olive", "tab:cyan", "tab:pink", "tab:brown", "tab:pur
 
 def policy_colour(name: str, index: int = 0) -> str:
     """The colour of a policy in the curves and the viewer: taggers red, runners blue, one policy blue."""
-    from workbench.drawers import GROUP_COLOURS
+    from workbench.notebook.drawers import GROUP_COLOURS
     if name in GROUP_COLOURS:
         return GROUP_COLOURS[name]
     if name in ("shared", "policy") or index == 0:

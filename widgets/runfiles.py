@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from workbench import config as cfg
+from workbench.learn import config as cfg
 
 
 def default_run_dir(env: str, root: str | os.PathLike = "runs") -> str:

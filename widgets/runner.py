@@ -24,7 +24,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workbench import config as cfg
+from workbench.learn import config as cfg
 
 from . import jobs
 from .runfiles import append_csv, default_run_dir, read_run  # noqa: F401 - importable from here too

@@ -1,5 +1,5 @@
 """The panel's rollout viewer: the episodes a run pulls every `record_every` iterations, animated
-under the curves by workbench.render's HTML player. The run's thread only hands them over; the
+under the curves by workbench.notebook.render's HTML player. The run's thread only hands them over; the
 panel's redraw thread animates them, so drawing frames never holds up the run."""
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ class EpisodeViewer:
             self._show(*pending)
 
     def _show(self, trajectories, env, iteration):
-        from workbench import render
+        from workbench.notebook import render
         anim = render.show(trajectories, env, max_frames=self.max_frames, dpi=self.dpi)
         self.animation = anim
         replicas = ", ".join(str(t.get("replica")) for t in trajectories)

@@ -1,20 +1,69 @@
-"""warp-workbench: end-to-end multi-agent reinforcement learning on the device."""
+"""warp-workbench: end-to-end multi-agent reinforcement learning on the device.
+
+Layers, bottom up: compiler/ (env sources into kernels), runtime/ (envs on the device, sampling,
+random streams), learn/ (trainer, algorithms, run folders), interop/ (other ecosystems' APIs),
+notebook/ (the magic, drawing) and the widgets on top; cli.py is the shell's front end.
+"""
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
+import sys
 
-from .config import A2CConfig, DDPGConfig, PPOConfig
 from .errors import (ActionError, ConsistencyError, EnvCompileError, EnvDefinitionError, EnvIndexError, NonFiniteError,
                      TargetUnavailableError, UnknownEnvError, WorkbenchError)
+from .learn.config import A2CConfig, DDPGConfig, PPOConfig
 
-# Loaded on first use, so that `python -m workbench --help` and `import workbench.config` need no
+# The flat module names of earlier releases, each now in its layer's package. Env sources keep
+# importing workbench.envdef, workbench.rng, workbench.helpers and workbench.render (the env author's
+# names); user code and checkpoints naming the others keep working.
+MOVED = {"envdef": "compiler.envdef", "vocabulary": "compiler.vocabulary",
+         "codegen": "compiler.codegen", "codegen_c": "compiler.codegen_c", "kernel_cache": "compiler.kernel_cache",
+         "helpers": "compiler.helpers", "targets": "compiler.targets",
+         "env": "runtime.env", "store": "runtime.store", "sampling": "runtime.sampling", "rng": "compiler.rng",
+         "registry": "runtime.registry", "check": "runtime.check", "recorder": "runtime.recorder",
+         "magic": "notebook.magic", "render": "notebook.render", "drawers": "notebook.drawers",
+         **{name: f"learn.{name}" for name in (
+             "trainer", "rollout", "algorithms", "policies", "config", "checkpoint", "distributed", "evaluate",
+             "loggers", "progress", "threads", "report", "runs", "episode_stats", "compiled", "autoscale")}}
+
+
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """`import workbench.envdef` (and its submodules) gives the module now at workbench.compiler.envdef."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        parts = fullname.split(".")
+        if len(parts) > 1 and parts[0] == __name__ and parts[1] in MOVED:
+            return importlib.util.spec_from_loader(fullname, self)
+        return None
+
+    def __init__(self):
+        self._specs = {}
+
+    def create_module(self, spec):
+        parts = spec.name.split(".")
+        module = importlib.import_module(".".join([__name__, MOVED[parts[1]], *parts[2:]]))
+        self._specs[module.__name__] = module.__spec__
+        return module
+
+    def exec_module(self, module):
+        # the module ran under its own name; importlib has just given it the alias's spec: put its own back
+        module.__spec__ = self._specs[module.__name__]
+
+
+sys.meta_path.insert(0, _MovedModules())  # before the path finder, which would load a second copy
+
+# Loaded on first use, so that `python -m workbench --help` and `import workbench.learn.config` need no
 # torch or numba.
-_LAZY = {"Env": ("env", "Env"), "Box": ("envdef", "Box"), "Discrete": ("envdef", "Discrete"),
-         "MultiDiscrete": ("envdef", "MultiDiscrete"), "per_agent": ("envdef", "per_agent"),
-         "per_env": ("envdef", "per_env"), "env_names": ("registry", "names"), "register": ("registry", "register"),
-         "available_targets": ("targets", "available_targets"), "best_target": ("targets", "best_target"),
-         "Trainer": ("trainer", "Trainer"), "TrainResult": ("trainer", "TrainResult"),
-         "make_trainer": ("trainer", "make_trainer"), "train": ("runs", "train")}
+_LAZY = {"Env": ("runtime.env", "Env"), "Box": ("compiler.envdef", "Box"), "Discrete": ("compiler.envdef", "Discrete"),
+         "MultiDiscrete": ("compiler.envdef", "MultiDiscrete"), "per_agent": ("compiler.envdef", "per_agent"),
+         "per_env": ("compiler.envdef", "per_env"), "env_names": ("runtime.registry", "names"),
+         "register": ("runtime.registry", "register"),
+         "available_targets": ("compiler.targets", "available_targets"),
+         "best_target": ("compiler.targets", "best_target"),
+         "Trainer": ("learn.trainer", "Trainer"), "TrainResult": ("learn.trainer", "TrainResult"),
+         "make_trainer": ("learn.trainer", "make_trainer"), "train": ("learn.runs", "train")}
 
 
 def __getattr__(name):
@@ -40,30 +89,27 @@ __version__ = "0.1.0"
 
 
 def make(name: str, num_envs: int = 1, *, target: str | None = None, seed: int = 0, debug: bool = False,
-         **params) -> Env:
+         **params):
     """All `num_envs` replicas of env `name` on `target` ("cpu", "cuda", "cuda-c"; default: the
-    best present). Extra keyword arguments override the env's PARAMS."""
-    from .env import Env
-    from .registry import definition
-    from .targets import best_target
-    defn = definition(name, **params)
-    return Env(defn, num_envs=num_envs, target=target or best_target(), seed=seed, debug=debug)
+    best present). Extra keyword arguments override the env's PARAMS. See workbench.runtime.env.make."""
+    from .runtime.env import make as _make
+    return _make(name, num_envs, target=target, seed=seed, debug=debug, **params)
 
 
 def check_env(name_or_env, targets=None, **kwargs):
-    """Cross-target and contract check; see workbench.check.check_env."""
-    from .check import check_env as _check
+    """Cross-target and contract check; see workbench.runtime.check.check_env."""
+    from .runtime.check import check_env as _check
     return _check(name_or_env, targets=targets, **kwargs)
 
 
 def replay(run_or_checkpoint, **kwargs):
-    """A run's trained policy playing one episode, as an Animation; see workbench.runs.replay."""
-    from .runs import replay as _replay
+    """A run's trained policy playing one episode, as an Animation; see workbench.notebook.render.replay."""
+    from .notebook.render import replay as _replay
     return _replay(run_or_checkpoint, **kwargs)
 
 
 def load_ipython_extension(ipython):
-    from .magic import load_ipython_extension as _load
+    from .notebook.magic import load_ipython_extension as _load
     _load(ipython)
 
 

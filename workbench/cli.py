@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from .runs import ResumeError, resolve_config, run_config, run_training
+from .learn.runs import ResumeError, resolve_config, run_config, run_training
 
 
 def _sync(env):
@@ -32,7 +32,7 @@ def rollout_throughput(env, steps: int) -> float:
 
 
 def _overrides(args) -> dict:
-    from .config import ALGORITHMS, describe
+    from .learn.config import ALGORITHMS, describe
     values = {}
     for cls in ALGORITHMS.values():
         for name, *_ in describe(cls):
@@ -40,20 +40,20 @@ def _overrides(args) -> dict:
                 values[name] = getattr(args, name)
     for item in args.set or []:
         if "=" not in item:
-            from .config import ConfigError
+            from .learn.config import ConfigError
             raise ConfigError(f"--set takes key=value, got {item!r}")
         key, value = item.split("=", 1)
         try:
             values[key] = yaml.safe_load(value)
         except yaml.YAMLError as exc:
-            from .config import ConfigError, yaml_problem
+            from .learn.config import ConfigError, yaml_problem
             raise ConfigError(f"--set {item}: the value {value!r} is not valid YAML ({yaml_problem(exc)}); "
                               f"e.g. --set hidden_sizes=[64,64]") from None
     return values
 
 
 def cmd_train(args) -> int:
-    from . import config as cfg
+    from .learn import config as cfg
     config = cfg.load_yaml(resolve_config(args.config)) if args.config else None
     changes = _overrides(args)
     if args.run_dir:
@@ -62,7 +62,7 @@ def cmd_train(args) -> int:
     if args.auto_scale:
         if args.resume:
             raise ResumeError("--auto-scale changes num_envs, which a resumed run keeps; drop one of the two")
-        from .autoscale import auto_scale
+        from .learn.autoscale import auto_scale
         config, _report = auto_scale(config)
     _trainer, result = run_training(config, resume=checkpoint)
     return exit_code(result, config)
@@ -88,8 +88,8 @@ def exit_code(result, config) -> int:
 
 
 def cmd_demo(args) -> int:
-    from . import config as cfg
-    from .targets import best_target
+    from .learn import config as cfg
+    from .compiler.targets import best_target
     config = cfg.load_yaml(resolve_config("cartpole"))
     target = args.target or best_target()
     config = cfg.replace(config, target=target, run_dir=args.run_dir or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}",
@@ -103,7 +103,7 @@ def cmd_demo(args) -> int:
 
 def _animate_if_possible(trainer, run_dir: Path):
     try:
-        from .render import record_policy_animation
+        from .notebook.render import record_policy_animation
     except ImportError:
         return
     path = record_policy_animation(trainer, run_dir / "policy.html")
@@ -116,16 +116,16 @@ def _checkpoint_path(path: str) -> Path:
     if p.is_dir():
         p = p / "checkpoint.pt"
     if not p.is_file():
-        from .checkpoint import CheckpointError
+        from .learn.checkpoint import CheckpointError
         raise CheckpointError(f"no checkpoint at {str(p)!r} (pass a run folder or a checkpoint file)")
     return p
 
 
 def cmd_evaluate(args) -> int:
-    from . import checkpoint as ckpt
-    from . import config as cfg
-    from .evaluate import compare, evaluate, format_comparison
-    from .trainer import make_trainer
+    from .learn import checkpoint as ckpt
+    from .learn import config as cfg
+    from .learn.evaluate import compare, evaluate, format_comparison
+    from .learn.trainer import make_trainer
     path = _checkpoint_path(args.checkpoint)
     payload = ckpt.load(path)
     config = cfg.from_dict(payload["config"])
@@ -178,7 +178,7 @@ def cmd_envs(args) -> int:
 
 
 def _add_config_options(parser):
-    from .config import ALGORITHMS, describe
+    from .learn.config import ALGORITHMS, describe
     seen = set()
     group = parser.add_argument_group("config fields (override the file's values)")
     for cls in ALGORITHMS.values():
@@ -254,7 +254,7 @@ def one_line(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         text = f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
     elif isinstance(exc, yaml.YAMLError):
-        from .config import yaml_problem
+        from .learn.config import yaml_problem
         text = f"not valid YAML at {yaml_problem(exc)}"
     else:
         text = str(exc) or type(exc).__name__

@@ -8,11 +8,11 @@ import torch
 import torch.distributed as dist
 
 import workbench as wb
-from workbench import distributed as wbd
-from workbench.algorithms import a2c, ppo
-from workbench.envdef import Discrete
-from workbench.policies import ActionHead, ActorCritic
-from workbench.rollout import Batch
+from workbench.learn import distributed as wbd
+from workbench.learn.algorithms import a2c, ppo
+from workbench.compiler.envdef import Discrete
+from workbench.learn.policies import ActionHead, ActorCritic
+from workbench.learn.rollout import Batch
 
 
 def gathered_params(model):

@@ -15,9 +15,9 @@ import time
 
 import torch
 
-from .. import distributed as dist_mod
+from ..learn import distributed as dist_mod
 from ..extras import require
-from ..metrics import nonfinite_error
+from ..learn.metrics import nonfinite_error
 from . import AdapterError
 
 require("lightning", "lightning", "workbench.interop.lightning")

@@ -5,7 +5,7 @@ import types
 
 import numpy as np
 
-from ..envdef import Box, Discrete, MultiDiscrete
+from ..compiler.envdef import Box, Discrete, MultiDiscrete
 from ..extras import require
 
 

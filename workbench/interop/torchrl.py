@@ -15,7 +15,7 @@ import types
 import numpy as np
 import torch
 
-from ..envdef import Box, Discrete, MultiDiscrete
+from ..compiler.envdef import Box, Discrete, MultiDiscrete
 from ..extras import require
 from . import AdapterError
 

@@ -1,0 +1,234 @@
+"""Generates the CUDA C program of an env for the cuda-c target: its parameters as constants, a
+view type per array, the env's own C source, then the `wb_reset` and `wb_step` kernels.
+
+The kernels do what codegen.py's GPU drivers do (clear rewards and flags, time-limit truncation,
+episode bookkeeping, same-step auto-reset keeping final_obs) with the same thread mapping
+(codegen.gpu_layout): `TPE` lanes per replica with the agents strided over them (a = lane;
+a < NUM_AGENTS; a += TPE), `EPB` replicas per block, `__syncthreads()` between phases only when a
+replica has more than one lane. Entity phases stride the entity's instances over the same lanes;
+per-replica phases run on lane 0.
+
+Arrays reach the phases as raw pointers to row-major storage: [E, *shape] for per-env arrays,
+[E, NUM_AGENTS, *shape] for per-agent arrays. Each array NAME also gets a type NAME_view (a
+wb_view, see cuda/wb_runtime.cuh) that a phase may declare instead of a pointer and index as
+NAME(env, agent, i, ...): `float* x` -> x[env]; `obs_view obs` -> obs(env, agent, 0).
+`#line` directives map compiler messages back to the env's own C lines: an error in a phase body
+names its line, a phase/array type mismatch names the phase's line.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .codegen import ENTITY_STREAM, Layout
+from .envdef import EnvDefinition, phase_index
+from .envdef_c import c_phases
+
+DRIVER_FILE = "<workbench driver>"
+RUNTIME_HEADER = "wb_runtime.cuh"
+_C_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double", np.dtype(np.int32): "int",
+            np.dtype(np.int64): "long long", np.dtype(np.uint8): "unsigned char"}
+_RESYNC = "\0resync"  # placeholder line: becomes `#line <its successor's line> DRIVER_FILE`
+
+STEP_KEY = "wb_make_key(seed, e, a, episode[e], t[e])"
+RESET_KEY = "wb_make_key(seed, e, a, (long long)episode[e] + 1, WB_RESET_STEP)"
+OBSERVE_KEY = "wb_make_key(seed, e, a, episode[e], (wb_u64)t[e] + WB_OBSERVE_STEP)"
+
+
+def c_type(dtype) -> str:
+    """C element type of a store array dtype."""
+    return _C_TYPES[np.dtype(dtype)]
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _c_double(value: float) -> str:
+    if math.isnan(value):
+        return '__builtin_nan("")'
+    if math.isinf(value):
+        return ("-" if value < 0 else "") + "__builtin_huge_val()"
+    return repr(value)
+
+
+def _c_float(value) -> str:
+    """A float32 value as a C float expression (the exact value: its double text, converted)."""
+    text = _c_double(float(value))
+    return f"(float){text}" if text.startswith(("_", "-_")) else text + "f"
+
+
+def _c_constant(name: str, value) -> str:
+    """One PARAMS entry as a C++ constant (numbers and flat sequences of numbers)."""
+    if isinstance(value, (bool, np.bool_)):
+        return f"constexpr bool {name} = {'true' if value else 'false'};"
+    if isinstance(value, (int, np.integer)):
+        value = int(value)
+        return (f"constexpr int {name} = {value};" if -2**31 <= value < 2**31
+                else f"constexpr long long {name} = {value}LL;")
+    if isinstance(value, np.float32):  # a float parameter under PRECISION = "float32"
+        return f"constexpr float {name} = {_c_float(value)};"
+    if isinstance(value, (float, np.floating)):
+        return f"constexpr double {name} = {_c_double(float(value))};"
+    if isinstance(value, (list, tuple, np.ndarray)) and len(value) and \
+            all(isinstance(v, (int, float, np.number)) and not isinstance(v, bool) for v in value):
+        if all(isinstance(v, (int, np.integer)) for v in value):
+            return f"__device__ constexpr long long {name}[{len(value)}] = {{{', '.join(str(int(v)) for v in value)}}};"
+        if all(isinstance(v, (np.float32, int, np.integer)) for v in value):
+            return (f"__device__ constexpr float {name}[{len(value)}] = "
+                    f"{{{', '.join(_c_float(np.float32(v)) for v in value)}}};")
+        return (f"__device__ constexpr double {name}[{len(value)}] = "
+                f"{{{', '.join(_c_double(float(v)) for v in value)}}};")
+    return f"// PARAMS['{name}'] ({type(value).__name__}) has no C form"
+
+
+def _view_type(spec) -> str:
+    dims = (["NUM_AGENTS"] if spec.layout == "agent" else []) + [str(d) for d in spec.shape]
+    return f"wb_view<{', '.join([c_type(spec.dtype)] + dims)}>"
+
+
+class _Writer:
+    """C driver text: agent loops, barriers and phase calls, as codegen._Writer writes Python."""
+
+    def __init__(self, defn: EnvDefinition, layout: Layout, c_file: str):
+        self.lines: list = []
+        self.defn = defn
+        self.sync = layout.threads_per_env > 1
+        self.c_file = c_file
+
+    def emit(self, depth: int, *lines: str):
+        self.lines.extend(line if line.startswith(("#", "\0")) else "    " * depth + line for line in lines)
+
+    def barrier(self, depth: int):
+        if self.sync:
+            self.emit(depth, "__syncthreads();")
+
+    def agent_loop(self, depth: int, body, guard: str = "active", count: str = "NUM_AGENTS"):
+        self.emit(depth, f"if ({guard}) {{", f"    for (int a = lane; a < {count}; a += TPE) {{")
+        self.emit(depth + 2, *body)
+        self.emit(depth, "    }", "}")
+
+    def index(self, phase) -> str | None:
+        return phase_index(self.defn.name, f"{phase.name}() (line {phase.line})", phase.args, self.defn.entities,
+                           phase.line)
+
+    def call(self, phase, key_expr: str) -> tuple:
+        index = self.index(phase)
+        names = {"env": "e", "key": "key"}
+        if index is not None:
+            names[index] = "a"
+        if index is None:
+            stream = "0"
+        elif index == "agent":
+            stream = "a"
+        else:
+            stream = f"{(list(self.defn.entities).index(index) + 1) * ENTITY_STREAM}ULL + (wb_u64)a"
+        lines = [f"const wb_key key = {key_expr.replace('(seed, e, a, ', f'(seed, e, {stream}, ')};"] \
+            if "key" in phase.args else []
+        lines += [f"#line {phase.line} {self.c_file}",
+                  f"{phase.name}({', '.join(names.get(p, p) for p in phase.args)});", _RESYNC]
+        return tuple(lines)
+
+    def phase(self, depth: int, phase, key_expr: str, guard: str = "active"):
+        """One phase over the agents, an entity's instances (strided over the lanes as agents are)
+        or the replica once (its first lane), as codegen._Writer.phase."""
+        index = self.index(phase)
+        if index is None:
+            self.lane0(depth, guard, *self.call(phase, key_expr))
+        else:
+            count = "NUM_AGENTS" if index == "agent" else str(self.defn.entities[index])
+            self.agent_loop(depth, self.call(phase, key_expr), guard, count)
+
+    def lane0(self, depth: int, guard: str, *body: str):
+        self.emit(depth, f"if ({guard} && lane == 0) {{")
+        self.emit(depth + 1, *body)
+        self.emit(depth, "}")
+
+
+EA = "const long long ea = (long long)e * NUM_AGENTS + a;"
+
+
+def _step_body(w: _Writer, phases: dict, d: int):
+    obs_size = int(np.prod(w.defn.obs_shape, dtype=np.int64))
+    w.agent_loop(d, ("reward[(long long)e * NUM_AGENTS + a] = 0;",))
+    w.lane0(d, "active", "terminated[e] = 0;", "truncated[e] = 0;")
+    w.barrier(d)
+    for phase in phases["step"]:
+        w.phase(d, phase, STEP_KEY)
+        w.barrier(d)
+    w.agent_loop(d, (EA, "episode_return[ea] += reward[ea];"))
+    w.lane0(d, "active", "t[e] += 1;", "if (t[e] >= MAX_STEPS)", "    truncated[e] = 1;",
+            "done[e] = (terminated[e] != 0 || truncated[e] != 0) ? 1 : 0;")
+    w.barrier(d)
+    for phase in phases["observe"]:
+        w.phase(d, phase, OBSERVE_KEY)
+        w.barrier(d)
+    finished = "active && done[e] != 0"
+    w.agent_loop(d, (EA, f"for (long long i = 0; i < {obs_size}; ++i)",
+                     f"    final_obs[ea * {obs_size} + i] = obs[ea * {obs_size} + i];",
+                     "last_return[ea] = episode_return[ea];", "episode_return[ea] = 0;"), guard=finished)
+    for phase in phases["reset"]:
+        w.phase(d, phase, RESET_KEY, guard=finished)
+        w.barrier(d)
+    w.lane0(d, finished, "last_length[e] = t[e];", "t[e] = 0;", "episode[e] += 1;")
+    w.barrier(d)
+    for phase in phases["observe"]:
+        w.phase(d, phase, OBSERVE_KEY, guard=finished)
+        w.barrier(d)
+
+
+def _reset_body(w: _Writer, phases: dict, d: int):
+    for phase in phases["reset"]:
+        w.phase(d, phase, RESET_KEY)
+        w.barrier(d)
+    w.agent_loop(d, (EA, "reward[ea] = 0;", "episode_return[ea] = 0;", "last_return[ea] = 0;"))
+    w.lane0(d, "active", "t[e] = 0;", "episode[e] += 1;", "terminated[e] = 0;", "truncated[e] = 0;", "done[e] = 0;",
+            "last_length[e] = 0;")
+    w.barrier(d)
+    for phase in phases["observe"]:
+        w.phase(d, phase, OBSERVE_KEY)
+        w.barrier(d)
+
+
+def c_program(defn: EnvDefinition, layout: Layout) -> str:
+    """Full CUDA C++ source for `defn` (which must carry C phases): compile it with the directory of
+    wb_runtime.cuh on the include path; its kernels are `wb_reset` and `wb_step`, each taking
+    (int n_envs, unsigned long long seed, <one pointer per array, in defn.arrays order>)."""
+    phases = c_phases(defn)
+    c_file = _quote(defn.c_filename or f"<warpenv {defn.name}>")
+    head = [f"// CUDA C program of env '{defn.name}', generated by workbench.compiler.codegen_c",
+            f"#include \"{RUNTIME_HEADER}\"", "",
+            "namespace wb_params {  // PARAMS, resolved"]
+    head += [_c_constant(k, v) for k, v in defn.kernel_params().items() if k.isidentifier()]
+    head += ["}", "using namespace wb_params;", "",
+             f"constexpr int NUM_AGENTS = {defn.num_agents};",
+             f"constexpr int MAX_STEPS = {defn.max_steps};",
+             f"constexpr int TPE = {layout.threads_per_env};  // threads (lanes) per replica",
+             f"constexpr int EPB = {layout.envs_per_block};  // replicas per block", "",
+             "// Array views, row-major: per-env arrays [E, *shape], per-agent arrays [E, NUM_AGENTS, *shape]."]
+    for spec in defn.arrays.values():
+        dims = ", ".join(["E"] + (["NUM_AGENTS"] if spec.layout == "agent" else []) + [str(d) for d in spec.shape])
+        head.append(f"typedef {_view_type(spec)} {spec.name}_view;  // {spec.name}: {spec.dtype.name} [{dims}]")
+    head += ["", f"#line 1 {c_file}"]
+    source = defn.c_source if defn.c_source.endswith("\n") else defn.c_source + "\n"
+
+    params = ",\n".join(f"    {c_type(s.dtype)}* {s.name}" for s in defn.arrays.values())
+    kernels = [_RESYNC]
+    for kernel, body in (("wb_reset", _reset_body), ("wb_step", _step_body)):
+        w = _Writer(defn, layout, c_file)
+        w.emit(0, f"extern \"C\" __global__ void {kernel}(\n    int n_envs,\n    wb_u64 seed,\n{params})", "{",
+               "    const int tid = threadIdx.x;",
+               "    const long long e64 = (long long)blockIdx.x * EPB + tid / TPE;",
+               "    const bool active = e64 < n_envs;",
+               "    const int e = (int)e64;  // in range whenever active",
+               "    const int lane = tid % TPE;")
+        body(w, phases, 1)
+        w.emit(0, "}", "")
+        kernels += w.lines
+
+    lines = "\n".join(head + source.split("\n")[:-1] + kernels).split("\n")
+    for k, line in enumerate(lines):
+        if line == _RESYNC:
+            lines[k] = f"#line {k + 2} {_quote(DRIVER_FILE)}"
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,382 @@
+"""How an environment is declared: spaces, state arrays, parameters and per-agent phase functions.
+
+An environment source (a file in envs/ or a `%%warpenv` cell) is Python that declares, at
+module level:
+
+    NUM_AGENTS   int, or a function of the parameters
+    MAX_STEPS    episode length (a truncation, not a termination)
+    OBSERVATION  Box(shape=...) per agent
+    ACTION       Discrete(n) | MultiDiscrete(nvec) | Box(low, high, shape)
+    STATE        {name: per_env(...) | per_agent(...) | per_entity(entity, ...)}
+    PARAMS       {name: value}: globals of the kernel code, overridable in wb.make
+    ENTITIES     optional {entity: count}: other things of a replica that phases can run over
+    PRECISION    optional "float64" (default) | "float32": the type of float parameters in phases
+    reset, observe, and STEP = [phase, ...] (or a single `step`) as phase functions
+
+Phase functions take (env, agent, key, <array names>...); the framework binds arrays by name.
+A phase taking `agent` runs once per (replica, agent); one taking an entity's name instead runs
+once per (replica, entity); one taking neither runs once per replica.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import keyword
+import linecache
+import math
+import re
+import types
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..errors import EnvDefinitionError, EnvParameterError
+
+SPECIAL_ARGS = ("env", "agent", "key")
+_DTYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "int64": np.int64, "uint8": np.uint8}
+
+
+@dataclass(frozen=True)
+class Discrete:
+    """One integer action in [0, n) per agent."""
+    n: int
+
+
+@dataclass(frozen=True)
+class MultiDiscrete:
+    """Several integer actions per agent, the i-th in [0, nvec[i])."""
+    nvec: tuple
+
+
+@dataclass(frozen=True)
+class Box:
+    """Float32 vector per agent with elementwise bounds."""
+    low: Any = -math.inf
+    high: Any = math.inf
+    shape: tuple = ()
+
+
+@dataclass(frozen=True)
+class ArrayDecl:
+    """A state array: `layout` is "env" ([E, *shape]), "agent" ([E, A, *shape]) or "entity"
+    ([E, count of `entity`, *shape])."""
+    layout: str
+    dtype: str = "float32"
+    shape: tuple = ()
+    entity: str = ""
+
+
+def per_env(dtype: str = "float32", shape: tuple = ()) -> ArrayDecl:
+    """State array with one entry (of `shape`) per replica: [E, *shape]."""
+    return ArrayDecl("env", dtype, tuple(shape))
+
+
+def per_agent(dtype: str = "float32", shape: tuple = ()) -> ArrayDecl:
+    """State array with one entry (of `shape`) per agent: [E, A, *shape]."""
+    return ArrayDecl("agent", dtype, tuple(shape))
+
+
+def per_entity(entity: str, dtype: str = "float32", shape: tuple = ()) -> ArrayDecl:
+    """State array with one entry (of `shape`) per entity of ENTITIES: [E, count, *shape]. It is
+    stored as a per-replica array whose shape starts with the entity count."""
+    if not isinstance(entity, str):
+        raise EnvDefinitionError(f"per_entity takes the entity's name (a key of ENTITIES) first, got {entity!r}")
+    return ArrayDecl("entity", dtype, tuple(shape) if not isinstance(shape, (int, str)) else (shape,), entity)
+
+
+@dataclass(frozen=True)
+class ResolvedArray:
+    name: str
+    layout: str  # "env" | "agent"
+    dtype: np.dtype
+    shape: tuple  # trailing shape after [E] or [E, A]
+    owner: str  # "env" (declared in STATE) or "framework"
+    entity: str | None = None  # per_entity arrays: the entity (layout "env", shape[0] its count)
+
+
+@dataclass
+class EnvDefinition:
+    """A parsed environment source with its parameters resolved."""
+    name: str
+    source: str
+    filename: str
+    namespace: dict
+    params: dict
+    num_agents: int
+    max_steps: int
+    observation: Box
+    action: Any
+    arrays: dict  # name -> ResolvedArray, framework arrays included
+    reset_phases: list
+    step_phases: list
+    observe_phases: list
+    digest: str = field(default="")
+    c_source: str | None = None  # CUDA C phases for the cuda-c target (see parse_c, attach_c)
+    c_filename: str | None = None
+    language: str = "python"  # "cuda-c" when the phases exist only in C (the Python ones are stubs)
+    entities: dict = field(default_factory=dict)  # ENTITIES resolved: name -> count
+    precision: str = "float64"  # PRECISION: the type of float parameters inside phases
+
+    def phase_index(self, fn) -> str | None:
+        """What a Python phase runs over: "agent", an entity's name, or None (once per replica)."""
+        line = fn.__code__.co_firstlineno
+        return phase_index(self.name, f"{fn.__name__}() (line {line})", self.phase_args(fn), self.entities, line)
+
+    def kernel_params(self) -> dict:
+        """PARAMS as the kernels see them: float values (and floats inside tuples and lists) become
+        numpy float32 scalars when PRECISION is "float32"; otherwise the values themselves."""
+        return {k: _with_precision(v, self.precision) for k, v in self.params.items()}
+
+    @property
+    def obs_shape(self) -> tuple:
+        return tuple(self.observation.shape)
+
+    def phase_args(self, fn) -> list:
+        return list(inspect.signature(fn).parameters)
+
+
+PRECISIONS = ("float64", "float32")
+
+
+def _with_precision(value, precision):
+    if precision != "float32" or isinstance(value, (bool, np.bool_)):
+        return value
+    if isinstance(value, (float, np.floating)):
+        return np.float32(value)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_with_precision(v, precision) for v in value)
+    return value
+
+
+def phase_index(env_name: str, what: str, args, entities: Mapping, line=None) -> str | None:
+    """"agent", an entity's name or None (per replica) for a phase taking `args`; a phase taking
+    more than one of them is an EnvDefinitionError."""
+    taken = [a for a in args if a == "agent" or a in entities]
+    if len(taken) > 1:
+        raise EnvDefinitionError(
+            f"{env_name}: {what} takes {' and '.join(repr(a) for a in taken)}; a phase runs over "
+            f"one thing: take 'agent', or one entity of ENTITIES ({', '.join(entities) or 'none declared'}), or "
+            f"neither (once per replica)", line=line)
+    return taken[0] if taken else None
+
+
+_INTERVAL = re.compile(r"^\s*(int\s+)?([\[(])\s*([^,]+?)\s*,\s*([^\])]+?)\s*([\])])\s*$")
+
+
+def check_ranges(p, ranges: Mapping) -> str | None:
+    """For an env's `validate_params`: the first parameter of `p` outside its range, as a message
+    naming the parameter, its value and the range; None when all are inside.
+
+    ranges: {name: "(0, inf)" | "[0, 1]" | "int [1, inf)" | ...}, intervals in the usual notation
+    ("[" closed, "(" open; "inf", "pi" and numbers as bounds; "int" asks for an integer). NaN is in
+    no range."""
+    for name, spec in ranges.items():
+        m = _INTERVAL.match(spec)
+        if m is None:
+            raise EnvDefinitionError(f"range of '{name}' must read like '(0, inf)' or 'int [1, inf)', got {spec!r}")
+        want_int, left, low, high, right = m.groups()
+        low, high = _bound(name, low), _bound(name, high)
+        value = getattr(p, name)
+        is_number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+        is_int = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+        ok = is_number and (is_int or not want_int) and \
+            (low < value if left == "(" else low <= value) and (value < high if right == ")" else value <= high)
+        if not ok:
+            shown = spec.replace("int ", "").strip()
+            return f"parameter {name}={value!r} is out of range: it must be {'an int ' if want_int else ''}in {shown}"
+    return None
+
+
+def _bound(name, text):
+    sign, body = (-1.0, text[1:].strip()) if text.startswith("-") else (1.0, text)
+    named = {"inf": math.inf, "pi": math.pi}
+    try:
+        return sign * (named[body] if body in named else float(body))
+    except ValueError:
+        raise EnvDefinitionError(f"range of '{name}': bound {text!r} is not a number, inf or pi") from None
+
+
+def _as_int(value, params, what):
+    if callable(value):
+        value = value(types.SimpleNamespace(**params))
+    if isinstance(value, str):
+        if value not in params:
+            raise EnvDefinitionError(f"{what}: '{value}' is not a parameter; PARAMS has {sorted(params)}")
+        value = params[value]
+    if not isinstance(value, (int, np.integer)):
+        raise EnvDefinitionError(f"{what} must be an int (or a function of the parameters), got {value!r}")
+    return int(value)
+
+
+def _shape(shape, params, what):
+    if isinstance(shape, (int, str)) or callable(shape):
+        shape = (shape,)
+    return tuple(_as_int(s, params, what) for s in shape)
+
+
+def exec_source(source: str, filename: str, module_name: str) -> dict:
+    """Run an env source into a fresh namespace; a syntax error names the source line."""
+    lines = source.splitlines(True)
+    linecache.cache[filename] = (len(source), None, lines, filename)
+    namespace = {"__name__": module_name, "__file__": filename}
+    try:
+        code = compile(source, filename, "exec")
+    except SyntaxError as exc:
+        raise EnvDefinitionError(f"syntax error at line {exc.lineno}: {exc.msg}\n    {(exc.text or '').rstrip()}",
+                                 line=exc.lineno) from None
+    try:
+        exec(code, namespace)
+    except Exception as exc:  # noqa: BLE001 - any error while defining the env is the author's
+        tb = exc.__traceback__
+        line = None
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == filename:
+                line = tb.tb_lineno
+            tb = tb.tb_next
+        raise EnvDefinitionError(f"{type(exc).__name__} at line {line}: {exc}", line=line) from None
+    return namespace
+
+
+FRAMEWORK_ARRAYS = ("obs", "final_obs", "action", "reward", "terminated", "truncated", "done",
+                    "t", "episode", "episode_return", "last_return", "last_length")
+
+
+def parse(name: str, source: str, filename: str | None = None, overrides: Mapping | None = None) -> EnvDefinition:
+    """Parse an env source and resolve its parameters (defaults updated by `overrides`)."""
+    filename = filename or f"<warpenv {name}>"
+    namespace = exec_source(source, filename, f"workbench_env_{name}")
+    defaults = dict(namespace.get("PARAMS", {}))
+    overrides = dict(overrides or {})
+    unknown = sorted(set(overrides) - set(defaults))
+    if unknown:
+        raise EnvDefinitionError(f"{name}: unknown parameter(s) {unknown}; this env takes {sorted(defaults)}")
+    params = {**defaults, **overrides}
+    for key, value in params.items():
+        if key in defaults and isinstance(defaults[key], (int, float)) and not isinstance(value, (int, float, np.number)):
+            raise EnvDefinitionError(f"{name}: parameter '{key}' must be a number, got {value!r}")
+    validate = namespace.get("validate_params")
+    if validate is not None:
+        message = validate(types.SimpleNamespace(**params))
+        if message:
+            raise EnvParameterError(f"{name}: {message}")
+
+    for required in ("NUM_AGENTS", "OBSERVATION", "ACTION", "reset", "observe"):
+        if required not in namespace:
+            raise EnvDefinitionError(f"{name}: the source does not define {required}")
+    if "STEP" not in namespace and "step" not in namespace:
+        raise EnvDefinitionError(f"{name}: the source defines no step function (define `step` or `STEP = [...]`)")
+    num_agents = _as_int(namespace["NUM_AGENTS"], params, "NUM_AGENTS")
+    if not 1 <= num_agents <= 1_000_000:
+        raise EnvDefinitionError(f"{name}: NUM_AGENTS must be in [1, 1000000], got {num_agents}")
+    max_steps = _as_int(namespace.get("MAX_STEPS", 2**31 - 1), params, "MAX_STEPS")
+    if max_steps < 1:
+        raise EnvDefinitionError(f"{name}: MAX_STEPS must be positive, got {max_steps}")
+
+    obs_space = namespace["OBSERVATION"]
+    if not isinstance(obs_space, Box):
+        raise EnvDefinitionError(f"{name}: OBSERVATION must be a Box, got {obs_space!r}")
+    obs_space = Box(obs_space.low, obs_space.high, _shape(obs_space.shape, params, "OBSERVATION.shape"))
+    action = namespace["ACTION"]
+    if isinstance(action, Discrete):
+        action = Discrete(_as_int(action.n, params, "ACTION.n"))
+        act_shape, act_dtype = (), np.int32
+    elif isinstance(action, MultiDiscrete):
+        action = MultiDiscrete(tuple(_as_int(n, params, "ACTION.nvec") for n in action.nvec))
+        act_shape, act_dtype = (len(action.nvec),), np.int32
+    elif isinstance(action, Box):
+        action = Box(action.low, action.high, _shape(action.shape, params, "ACTION.shape"))
+        act_shape, act_dtype = action.shape, np.float32
+    else:
+        raise EnvDefinitionError(f"{name}: ACTION must be Discrete, MultiDiscrete or Box, got {action!r}")
+
+    o = obs_space.shape
+    arrays = {
+        "obs": ResolvedArray("obs", "agent", np.dtype(np.float32), o, "framework"),
+        "final_obs": ResolvedArray("final_obs", "agent", np.dtype(np.float32), o, "framework"),
+        "action": ResolvedArray("action", "agent", np.dtype(act_dtype), act_shape, "framework"),
+        "reward": ResolvedArray("reward", "agent", np.dtype(np.float32), (), "framework"),
+        "terminated": ResolvedArray("terminated", "env", np.dtype(np.uint8), (), "framework"),
+        "truncated": ResolvedArray("truncated", "env", np.dtype(np.uint8), (), "framework"),
+        "done": ResolvedArray("done", "env", np.dtype(np.uint8), (), "framework"),
+        "t": ResolvedArray("t", "env", np.dtype(np.int32), (), "framework"),
+        "episode": ResolvedArray("episode", "env", np.dtype(np.int32), (), "framework"),
+        "episode_return": ResolvedArray("episode_return", "agent", np.dtype(np.float32), (), "framework"),
+        "last_return": ResolvedArray("last_return", "agent", np.dtype(np.float32), (), "framework"),
+        "last_length": ResolvedArray("last_length", "env", np.dtype(np.int32), (), "framework"),
+    }
+    entities = _entities(name, namespace.get("ENTITIES", {}), params, arrays)
+    precision = namespace.get("PRECISION", "float64")
+    if precision not in PRECISIONS:
+        raise EnvDefinitionError(f"{name}: PRECISION must be \"float64\" or \"float32\", got {precision!r}")
+    for arr_name, decl in dict(namespace.get("STATE", {})).items():
+        if arr_name in arrays or arr_name in SPECIAL_ARGS:
+            raise EnvDefinitionError(f"{name}: STATE name '{arr_name}' is reserved by the framework")
+        if arr_name in entities:
+            raise EnvDefinitionError(f"{name}: STATE name '{arr_name}' is also an entity of ENTITIES; rename one")
+        if not isinstance(decl, ArrayDecl):
+            raise EnvDefinitionError(f"{name}: STATE['{arr_name}'] must be per_env(...), per_agent(...) or "
+                                     f"per_entity(...)")
+        if decl.dtype not in _DTYPES:
+            raise EnvDefinitionError(f"{name}: STATE['{arr_name}'] dtype '{decl.dtype}' not in {sorted(_DTYPES)}")
+        shape = _shape(decl.shape, params, f"STATE['{arr_name}'].shape")
+        if decl.layout == "entity":
+            if decl.entity not in entities:
+                raise EnvDefinitionError(
+                    f"{name}: STATE['{arr_name}'] is per_entity({decl.entity!r}), which ENTITIES does not declare "
+                    f"(declare it: ENTITIES = dict({decl.entity}=\"<count parameter>\"); declared: "
+                    f"{sorted(entities) or 'none'})")
+            arrays[arr_name] = ResolvedArray(arr_name, "env", np.dtype(_DTYPES[decl.dtype]),
+                                             (entities[decl.entity],) + shape, "env", decl.entity)
+        else:
+            arrays[arr_name] = ResolvedArray(arr_name, decl.layout, np.dtype(_DTYPES[decl.dtype]), shape, "env")
+
+    def phases(value, what):
+        fns = list(value) if isinstance(value, (list, tuple)) else [value]
+        for fn in fns:
+            if not inspect.isfunction(fn):
+                raise EnvDefinitionError(f"{name}: {what} must hold functions, got {fn!r}")
+            args = list(inspect.signature(fn).parameters)
+            for arg in args:
+                if arg not in arrays and arg not in SPECIAL_ARGS and arg not in entities:
+                    raise EnvDefinitionError(
+                        f"{name}: {fn.__name__}() (line {fn.__code__.co_firstlineno}) takes '{arg}', which is "
+                        f"neither env/agent/key, an entity of ENTITIES nor an array; arrays are {sorted(arrays)}",
+                        line=fn.__code__.co_firstlineno)
+            line = fn.__code__.co_firstlineno
+            phase_index(name, f"{fn.__name__}() (line {line})", args, entities, line)
+        return fns
+
+    reset_phases = phases(namespace.get("RESET", namespace["reset"]), "RESET")
+    step_phases = phases(namespace.get("STEP", namespace.get("step")), "STEP")
+    observe_phases = phases(namespace["observe"], "observe")
+    from .vocabulary import check_source
+    check_source(name, source, reset_phases + step_phases + observe_phases, arrays, params, namespace)
+    digest = hashlib.sha256((source + repr(sorted(params.items()))).encode()).hexdigest()[:16]
+    return EnvDefinition(name, source, filename, namespace, params, num_agents, max_steps, obs_space, action,
+                         arrays, reset_phases, step_phases, observe_phases, digest, entities=entities,
+                         precision=precision)
+
+
+def _entities(name: str, declared, params: dict, arrays: dict) -> dict:
+    """ENTITIES resolved to {entity: count}, each name checked against what phases already bind."""
+    if not isinstance(declared, Mapping):
+        raise EnvDefinitionError(f"{name}: ENTITIES must be a dict of entity name to count, e.g. "
+                                 f"ENTITIES = dict(patch=\"num_patches\"); got {declared!r}")
+    entities = {}
+    for entity, count in declared.items():
+        if not isinstance(entity, str) or not entity.isidentifier() or keyword.iskeyword(entity):
+            raise EnvDefinitionError(f"{name}: ENTITIES name {entity!r} must be a Python identifier")
+        if entity in SPECIAL_ARGS or entity in arrays or entity in params:
+            what = "a parameter" if entity in params else "reserved by the framework"
+            raise EnvDefinitionError(f"{name}: ENTITIES name '{entity}' is {what}; phases bind it as the entity's "
+                                     f"index, so pick another name (e.g. the singular of what it counts)")
+        n = _as_int(count, params, f"ENTITIES['{entity}']")
+        if not 0 <= n <= 1_000_000:
+            raise EnvDefinitionError(f"{name}: ENTITIES['{entity}'] must be in [0, 1000000], got {n}")
+        entities[entity] = n
+    return entities
+
+
+# ---- CUDA C phases (the cuda-c target) -----------------------------------------------------------
+#

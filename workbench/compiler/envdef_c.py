@@ -1,0 +1,154 @@
+"""CUDA C environments: phases written as `__device__` C functions, declarations kept in Python.
+
+Either a Python env has a sibling NAME.cu (`attach_c`), or a pure C source declares everything in a
+leading `/*@workbench ... */` block of Python (`parse_c`); the cuda-c target compiles the phases.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import keyword
+import re
+import textwrap
+from dataclasses import dataclass
+from typing import Mapping
+
+from .envdef import SPECIAL_ARGS, EnvDefinition, exec_source, parse, phase_index
+from ..errors import EnvDefinitionError
+
+C_LANGUAGES = ("cuda", "cuda-c")
+C_BLOCK = "/*@workbench"
+_C_ONLY = "THIS_ENV_IS_CUDA_C_ONLY__RUN_IT_WITH_TARGET_CUDA_C"
+_C_FUNCTION = re.compile(r"\b__device__\b(?P<head>[^;{}()#]*?)\b(?P<name>[A-Za-z_]\w*)\s*\((?P<params>[^()]*)\)\s*\{")
+_C_NOISE = re.compile(r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'", re.S)
+
+
+@dataclass(frozen=True)
+class CPhase:
+    """A `__device__` function of a C env source: its name, parameter names and source line."""
+    name: str
+    args: tuple
+    line: int
+
+
+def _blank(match) -> str:
+    return re.sub(r"[^\n]", " ", match.group(0))
+
+
+def _c_param_name(param: str) -> str | None:
+    param = re.sub(r"\[[^\]]*\]", "", param.split("=")[0]).strip()
+    if not param or param == "void":
+        return None
+    found = re.search(r"([A-Za-z_]\w*)\s*$", param)
+    return found.group(1) if found else param
+
+
+def _split_params(text: str) -> list:
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        depth += (ch == "<") - (ch == ">")
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    return parts + [current]
+
+
+def c_functions(source: str) -> dict:
+    """Every `__device__` function defined in C `source`: name -> [CPhase, ...] (in source order)."""
+    code = _C_NOISE.sub(_blank, source)
+    found: dict = {}
+    for m in _C_FUNCTION.finditer(code):
+        names = [_c_param_name(p) for p in _split_params(m.group("params"))]
+        line = code.count("\n", 0, m.start("name")) + 1
+        found.setdefault(m.group("name"), []).append(CPhase(m.group("name"), tuple(n for n in names if n), line))
+    return found
+
+
+def c_phases(defn: EnvDefinition) -> dict:
+    """The C phases of `defn` by stage ("reset", "step", "observe"): the `__device__` functions
+    named as its (Python or stub) phases, their parameters checked against the arrays."""
+    if defn.c_source is None:
+        raise EnvDefinitionError(f"{defn.name}: has no CUDA C phases (ship envs/{defn.name}.cu beside the .py, "
+                                 f"or write it in CUDA C with a {C_BLOCK} ... */ block)")
+    where = defn.c_filename.rsplit("/", 1)[-1] if defn.c_filename else "the C source"
+    found = c_functions(defn.c_source)
+    stages = {}
+    for stage, fns in (("reset", defn.reset_phases), ("step", defn.step_phases), ("observe", defn.observe_phases)):
+        stages[stage] = []
+        for fn in fns:
+            defs = found.get(fn.__name__, [])
+            if not defs:
+                raise EnvDefinitionError(f"{defn.name}: {where} defines no `__device__ void {fn.__name__}(...)` "
+                                         f"(a {stage} phase)")
+            if len(defs) > 1:
+                raise EnvDefinitionError(f"{defn.name}: {where} defines {fn.__name__}() more than once (lines "
+                                         f"{', '.join(str(d.line) for d in defs)})", line=defs[1].line)
+            phase = defs[0]
+            for arg in phase.args:
+                if arg not in defn.arrays and arg not in SPECIAL_ARGS and arg not in defn.entities:
+                    raise EnvDefinitionError(
+                        f"{defn.name}: {phase.name}() (line {phase.line} of {where}) takes '{arg}', which is neither "
+                        f"env/agent/key, an entity of ENTITIES nor an array; arrays are {sorted(defn.arrays)}",
+                        line=phase.line)
+            phase_index(defn.name, f"{phase.name}() (line {phase.line} of {where})", phase.args, defn.entities,
+                        phase.line)
+            stages[stage].append(phase)
+    return stages
+
+
+def attach_c(defn: EnvDefinition, c_source: str, c_filename: str | None = None) -> EnvDefinition:
+    """`defn` with C phases attached (checked by `c_phases` when the cuda-c target compiles)."""
+    digest = hashlib.sha256((defn.digest + "\0" + c_source).encode()).hexdigest()[:16]
+    return dataclasses.replace(defn, c_source=c_source, c_filename=c_filename or f"<warpenv {defn.name} C>",
+                               digest=digest)
+
+
+def _c_block_python(name: str, source: str) -> str:
+    """The `/*@workbench ... */` block as Python, each line at its line number in `source`."""
+    start = source.find(C_BLOCK)
+    end = source.find("*/", start + len(C_BLOCK)) if start >= 0 else -1
+    if start < 0 or end < 0:
+        raise EnvDefinitionError(f"{name}: a CUDA C env begins with a {C_BLOCK} ... */ comment declaring NUM_AGENTS, "
+                                 f"OBSERVATION, ACTION, STATE and PARAMS in Python syntax")
+    first_line = source.count("\n", 0, start)
+    body = source[start + len(C_BLOCK):end].split("\n")
+    rest = textwrap.dedent("\n".join(body[1:])).split("\n") if len(body) > 1 else []
+    prelude = "from workbench.compiler.envdef import Box, Discrete, MultiDiscrete, per_agent, per_entity, per_env; import math"
+    head = body[0].strip()
+    lines = [""] * first_line + [prelude + (f"; {head}" if head else "")] + rest
+    return "\n".join(lines) + "\n"
+
+
+def parse_c(name: str, source: str, filename: str | None = None, overrides: Mapping | None = None) -> EnvDefinition:
+    """Parse a pure CUDA C env source: declarations from its `/*@workbench ... */` block (Python,
+    with Box, Discrete, MultiDiscrete, per_env, per_agent and math imported), phases from its
+    `__device__` functions: `reset`, `step`, `observe`, or the names listed in RESET / STEP /
+    OBSERVE. The Python phases of the result are stubs that no numba target compiles."""
+    filename = filename or f"<warpenv {name}>"
+    block = _c_block_python(name, source)
+    declared = exec_source(block, filename, f"workbench_env_{name}")
+    found = c_functions(source)
+    lists = {}
+    for key, default in (("RESET", "reset"), ("STEP", "step"), ("OBSERVE", "observe")):
+        value = declared.get(key, default)
+        names = [value] if isinstance(value, str) else value
+        if not isinstance(names, (list, tuple)) or not names or not all(isinstance(n, str) for n in names):
+            raise EnvDefinitionError(f"{name}: {key} must name the C phase functions, e.g. {key} = [\"{default}\"]; "
+                                     f"got {value!r}")
+        for fn in names:
+            if fn not in found:
+                raise EnvDefinitionError(f"{name}: the source defines no `__device__ void {fn}(...)` (a "
+                                         f"{default} phase)")
+            if not fn.isidentifier() or keyword.iskeyword(fn):
+                raise EnvDefinitionError(f"{name}: a phase may not be called '{fn}'")
+        lists[key] = list(names)
+    stubs = [f"def {fn}():\n    return {_C_ONLY}\n" for fn in dict.fromkeys(sum(lists.values(), []))]
+    trailer = [f"{key} = [{', '.join(names)}]" for key, names in lists.items()]
+    trailer += ["reset = RESET[0]", "observe = OBSERVE[0] if len(OBSERVE) == 1 else OBSERVE"]
+    stand_in = block + "\n" + "\n".join(stubs) + "\n" + "\n".join(trailer) + "\n"
+    defn = parse(name, stand_in, filename, overrides)
+    defn = dataclasses.replace(attach_c(defn, source, filename), language="cuda-c")
+    c_phases(defn)
+    return defn

@@ -1,0 +1,135 @@
+"""The `cuda-c` target: an env's CUDA C phases (envs/NAME.cu beside NAME.py, or a pure C source)
+inside generated driver kernels (codegen_c), compiled at run time with NVRTC through cuda.core and
+launched on torch's current stream over the store's own device tensors (passed as raw pointers).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .. import codegen_c
+from ..codegen import gpu_layout
+from ..envdef import EnvDefinition
+from ...errors import EnvCompileError
+from .cuda import simulator_enabled
+
+INCLUDE_DIR = Path(__file__).resolve().parent.parent / "cuda"
+_LOG_LINE = re.compile(r"^(?P<file>.*)\((?P<line>\d+)\): (?:catastrophic )?error")
+
+
+def nvrtc_problem() -> str | None:
+    """None when NVRTC can be loaded here, else why not."""
+    try:
+        from cuda.bindings import nvrtc
+        err, _, _ = nvrtc.nvrtcVersion()
+    except Exception as exc:  # noqa: BLE001 - a missing library shows up as several error types
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"NVRTC cannot be loaded ({first}); pip install nvidia-cuda-nvrtc"
+    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        return f"NVRTC cannot be loaded ({err})"
+    return None
+
+
+def _compile_error(defn: EnvDefinition, log: str) -> EnvCompileError:
+    """The first error of an NVRTC log, with the env's own C line when it lies in the env source."""
+    kept = [ln for ln in log.splitlines() if ln.strip()]
+    where, line = "", None
+    name = defn.c_filename or ""
+    for ln in kept:
+        m = _LOG_LINE.match(ln.strip())
+        if m and m.group("file") == name:
+            line = int(m.group("line"))
+            src = defn.c_source.splitlines()
+            text = src[line - 1].strip() if 0 < line <= len(src) else ""
+            where = f" at line {line} of {Path(name).name}:\n    {text}"
+            break
+    summary = "\n".join(kept[:12])
+    return EnvCompileError(f"env '{defn.name}' failed to compile for target 'cuda-c'{where}\n{summary}", line=line)
+
+
+def compile_program(defn: EnvDefinition, arch: str, layout=None, target_type: str = "cubin"):
+    """(cuda.core ObjectCode, generated source) of `defn` for `arch` ("sm_90"); needs NVRTC, no GPU.
+    A compiler error raises EnvCompileError naming the env's C line."""
+    from cuda.core import Program, ProgramOptions
+    from cuda.core._utils.cuda_utils import NVRTCError
+
+    source = codegen_c.c_program(defn, layout or gpu_layout(defn.num_agents))
+    options = ProgramOptions(arch=arch, std="c++17", include_path=[str(INCLUDE_DIR)])
+    program = Program(source, code_type="c++", options=options)
+    try:
+        return program.compile(target_type), source
+    except NVRTCError as exc:
+        raise _compile_error(defn, str(exc).split("compilation log:", 1)[-1]) from None
+    finally:
+        program.close()
+
+
+class CudaCKernels:
+    def __init__(self, defn, layout, code, source, device):
+        self.defn = defn
+        self.layout = layout
+        self.driver_source = source
+        self.device = device
+        self._reset = code.get_kernel("wb_reset")
+        self._step = code.get_kernel("wb_step")
+        self._streams = {}
+        self._configs = {}
+
+    def _stream(self):
+        from cuda.core import Stream
+        handle = torch.cuda.current_stream().cuda_stream
+        stream = self._streams.get(handle)
+        if stream is None:
+            stream = self._streams[handle] = Stream.from_handle(handle)
+        return stream
+
+    def _run(self, kernel, n_envs, seed, views):
+        from cuda.core import LaunchConfig, launch
+        config = self._configs.get(n_envs)
+        if config is None:
+            grid = (n_envs + self.layout.envs_per_block - 1) // self.layout.envs_per_block
+            config = self._configs[n_envs] = LaunchConfig(grid=grid, block=self.layout.block)
+        launch(self._stream(), config, kernel, np.int32(n_envs), np.uint64(seed), *views)
+
+    def reset(self, n_envs, seed, views):
+        self._run(self._reset, n_envs, seed, views)
+
+    def step(self, n_envs, seed, views):
+        self._run(self._step, n_envs, seed, views)
+
+
+class CudaCTarget:
+    name = "cuda-c"
+    device = torch.device("cuda")
+
+    def __init__(self):
+        self._problem = ...
+
+    def availability(self):
+        if simulator_enabled() or not torch.cuda.is_available():
+            return "no CUDA GPU is visible to torch on this machine (CUDA C needs a real GPU)"
+        if self._problem is ...:
+            try:
+                import cuda.core  # noqa: F401
+            except ImportError as exc:
+                self._problem = f"cuda.core is not installed ({exc}); pip install cuda-core"
+            else:
+                self._problem = nvrtc_problem()
+        return self._problem
+
+    def view(self, tensor):
+        """The device address of `tensor` (cuda.core passes a Python int as a pointer)."""
+        return tensor.data_ptr()
+
+    def compile(self, defn, layout=None):
+        from cuda.core import Device
+        layout = layout or gpu_layout(defn.num_agents)
+        index = torch.cuda.current_device()
+        major, minor = torch.cuda.get_device_capability(index)
+        code, source = compile_program(defn, f"sm_{major}{minor}", layout)
+        device = Device(index)
+        device.set_current()  # torch's primary context, which the kernels load into
+        return CudaCKernels(defn, layout, code, source, device)

@@ -1,0 +1,131 @@
+"""Checkpoint files: written atomically (temp file, fsync, rename), checked on load."""
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from ..errors import WorkbenchError
+
+FORMAT = "warp-workbench-checkpoint"
+VERSION = 1
+
+
+class CheckpointError(WorkbenchError, ValueError):
+    pass
+
+
+# A temp file whose owner cannot be checked (another host, or an older name) is left alone while
+# it is younger than this: a live save rewrites it far more often.
+STALE_AFTER_S = 600.0
+
+
+def _owner_tag() -> str:
+    return f"{socket.gethostname().replace('.', '_')}-{os.getpid()}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def is_stale_temp(tmp: Path, now: float | None = None) -> bool:
+    """Whether `tmp` (a `.NAME.<host>-<pid>.<random>.tmp` file of save_atomic) was left by a save that
+    died: its process on this host is gone, or, when that cannot be checked, it is old."""
+    host, own_pid = socket.gethostname().replace(".", "_"), os.getpid()
+    parts = tmp.name.split(".")
+    owner = parts[-3] if len(parts) >= 4 else ""
+    owner_host, _, pid_text = owner.rpartition("-")
+    if owner_host == host and pid_text.isdigit():
+        pid = int(pid_text)
+        return pid != own_pid and not _pid_alive(pid)
+    try:
+        age = (time.time() if now is None else now) - tmp.stat().st_mtime
+    except FileNotFoundError:
+        return False
+    return age > STALE_AFTER_S
+
+
+def remove_stale_temps(path: Path) -> list:
+    """Delete the temp files that killed saves of `path` left in its folder; returns their paths."""
+    removed = []
+    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+        if is_stale_temp(tmp):
+            try:
+                tmp.unlink()
+                removed.append(tmp)
+            except FileNotFoundError:
+                pass
+    return removed
+
+
+def save_atomic(payload: dict, path) -> Path:
+    """Write `payload` to `path` so that a crash mid-write leaves the previous file intact.
+
+    A failed write (a full disk, say) raises CheckpointError and removes its temp file; temp files
+    of earlier saves that were killed are removed first."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temps(path)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{_owner_tag()}.", suffix=".tmp")
+    except OSError as exc:
+        raise CheckpointError(f"cannot write checkpoint {str(path)!r}: {exc.strerror or exc}") from None
+    payload = {"format": FORMAT, "version": VERSION, **payload}
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            torch.save(payload, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        if isinstance(exc, OSError) or _is_write_failure(exc):
+            previous = f"the previous checkpoint {str(path)!r} is intact" if path.exists() else "no earlier checkpoint"
+            reason = "the disk is full" if _errno_of(exc) == errno.ENOSPC else f"{type(exc).__name__}: {exc}"
+            raise CheckpointError(f"could not save checkpoint {str(path)!r}: {reason} ({previous}; the partial "
+                                  f"file was removed)") from None
+        raise
+    return path
+
+
+def _errno_of(exc: BaseException):
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno is not None:
+            return exc.errno
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _is_write_failure(exc: BaseException) -> bool:
+    """torch.save reports a failed write as a RuntimeError from its zip writer."""
+    return isinstance(exc, RuntimeError) and ("write" in str(exc).lower() or _errno_of(exc) is not None)
+
+
+def load(path, map_location="cpu") -> dict:
+    """Read a checkpoint, with a clear error for a missing, corrupt or foreign file."""
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"checkpoint {str(path)!r} does not exist")
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=False)
+    except Exception as exc:  # noqa: BLE001 - torch raises many kinds for a damaged file
+        raise CheckpointError(f"checkpoint {str(path)!r} is corrupt or not a checkpoint "
+                              f"({type(exc).__name__}: {str(exc)[:200]})") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise CheckpointError(f"{str(path)!r} is not a warp-workbench checkpoint")
+    if payload.get("version") != VERSION:
+        raise CheckpointError(f"{str(path)!r} has checkpoint version {payload.get('version')}; this "
+                              f"warp-workbench reads version {VERSION}")
+    return payload

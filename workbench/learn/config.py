@@ -1,0 +1,293 @@
+"""Training configuration: frozen dataclasses, one docstring per field, YAML in and out.
+
+The CLI, the YAML loader and the notebook's form are all generated from these classes:
+`describe(cls)` lists (name, type, default, doc) for every field.
+"""
+from __future__ import annotations
+
+import dataclasses
+import numbers
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from ..errors import WorkbenchError
+
+
+class ConfigError(WorkbenchError, ValueError):
+    """A config key that is unknown or of the wrong type."""
+
+
+def yaml_problem(exc) -> str:
+    """A YAML parse error as 'line L, column C: problem' (1-based, as editors count)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    context, start = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    opened = f" ({context} that starts at line {start.line + 1}, column {start.column + 1})" \
+        if context and start is not None and (mark is None or start.line != mark.line) else ""
+    return f"{where}{problem}{opened}"
+
+
+def _f(default, doc: str, **kw):
+    return field(default=default, metadata={"doc": doc, **kw})
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Settings every algorithm shares: the env, the run's length, logging and checkpoints."""
+    env: str = _f("cartpole", "Registered env name (python -m workbench envs lists them).")
+    num_envs: int = _f(1024, "Env replicas simulated at once.")
+    target: str = _f("auto", "Kernel target: auto (cuda when a GPU is present, else cpu), cpu, cuda or cuda-c.")
+    seed: int = _f(0, "Seed of the env's random streams, the policy's initial weights and the sampler.")
+    env_params: dict = _f(None, "Overrides of the env's PARAMS, e.g. {max_steps: 200}.")
+    total_env_steps: int = _f(1_000_000, "Stop after this many replica steps (summed over replicas).")
+    target_return: float = _f(None, "Stop early once the mean episode return of every policy reaches this.")
+    log_every: int = _f(1, "Pull metrics to the host every this many iterations.")
+    hidden_sizes: tuple = _f((64, 64), "Hidden layer widths of the default MLP policies.")
+    lr: float = _f(3e-4, "Adam learning rate.")
+    gamma: float = _f(0.99, "Discount factor.")
+    max_grad_norm: float = _f(0.5, "Gradient clipping by global norm (0 disables).")
+    normalize_obs: bool = _f(False, "Normalise observations with running mean and variance.")
+    cuda_graph: bool = _f(True, "Replay each training iteration (rollout, advantages, every update) from CUDA "
+                                 "graphs on GPU targets.")
+    compile: bool = _f(False, "torch.compile the policy step, the step's bookkeeping, the minibatch loss and GAE on "
+                               "GPU targets: 1.3 to 1.5x more CartPole env-steps/s, after a first iteration that compiles for "
+                               "about 35 s (CartPole) to over 4 min (two Tag policies); pays off past ~1e9 env-steps.")
+    precision: str = _f("auto", "Learner arithmetic: fp32, tf32 (tensor-core matmuls) or bf16 (autocast, and "
+                                "rollout observations stored in bf16); auto: bf16 on a GPU, fp32 on the CPU.")
+    learner_memory_gb: float = _f(2.0, "Bound on the learner's activations: a batch or minibatch needing more is "
+                                       "processed in chunks with gradient accumulation (the same update).")
+    centralised_critic: tuple = _f((), "Policies whose value function sees the replica's joint observation "
+                                       "(MAPPO with PPO, or A2C), e.g. [runners]; [all] for every policy.")
+    cpu_threads: int = _f(0, "Threads for the CPU target's kernels and torch (0: chosen by measuring 1 thread "
+                             "against all cores at the start). Fix it for bit-identical reruns: matmuls split "
+                             "over another thread count round differently.")
+    progress: bool = _f(False, "Show a progress bar with env-steps/s and an ETA while training.")
+    checkpoint_every: int = _f(0, "Save a checkpoint every this many iterations into run_dir (0: only at the end).")
+    run_dir: str = _f(None, "Folder for metrics.csv, the learning curve, checkpoints (None: no files).")
+    logger: str = _f("csv", "Experiment logger besides metrics.csv: csv (none), tensorboard or wandb (offline without a key).")
+
+    def __post_init__(self):
+        """Every config, however built, has a known algorithm, typed fields and sane ranges."""
+        fixed = type(self).__dataclass_fields__["algorithm"].default if "algorithm" in self.__dataclass_fields__ else None
+        algorithm = getattr(self, "algorithm", None)
+        if fixed is not None and algorithm != fixed:
+            classes = ", ".join(f"{k} ({c.__name__})" for k, c in ALGORITHMS.items())
+            if algorithm in ALGORITHMS:
+                fix = f"use {ALGORITHMS[algorithm].__name__} for {algorithm!r}"
+            else:
+                fix = f"{algorithm!r} is not an algorithm of this workbench"
+            raise ConfigError(f"{type(self).__name__}.algorithm is fixed to {fixed!r}, got {algorithm!r}: {fix}; "
+                              f"the algorithms are {classes}")
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            coerced = _coerce(type(self), f.name, hints[f.name], value)
+            if coerced is not value:
+                object.__setattr__(self, f.name, coerced)
+        validate(self)
+
+
+@dataclass(frozen=True)
+class A2CConfig(RunConfig):
+    """Advantage actor-critic: one gradient step per rollout on the whole batch."""
+    algorithm: str = _f("a2c", "Algorithm name (fixed by the class).")
+    rollout_length: int = _f(16, "Steps per replica in one rollout (T).")
+    gae_lambda: float = _f(1.0, "GAE lambda (1: Monte-Carlo returns bootstrapped at the rollout end).")
+    ent_coef: float = _f(0.01, "Entropy bonus coefficient.")
+    vf_coef: float = _f(0.5, "Value loss coefficient.")
+    anneal_lr: bool = _f(False, "Decay the learning rate linearly to zero over the run.")
+    normalize_advantages: bool = _f(True, "Normalise advantages over the batch.")
+
+
+@dataclass(frozen=True)
+class PPOConfig(RunConfig):
+    """Proximal policy optimisation (clipped objective) with GAE."""
+    algorithm: str = _f("ppo", "Algorithm name (fixed by the class).")
+    rollout_length: int = _f(32, "Steps per replica in one rollout (T).")
+    gae_lambda: float = _f(0.95, "GAE lambda.")
+    update_epochs: int = _f(4, "Passes over the rollout batch per iteration.")
+    num_minibatches: int = _f(4, "Minibatches per epoch; must divide num_envs * rollout_length * agents.")
+    clip_coef: float = _f(0.2, "PPO ratio clipping epsilon.")
+    clip_value: bool = _f(False, "Clip the value update around the old values, as the policy ratio.")
+    ent_coef: float = _f(0.0, "Entropy bonus coefficient.")
+    vf_coef: float = _f(0.5, "Value loss coefficient.")
+    target_kl: float = _f(None, "Stop an update's epochs early when the approximate KL exceeds this.")
+    anneal_lr: bool = _f(True, "Decay the learning rate linearly to zero over the run.")
+    normalize_advantages: bool = _f(True, "Normalise advantages per minibatch.")
+
+
+@dataclass(frozen=True)
+class DDPGConfig(RunConfig):
+    """Deep deterministic policy gradient with a device replay buffer and target networks."""
+    algorithm: str = _f("ddpg", "Algorithm name (fixed by the class).")
+    rollout_length: int = _f(4, "Env steps per replica between rounds of gradient updates.")
+    buffer_size: int = _f(1_000_000, "Replay buffer capacity in transitions (per policy).")
+    batch_size: int = _f(256, "Transitions per gradient step.")
+    updates_per_rollout: int = _f(8, "Gradient steps after each rollout.")
+    learning_starts: int = _f(10_000, "Transitions collected with random actions before learning.")
+    tau: float = _f(0.005, "Polyak factor of the target networks' soft updates.")
+    exploration_noise: float = _f(0.1, "Std of the Gaussian exploration noise, as a fraction of the action range.")
+    actor_lr: float = _f(1e-3, "Actor learning rate.")
+    critic_lr: float = _f(1e-3, "Critic learning rate.")
+    max_grad_norm: float = _f(0.0, "Gradient clipping by global norm (0, the default, disables it: the DDPG paper "
+                                   "and its reference implementations do not clip).")
+
+
+PRECISIONS = ("auto", "fp32", "tf32", "bf16")
+ALGORITHMS = {"a2c": A2CConfig, "ppo": PPOConfig, "ddpg": DDPGConfig}
+
+
+def describe(cls) -> list:
+    """[(name, type, default, doc)] for every field of a config class (for forms and --help)."""
+    hints = typing.get_type_hints(cls)
+    return [(f.name, hints[f.name], f.default, f.metadata.get("doc", "")) for f in dataclasses.fields(cls)]
+
+
+def _coerce(cls, name, kind, value):
+    if value is None:
+        return None
+    origin = typing.get_origin(kind) or kind
+    if origin is bool:
+        if isinstance(value, bool):
+            return value
+    elif origin is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            return int(value)
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+    elif origin is float:
+        if isinstance(value, float):
+            return value
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            return float(value)
+    elif origin is str:
+        if isinstance(value, str):
+            return value
+    elif origin is tuple:
+        if isinstance(value, (list, tuple)) and all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
+                                                    for v in value):
+            return value if isinstance(value, tuple) and all(type(v) is int for v in value) \
+                else tuple(int(v) for v in value)
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        if isinstance(value, str) and name == "centralised_critic":
+            return (value,)
+    elif origin is dict:
+        if isinstance(value, dict):
+            return dict(value)
+    raise ConfigError(f"{cls.__name__}.{name} must be {getattr(kind, '__name__', kind)}, got {value!r} "
+                      f"({type(value).__name__})")
+
+
+def from_dict(data: dict, cls=None):
+    """Build a config from a plain dict, rejecting unknown keys and ill-typed values by name."""
+    data = dict(data)
+    if cls is None:
+        algorithm = data.get("algorithm", "ppo")
+        if algorithm not in ALGORITHMS:
+            raise ConfigError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
+        cls = ALGORITHMS[algorithm]
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise ConfigError(f"unknown key(s) {unknown} for {cls.__name__}; valid keys: {names}")
+    values = {k: _coerce(cls, k, hints[k], v) for k, v in data.items()}
+    return cls(**values)  # __post_init__ validates
+
+
+def validate(config) -> None:
+    """Range checks that name the field and the fix."""
+    checks = [("num_envs", config.num_envs >= 1, "must be >= 1"),
+              ("total_env_steps", config.total_env_steps >= 1, "must be >= 1"),
+              ("gamma", 0.0 <= config.gamma <= 1.0, "must be in [0, 1]"),
+              ("lr", config.lr > 0, "must be > 0"),
+              ("rollout_length", config.rollout_length >= 1, "must be >= 1"),
+              ("log_every", config.log_every >= 1, "must be >= 1"),
+              ("precision", config.precision in PRECISIONS, f"must be one of {PRECISIONS}"),
+              ("learner_memory_gb", config.learner_memory_gb > 0, "must be > 0"),
+              ("cpu_threads", config.cpu_threads >= 0, "must be >= 0 (0 picks by measurement)")]
+    if isinstance(config, PPOConfig):
+        checks += [("num_minibatches", config.num_minibatches >= 1, "must be >= 1"),
+                   ("update_epochs", config.update_epochs >= 1, "must be >= 1"),
+                   ("clip_coef", config.clip_coef > 0, "must be > 0")]
+    if isinstance(config, DDPGConfig):
+        checks += [("tau", 0.0 < config.tau <= 1.0, "must be in (0, 1]"),
+                   ("batch_size", 1 <= config.batch_size <= config.buffer_size, "must be in [1, buffer_size]")]
+    for name, ok, message in checks:
+        if not ok:
+            raise ConfigError(f"{type(config).__name__}.{name} {message}, got {getattr(config, name)!r}")
+
+
+def check_against_env(config, env, groups=None) -> None:
+    """Checks of `config` that need the env and the policy map, run before anything compiles or
+    allocates: the env's replica count and PPO's minibatch split of every policy's batch.
+
+    groups: the policies' agents, as {name: agent ids} or objects with `name` and `ids`
+    (None: one policy for every agent)."""
+    name = type(config).__name__
+    if env.num_envs != config.num_envs:
+        raise ConfigError(f"{name}.num_envs is {config.num_envs} but the env was made with num_envs={env.num_envs}; "
+                          f"make them agree: replace(config, num_envs={env.num_envs}) or make the env with "
+                          f"num_envs={config.num_envs}")
+    if not isinstance(config, PPOConfig):
+        return
+    if groups is None:
+        sizes = {"shared": env.num_agents}
+    elif isinstance(groups, dict):
+        sizes = {str(k): len(list(v)) for k, v in groups.items()}
+    else:
+        sizes = {g.name: len(list(g.ids)) for g in groups}
+    for policy, agents in sizes.items():
+        batch = config.num_envs * config.rollout_length * agents
+        if batch % config.num_minibatches:
+            divisors = [d for d in range(1, min(batch, 64) + 1) if batch % d == 0]
+            raise ConfigError(
+                f"{name}.num_minibatches={config.num_minibatches} does not divide the batch of policy '{policy}': "
+                f"num_envs {config.num_envs} x rollout_length {config.rollout_length} x {agents} agent(s) = {batch}; "
+                f"pick one of {divisors}{' ...' if batch > 64 else ''} or change num_envs or rollout_length")
+
+
+def to_dict(config) -> dict:
+    out = {}
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        out[f.name] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def load_yaml(path) -> object:
+    """Read a config file; the `algorithm` key picks the class (default ppo)."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML at {yaml_problem(exc)}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config file holds a mapping of keys to values")
+    return from_dict(data)
+
+
+def save_yaml(config, path) -> None:
+    Path(path).write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
+
+
+def replace(config, **changes):
+    """A copy of `config` with `changes`, type-checked like from_dict. A changed `algorithm` switches
+    the config class, keeping the fields the two classes share."""
+    algorithm = changes.pop("algorithm", config.algorithm)
+    if algorithm != config.algorithm:
+        if algorithm not in ALGORITHMS:
+            raise ConfigError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
+        names = {f.name for f in dataclasses.fields(ALGORITHMS[algorithm])}
+        kept = {k: v for k, v in to_dict(config).items() if k in names and k != "algorithm"}
+        return from_dict({**kept, **changes}, ALGORITHMS[algorithm])
+    return from_dict({**to_dict(config), **changes}, type(config))

@@ -1,0 +1,114 @@
+"""Data-parallel training over processes with torch.distributed (NCCL between GPUs, gloo on CPUs).
+
+Launch with torchrun; every rank owns its own replicas on its own device, runs its rollouts
+locally and all-reduces gradients before each optimiser step, so the ranks' parameters stay
+identical. Rank r seeds its env with `rank_seed(seed, r)`.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from ..errors import WorkbenchError
+
+
+class DistributedError(WorkbenchError, RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Context:
+    rank: int
+    local_rank: int
+    world_size: int
+    backend: str
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def launched_by_torchrun() -> bool:
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def rank_seed(seed: int, rank: int) -> int:
+    """Distinct, reproducible env seed of each rank (rank 0 keeps `seed`)."""
+    return seed + 1_000_003 * rank
+
+
+def check_gpu_count(local_rank: int, gpus: int, target: str = "cuda") -> None:
+    """A clear error when this rank has no GPU of its own for a GPU target."""
+    if gpus == 0:
+        raise DistributedError(f"target '{target}' needs a GPU and this node has none (no rank count fixes that); "
+                               f"train on the CPU instead: --target cpu (torchrun --nproc-per-node N then runs N "
+                               f"CPU ranks over gloo)")
+    if local_rank >= gpus:
+        raise DistributedError(f"local rank {local_rank} has no GPU: this node has {gpus} GPU(s); launch with "
+                               f"torchrun --nproc-per-node {max(gpus, 1)} (or fewer), or train on the cpu target")
+
+
+def init(target: str, timeout_s: float = 120.0) -> Context:
+    """Join the process group torchrun set up; pick this rank's GPU for a GPU target."""
+    if not dist.is_available():
+        raise DistributedError("torch.distributed is not available in this torch build")
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    gpu = target in ("cuda", "cuda-c")
+    if gpu:
+        check_gpu_count(local_rank, torch.cuda.device_count(), target)
+        torch.cuda.set_device(local_rank)
+        from numba import cuda
+        cuda.select_device(local_rank)
+    backend = "nccl" if gpu else "gloo"
+    if not dist.is_initialized():
+        if "MASTER_ADDR" not in os.environ:
+            raise DistributedError("distributed training needs the rendezvous variables torchrun sets "
+                                   "(MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE): launch with torchrun")
+        kwargs = {"device_id": torch.device("cuda", local_rank)} if gpu else {}
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
+    return Context(dist.get_rank(), local_rank, dist.get_world_size(), backend)
+
+
+class GradientSync:
+    """All-reduces (averages) gradients and scalars across ranks; passed to the algorithms' updates."""
+
+    def __init__(self, context: Context):
+        self.context = context
+
+    def gradients(self, parameters) -> None:
+        grads = [p.grad for p in parameters if p.grad is not None]
+        if not grads:
+            return
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        flat /= self.context.world_size
+        offset = 0
+        for g in grads:
+            n = g.numel()
+            g.copy_(flat[offset:offset + n].view_as(g))
+            offset += n
+
+    def mean(self, tensor: torch.Tensor) -> torch.Tensor:
+        out = tensor.detach().clone()
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        return out / self.context.world_size
+
+    def sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        out = tensor.detach().clone()
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        return out
+
+    def any(self, flag: bool, device) -> bool:
+        value = torch.tensor([1.0 if flag else 0.0], device=device)
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return bool(value.item() > 0)
+
+    def broadcast_parameters(self, module: torch.nn.Module) -> None:
+        for tensor in list(module.parameters()) + list(module.buffers()):
+            dist.broadcast(tensor.data, src=0)

@@ -1,0 +1,173 @@
+"""Evaluate trained policies against the uniformly random policy.
+
+`evaluate(trainer)` plays the first `episodes` episodes of every replica from a fresh reset and
+reports, per finished episode: the mean return of every policy (per agent), the episode length
+and the env's own evaluation metrics. Any policy can be replaced by uniformly random actions
+(`random_policies`), the baseline a trained policy must beat; `compare(trainer)` runs the trained
+policies, then each policy replaced by random in turn.
+
+Everything accumulates on the device: a step adds the episodes that just finished to running sums
+(masked by `done` and by "this is one of the replica's first `episodes` episodes"); the host reads
+the sums once at the end. There is no synchronisation inside the loop.
+
+Env metrics. An env may define `EVAL_METRICS = {name: fn}` where `fn(store, params)` returns a
+tensor [E] with the value of the episode that each replica has just finished (read from
+`store["final_obs"]`, `store["last_return"]`, `store["last_length"]` or its own state arrays:
+the same-step auto-reset has already reset the state, so arrays describing the finished episode
+must be read from the final observation). The value is averaged over the counted episodes.
+Tag envs (agent groups `taggers` and `runners` and an `in_game` state array) get TAG_METRICS
+when they define none.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..errors import WorkbenchError
+
+DEFAULT_STEPS_CAP = 100_000
+
+
+class EvaluationError(WorkbenchError, ValueError):
+    """An evaluation asked for something the run cannot do (an unknown policy, no episodes)."""
+
+
+def _runner_ids(params):
+    return slice(params["num_taggers"], params["num_taggers"] + params["num_runners"])
+
+
+def _runners_tagged(store, params):
+    """Runners out of the game at the end of the episode just finished, per replica [E].
+
+    An agent out of a Tag game observes all zeros (both Tag envs' rule), and an agent in the game
+    never does (tag_grid's runners see is_runner = 1, tag_continuous's agents see in_game = 1), so
+    the final observation holds the in_game flags of the episode's last state.
+    """
+    final = store["final_obs"][:, _runner_ids(params)]
+    in_game = final.reshape(final.shape[0], final.shape[1], -1).ne(0).any(-1)
+    return params["num_runners"] - in_game.sum(1).float()
+
+
+TAG_METRICS = {
+    "runners_tagged": _runners_tagged,
+    "tag_rate": lambda store, p: _runners_tagged(store, p) / p["num_runners"],
+    "runner_survival": lambda store, p: 1.0 - _runners_tagged(store, p) / p["num_runners"],
+}
+
+
+def env_metrics(env) -> dict:
+    """The env's EVAL_METRICS, or TAG_METRICS for a Tag game, or {}."""
+    namespace = env.definition.namespace
+    declared = namespace.get("EVAL_METRICS")
+    if declared is not None:
+        return dict(declared)
+    groups = namespace.get("AGENT_GROUPS")
+    params = env.definition.params
+    if groups is not None and "in_game" in env.store and {"num_taggers", "num_runners"} <= set(params):
+        return dict(TAG_METRICS)
+    return {}
+
+
+def evaluate(trainer, episodes: int = 1, random_policies=(), deterministic: bool = False, steps: int | None = None,
+             seed: int | None = None) -> dict:
+    """Play the first `episodes` episodes of every replica; returns host floats:
+    return/NAME (mean per-agent episode return of each policy), episode_length, episodes (how many
+    were counted), steps, and the env's metrics. `steps` defaults to episodes x MAX_STEPS, which every
+    replica needs at most; with a smaller `steps` replicas that finish fewer episodes count fewer.
+    `seed` resets the env's random streams first (the same starts for every call with that seed)."""
+    env = trainer.env
+    names = [g.name for g in trainer.groups]
+    unknown = sorted(set(random_policies) - set(names))
+    if unknown:
+        raise EvaluationError(f"random_policies (--random) names {unknown}, which are not in the policy map; "
+                              f"choose from {names}")
+    if episodes < 1:
+        raise EvaluationError(f"episodes (--episodes) must be >= 1, got {episodes}")
+    if steps is None:
+        steps = episodes * env.definition.max_steps
+        if steps > DEFAULT_STEPS_CAP:
+            raise EvaluationError(f"{env.name} has no practical episode bound (MAX_STEPS={env.definition.max_steps}):"
+                                  f" pass steps (--steps)")
+    random_groups = [g for g in trainer.groups if g.name in random_policies]
+    # leave the env as it was found (state, seed, sampler), so evaluating mid-training changes nothing
+    saved = env.store.snapshot(), env.seed, env._generator.get_state()
+    try:
+        with torch.random.fork_rng(devices=[env.device] if env.device.type == "cuda" else []):
+            if seed is not None:
+                torch.manual_seed(seed)  # the stochastic policies' draws (trainer.act); restored on exit
+            return _play(trainer, episodes, steps, random_groups, deterministic, seed)
+    finally:
+        env.store.load_snapshot(saved[0])
+        env.seed = saved[1]
+        env._generator.set_state(saved[2])
+
+
+def _play(trainer, episodes, steps, random_groups, deterministic, seed) -> dict:
+    env, store, device = trainer.env, trainer.env.store, trainer.env.device
+    metrics, params = env_metrics(env), env.definition.params
+    env.reset(seed)
+    finished = torch.zeros(env.num_envs, device=device)  # episodes each replica has finished
+    counted = torch.zeros((), device=device)
+    sums = {f"return/{g.name}": torch.zeros((), device=device) for g in trainer.groups}
+    sums["episode_length"] = torch.zeros((), device=device)
+    sums.update({key: torch.zeros((), device=device) for key in metrics})
+    saved = torch.empty_like(store["action"]) if random_groups else None
+    for _ in range(steps):
+        trainer.act(deterministic=deterministic)
+        if random_groups:
+            saved.copy_(store["action"])
+            env.sample_actions()
+            for g in trainer.groups:
+                if g not in random_groups:
+                    g.scatter(store["action"], g.gather(saved))
+        env.step()
+        done = store["done"].float()
+        finished.add_(done)
+        weight = done * (finished <= episodes).float()  # this episode is one of the first `episodes`
+        counted.add_(weight.sum())
+        for g in trainer.groups:
+            sums[f"return/{g.name}"].add_((g.gather(store["last_return"]).mean(1) * weight).sum())
+        sums["episode_length"].add_((store["last_length"].float() * weight).sum())
+        for key, fn in metrics.items():
+            sums[key].add_((fn(store, params).float() * weight).sum())
+    keys = list(sums)
+    host = torch.stack([counted] + [sums[k] for k in keys]).cpu().tolist()
+    n = host[0]
+    report = {k: (v / n if n > 0 else math.nan) for k, v in zip(keys, host[1:])}
+    report["episodes"] = n
+    report["steps"] = float(steps)
+    return report
+
+
+def compare(trainer, **kwargs) -> dict:
+    """{label: report}: "trained", then "random NAME" for every policy replaced by random actions
+    (one policy: "random"), all from the same starts (the seed defaults to the config's)."""
+    kwargs.setdefault("seed", trainer.config.seed)
+    names = [g.name for g in trainer.groups]
+    out = {"trained": evaluate(trainer, **kwargs)}
+    for name in names:
+        label = "random" if len(names) == 1 else f"random {name}"
+        out[label] = evaluate(trainer, random_policies=(name,), **kwargs)
+    return out
+
+
+def format_comparison(results: dict) -> str:
+    """A table, one column per configuration, and for Tag the two comparisons in words."""
+    labels = list(results)
+    keys = list(dict.fromkeys(k for r in results.values() for k in r))
+    width = max(12, *(len(label) for label in labels))
+    lines = [f"{'':24s}" + "".join(f"{label:>{width + 2}s}" for label in labels)]
+    for key in keys:
+        row = "".join(f"{results[label].get(key, math.nan):>{width + 2}.4f}" for label in labels)
+        lines.append(f"{key:24s}{row}")
+    trained = results.get("trained", {})
+    if "tag_rate" in trained:
+        if "random taggers" in results:
+            lines.append(f"taggers: tag rate {trained['tag_rate']:.3f} trained vs "
+                         f"{results['random taggers']['tag_rate']:.3f} for random taggers (against the trained runners)")
+        if "random runners" in results:
+            lines.append(f"runners: survival {trained['runner_survival']:.3f} trained vs "
+                         f"{results['random runners']['runner_survival']:.3f} for random runners "
+                         f"(against the trained taggers)")
+    return "\n".join(lines)

@@ -1,0 +1,133 @@
+"""What a trainer builds for each policy: its model, optimiser and buffer (a rollout buffer for PPO and
+A2C, a replay buffer for DDPG), the bf16 copies the rollout acts with, the learner's chunk size, and
+the CPU thread counts measured on its own work.
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from . import threads
+from .algorithms import ddpg
+from ..compiler.envdef import Box
+from .policies import ActorCritic, CentralisedActorCritic, DeterministicActor, QCritic
+from .rollout import PolicyMapError, RolloutBuffer
+
+
+def adam(params, lr: float, device, lr_tensors: list):
+    """Adam whose step can be replayed from a CUDA graph on a GPU (fused, capturable, with the learning
+    rate in a device tensor that annealing rewrites in place; (tensor, base lr) goes into lr_tensors)."""
+    if device.type == "cuda":
+        lr_tensor = torch.tensor(float(lr), device=device)
+        lr_tensors.append((lr_tensor, float(lr)))
+        return torch.optim.Adam(params, lr=lr_tensor, eps=1e-5, fused=True, capturable=True)
+    return torch.optim.Adam(params, lr=lr, eps=1e-5)
+
+
+def check_model(tr, name, model, out_dim):
+    """A clear error when a model's action output does not fit the env's action space."""
+    with torch.no_grad():
+        obs = torch.zeros(2, tr.obs_dim, device=tr.device)
+        out = model.actor(obs) if isinstance(model, CentralisedActorCritic) else model(obs)
+    head_out = out[0] if isinstance(out, tuple) else out
+    if head_out.shape[-1] != out_dim:
+        raise PolicyMapError(f"policy '{name}': the model's action output has {head_out.shape[-1]} units, "
+                             f"the env's action space {tr.env.action_space} needs {out_dim}")
+
+
+def build_on_policy(tr, g, model):
+    """(model, optimiser, rollout buffer [T, E, n, ...]) of group g for PPO or A2C; model: the user's
+    module or None for the default MLP (a centralised critic's for a group named in centralised_critic)."""
+    central = g.name in tr.central
+    space, head = tr.env.action_space, tr.head
+    if model is None:
+        model = (CentralisedActorCritic(tr.obs_dim, tr.state_dim, g.n, space, tr.config.hidden_sizes)
+                 if central else ActorCritic(tr.obs_dim, space, tr.config.hidden_sizes))
+    elif central and not isinstance(model, CentralisedActorCritic):
+        raise PolicyMapError(f"policy '{g.name}' has a centralised critic: its model must be a "
+                             f"CentralisedActorCritic (actor(obs), values(state) -> [E, n])")
+    model = model.to(tr.device)
+    model.head = head
+    check_model(tr, g.name, model, head.out_dim)
+    optimizer = adam(model.parameters(), tr.config.lr, tr.device, tr.lr_tensors)
+    act_dtype = torch.float32 if head.kind == "gaussian" else torch.long
+    buffer = RolloutBuffer(tr.T, tr.E, g.n, (tr.obs_dim,), head.act_shape, act_dtype, tr.device,
+                           obs_dtype=tr.obs_dtype, state_dim=tr.state_dim if central else 0)
+    return model, optimizer, buffer
+
+
+def build_ddpg(tr, g, agent):
+    """(actor-critic agent, (actor optimiser, critic optimiser), replay buffer) of group g for DDPG."""
+    space = tr.env.action_space
+    if not isinstance(space, Box):
+        raise PolicyMapError(f"DDPG needs a continuous (Box) action space; '{tr.env.name}' has {space}")
+    act_dim = tr.head.out_dim
+    agent = agent or ddpg.DDPGAgent(DeterministicActor(tr.obs_dim, space, tr.config.hidden_sizes),
+                                    QCritic(tr.obs_dim, act_dim, tr.config.hidden_sizes))
+    agent = agent.to(tr.device)
+    check_model(tr, g.name, agent.actor, act_dim)
+    optimizers = (adam(agent.actor.parameters(), tr.config.actor_lr, tr.device, tr.lr_tensors),
+                  adam(agent.critic.parameters(), tr.config.critic_lr, tr.device, tr.lr_tensors))
+    n = tr.E * g.n
+    buffer = ddpg.ReplayBuffer(max(tr.config.buffer_size, n), tr.obs_dim, act_dim, tr.device, batch=n)
+    return agent, optimizers, buffer
+
+
+def rollout_copies(models: dict, bf16: bool):
+    """The models the rollout acts with, and (copy tensors, source tensors) to refresh them from.
+
+    Under bf16 autocast every forward pass would cast each weight to bf16 again (a kernel per weight
+    per step); instead the rollout acts with a copy whose linear layers hold bf16 weights. Every
+    parameter and buffer of the copy (log_std, norms, embeddings, a user model's buffers) is paired
+    with its source, so one copy kernel per iteration refreshes all of it."""
+    if not bf16:
+        return dict(models), ([], [])
+    copies, shadows, sources = {}, [], []
+    for name, model in models.items():
+        shadow = copy.deepcopy(model).requires_grad_(False)
+        for module in shadow.modules():
+            if isinstance(module, torch.nn.Linear):
+                for attr in ("weight", "bias"):
+                    if getattr(module, attr) is not None:
+                        setattr(module, attr, torch.nn.Parameter(getattr(module, attr).detach().to(torch.bfloat16),
+                                                                 requires_grad=False))
+        for mine, theirs in ((shadow.named_parameters(), model.named_parameters()),
+                             (shadow.named_buffers(), model.named_buffers())):
+            theirs = dict(theirs)
+            for key, tensor in mine:
+                shadows.append(tensor.data)
+                sources.append(theirs[key].detach())
+        copies[name] = shadow
+    return copies, (shadows, sources)
+
+
+def chunk_size(tr, g) -> int:
+    """Samples per learner chunk: activations of a forward and backward pass of the actor and the
+    critic, estimated per sample, kept within `learner_memory_gb`."""
+    if tr.algorithm == "ddpg":
+        return tr.config.batch_size
+    hidden = sum(tr.config.hidden_sizes)
+    floats = 2 * tr.obs_dim + 2 * 4 * hidden + 4 * tr.head.out_dim + 16
+    if g.name in tr.central:
+        floats += tr.state_dim + g.n
+    return max(1024, int(tr.config.learner_memory_gb * 2**30 / (4 * floats)))
+
+
+def measure_threads(tr) -> dict:
+    """CPU thread counts for the env's and the learner's pools, timed on one env step and one learner
+    pass of the first policy (threads.configure); the env is left as it was."""
+    g = tr.groups[0]
+    model = tr.models[g.name]
+    net = model.actor if tr.algorithm == "ddpg" else model
+    sample = torch.zeros(min(tr.E * g.n * tr.T, 4096), tr.obs_dim)
+
+    def learner_pass():
+        out = net.actor(sample) if isinstance(net, CentralisedActorCritic) else net(sample)
+        (out[0] if isinstance(out, tuple) else out).float().sum().backward()
+        net.zero_grad(set_to_none=False)
+
+    before = tr.env.store.snapshot()  # the trial steps the env: put it back
+    chosen = threads.configure(tr.config.cpu_threads, tr.env.step, learner_pass)
+    tr.env.store.load_snapshot(before)
+    return chosen

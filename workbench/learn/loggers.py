@@ -1,0 +1,109 @@
+"""Experiment loggers as training callbacks `(iteration, metrics) -> True`.
+
+csv: the trainer's own metrics.csv (nothing more); tensorboard: event files in RUN_DIR/tensorboard
+through torch.utils.tensorboard; wandb: a run in RUN_DIR/wandb, offline when no API key is set.
+Every logger records the same metric names as metrics.csv, and the run's config as hyperparameters.
+"""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+from .config import ConfigError, to_dict
+from ..extras import require
+
+LOGGERS = ("csv", "tensorboard", "wandb")
+
+
+def _scalars(metrics: dict) -> dict:
+    """The numeric entries of a metrics row (bools as 0/1), as written to metrics.csv."""
+    return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
+
+
+def _hparams(config) -> dict:
+    """Config values as TensorBoard/wandb accept them: scalars and strings, others as text."""
+    out = {}
+    for k, v in to_dict(config).items():
+        out[k] = v if isinstance(v, (int, float, str, bool)) else str(v)
+    return out
+
+
+class CSVLogger:
+    """metrics.csv is written by the trainer itself; this logger only completes the interface."""
+
+    def __call__(self, iteration, metrics) -> bool:
+        return True
+
+    def close(self, final_metrics: dict | None = None):
+        pass
+
+
+class TensorBoardLogger:
+    """Scalars per metric at global step = env_steps; hparams (with the final metrics) at close."""
+
+    def __init__(self, config, run_dir):
+        require("tensorboard", "tensorboard", "--logger tensorboard")
+        from torch.utils.tensorboard import SummaryWriter
+        self.config = config
+        self.log_dir = Path(run_dir) / "tensorboard"
+        self.writer = SummaryWriter(log_dir=str(self.log_dir))
+        self.writer.add_text("config", "\n".join(f"    {k}: {v}" for k, v in to_dict(config).items()))
+
+    def __call__(self, iteration, metrics) -> bool:
+        step = int(metrics.get("env_steps", iteration))
+        for name, value in _scalars(metrics).items():
+            self.writer.add_scalar(name, value, global_step=step)
+        self.writer.flush()
+        return True
+
+    def close(self, final_metrics: dict | None = None):
+        final = {f"final/{k}": v for k, v in _scalars(final_metrics or {}).items() if not math.isnan(v)}
+        self.writer.add_hparams(_hparams(self.config), final or {"final/iteration": 0.0}, run_name=".")
+        self.writer.close()
+
+
+class WandbLogger:
+    """wandb.log of every metrics row (step = iteration), the config as wandb.config."""
+
+    def __init__(self, config, run_dir):
+        wandb = require("wandb", "wandb", "--logger wandb")
+        self.wandb = wandb
+        offline = not os.environ.get("WANDB_API_KEY") and os.environ.get("WANDB_MODE") != "online"
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "warp-workbench"), name=Path(run_dir).name,
+                              dir=str(run_dir), config=to_dict(config), mode="offline" if offline else None,
+                              reinit=True)
+
+    def __call__(self, iteration, metrics) -> bool:
+        self.run.log(_scalars(metrics), step=int(iteration))
+        return True
+
+    def close(self, final_metrics: dict | None = None):
+        self.run.finish()
+
+
+def make_logger(config, run_dir=None):
+    """The logger named by `config.logger`; tensorboard and wandb need a run_dir."""
+    name = getattr(config, "logger", "csv") or "csv"
+    if name not in LOGGERS:
+        raise ConfigError(f"logger must be one of {list(LOGGERS)}, got {name!r} (set logger: or --logger)")
+    if name == "csv":
+        return CSVLogger()
+    run_dir = run_dir or config.run_dir
+    if not run_dir:
+        raise ConfigError(f"logger {name!r} writes into the run folder: set run_dir (or --run-dir)")
+    return TensorBoardLogger(config, run_dir) if name == "tensorboard" else WandbLogger(config, run_dir)
+
+
+def compose(*callbacks):
+    """One callback calling each given one in turn (None skipped); False from any stops training."""
+    active = [c for c in callbacks if c is not None]
+
+    def callback(iteration, metrics) -> bool:
+        keep = True
+        for c in active:
+            keep = (c(iteration, metrics) is not False) and keep
+        return keep
+
+    return callback

@@ -1,0 +1,137 @@
+"""What training reports: the update statistics summed on the device between reports, one host read
+per report (with the episode statistics), the run folder's metrics.csv, and the checks a report is
+judged by (non-finite losses or weights, divergence, the target return).
+"""
+from __future__ import annotations
+
+import csv
+import math
+import warnings
+from pathlib import Path
+
+import torch
+
+from ..errors import NonFiniteError
+
+
+class Metrics:
+    """stat_names: the algorithm's STATS; groups: the trainer's agent groups. `sums[policy][stat]` are
+    device scalars the algorithms add to; `pull` reads them (and the episode sums) once and zeroes them."""
+
+    def __init__(self, stat_names, groups, episode_stats, device, sync=None, world_size: int = 1):
+        self.groups, self.episode_stats, self.sync, self.world_size = groups, episode_stats, sync, world_size
+        self.sums = {g.name: {k: torch.zeros((), device=device) for k in stat_names} for g in groups}
+        self.iterations = 0  # since the last pull
+        self._first: dict = {}  # each policy's first report, for the divergence check
+
+    def pull(self, base: dict, learning: bool = True) -> dict:
+        """base (iteration, env_steps, rate, time) plus, per policy, the update statistics averaged
+        over the iterations since the last pull (and over ranks; left out when not `learning`) and the
+        episode statistics; mean_return over the policies; nonfinite: a loss was NaN or inf."""
+        names = [g.name for g in self.groups]
+        keys = [(n, k) for n in names for k in sorted(self.sums[n])]
+        stacked = torch.stack([self.sums[n][k].float() for n, k in keys])
+        if self.sync is not None:  # losses average over ranks; episode sums add up
+            stacked = self.sync.sum(stacked) / self.world_size
+            self.episode_stats.sums.copy_(self.sync.sum(self.episode_stats.sums))
+        host = stacked.cpu().tolist()
+        episodes = self.episode_stats.pull()
+        iterations = max(self.iterations, 1)
+        metrics = dict(base)
+        nonfinite = 0.0
+        for n in names:
+            metrics[f"return/{n}"] = episodes[f"return/{n}"]
+            for (owner, k), value in zip(keys, host):
+                if owner != n:
+                    continue
+                if k == "nonfinite":
+                    nonfinite += value
+                elif learning:
+                    metrics[f"{k}/{n}"] = value / iterations
+        metrics.update({k: v for k, v in episodes.items() if not k.startswith("return/")})
+        for sums in self.sums.values():
+            for stat in sums.values():
+                stat.zero_()
+        self.iterations = 0
+        finite = [metrics[f"return/{n}"] for n in names if not math.isnan(metrics[f"return/{n}"])]
+        metrics["mean_return"] = sum(finite) / len(finite) if finite else float("nan")
+        metrics["nonfinite"] = nonfinite > 0
+        return metrics
+
+    def reached(self, metrics: dict, target: float) -> bool:
+        """Every policy's mean return is at least `target`."""
+        values = [metrics.get(f"return/{g.name}") for g in self.groups]
+        return all(v is not None and not math.isnan(v) and v >= target for v in values)
+
+    def warn_divergence(self, metrics: dict, lr: float, loss_key: str, discrete: bool):
+        """Warn once per policy when a report shows divergence: on its own values (PPO's approx_kl far
+        past its trust region, a value loss far above the returns' scale) or against the policy's
+        first report (a loss grown by orders of magnitude, a discrete policy's entropy collapsed within
+        a few iterations). Almost always a learning rate that is too high."""
+        iteration = metrics.get("iteration", 0)
+        name = loss_key.replace("_", " ")
+        for g in self.groups:
+            loss = metrics.get(f"{loss_key}/{g.name}")
+            entropy = metrics.get(f"entropy/{g.name}")
+            kl = metrics.get(f"approx_kl/{g.name}")
+            ret = metrics.get(f"return/{g.name}")
+            first = self._first.setdefault(g.name, {"loss": loss, "entropy": entropy, "iteration": iteration,
+                                                    "warned": False})
+            if first["warned"] or loss is None:
+                continue
+            scale = max(1.0, abs(ret) if ret is not None and math.isfinite(ret) else 1.0) ** 2
+            message = None
+            if kl is not None and kl > 1.0:
+                message = f"approx_kl is {kl:.3g} (a PPO update moves the policy by about 0.01 to 0.05)"
+            elif loss > 1e6 * scale:
+                message = f"the {name} is {loss:.3g}, far above the returns' scale"
+            elif first["loss"] is not None and loss > 1e3 * max(first["loss"], 1e-2):
+                message = f"the {name} grew from {first['loss']:.3g} to {loss:.3g}"
+            elif (entropy is not None and discrete and first["entropy"] and first["entropy"] > 0
+                  and entropy < 1e-3 * first["entropy"] and iteration - first["iteration"] <= 50):
+                message = (f"the policy's entropy collapsed from {first['entropy']:.3g} to {entropy:.2g} in "
+                           f"{iteration - first['iteration']} iterations")
+            if message:
+                first["warned"] = True
+                warnings.warn(f"policy '{g.name}' looks divergent: {message} by iteration {iteration}; the "
+                              f"likely cause is a learning rate too high for this problem (lr={lr:g}): try 10x "
+                              f"lower, or normalize_obs / smaller rewards", stacklevel=4)
+
+
+def weights_finite(models) -> bool:
+    """One host read: every parameter of every model is finite."""
+    flags = [torch.isfinite(p).all() for m in models for p in m.parameters()]
+    return bool(torch.stack(flags).all())
+
+
+def nonfinite_error(what: str, iteration: int, run_dir) -> NonFiniteError:
+    saved = run_dir is not None and (Path(run_dir) / "checkpoint.pt").exists()
+    return NonFiniteError(
+        f"{what} became NaN or inf by iteration {iteration}; training stopped and no checkpoint was written "
+        f"from this state" + (f" (the last good one is {Path(run_dir) / 'checkpoint.pt'})" if saved else "")
+        + ". Lower lr, enable normalize_obs, or check the env's rewards for NaN (debug=True).")
+
+
+def append_csv(path: Path, metrics: dict):
+    """One row per report. Columns keep the header's order; a report with new columns (DDPG's losses
+    once learning starts) rewrites the file once with the wider header."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows, fields = [], list(metrics)
+    if path.exists():
+        with path.open(newline="") as fh:
+            reader = csv.DictReader(fh)
+            header = list(reader.fieldnames or [])
+            if set(fields) <= set(header):
+                fields, rows = header, None
+            else:
+                rows = list(reader)
+                fields = header + [k for k in fields if k not in header]
+    if rows is None:
+        with path.open("a", newline="") as fh:
+            csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore").writerow(metrics)
+        return
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows + [metrics])

@@ -1,0 +1,154 @@
+"""Policies: an MLP body with a value head and an action head matching the env's action space.
+
+Any torch.nn.Module can stand in for the default: `forward(obs [N, O]) -> (head_out, value [N])`
+where head_out is logits [N, K] (Discrete), [N, sum(nvec)] (MultiDiscrete) or means [N, d] (Box).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..compiler.envdef import Box, Discrete, MultiDiscrete
+from ..errors import WorkbenchError
+
+
+def mlp(sizes, activation=nn.Tanh, out_gain=1.0) -> nn.Sequential:
+    layers = []
+    for i in range(len(sizes) - 1):
+        linear = nn.Linear(sizes[i], sizes[i + 1])
+        last = i == len(sizes) - 2
+        nn.init.orthogonal_(linear.weight, out_gain if last else math.sqrt(2))
+        nn.init.zeros_(linear.bias)
+        layers.append(linear)
+        if not last:
+            layers.append(activation())
+    return nn.Sequential(*layers)
+
+
+class ActionHead:
+    """Distribution maths for one action space: sampling, log-probabilities, entropy."""
+
+    def __init__(self, space):
+        self.space = space
+        if isinstance(space, Discrete):
+            self.kind, self.out_dim, self.act_shape = "discrete", space.n, ()
+        elif isinstance(space, MultiDiscrete):
+            self.kind, self.out_dim, self.act_shape = "multi", int(sum(space.nvec)), (len(space.nvec),)
+            self.splits = [int(n) for n in space.nvec]
+        elif isinstance(space, Box):
+            self.kind, self.out_dim, self.act_shape = "gaussian", int(math.prod(space.shape)), tuple(space.shape)
+            self.low = torch.as_tensor(space.low, dtype=torch.float32).expand(space.shape).clone()
+            self.high = torch.as_tensor(space.high, dtype=torch.float32).expand(space.shape).clone()
+        else:
+            raise WorkbenchError(f"no action head for {space!r}")
+
+    def to(self, device):
+        if self.kind == "gaussian":
+            self.low, self.high = self.low.to(device), self.high.to(device)
+        return self
+
+    def sample(self, out, log_std, noise):
+        """Draw actions from head output `out` [N, D] given uniform/normal `noise` [N, D]."""
+        if self.kind == "discrete":
+            return torch.argmax(out - torch.log(-torch.log(noise)), dim=-1)
+        if self.kind == "multi":
+            gumbel = out - torch.log(-torch.log(noise))
+            return torch.stack([g.argmax(-1) for g in gumbel.split(self.splits, dim=-1)], dim=-1)
+        return out + log_std.exp() * noise
+
+    def mode(self, out):
+        """The most likely action of head output `out` [N, D] (the mean for a Gaussian)."""
+        if self.kind == "discrete":
+            return out.argmax(-1)
+        if self.kind == "multi":
+            return torch.stack([p.argmax(-1) for p in out.split(self.splits, dim=-1)], -1)
+        return out
+
+    def log_prob_entropy(self, out, log_std, actions):
+        """log pi(a|s) [N] and entropy [N] of `actions` under head output `out`."""
+        if self.kind == "discrete":
+            logp = torch.log_softmax(out, dim=-1)
+            chosen = logp.gather(-1, actions.long().reshape(-1, 1)).squeeze(-1)
+            return chosen, -(logp.exp() * logp).sum(-1)
+        if self.kind == "multi":
+            total_lp, total_ent = 0.0, 0.0
+            for i, part in enumerate(out.split(self.splits, dim=-1)):
+                logp = torch.log_softmax(part, dim=-1)
+                total_lp = total_lp + logp.gather(-1, actions[:, i].long().reshape(-1, 1)).squeeze(-1)
+                total_ent = total_ent - (logp.exp() * logp).sum(-1)
+            return total_lp, total_ent
+        var = torch.exp(2 * log_std)
+        logp = -((actions - out) ** 2) / (2 * var) - log_std - 0.5 * math.log(2 * math.pi)
+        entropy = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).expand_as(out)
+        return logp.sum(-1), entropy.sum(-1)
+
+    def to_env(self, actions):
+        """Actions as the env stores them (continuous ones clipped to the Box)."""
+        if self.kind == "gaussian":
+            return torch.maximum(torch.minimum(actions, self.high), self.low)
+        return actions
+
+
+class ActorCritic(nn.Module):
+    """Default policy: separate MLPs for the action head and the value; a learned log-std for Box."""
+
+    def __init__(self, obs_dim: int, space, hidden=(64, 64)):
+        super().__init__()
+        self.head = ActionHead(space)
+        self.actor = mlp([obs_dim, *hidden, self.head.out_dim], out_gain=0.01)
+        self.critic = mlp([obs_dim, *hidden, 1], out_gain=1.0)
+        self.log_std = nn.Parameter(torch.zeros(self.head.out_dim)) if self.head.kind == "gaussian" else None
+
+    def forward(self, obs):
+        return self.actor(obs), self.critic(obs).squeeze(-1)
+
+    def value(self, obs):
+        return self.critic(obs).squeeze(-1)
+
+
+class DeterministicActor(nn.Module):
+    """DDPG actor: tanh-squashed into the Box."""
+
+    def __init__(self, obs_dim: int, space: Box, hidden=(256, 256)):
+        super().__init__()
+        self.net = mlp([obs_dim, *hidden, int(math.prod(space.shape))], activation=nn.ReLU)
+        low = torch.as_tensor(space.low, dtype=torch.float32).expand(space.shape).reshape(-1)
+        high = torch.as_tensor(space.high, dtype=torch.float32).expand(space.shape).reshape(-1)
+        self.register_buffer("scale", (high - low) / 2)
+        self.register_buffer("center", (high + low) / 2)
+
+    def forward(self, obs):
+        return torch.tanh(self.net(obs)) * self.scale + self.center
+
+
+class QCritic(nn.Module):
+    """DDPG critic Q(s, a) -> [N]."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden=(256, 256)):
+        super().__init__()
+        self.net = mlp([obs_dim + act_dim, *hidden, 1], activation=nn.ReLU)
+
+    def forward(self, obs, actions):
+        return self.net(torch.cat([obs, actions], dim=-1)).squeeze(-1)
+
+
+class CentralisedActorCritic(nn.Module):
+    """MAPPO's policy (Yu et al. 2022): a decentralised actor over each agent's own observation and a
+    centralised critic over the replica's joint observation `state` [N, S], with one value output
+    per agent of the group ([N, n]); `agent` [N] picks each sample's own value."""
+
+    def __init__(self, obs_dim: int, state_dim: int, num_agents: int, space, hidden=(64, 64)):
+        super().__init__()
+        self.head = ActionHead(space)
+        self.actor = mlp([obs_dim, *hidden, self.head.out_dim], out_gain=0.01)
+        self.critic = mlp([state_dim, *hidden, num_agents], out_gain=1.0)
+        self.log_std = nn.Parameter(torch.zeros(self.head.out_dim)) if self.head.kind == "gaussian" else None
+
+    def forward(self, obs, state, agent):
+        return self.actor(obs), self.critic(state).gather(1, agent.long().unsqueeze(1)).squeeze(1)
+
+    def values(self, state):
+        """state [E, S] -> the group's values [E, n]."""
+        return self.critic(state)

@@ -1,0 +1,210 @@
+"""Run folders: training into one (the CLI's train and wb.train), the default name, resuming or forking
+a run."""
+from __future__ import annotations
+
+import csv
+import math
+import os
+import time
+from importlib import resources
+from pathlib import Path
+
+from . import config as cfg
+from ..errors import WorkbenchError
+
+# torch (through .checkpoint, .trainer) is imported where used: the CLI imports this module, and
+# `python -m workbench --help` needs no torch.
+
+
+class ResumeError(WorkbenchError, ValueError):
+    """A run folder that cannot be resumed; the message names what is missing or different."""
+
+
+def resolve_config(name_or_path: str) -> Path:
+    """A config file path, or the name of a shipped config (configs/NAME.yaml)."""
+    path = Path(name_or_path)
+    if path.exists():
+        return path
+    shipped = resources.files("workbench.configs") / f"{name_or_path.removesuffix('.yaml')}.yaml"
+    if shipped.is_file():
+        return Path(str(shipped))
+    names = sorted(p.name[:-5] for p in resources.files("workbench.configs").iterdir() if p.name.endswith(".yaml"))
+    raise cfg.ConfigError(f"no config file {name_or_path!r}; shipped configs: {names}")
+
+
+def default_run_dir(config, root: str = "runs") -> str:
+    """'runs/<env>-<YYYYmmdd-HHMMSS>' (with -2, -3, ... when that folder exists already)."""
+    base = f"{root}/{config.env}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, k = base, 2
+    while Path(path).exists():
+        path, k = f"{base}-{k}", k + 1
+    return path
+
+
+def checkpoint_in(run_or_checkpoint) -> Path:
+    """The checkpoint file of a run folder (RUN_DIR/checkpoint.pt), or the file itself."""
+    path = Path(run_or_checkpoint)
+    if path.is_dir():
+        found = path / "checkpoint.pt"
+        if not found.is_file():
+            raise ResumeError(f"run folder {str(path)!r} has no checkpoint.pt (a run writes it when training ends, "
+                              f"and every checkpoint_every iterations); nothing to resume or replay")
+        return found
+    if not path.is_file():
+        raise ResumeError(f"{str(path)!r} is neither a run folder nor a checkpoint file")
+    return path
+
+
+def resume_config(run_or_checkpoint, requested=None):
+    """(config, checkpoint path) to continue a run: the run folder's config.yaml (else the config
+    stored in its checkpoint), with run_dir pointing at that folder. `requested`, a config the
+    user also named, must agree on env and algorithm."""
+    config, path, _payload = _resume(run_or_checkpoint, requested)
+    return config, path
+
+
+def _resume(run_or_checkpoint, requested):
+    from . import checkpoint as ckpt
+    path = checkpoint_in(run_or_checkpoint)
+    run_dir = path.parent
+    payload = ckpt.load(path)
+    saved_file = run_dir / "config.yaml"
+    config = cfg.load_yaml(saved_file) if saved_file.is_file() else cfg.from_dict(payload["config"])
+    signature = payload["signature"]
+    for key, theirs in (("env", signature["env"]), ("algorithm", signature["algorithm"])):
+        if getattr(config, key) != theirs:
+            raise ResumeError(f"{saved_file} names {key}={getattr(config, key)!r} but the checkpoint was trained "
+                              f"with {key}={theirs!r}; the run folder is inconsistent")
+        if requested is not None and getattr(requested, key) != theirs:
+            raise ResumeError(f"cannot resume {str(run_dir)!r} with {key}={getattr(requested, key)!r}: that run "
+                              f"trained {key}={theirs!r} (drop the config argument to continue the run as it was)")
+    return cfg.replace(config, run_dir=str(run_dir)), path, payload
+
+
+def _reached(history, target) -> bool:
+    """Whether the run's last report had every policy's return at `target` (the trainer's stopping rule)."""
+    returns = [v for k, v in (history[-1] if history else {}).items() if k.startswith("return/")]
+    return bool(returns) and all(v is not None and not math.isnan(v) and v >= target for v in returns)
+
+
+FIXED_ON_RESUME = ("env", "algorithm", "num_envs", "env_params")
+
+
+def run_config(config=None, *, resume=None, changes=None):
+    """(config, checkpoint or None) of a run: `config` with `changes` and run_dir defaulting to
+    runs/ENV-DATE; with `resume` (a run folder or checkpoint) the config the run was trained with,
+    whose env, algorithm, num_envs and env_params `changes` may not alter. A run_dir other than the
+    resumed run's folder forks the run there (that folder must not hold a run yet); a total_env_steps
+    raised past the budget of a run that stopped at its target_return drops that target_return
+    (unless `changes` sets one), so the run trains on to the new budget."""
+    changes = dict(changes or {})
+    if resume:
+        config, checkpoint, payload = _resume(resume, config)
+        for key in FIXED_ON_RESUME:
+            if key in changes and changes[key] != getattr(config, key):
+                raise ResumeError(f"resuming {config.run_dir!r} continues the run as trained; {key} cannot change "
+                                  f"({getattr(config, key)!r} -> {changes[key]!r})")
+        fork = changes.pop("run_dir", None)
+        if fork and Path(fork).resolve() != Path(config.run_dir).resolve():
+            for name in ("checkpoint.pt", "metrics.csv"):
+                if (Path(fork) / name).exists():
+                    raise ResumeError(f"cannot fork {config.run_dir!r} into {str(fork)!r}: that folder already holds "
+                                      f"a run ({name}); continue it with --resume {fork} (resume= from Python), or "
+                                      f"name a new folder")
+            changes["run_dir"] = str(fork)
+        if ("target_return" not in changes and config.target_return is not None
+                and changes.get("total_env_steps", config.total_env_steps) > config.total_env_steps
+                and _reached(payload.get("history"), config.target_return)):
+            changes["target_return"] = None
+            if os.environ.get("RANK", "0") == "0":  # once under torchrun, not once per rank
+                print(f"resuming {config.run_dir}: it stopped at target_return={config.target_return}; the raised "
+                      f"budget (total_env_steps={changes['total_env_steps']}) wins and target_return no longer "
+                      f"stops it (set target_return to keep one)")
+        return cfg.replace(config, **changes), checkpoint
+    if config is None:
+        raise cfg.ConfigError("train needs a config (a file or a shipped config's name), or a run to resume "
+                              "(--resume RUN_DIR; resume=RUN_DIR from Python)")
+    config = cfg.replace(config, **changes)
+    if not config.run_dir:
+        config = cfg.replace(config, run_dir=default_run_dir(config))
+    return config, None
+
+
+def _fork_metrics(source: Path, dest: Path, upto: int):
+    """The forked run's metrics.csv starts as the source's rows up to the checkpoint's iteration."""
+    if not source.is_file():
+        return
+    with source.open(newline="") as fh:
+        rows = list(csv.reader(fh))
+    if not rows or "iteration" not in rows[0]:
+        return
+    col = rows[0].index("iteration")
+    with dest.open("w", newline="") as fh:
+        csv.writer(fh).writerows([rows[0]] + [r for r in rows[1:] if len(r) > col and int(r[col]) <= upto])
+
+
+def run_training(config, *, resume=None, progress=True, policies=None):
+    """Train per `config`, writing its run folder; returns (trainer, result). `resume` is a
+    checkpoint to continue from; one outside config.run_dir forks its run into run_dir."""
+    from .loggers import compose, make_logger
+    from .report import plot_learning_curve
+    from .trainer import make_trainer
+
+    start = time.perf_counter()
+    trainer = make_trainer(config, policies=policies)
+    compile_s = time.perf_counter() - start
+    if resume:
+        trainer.load(resume)
+    run_dir = Path(config.run_dir) if config.run_dir else None
+    if run_dir is not None and trainer.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        cfg.save_yaml(config, run_dir / "config.yaml")
+        if resume and Path(resume).parent.resolve() != run_dir.resolve():
+            _fork_metrics(Path(resume).parent / "metrics.csv", run_dir / "metrics.csv", trainer.iteration)
+    say = print if trainer.is_main else (lambda *a, **k: None)
+    say(f"training {config.env} with {config.algorithm.upper()} on target '{trainer.env.target.name}' "
+        f"({config.num_envs} replicas x {trainer.env.num_agents} agents; env compiled in {compile_s:.1f} s)"
+        + (f"; continuing {resume} from iteration {trainer.iteration}" if resume else ""))
+    logger = make_logger(config, run_dir) if trainer.is_main else None
+    try:
+        result = trainer.train(callback=compose(logger), progress=progress and trainer.is_main)
+    finally:
+        if logger is not None:
+            logger.close(trainer.history[-1] if trainer.history else None)
+    say(f"stopped by {result.stopped_by} after {result.iterations} iterations, {result.env_steps / 1e6:.2f} M "
+        f"env-steps, {result.wall_time_s - result.warmup_s:.1f} s of training (env compile {compile_s:.1f} s "
+        + (f"and torch.compile with graph capture {result.warmup_s:.1f} s " if result.warmup_s else "")
+        + "apart); "
+        f"mean return {result.metrics.get('mean_return', float('nan')):.2f}")
+    if run_dir is not None and trainer.history and trainer.is_main:
+        plot_learning_curve(trainer.history, run_dir / "learning_curve.png", f"{config.env} {config.algorithm}")
+        print(f"run folder: {run_dir} (metrics.csv, learning_curve.png, checkpoint.pt, config.yaml)")
+    return trainer, result
+
+
+def train(config=None, *, resume=None, progress: bool = True, policies=None, **changes):
+    """Train from Python as `python -m workbench train` does: `config` is a config, a YAML file or a
+    shipped config's name ("cartpole"), `changes` override its fields (num_envs=..., seed=...), and
+    `resume` (a run folder or checkpoint) continues that run instead. Every run keeps a folder
+    (runs/ENV-DATE unless run_dir names one): config.yaml, metrics.csv, checkpoint.pt and
+    learning_curve.png. With `resume`, run_dir names a folder to fork the run into, and a raised
+    total_env_steps outruns a target_return the run had reached. Returns (trainer, TrainResult).
+    `Trainer.train` alone writes only where run_dir says."""
+    if isinstance(config, (str, Path)):
+        config = cfg.load_yaml(resolve_config(str(config)))
+    config, checkpoint = run_config(config, resume=resume, changes=changes)
+    return run_training(config, resume=checkpoint, progress=progress, policies=policies)
+
+
+def load_policy(run_or_checkpoint, *, num_envs: int = 1, target: str | None = None, seed: int | None = None):
+    """A Trainer holding the trained policies of a run, on a fresh env of `num_envs` replicas."""
+    from . import checkpoint as ckpt
+    from .trainer import make_trainer
+    path = checkpoint_in(run_or_checkpoint)
+    payload = ckpt.load(path)
+    config = cfg.from_dict(payload["config"])
+    config = cfg.replace(config, num_envs=num_envs, run_dir=None, target=target or config.target,
+                         seed=config.seed if seed is None else seed)
+    trainer = make_trainer(config, policies=payload["signature"]["policies"])
+    trainer.load(path, restore_env=False)
+    return trainer

@@ -1,0 +1,373 @@
+"""The trainer: one policy per agent group learning on the device, reporting through a callback.
+
+One iteration is: collect a rollout (policy step, env step, bookkeeping, V of truncated final
+observations: collection.py), GAE, the algorithm's update (algorithms/), the normaliser's statistics.
+On a GPU target the whole iteration is captured once in a CUDA graph and replayed (iteration_graph.py);
+the same code runs eagerly on the CPU. The trainer knows nothing of any UI: it reports through
+`callback(iteration, metrics) -> bool` (False stops) every `log_every` iterations, the only time
+metrics cross to the host (metrics.py). Checkpoints: trainer_state.py; what it builds: learners.py.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import signal
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from . import checkpoint as ckpt
+from . import config as cfg
+from . import distributed as dist_mod
+from . import learners, trainer_state
+from .algorithms import a2c, ddpg, ppo
+from .collection import Collector
+from .compiled import MaybeCompiled
+from .episode_stats import EpisodeStats
+from .iteration_graph import IterationGraph
+from .metrics import Metrics, append_csv, nonfinite_error, weights_finite
+from .policies import ActionHead
+from .rollout import PolicyMapError, RunningNorm, build_groups
+
+ON_POLICY = {"ppo": ppo, "a2c": a2c}
+
+
+@dataclass
+class TrainResult:
+    iterations: int
+    env_steps: int
+    wall_time_s: float
+    stopped_by: str  # "budget", "target_return", "callback", "interrupted"
+    metrics: dict
+    history: list = field(default_factory=list)
+    checkpoint: str | None = None
+    warmup_s: float = 0.0  # of wall_time_s: iterations that compiled (torch.compile) and captured the CUDA graph
+
+
+def resolve_precision(precision: str, device) -> str:
+    """auto -> bf16 on a GPU, fp32 on the CPU (where autocast to bf16 is slower, not faster)."""
+    if precision == "auto":
+        return "bf16" if device.type == "cuda" else "fp32"
+    return precision
+
+
+class Trainer:
+    """Trains one policy per agent group on `env`.
+
+    policies: {name: agent ids} (default: one policy shared by all agents);
+    models: optional {name: nn.Module} replacing the default MLP of that policy.
+    """
+
+    def __init__(self, env, config, policies=None, models=None, distributed: bool | None = None):
+        cfg.validate(config)
+        if config.algorithm not in cfg.ALGORITHMS:
+            raise cfg.ConfigError(f"algorithm must be one of {sorted(cfg.ALGORITHMS)}, got {config.algorithm!r}")
+        self.env, self.config, self.device, self.algorithm = env, config, env.device, config.algorithm
+        self.sync, self.rank, self.world_size = None, 0, 1
+        torch.manual_seed(config.seed)
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(config.seed + 1)
+        self.groups = build_groups(policies, env.num_agents, self.device)
+        self.obs_dim = int(math.prod(env.obs_shape)) if env.obs_shape else 1
+        self.E, self.T = env.num_envs, config.rollout_length
+        cfg.check_against_env(config, env, self.groups)
+        self.precision = resolve_precision(config.precision, self.device)
+        if self.device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = self.precision in ("tf32", "bf16")
+            torch.backends.cudnn.allow_tf32 = self.precision in ("tf32", "bf16")
+        self.obs_dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32
+        self._set_centralised_critics(config.centralised_critic)
+        self.head = ActionHead(env.action_space).to(self.device)
+
+        self.models, self.optimizers, self.norms, self.buffers, self.lr_tensors = {}, {}, {}, {}, []
+        models = dict(models or {})
+        unknown = sorted(set(models) - {g.name for g in self.groups})
+        if unknown:
+            raise PolicyMapError(f"models given for {unknown}, which are not in the policy map")
+        build = learners.build_ddpg if self.algorithm == "ddpg" else learners.build_on_policy
+        for g in self.groups:
+            self.models[g.name], self.optimizers[g.name], self.buffers[g.name] = build(self, g, models.get(g.name))
+            if config.normalize_obs:
+                self.norms[g.name] = RunningNorm(self.obs_dim, self.device)
+        self.rollout_models, self._copy_pairs = learners.rollout_copies(
+            self.models, self.precision == "bf16" and self.algorithm in ON_POLICY)
+        self.chunk_size = {g.name: learners.chunk_size(self, g) for g in self.groups}
+
+        compile_on = bool(getattr(config, "compile", False)) and self.device.type == "cuda"
+        self.episode_stats = EpisodeStats(env, self.groups)
+        self.collector = Collector(self, compile_on)
+        self.loss_fn = (MaybeCompiled(ON_POLICY[self.algorithm].chunk_loss, compile_on, f"the {self.algorithm} loss")
+                        if self.algorithm in ON_POLICY else None)
+        stat_names = ddpg.STATS if self.algorithm == "ddpg" else ON_POLICY[self.algorithm].STATS
+        self.metrics = Metrics(stat_names, self.groups, self.episode_stats, self.device, self.sync, self.world_size)
+        self.graph = IterationGraph(self.generator)
+        self.iteration, self.env_steps, self.history = 0, 0, []
+        self._interrupt: str | None = None
+        self._warned_lr_floor = False
+        self.threads = learners.measure_threads(self) if self.device.type == "cpu" else None
+        if distributed or (distributed is None and dist_mod.launched_by_torchrun()):
+            self.join(dist_mod.init(env.target.name))
+
+    def join(self, context):
+        """Train data-parallel in the process group of `context` (a distributed.Context): gradients,
+        normaliser statistics and reports are reduced over its ranks, every rank starts from rank 0's
+        weights and explores with its own policy noise (as every rank's env has its own seed)."""
+        self.sync = self.metrics.sync = dist_mod.GradientSync(context)
+        self.rank, self.world_size = context.rank, context.world_size
+        self.metrics.world_size = context.world_size
+        self.generator.manual_seed(dist_mod.rank_seed(self.config.seed + 1, self.rank))
+        for model in self.models.values():
+            self.sync.broadcast_parameters(model)
+        self.refresh_rollout_copies()
+
+    def _set_centralised_critics(self, names):
+        central = tuple(names or ())
+        self.central = {g.name for g in self.groups} if "all" in central else set(central)
+        unknown = sorted(self.central - {g.name for g in self.groups})
+        if unknown:
+            raise PolicyMapError(f"centralised_critic names {unknown}, which are not policies; the policies are "
+                                 f"{[g.name for g in self.groups]}")
+        if self.central and self.algorithm == "ddpg":
+            raise cfg.ConfigError("centralised_critic is for PPO and A2C; DDPG's critic is per agent")
+        self.state_dim = self.obs_dim * self.env.num_agents if self.central else 0
+
+    # -- one iteration ------------------------------------------------------------------------
+    def run_iteration(self, total_iterations: int | None = None):
+        """One training iteration: the learning rate's annealing step, then collection, advantages
+        and the algorithm's update (replayed from the CUDA graph once captured); its statistics are
+        summed on the device until `pull_metrics`. total_iterations: the annealing horizon (default:
+        the budget's)."""
+        self._anneal(total_iterations or self.total_iterations())
+        body = self._ddpg_iteration if self.algorithm == "ddpg" else self._on_policy_iteration
+        self.graph.run(body, self.why_not_graphed())
+        if self.algorithm == "ddpg":
+            for g in self.groups:
+                self.buffers[g.name].advance_host_size(self.T)
+        self.metrics.iterations += 1
+        self.iteration += 1
+        self.env_steps += self.steps_per_iteration
+
+    def _on_policy_iteration(self):
+        with torch.no_grad():
+            self.collector.rollout()
+        for g in self.groups:
+            self.collector.advantages(g)
+            ON_POLICY[self.algorithm].update(
+                self.models[g.name], self.optimizers[g.name], self.buffers[g.name].batch(), self.config,
+                sync=self.sync, chunk_size=self.chunk_size[g.name], generator=self.generator,
+                autocast=self.autocast, stats=self.metrics.sums[g.name], loss_fn=self.loss_fn)
+        for norm in self.norms.values():
+            norm.commit(self.sync)
+
+    def _ddpg_iteration(self):
+        learning = self.ddpg_learning()
+        with torch.no_grad():
+            self.collector.explore(learning)
+        if learning:
+            for g in self.groups:
+                actor_opt, critic_opt = self.optimizers[g.name]
+                for _ in range(self.config.updates_per_rollout):
+                    batch = self.buffers[g.name].sample(self.config.batch_size, self.generator, self.norms.get(g.name))
+                    ddpg.update(self.models[g.name], actor_opt, critic_opt, batch, self.config, sync=self.sync,
+                                autocast=self.autocast, stats=self.metrics.sums[g.name])
+        for norm in self.norms.values():
+            norm.commit(self.sync)
+
+    def ddpg_learning(self) -> bool:
+        """DDPG learns once every replay buffer holds learning_starts transitions."""
+        return all(self.buffers[g.name].size >= self.config.learning_starts for g in self.groups)
+
+    def why_not_graphed(self) -> str | None:
+        """Why this iteration cannot replay from a CUDA graph (None: it can)."""
+        if not (self.config.cuda_graph and self.device.type == "cuda"):
+            return "off"
+        if getattr(self.config, "target_kl", None) is not None:
+            return "target_kl stops an update's epochs on a value read back from the device"
+        if self.algorithm == "ddpg" and not self.ddpg_learning():
+            return "collecting random transitions until learning_starts"
+        return None
+
+    def autocast(self):
+        """The learner's and the rollout's precision context."""
+        if self.precision == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=False)
+        return contextlib.nullcontext()
+
+    def refresh_rollout_copies(self):
+        """Copy every parameter and buffer of the learners into the rollout's bf16 copies (one kernel)."""
+        if self._copy_pairs[0]:
+            torch._foreach_copy_(*self._copy_pairs)
+
+    def _anneal(self, total_iters: int):
+        if not getattr(self.config, "anneal_lr", False):
+            return
+        frac = max(0.0, 1.0 - self.iteration / total_iters)  # past the budget the rate stays at 0
+        if frac == 0.0 and not self._warned_lr_floor:
+            self._warned_lr_floor = True
+            warnings.warn(f"training past total_env_steps={self.config.total_env_steps} with anneal_lr: the "
+                          f"learning rate has reached 0, so the policy no longer changes; raise total_env_steps "
+                          f"or set anneal_lr false", stacklevel=3)
+        if self.lr_tensors:
+            for tensor, base in self.lr_tensors:
+                tensor.fill_(frac * base)
+        else:
+            for opt in self.optimizers.values():
+                for group in opt.param_groups:
+                    group["lr"] = frac * self.config.lr
+
+    # -- the loop -------------------------------------------------------------------------------
+    @property
+    def steps_per_iteration(self) -> int:
+        """Replica steps per iteration, summed over ranks."""
+        return self.E * self.T * self.world_size
+
+    @property
+    def is_main(self) -> bool:
+        """Only the main rank writes files and reports."""
+        return self.rank == 0
+
+    def total_iterations(self) -> int:
+        return max(1, math.ceil(self.config.total_env_steps / self.steps_per_iteration))
+
+    def train(self, callback=None, num_iterations: int | None = None, progress: bool | None = None) -> TrainResult:
+        """Run until `total_env_steps` (or `num_iterations` more iterations), the target return,
+        `callback(iteration, metrics)` returning False, or Ctrl-C / SIGTERM (which finish the
+        iteration, save a checkpoint into run_dir and return stopped_by="interrupted")."""
+        config = self.config
+        total_iters = self.total_iterations()
+        stop_at = self.iteration + num_iterations if num_iterations is not None else total_iters
+        run_dir = Path(config.run_dir) if config.run_dir and self.is_main else None
+        bar = None
+        if (config.progress if progress is None else progress) and self.is_main:
+            from .progress import ProgressBar
+            bar = ProgressBar(stop_at, self.iteration, config.target_return)
+        callbacks = [c for c in (bar, callback) if c is not None]
+        start = window_start = time.perf_counter()
+        window_steps, warmup, stopped_by = 0, 0.0, "budget"
+        metrics = self.history[-1] if self.history else {}
+        self._interrupt = None
+        previous = self._install_signal_handlers()
+        try:
+            while self.iteration < stop_at:
+                compiling = self.graph.state == "eager-first" and getattr(self.loss_fn, "compiled", None) is not None
+                if bar is not None and compiling:
+                    bar.bar.set_description("first iteration: compiling (compile=false skips it)")
+                warming = self.device.type == "cuda" and self.graph.warming() and self.why_not_graphed() is None
+                iteration_start = time.perf_counter()
+                self.run_iteration(total_iters)
+                if warming:
+                    torch.cuda.synchronize()
+                    warmup += time.perf_counter() - iteration_start
+                if bar is not None and compiling:
+                    bar.bar.set_description("training")
+                window_steps += self.steps_per_iteration
+                interrupted = self._interrupt is not None
+                if self.sync is not None:
+                    interrupted = self.sync.any(interrupted, self.device)
+                if self.iteration % config.log_every == 0 or self.iteration >= stop_at or interrupted:
+                    now = time.perf_counter()
+                    metrics = self.pull_metrics(window_steps / max(now - window_start, 1e-9), now - start)
+                    window_start, window_steps = now, 0
+                    stopped_by = self._report(metrics, callbacks, run_dir) or stopped_by
+                    if stopped_by != "budget":
+                        break
+                if interrupted or (self._interrupt is not None and self.sync is None):
+                    stopped_by = "interrupted"  # (a signal during the report above: nothing left unlogged)
+                    break
+                if config.checkpoint_every and run_dir is not None and self.iteration % config.checkpoint_every == 0:
+                    if not weights_finite(self.models.values()):  # (between reports no loss is read)
+                        raise nonfinite_error("the weights", self.iteration, run_dir)
+                    self.save(run_dir / "checkpoint.pt")
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            if bar is not None:
+                bar.close()
+        wall = time.perf_counter() - start
+        saved = self.save(run_dir / "checkpoint.pt") if run_dir is not None else None
+        return TrainResult(self.iteration, self.env_steps, wall, stopped_by, metrics, list(self.history),
+                           str(saved) if saved else None, warmup)
+
+    def _report(self, metrics: dict, callbacks: list, run_dir) -> str | None:
+        """Record a report, check it, hand it to the callbacks; returns why training stops, if it does."""
+        self.history.append(metrics)
+        if run_dir is not None:
+            append_csv(run_dir / "metrics.csv", metrics)
+        if metrics.get("nonfinite"):
+            raise nonfinite_error("the loss", self.iteration, run_dir)
+        ddpg_run = self.algorithm == "ddpg"
+        self.metrics.warn_divergence(metrics, self.config.critic_lr if ddpg_run else self.config.lr,
+                                     "critic_loss" if ddpg_run else "value_loss", self.head.kind != "gaussian")
+        stop = any(c(self.iteration, metrics) is False for c in callbacks)
+        if self.sync is not None:
+            stop = self.sync.any(stop, self.device)
+        if stop:
+            return "callback"
+        if self.config.target_return is not None and self.metrics.reached(metrics, self.config.target_return):
+            return "target_return"
+        return None
+
+    def pull_metrics(self, rate: float = float("nan"), elapsed: float = float("nan")) -> dict:
+        """One host read of the update statistics (averaged over the iterations since the last pull
+        and over ranks) and of the episode sums (returns per policy, lengths, env metrics)."""
+        base = {"iteration": self.iteration, "env_steps": self.env_steps, "env_steps_per_s": rate, "time_s": elapsed}
+        return self.metrics.pull(base, learning=not (self.algorithm == "ddpg" and not self.ddpg_learning()))
+
+    def _install_signal_handlers(self):
+        """Ctrl-C / SIGTERM stop training at the end of the current iteration (a second Ctrl-C
+        interrupts at once). Only the main thread may install handlers: elsewhere, none."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        previous = {}
+
+        def handler(signum, frame):
+            if self._interrupt is not None and signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            self._interrupt = signal.Signals(signum).name
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                previous[sig] = signal.signal(sig, handler)
+            except (ValueError, OSError):
+                pass
+        return previous
+
+    # -- acting and checkpoints -----------------------------------------------------------------
+    def act(self, deterministic: bool = True) -> torch.Tensor:
+        """Write the policies' actions for the env's current observations into its action array."""
+        return self.collector.act(deterministic)
+
+    def save(self, path) -> Path | None:
+        """Atomically write policies, optimisers, normaliser, RNG, counters and env state
+        (on the main rank only; other ranks return None)."""
+        return ckpt.save_atomic(trainer_state.state(self), path) if self.is_main else None
+
+    def load(self, path, *, restore_env: bool = True) -> "Trainer":
+        """Resume from a checkpoint written by `save` for the same env and policy map."""
+        trainer_state.restore(self, ckpt.load(path), path, restore_env)
+        return self
+
+
+def make_trainer(config, policies=None, models=None, env=None, distributed: bool | None = None) -> Trainer:
+    """Build the env named in `config` (on its target) and a trainer for it. Under torchrun
+    (or distributed=True) this joins the process group first, so the env lands on this rank's GPU."""
+    from ..runtime.env import make
+    from ..compiler.targets import best_target
+    target = best_target() if config.target == "auto" else config.target
+    seed = config.seed
+    if distributed or (distributed is None and dist_mod.launched_by_torchrun()):
+        context = dist_mod.init(target)
+        seed = dist_mod.rank_seed(config.seed, context.rank)
+        distributed = True
+    if env is None:
+        env = make(config.env, num_envs=config.num_envs, target=target, seed=seed, **(config.env_params or {}))
+    if policies is None:
+        groups = env.definition.namespace.get("AGENT_GROUPS")
+        if groups is not None:
+            import types
+            policies = {k: list(v) for k, v in groups(types.SimpleNamespace(**env.definition.params)).items()}
+    return Trainer(env, config, policies=policies, models=models, distributed=distributed)

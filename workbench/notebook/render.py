@@ -1,0 +1,428 @@
+"""Rollout viewer: pulled trajectories drawn per env, played in the notebook by a small HTML/JS
+player with a frame slider, or written to mp4 through ffmpeg.
+
+A trajectory is one entry of `env.pull_trajectories()`: host arrays [T, ...] of the env's state
+(per-env arrays [T], per-agent arrays [T, A]) before each step, plus obs, t, action, reward, done.
+An env is drawn by the drawer its source declares (`RENDER = MyDrawer` or `draw(frame, ax)`:
+shipped envs and `%%warpenv` cells alike), found through its definition by `drawer_for`;
+workbench.notebook.drawers holds the Drawer base class and the drawers of envs that declare none. A
+drawer makes its artists once and moves them with `set_data` (agents of a group share ONE
+Line2D with point markers: thousands of agents stay cheap); frames are drawn by blitting onto a
+fixed background.
+
+    anim = render.show(env.pull_trajectories(), env)     # displays in a notebook (_repr_html_)
+    anim.save_html("run.html"); anim.save_mp4("run.mp4")
+    render.record_policy_animation(trainer, "policy.html")
+"""
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+import shutil
+import types
+import uuid
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+# the drawer classes are part of this module's interface (an env's RENDER subclasses render.Drawer)
+from .drawers import GROUP_COLOURS, Drawer, FunctionDrawer, PointsDrawer, StripDrawer  # noqa: F401
+from ..errors import WorkbenchError
+
+
+class FFmpegNotFoundError(WorkbenchError, RuntimeError):
+    """Neither imageio-ffmpeg's binary nor a system ffmpeg is present (or ffmpeg-python is missing)."""
+
+
+class EmbedLimitError(WorkbenchError, ValueError):
+    """The frames of an animation exceed the embed limit and on_limit="raise" was asked for."""
+
+
+class EmbedLimitWarning(UserWarning):
+    """An animation shows every k-th step only, to stay under the embed limit."""
+
+
+# ---- which drawer --------------------------------------------------------------------------------
+
+DRAWERS: dict = {}  # env name -> Drawer subclass, from register_drawer: wins over what the env's source declares
+
+
+def register_drawer(name: str, drawer: type) -> None:
+    """Draw env `name` with `drawer` (a Drawer subclass) instead of the drawer its source declares."""
+    DRAWERS[name] = drawer
+
+
+def _definition(env):
+    """EnvDefinition of an Env, an EnvDefinition or a registered env name."""
+    from ..compiler.envdef import EnvDefinition
+    if isinstance(env, EnvDefinition):
+        return env
+    if isinstance(env, str):
+        from ..runtime.registry import definition
+        return definition(env)
+    return env.definition
+
+
+def drawer_for(trajectory: dict, env) -> Drawer:
+    """The drawer of `env`, bound to `trajectory`: one registered for its name, else its source's
+    RENDER class or draw(frame, ax) function, else points (per-agent positions) or a strip of its
+    state arrays."""
+    defn = _definition(env)
+    groups = None
+    fn = defn.namespace.get("AGENT_GROUPS")
+    if fn is not None:
+        groups = {k: list(v) for k, v in fn(types.SimpleNamespace(**defn.params)).items()}
+    cls = DRAWERS.get(defn.name) or defn.namespace.get("RENDER")
+    draw = defn.namespace.get("draw")
+    if cls is None and callable(draw):
+        return FunctionDrawer(trajectory, defn.params, groups, defn.name, draw)
+    if cls is None:
+        per_agent_xy = "x" in trajectory and "y" in trajectory and np.ndim(trajectory["x"]) == 2
+        pairs = any(isinstance(v, np.ndarray) and v.ndim == 3 and v.shape[-1] == 2 and k not in ("obs", "action")
+                    for k, v in trajectory.items())
+        cls = PointsDrawer if per_agent_xy or pairs else StripDrawer
+    return cls(trajectory, defn.params, groups, defn.name)
+
+
+# ---- frames --------------------------------------------------------------------------------------
+
+def _partial_note(trajectory: dict) -> str:
+    if trajectory.get("complete", True):
+        return ""
+    missing = int(trajectory.get("steps_missing", 0))
+    return f"  (its first {missing} steps not recorded)" if missing else "  (episode still running)"
+
+
+class FrameSource:
+    """RGB frames [H, W, 3] uint8 of one trajectory, drawn by blitting the moving artists onto a
+    background rendered once."""
+
+    def __init__(self, trajectory: dict, env, dpi: int = 80, caption: bool = True):
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+        self.drawer = drawer_for(trajectory, env)
+        self.fig = Figure(figsize=self.drawer.figsize, dpi=dpi)
+        self.canvas = FigureCanvasAgg(self.fig)
+        ax = self.fig.add_subplot()
+        ax.set_autoscale_on(False)
+        self.artists = self.drawer.setup(ax)
+        ax.set_title(f"{self.drawer.name}  replica {trajectory.get('replica', 0)}"
+                     + _partial_note(trajectory), fontsize=9)
+        self.fig.tight_layout()
+        if not caption and self.drawer.info is not None:
+            self.drawer.info.set_visible(False)
+            self.artists = [a for a in self.artists if a is not self.drawer.info]
+        for artist in self.artists:
+            artist.set_animated(True)
+        self.canvas.draw()
+        self.background = self.canvas.copy_from_bbox(self.fig.bbox)
+
+    def __len__(self):
+        return len(self.drawer)
+
+    def rgb(self, k: int) -> np.ndarray:
+        """Frame k as a fresh [H, W, 3] uint8 array."""
+        self.drawer.update(k)
+        self.canvas.restore_region(self.background)
+        for artist in getattr(self.drawer, "current", []) + self.artists:
+            self.fig.draw_artist(artist)
+        return np.array(np.asarray(self.canvas.buffer_rgba())[..., :3])
+
+    def png(self, k: int) -> bytes:
+        from PIL import Image
+        buf = io.BytesIO()
+        Image.fromarray(self.rgb(k)).save(buf, format="PNG", compress_level=3)
+        return buf.getvalue()
+
+
+def render_frames(trajectory: dict, env, *, stride: int = 1, dpi: int = 80) -> list:
+    """RGB frames [H, W, 3] uint8 of every `stride`-th step of `trajectory`."""
+    source = FrameSource(trajectory, env, dpi)
+    return [source.rgb(k) for k in range(0, len(source), max(1, int(stride)))]
+
+
+# ---- the HTML/JS player --------------------------------------------------------------------------
+
+def _embed_limit_bytes(embed_limit_mb) -> float:
+    if embed_limit_mb is None:
+        import matplotlib
+        embed_limit_mb = matplotlib.rcParams["animation.embed_limit"]
+    return float(embed_limit_mb) * 1024 * 1024
+
+
+class Animation:
+    """One trajectory as PNG frames with its player; displays itself in a notebook.
+
+    frames: base64 PNG strings; steps: the trajectory index of each frame; note: why frames were
+    left out ('' when every step is shown).
+
+    The embedded frames must fit under `embed_limit_mb` (default: matplotlib's
+    rcParams["animation.embed_limit"], 20 MB), the limit matplotlib's own HTML animations obey by
+    silently dropping the frames past it. Here nothing is dropped silently: with on_limit="stride"
+    (the default) every k-th step is kept, spread over the whole episode, and an EmbedLimitWarning
+    plus a note under the player say so; with on_limit="raise" an EmbedLimitError says by how much
+    the limit is exceeded and how to raise it. `max_frames` caps the frame count the same way (a
+    stride, with a note), for a quicker render of a long episode. save_mp4 always writes every step.
+    """
+
+    def __init__(self, trajectory: dict, env, *, fps: int = 30, embed_limit_mb: float | None = None,
+                 dpi: int = 80, max_frames: int | None = None, on_limit: str = "stride"):
+        if on_limit not in ("stride", "raise"):
+            raise ValueError(f"on_limit must be 'stride' or 'raise', got {on_limit!r}")
+        self.trajectory = trajectory
+        self.env = env
+        self.fps = int(fps)
+        self.dpi = dpi
+        source = FrameSource(trajectory, env, dpi, caption=False)
+        self.drawer = source.drawer
+        total = len(source)
+        self.total_steps = total
+        limit = _embed_limit_bytes(embed_limit_mb)
+        stride = 1 if max_frames is None or total <= max_frames else math.ceil(total / max_frames)
+        # the first frames estimate a frame's size, so the frames left out are never drawn
+        probe = {k: base64.b64encode(source.png(k)).decode() for k in list(range(0, total, stride))[:3]}
+        per_frame = max(map(len, probe.values())) if probe else 1
+        over_limit = per_frame * math.ceil(total / stride) > limit
+        if over_limit and on_limit == "raise":
+            raise EmbedLimitError(self._limit_message(total, stride, per_frame, limit))
+        if over_limit:
+            stride = max(stride, math.ceil(total * per_frame * 1.1 / limit))
+        steps = list(range(0, total, stride))
+        frames = [probe[k] if k in probe else base64.b64encode(source.png(k)).decode() for k in steps]
+        if on_limit == "raise" and sum(map(len, frames)) > limit:  # frames grew past the estimate
+            raise EmbedLimitError(self._limit_message(total, stride, sum(map(len, frames)) / len(frames), limit))
+        limited = over_limit
+        while len(frames) > 1 and sum(map(len, frames)) > limit:
+            frames, steps, stride, limited = frames[::2], steps[::2], stride * 2, True
+        self.frames, self.steps, self.stride = frames, steps, stride
+        self.captions = [source.drawer.captions[k] for k in steps]
+        self.note = ""
+        if stride > 1:
+            why = (f"the frames exceed the embed limit of {limit / 2**20:.1f} MB; raise it with "
+                   f"embed_limit_mb=... (or matplotlib.rcParams['animation.embed_limit']) to keep every step, "
+                   f"or save_mp4() for all of them"
+                   if limited else f"max_frames={max_frames}")
+            self.note = f"Showing every {stride}th step ({len(steps)} of {total} frames): {why}."
+            if limited:
+                warnings.warn(self.note, EmbedLimitWarning, stacklevel=2)
+
+    @staticmethod
+    def _limit_message(total, stride, per_frame, limit) -> str:
+        need = per_frame * math.ceil(total / stride)
+        return (f"{math.ceil(total / stride)} frames of about {per_frame / 1024:.0f} KB need {need / 2**20:.1f} MB, "
+                f"over the embed limit of {limit / 2**20:.1f} MB: pass embed_limit_mb={math.ceil(need * 1.1 / 2**20)} "
+                f"(or set matplotlib.rcParams['animation.embed_limit']), max_frames=... or a lower dpi, "
+                f"on_limit='stride' to keep every k-th step, or use save_mp4() for every step")
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(f) for f in self.frames)
+
+    def to_html(self) -> str:
+        """A self-contained player: image, play/pause, frame slider, speed, and the note."""
+        pid = "wbp" + uuid.uuid4().hex[:10]
+        n = len(self.frames)
+        note = f'<div style="color:#a15c00;font-size:12px">{html.escape(self.note)}</div>' if self.note else ""
+        first = self.frames[0] if self.frames else ""
+        return f"""<div id="{pid}" class="wb-player" style="display:inline-block;font-family:sans-serif">
+<img id="{pid}-img" src="data:image/png;base64,{first}" style="display:block"/>
+<div style="display:flex;align-items:center;gap:6px;margin-top:4px">
+<button id="{pid}-play" style="width:3.2em">&#9654;</button>
+<input id="{pid}-slider" class="wb-slider" type="range" min="0" max="{max(n - 1, 0)}" value="0" style="flex:1"/>
+<span id="{pid}-label" style="font-size:12px;font-family:monospace;min-width:22em">step 0 / {self.total_steps}  {html.escape(self.captions[0] if self.captions else '')}</span>
+<select id="{pid}-speed"><option value="0.25">0.25x</option><option value="0.5">0.5x</option>
+<option value="1" selected>1x</option><option value="2">2x</option><option value="4">4x</option></select>
+</div>{note}
+<script>(function(){{
+var frames={json.dumps(self.frames)}, steps={json.dumps(self.steps)}, fps={self.fps}, total={self.total_steps},
+    captions={json.dumps(self.captions)};
+var img=document.getElementById("{pid}-img"), slider=document.getElementById("{pid}-slider"),
+    play=document.getElementById("{pid}-play"), label=document.getElementById("{pid}-label"),
+    speed=document.getElementById("{pid}-speed"), timer=null, i=0;
+function show(k){{ i=k; img.src="data:image/png;base64,"+frames[k]; slider.value=k;
+  label.textContent="step "+steps[k]+" / "+total+"  "+captions[k]; }}
+function tick(){{ show((i+1)%frames.length); }}
+function stop(){{ if(timer){{clearInterval(timer); timer=null;}} play.innerHTML="&#9654;"; }}
+function start(){{ stop(); timer=setInterval(tick, 1000*{self.stride}/(fps*parseFloat(speed.value)));
+  play.innerHTML="&#10074;&#10074;"; }}
+play.onclick=function(){{ if(timer) stop(); else start(); }};
+slider.oninput=function(){{ stop(); show(parseInt(slider.value)); }};
+speed.onchange=function(){{ if(timer) start(); }};
+}})();</script></div>"""
+
+    def _repr_html_(self) -> str:
+        return self.to_html()
+
+    def save_html(self, path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(str(path.stem))}"
+                        f"</title></head><body>{self.to_html()}</body></html>")
+        return path
+
+    def save_mp4(self, path, fps: int | None = None) -> Path:
+        """Every step (not only the embedded frames) as H.264 mp4."""
+        return to_mp4(self.trajectory, self.env, path, fps=fps or self.fps, dpi=self.dpi)
+
+
+class AnimationGroup:
+    """Several animations shown side by side."""
+
+    def __init__(self, animations: list):
+        self.animations = animations
+
+    def __getitem__(self, i):
+        return self.animations[i]
+
+    def __len__(self):
+        return len(self.animations)
+
+    def to_html(self) -> str:
+        return '<div style="display:flex;flex-wrap:wrap;gap:12px">' + "".join(a.to_html() for a in self.animations) \
+            + "</div>"
+
+    def _repr_html_(self) -> str:
+        return self.to_html()
+
+    def save_html(self, path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"<!doctype html><html><head><meta charset='utf-8'></head><body>{self.to_html()}</body></html>")
+        return path
+
+    def save_mp4(self, path, fps: int | None = None) -> list:
+        """Every step of each animation as mp4: `path` for one, else path-replicaN.mp4 per replica."""
+        path = Path(path)
+        if len(self.animations) == 1:
+            return [self.animations[0].save_mp4(path, fps)]
+        return [a.save_mp4(path.with_name(f"{path.stem}-replica{a.trajectory.get('replica', i)}{path.suffix}"), fps)
+                for i, a in enumerate(self.animations)]
+
+
+def animate(trajectory: dict, env, **kwargs) -> Animation:
+    """Animation of one pulled trajectory of `env` (an Env, EnvDefinition or env name)."""
+    return Animation(trajectory, env, **kwargs)
+
+
+def show(trajectories, env, **kwargs):
+    """Animation of one trajectory (a dict), or AnimationGroup of a list (such as
+    env.pull_trajectories(), even of one replica: `show(...)[0]` is always its first Animation);
+    notebooks display either."""
+    if isinstance(trajectories, dict):
+        return Animation(trajectories, env, **kwargs)
+    return AnimationGroup([Animation(t, env, **kwargs) for t in trajectories])
+
+
+# ---- mp4 -----------------------------------------------------------------------------------------
+
+def find_ffmpeg() -> str:
+    """Path of the ffmpeg binary shipped by the imageio-ffmpeg wheel, else a system ffmpeg."""
+    try:
+        import imageio_ffmpeg
+        exe = imageio_ffmpeg.get_ffmpeg_exe()
+        if exe and Path(exe).exists():
+            return exe
+    except Exception:  # noqa: BLE001 - missing wheel, or a wheel without a binary for this platform
+        pass
+    exe = shutil.which("ffmpeg")
+    if exe:
+        return exe
+    raise FFmpegNotFoundError("mp4 export needs ffmpeg: pip install imageio-ffmpeg (its wheel ships the binary) "
+                              "or install a system ffmpeg (apt-get install ffmpeg); the HTML player needs neither")
+
+
+def to_mp4(trajectory: dict, env, path, *, fps: int = 30, dpi: int = 80) -> Path:
+    """Write every step of `trajectory` to `path` as H.264 mp4 (ffmpeg-python over a raw pipe)."""
+    exe = find_ffmpeg()
+    try:
+        import ffmpeg
+    except ImportError:
+        raise FFmpegNotFoundError("mp4 export needs the ffmpeg-python package: pip install ffmpeg-python "
+                                  "(the HTML player needs neither it nor ffmpeg)") from None
+    source = FrameSource(trajectory, env, dpi)
+    first = source.rgb(0)
+    h, w = first.shape[0] - first.shape[0] % 2, first.shape[1] - first.shape[1] % 2  # yuv420p needs even sides
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    process = (ffmpeg.input("pipe:", format="rawvideo", pix_fmt="rgb24", s=f"{w}x{h}", framerate=fps)
+               .output(str(path), pix_fmt="yuv420p", vcodec="libx264", loglevel="error")
+               .overwrite_output()
+               .run_async(pipe_stdin=True, pipe_stderr=True, cmd=exe))
+    try:
+        for k in range(len(source)):
+            frame = first if k == 0 else source.rgb(k)
+            process.stdin.write(np.ascontiguousarray(frame[:h, :w]).tobytes())
+    finally:
+        process.stdin.close()
+        err = process.stderr.read().decode(errors="replace")
+        code = process.wait()
+    if code != 0:
+        raise WorkbenchError(f"ffmpeg ({exe}) failed writing {path}: {err.strip()[-500:]}")
+    return path
+
+
+# ---- recording episodes ----------------------------------------------------------------------------
+
+def record_episode(env, policy=None, *, replicas=(0,), max_steps: int | None = None, reset: bool = True,
+                   deterministic: bool = False) -> list:
+    """Step `env` until every replica in `replicas` finished an episode (or `max_steps` steps) and
+    return their trajectories. policy: None (uniformly random actions), a Trainer (its `act`), or a
+    callable `policy(env)` that writes or returns the actions."""
+    replicas = [int(r) for r in replicas]
+    limit = int(max_steps or min(env.definition.max_steps, 2000))
+    recorder = env.record(replicas=replicas, max_steps=limit)
+    if reset:
+        env.reset()
+    index = recorder.index
+    finished = np.zeros(len(replicas), dtype=bool)
+    try:
+        for _ in range(limit):
+            if policy is None:
+                actions = env.sample_actions()
+            elif hasattr(policy, "act"):
+                actions = policy.act(deterministic=deterministic)
+            else:
+                actions = policy(env)
+            env.step(actions if actions is not None else env.store["action"])
+            finished |= env.store["done"].index_select(0, index).cpu().numpy().astype(bool)
+            if finished.all():
+                break
+        return env.pull_trajectories()
+    finally:
+        env.recorder = None
+
+
+def record_policy_animation(trainer, path, *, replica: int = 0, fps: int = 30, mp4: bool = True) -> Path:
+    """Run `trainer`'s policy for one episode of `replica` (all replicas step), write an HTML player
+    to `path` and, when ffmpeg is present and `mp4`, the same episode as `path` with suffix .mp4.
+    Returns the HTML path."""
+    episodes = record_episode(trainer.env, trainer, replicas=[replica], deterministic=True)
+    anim = Animation(episodes[0], trainer.env, fps=fps)
+    path = anim.save_html(Path(path).with_suffix(".html"))
+    if mp4:
+        try:
+            anim.save_mp4(path.with_suffix(".mp4"))
+        except FFmpegNotFoundError:
+            pass
+    return path
+
+
+def replay(run_or_checkpoint, *, replica: int = 0, num_envs: int = 1, mp4=None, html=None, target: str | None = None,
+           seed: int | None = None, deterministic: bool = True, max_steps: int | None = None, fps: int = 30, **kwargs):
+    """Load a run's trained policy, play one episode of `replica` and return its Animation
+    (displayed by a notebook); also written as mp4 to `mp4` and as an HTML player to `html` if given.
+    Extra keyword arguments go to the Animation (dpi, max_frames, embed_limit_mb)."""
+    from ..learn.runs import load_policy
+    trainer = load_policy(run_or_checkpoint, num_envs=max(num_envs, replica + 1), target=target, seed=seed)
+    episodes = record_episode(trainer.env, trainer, replicas=[replica], max_steps=max_steps,
+                                     deterministic=deterministic)
+    animation = animate(episodes[0], trainer.env, fps=fps, **kwargs)
+    if mp4 is not None:
+        animation.save_mp4(mp4)
+    if html is not None:
+        animation.save_html(html)
+    return animation

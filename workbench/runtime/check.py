@@ -1,0 +1,128 @@
+"""`check_env`: the same env on several targets must agree, and every target must keep the runner's contract."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..compiler.envdef import Box, Discrete, MultiDiscrete
+from ..errors import ConsistencyError
+
+
+@dataclass
+class CheckReport:
+    name: str
+    targets: tuple
+    steps: int
+    num_envs: int
+    episodes_finished: int
+    max_abs_diff: dict = field(default_factory=dict)  # {array: largest |difference| from the first target}
+
+    def __str__(self):
+        diffs = ", ".join(f"{k}: {v:.2e}" for k, v in self.max_abs_diff.items())
+        return (f"check_env({self.name!r}) passed on {list(self.targets)}: {self.steps} steps x {self.num_envs} "
+                f"replicas, {self.episodes_finished} episodes finished; largest differences {diffs or 'none'}")
+
+
+def _host_actions(space, shape, rng):
+    if isinstance(space, Discrete):
+        return torch.from_numpy(rng.integers(0, space.n, size=shape, dtype=np.int32))
+    if isinstance(space, MultiDiscrete):
+        cols = [rng.integers(0, n, size=shape[:2], dtype=np.int32) for n in space.nvec]
+        return torch.from_numpy(np.stack(cols, axis=-1))
+    low = np.broadcast_to(np.asarray(space.low, np.float32), space.shape)
+    high = np.broadcast_to(np.asarray(space.high, np.float32), space.shape)
+    low = np.where(np.isfinite(low), low, -1.0)
+    high = np.where(np.isfinite(high), high, 1.0)
+    return torch.from_numpy(rng.uniform(low, high, size=shape).astype(np.float32))
+
+
+def _contract(env, name):
+    for arr, tensor in env.store.items():
+        spec = env.store.spec(arr)
+        if tuple(tensor.shape) != env.store.full_shape(spec):
+            raise ConsistencyError(f"{name}: array '{arr}' has shape {tuple(tensor.shape)}, "
+                                   f"expected {env.store.full_shape(spec)}")
+    for arr in ("obs", "reward"):
+        if not bool(torch.isfinite(env.store[arr]).all()):
+            raise ConsistencyError(f"{name} on {env.target.name}: '{arr}' holds NaN or inf")
+
+
+def check_env(name_or_env, targets=None, *, num_envs: int = 8, steps: int = 64, seed: int = 0, rtol: float = 1e-4,
+              atol: float = 1e-5, **params) -> CheckReport:
+    """Run one env on each of `targets` in lockstep and compare every array after every step.
+
+    Each step starts every target from the first target's state (so float32 rounding cannot
+    accumulate into a different trajectory), applies the same actions, and compares all arrays.
+    Also checks shapes, finiteness and the auto-reset contract (t restarts at 0, the episode
+    counter moves on, final_obs keeps the last observation). Raises ConsistencyError.
+    """
+    from .env import make
+    from .env import Env
+    from ..compiler.targets import available_targets
+
+    if isinstance(name_or_env, Env):
+        name, params = name_or_env.name, {**name_or_env.definition.params, **params}
+        base_target = name_or_env.target.name
+    else:
+        name, base_target = name_or_env, None
+    if targets is None:
+        targets = [t for t in ("cpu", "cuda") if t in available_targets()]
+        if base_target and base_target not in targets:
+            targets.insert(0, base_target)
+    targets = tuple(targets)
+    # debug kernels: bounds checked where the target can, an out-of-bounds access named by array, index and line
+    envs = [make(name, num_envs=num_envs, target=t, seed=seed, debug=True, **params) for t in targets]
+    ref = envs[0]
+    names = list(ref.store)
+    worst = {arr: 0.0 for arr in names if ref.store[arr].dtype.is_floating_point} if len(targets) > 1 else {}
+
+    def compare(stage):
+        for env in envs[1:]:
+            for arr in names:
+                a = ref.store[arr].cpu()
+                b = env.store[arr].cpu()
+                if a.dtype.is_floating_point:
+                    diff = (a.double() - b.double()).abs()
+                    limit = atol + rtol * a.double().abs()
+                    if bool((diff > limit).any()):
+                        where = tuple(int(i) for i in (diff > limit).nonzero()[0])
+                        raise ConsistencyError(
+                            f"{name}: '{arr}' differs between {targets[0]} and {env.target.name} {stage} at index "
+                            f"{where}: {a[where].item()} vs {b[where].item()}")
+                    worst[arr] = max(worst[arr], float(diff.max()) if diff.numel() else 0.0)
+                elif not torch.equal(a, b):
+                    where = tuple(int(i) for i in (a != b).nonzero()[0])
+                    raise ConsistencyError(f"{name}: '{arr}' differs between {targets[0]} and {env.target.name} "
+                                           f"{stage} at index {where}: {a[where].item()} vs {b[where].item()}")
+
+    for env in envs:
+        _contract(env, name)
+    compare("after reset")
+    rng = np.random.default_rng(seed)
+    finished = 0
+    for k in range(steps):
+        snap = {n: t.cpu() for n, t in ref.store.items()}
+        for env in envs[1:]:
+            env.store.load_snapshot(snap)
+        before_t = snap["t"].clone()
+        before_ep = snap["episode"].clone()
+        actions = _host_actions(ref.action_space, tuple(ref.store["action"].shape), rng)
+        for env in envs:
+            env.step(actions.to(env.device))
+            _contract(env, name)
+        compare(f"after step {k + 1}")
+        done = ref.store["done"].cpu().bool()
+        t_after = ref.store["t"].cpu()
+        if not torch.equal(t_after[done], torch.zeros_like(t_after[done])):
+            raise ConsistencyError(f"{name}: finished replicas must restart at t=0")
+        if not torch.equal(t_after[~done], before_t[~done] + 1):
+            raise ConsistencyError(f"{name}: running replicas must advance t by one")
+        if not torch.equal(ref.store["episode"].cpu()[done], before_ep[done] + 1):
+            raise ConsistencyError(f"{name}: a finished replica must start a new episode")
+        trunc = ref.store["truncated"].cpu().bool()
+        if bool((trunc != (before_t + 1 >= ref.definition.max_steps)).any()):
+            raise ConsistencyError(f"{name}: truncated must be set exactly when t reaches MAX_STEPS")
+        finished += int(done.sum())
+    return CheckReport(name, targets, steps, num_envs, finished, worst)

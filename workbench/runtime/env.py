@@ -1,0 +1,385 @@
+"""The env runner: gym-style reset/step over all replicas at once, launching kernels in place."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from ..compiler.envdef import Box, Discrete, EnvDefinition, MultiDiscrete
+from ..errors import ActionError, NonFiniteError, WorkbenchError
+from .recorder import TrajectoryRecorder
+from .store import DataStore, check_fits
+from ..compiler.targets import get_target
+
+MAX_NUM_ENVS = 2**31 - 1
+_KERNEL_CACHE: dict = {}
+
+
+def _kernel_key(defn, target, debug) -> tuple:
+    return defn.digest, target.name, bool(debug) and getattr(target, "bounds_checked", False)
+
+
+def _kernels(defn, target, debug) -> tuple:
+    """(kernels, fresh): from this process's kernel cache, else compiled (numba targets load from
+    the on-disk cache when they can); debug mode compiles with bounds checking where the target has it."""
+    key = _kernel_key(defn, target, debug)
+    if key in _KERNEL_CACHE:
+        return _KERNEL_CACHE[key], False
+    if key[2]:
+        return target.compile(defn, boundscheck=True), True
+    return target.compile(defn), True
+
+
+class Env:
+    """All replicas of one environment on one target.
+
+    obs: [E, A, *O] float32; action: [E, A] int32 (Discrete), [E, A, n] int32 (MultiDiscrete)
+    or [E, A, n] float32 (Box); reward: [E, A]; done/terminated/truncated: [E] bool.
+    The tensors returned by `reset` and `step` are the store's own, rewritten in place by every
+    step (clone what you keep).
+    """
+
+    step_graphs = True  # replay step launches from a CUDA graph on GPU targets
+
+    def __init__(self, defn: EnvDefinition, *, num_envs: int, target: str, seed: int = 0, debug: bool = False):
+        if not isinstance(num_envs, (int, np.integer)) or isinstance(num_envs, bool) or not 1 <= num_envs <= MAX_NUM_ENVS:
+            raise WorkbenchError(f"num_envs must be an int in [1, {MAX_NUM_ENVS}], got {num_envs!r}")
+        self.definition = defn
+        self.name = defn.name
+        self.num_envs = int(num_envs)
+        self.num_agents = defn.num_agents
+        self.target = get_target(target)
+        self.device = self.target.device
+        self.debug = debug
+        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
+            raise WorkbenchError(f"seed must be an int, got {seed!r} ({type(seed).__name__})")
+        self.seed = int(seed) & 0x7FFFFFFFFFFFFFFF
+        self.store = DataStore(self.target, self.num_envs, self.num_agents)
+        check_fits(self.device, self.store.bytes_needed(defn.arrays.values()),
+                   f"the arrays of {self.num_envs} replicas of '{defn.name}' ({self.num_agents} agent(s) each)",
+                   "use fewer replicas (num_envs)")
+        for spec in defn.arrays.values():
+            self.store.allocate(spec)
+        self._views = [self.store.view(name) for name in defn.arrays]
+        self.kernels, fresh = _kernels(defn, self.target, debug)
+        self._done = self.store["done"].view(torch.bool)
+        self.info = {
+            "terminated": self.store["terminated"].view(torch.bool),
+            "truncated": self.store["truncated"].view(torch.bool),
+            "final_obs": self.store["final_obs"],
+            "episode_return": self.store["last_return"],
+            "episode_length": self.store["last_length"],
+        }
+        self._step_graph = None  # (seed, CUDAGraph) of one step launch, GPU targets only
+        self._generator = torch.Generator(device=self.device)
+        self._generator.manual_seed(self.seed)
+        self._uniform = None
+        self._action_check = ActionCheck(defn.action, tuple(self.store["action"].shape), self.device,
+                                         deferred=self.device.type == "cuda" and not debug)
+        self.recorder: TrajectoryRecorder | None = None
+        if fresh:  # compile both kernels now, so a broken env fails in make() rather than mid-run
+            self.kernels.reset(self.num_envs, self.seed, self._views)
+            self.kernels.step(self.num_envs, self.seed, self._views)
+            _KERNEL_CACHE[_kernel_key(defn, self.target, debug)] = self.kernels
+            if getattr(self.kernels, "module", None) is not None:
+                self.kernels.module.mark_ready()
+            for tensor in self.store.values():
+                tensor.zero_()
+        self.reset()
+
+    # -- spaces -------------------------------------------------------------------------
+    @property
+    def observation_space(self) -> Box:
+        return self.definition.observation
+
+    @property
+    def action_space(self):
+        return self.definition.action
+
+    @property
+    def obs_shape(self) -> tuple:
+        return self.definition.obs_shape
+
+    @property
+    def data(self) -> DataStore:
+        """Every named array (state, obs, action, ...) as a device tensor."""
+        return self.store
+
+    @property
+    def agents(self) -> list:
+        return list(range(self.num_agents))
+
+    def __getattr__(self, item):
+        groups = self.__dict__.get("definition")
+        if groups is not None:
+            fn = groups.namespace.get("AGENT_GROUPS")
+            if fn is not None:
+                import types
+                table = fn(types.SimpleNamespace(**groups.params))
+                if item in table:
+                    return list(table[item])
+        raise AttributeError(item)
+
+    # -- the loop -----------------------------------------------------------------------
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        """Reset every replica to a fresh random start; obs: [E, A, *O]."""
+        self._action_check.report(wait=True)
+        if seed is not None:
+            if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
+                raise WorkbenchError(f"seed must be an int, got {seed!r} ({type(seed).__name__})")
+            self.seed = int(seed) & 0x7FFFFFFFFFFFFFFF
+            self.store["episode"].zero_()
+            self._generator.manual_seed(self.seed)
+        self.kernels.reset(self.num_envs, self.seed, self._views)
+        if self.recorder is not None:
+            self.recorder.restart()
+        return self.store["obs"]
+
+    def step(self, actions: torch.Tensor | None = None):
+        """Advance every replica one step; finished replicas are reset in the same step.
+
+        actions: the store's own action tensor (no copy), or a tensor of its shape
+        (for single-agent envs [E, ...] is accepted too). Returns (obs [E, A, *O],
+        reward [E, A], done [E], info) with info's terminated, truncated, final_obs,
+        episode_return and episode_length (last finished episode per replica).
+
+        Given actions are range-checked on the device (the store's own tensor, which the trainer
+        samples into, is not): out-of-range discrete values and non-finite continuous ones raise
+        ActionError, on a GPU at the next step() or reset() (no host sync per step; debug=True
+        checks before the step).
+        """
+        if self._action_check.pending:
+            self._action_check.report()
+        if actions is not None:
+            self._accept_actions(actions)
+        if self.recorder is not None:
+            self.recorder.capture_before_step()
+        self._launch_step()
+        if self.recorder is not None:
+            self.recorder.capture_after_step()
+        if self.debug:
+            self._check_finite()
+        return self.store["obs"], self.store["reward"], self._done, self.info
+
+    def _launch_step(self):
+        """One step kernel. On a GPU the launch is captured once in a CUDA graph and replayed:
+        a replay costs a few microseconds where a launch from Python costs 40 to 300 (per
+        argument marshalling), and the store's fixed addresses make the graph valid for good.
+        Inside someone else's capture (the trainer's rollout graph) the kernel is launched as is."""
+        if not self.step_graphs or self.device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+            self.kernels.step(self.num_envs, self.seed, self._views)
+            return
+        if self._step_graph is None or self._step_graph[0] != self.seed:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                self.kernels.step(self.num_envs, self.seed, self._views)
+            self._step_graph = (self.seed, graph)
+        self._step_graph[1].replay()
+
+    def sample_actions(self) -> torch.Tensor:
+        """Uniformly random actions for every agent, drawn on the device into the action array."""
+        buf = self.store["action"]
+        space = self.action_space
+        if isinstance(space, Discrete):
+            torch.randint(0, space.n, buf.shape, generator=self._generator, out=buf, device=self.device)
+            return buf
+        if self._uniform is None:
+            self._uniform = torch.empty(buf.shape, dtype=torch.float32, device=self.device)
+            if isinstance(space, MultiDiscrete):
+                self._scale = torch.tensor(space.nvec, dtype=torch.float32, device=self.device)
+                self._offset = torch.zeros_like(self._scale)
+            else:
+                low, high = _finite_bounds(space, self.device)
+                self._scale, self._offset = high - low, low
+        torch.rand(buf.shape, generator=self._generator, out=self._uniform, device=self.device)
+        self._uniform.mul_(self._scale).add_(self._offset)
+        if isinstance(space, MultiDiscrete):
+            self._uniform.floor_()
+        buf.copy_(self._uniform)
+        return buf
+
+    def _accept_actions(self, actions):
+        buf = self.store["action"]
+        if actions is buf:
+            return
+        if not isinstance(actions, torch.Tensor):
+            raise ActionError(f"actions must be a torch.Tensor on {self.device}, got {type(actions).__name__}")
+        if actions.device.type != buf.device.type:
+            raise ActionError(f"actions are on {actions.device}, the env runs on {buf.device}; "
+                              f"move them with .to('{buf.device}')")
+        shape = tuple(actions.shape)
+        if shape != tuple(buf.shape):
+            if self.num_agents == 1 and shape == (buf.shape[0],) + tuple(buf.shape[2:]):
+                actions = actions.unsqueeze(1)
+            else:
+                raise ActionError(f"actions have shape {shape}; this env takes {tuple(buf.shape)} "
+                                  f"([num_envs, num_agents{', n' if buf.dim() == 3 else ''}])")
+        continuous = isinstance(self.action_space, Box)
+        if continuous and not actions.is_floating_point():
+            raise ActionError(f"actions have dtype {actions.dtype}; this env takes float32 (continuous actions)")
+        if not continuous and (actions.is_floating_point() or actions.dtype == torch.bool):
+            raise ActionError(f"actions have dtype {actions.dtype}; this env takes integer actions "
+                              f"(int32 or int64)")
+        self._action_check.check(actions)
+        buf.copy_(actions)
+
+    def _check_finite(self):
+        for name in ("obs", "reward"):
+            tensor = self.store[name]
+            bad = ~torch.isfinite(tensor)
+            if bool(bad.any()):
+                replica = int(bad.reshape(self.num_envs, -1).any(dim=1).nonzero()[0, 0])
+                raise NonFiniteError(f"step produced a non-finite value in '{name}' of replica {replica} "
+                                     f"(debug mode); state of that replica: {self._replica_state(replica)}")
+
+    def _replica_state(self, replica):
+        return {k: self.store[k][replica].tolist() for k, s in self.definition.arrays.items() if s.owner == "env"}
+
+    # -- recording ----------------------------------------------------------------------
+    def record(self, replicas=(0,), max_steps: int | None = None) -> TrajectoryRecorder:
+        """Keep the last episode of `replicas` on the device until `pull_trajectories()`."""
+        self.recorder = TrajectoryRecorder(self, replicas, max_steps or min(self.definition.max_steps, 100_000))
+        return self.recorder
+
+    def pull_trajectories(self) -> list:
+        """Per recorded replica, a dict of host arrays [T, ...] of its last finished episode."""
+        if self.recorder is None:
+            raise WorkbenchError("nothing is being recorded; call env.record(replicas=[...]) first")
+        return self.recorder.pull()
+
+    # -- other ecosystems' APIs (workbench/interop; imported on first use) ----------------
+    def as_gymnasium(self, flatten_agents: bool = False):
+        """All replicas as a gymnasium.vector.VectorEnv (SAME_STEP autoreset)."""
+        from ..interop.gymnasium import GymnasiumVectorEnv
+        return GymnasiumVectorEnv(self, flatten_agents=flatten_agents)
+
+    def as_sb3(self):
+        """All replicas as a Stable-Baselines3 VecEnv (single-agent envs)."""
+        from ..interop.sb3 import SB3VecEnv
+        return SB3VecEnv(self)
+
+    def as_pettingzoo(self, replica: int | None = None):
+        """A PettingZoo ParallelEnv over replica `replica`, or (None) a batched one over all replicas."""
+        from ..interop.pettingzoo import as_pettingzoo
+        return as_pettingzoo(self, replica)
+
+    def as_torchrl(self, group_map: str = "agents"):
+        """A TorchRL EnvBase over all replicas, TensorDicts [E, A, ...] on the env's device
+        (group_map "agents": one group; "policies": the env's agent groups)."""
+        from ..interop.torchrl import TorchRLEnv
+        return TorchRLEnv(self, group_map=group_map)
+
+    def __repr__(self):
+        return (f"Env({self.name!r}, num_envs={self.num_envs}, num_agents={self.num_agents}, "
+                f"target={self.target.name!r}, obs={self.obs_shape}, action={self.action_space})")
+
+
+class ActionCheck:
+    """Range check of actions given to `Env.step`: discrete values outside [0, n), continuous ones
+    NaN or inf. Immediate (raising before the step) on a CPU device or in debug mode. Deferred on a
+    GPU: the first fault (flag, flat index, value) is kept in a device record, copied to pinned host
+    memory asynchronously, and reported by the next call that finds the copy done, so no step
+    waits for the device."""
+
+    def __init__(self, space, shape: tuple, device, deferred: bool):
+        self.space, self.shape, self.device, self.deferred = space, shape, torch.device(device), deferred
+        self.nvec = torch.tensor(space.nvec, device=device) if isinstance(space, MultiDiscrete) else None
+        self.record = torch.zeros(3, dtype=torch.float64, device=device)  # [fault, flat index, value]
+        self.host = None
+        if deferred and self.device.type == "cuda":
+            self.host = torch.zeros(3, dtype=torch.float64, pin_memory=True)
+        self.event = None
+        self.pending = False
+
+    def bad(self, actions: torch.Tensor) -> torch.Tensor:
+        """Mask of the faulty entries of `actions` (shaped like the store's action tensor)."""
+        if isinstance(self.space, Discrete):
+            return (actions < 0) | (actions >= self.space.n)
+        if isinstance(self.space, MultiDiscrete):
+            return (actions < 0) | (actions >= self.nvec)
+        return ~torch.isfinite(actions)
+
+    def _clean_fast(self, actions) -> bool:
+        """A cheap reduction that proves `actions` clean in the common case (no mask allocated)."""
+        if isinstance(self.space, Discrete):
+            low, high = torch.aminmax(actions)
+            return int(low) >= 0 and int(high) < self.space.n
+        if isinstance(self.space, MultiDiscrete):
+            flat = actions.reshape(-1, len(self.space.nvec))
+            return bool((flat.amin(0) >= 0).all()) and bool((flat.amax(0) < self.nvec).all())
+        return bool(torch.isfinite(actions.sum()))
+
+    def check(self, actions: torch.Tensor) -> None:
+        if actions.numel() == 0:
+            return
+        if not self.deferred:
+            if self._clean_fast(actions):
+                return
+            bad = self.bad(actions).reshape(-1)
+            if bool(bad.any()):
+                index = int(bad.nonzero()[0, 0])
+                raise ActionError(self.describe(index, float(actions.reshape(-1)[index])))
+            return
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            return  # inside someone's graph capture: no record to publish
+        bad = self.bad(actions).reshape(-1)
+        first = bad.to(torch.int32).argmax().reshape(1)
+        value = actions.reshape(-1).index_select(0, first).to(torch.float64)
+        found = torch.cat([bad.any().reshape(1).to(torch.float64), first.to(torch.float64), value])
+        self.record.copy_(torch.where(self.record[0] > 0, self.record, found))
+        if self.host is not None:
+            self.host.copy_(self.record, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+        self.pending = True
+
+    def report(self, wait: bool = False) -> None:
+        """Raise the fault a deferred check recorded, once its copy reached the host (`wait`: block for it)."""
+        if not self.pending:
+            return
+        if self.event is not None:
+            if wait:
+                self.event.synchronize()
+            elif not self.event.query():
+                return
+        fault, index, value = (self.host if self.host is not None else self.record).tolist()
+        self.pending = False
+        if fault:
+            self.record.zero_()
+            raise ActionError(self.describe(int(index), value) + " (found on the device after an earlier step(), "
+                              "which ran with it; make the env with debug=True to check before every step)")
+
+    def describe(self, index: int, value: float) -> str:
+        """The fault at flat `index` of the action tensor: replica, agent, value and the valid range."""
+        per_agent = math.prod(self.shape[2:])
+        replica, agent, part = index // (self.shape[1] * per_agent), (index // per_agent) % self.shape[1], \
+            index % per_agent
+        who = f"agent {agent} in replica {replica}"
+        space = self.space
+        if isinstance(space, Discrete):
+            return (f"action {int(value)} of {who} is out of range: this env takes Discrete({space.n}) actions, "
+                    f"integers in [0, {space.n - 1}]")
+        if isinstance(space, MultiDiscrete):
+            return (f"action component {part} of {who} is {int(value)}, out of range: this env takes "
+                    f"MultiDiscrete(nvec={tuple(space.nvec)}) actions, component {part} in [0, {space.nvec[part] - 1}]")
+        return (f"continuous action component {part} of {who} is {value}: actions must be finite numbers "
+                f"(this env's Box: low={space.low}, high={space.high})")
+
+
+def _finite_bounds(space: Box, device) -> tuple:
+    """(low, high) as device tensors broadcastable to [E, A, n]."""
+    low = np.broadcast_to(np.asarray(space.low, dtype=np.float32), space.shape)
+    high = np.broadcast_to(np.asarray(space.high, dtype=np.float32), space.shape)
+    if not (np.isfinite(low).all() and np.isfinite(high).all()):
+        raise WorkbenchError("random continuous actions need finite Box bounds")
+    return torch.tensor(low.copy(), device=device), torch.tensor(high.copy(), device=device)
+
+
+def make(name: str, num_envs: int = 1, *, target: str | None = None, seed: int = 0, debug: bool = False,
+         **params) -> Env:
+    """All `num_envs` replicas of the registered env `name` on `target` ("cpu", "cuda", "cuda-c";
+    default: the best present). Extra keyword arguments override the env's PARAMS."""
+    from ..compiler.targets import best_target
+    from .registry import definition
+    return Env(definition(name, **params), num_envs=num_envs, target=target or best_target(), seed=seed, debug=debug)
