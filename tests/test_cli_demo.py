@@ -1,0 +1,41 @@
+"""`python -m workbench demo` ends by listing what its run folder holds, read from the disk."""
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from workbench import cli
+from workbench.notebook import render
+
+
+@pytest.mark.parametrize("ffmpeg", [True, False], ids=["with-ffmpeg", "without-ffmpeg"])
+def test_demo_lists_the_files_of_its_run_folder(tmp_path, monkeypatch, capsys, ffmpeg):
+    def training(config):
+        run_dir = Path(config.run_dir)
+        run_dir.mkdir(parents=True)
+        for name in ("config.yaml", "metrics.csv", "checkpoint.pt", "learning_curve.png"):
+            (run_dir / name).write_text("x")
+        return SimpleNamespace(), SimpleNamespace(stopped_by="target_return")
+
+    def animation(trainer, path, **kwargs):
+        path = Path(path).with_suffix(".html")
+        path.write_text("<html></html>")
+        if ffmpeg:
+            path.with_suffix(".mp4").write_bytes(b"\0")
+        return path
+
+    monkeypatch.setattr(cli, "run_training", training)
+    monkeypatch.setattr(render, "record_policy_animation", animation)
+    run_dir = tmp_path / "demo"
+    assert cli.main(["demo", "--target", "cpu", "--run-dir", str(run_dir)]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    files = "checkpoint.pt, config.yaml, learning_curve.png, metrics.csv, policy.html"
+    files += ", policy.mp4" if ffmpeg else ""
+    assert last == f"run folder {run_dir}: {files}"
+
+
+def test_run_folder_contents_marks_folders_and_an_empty_one(tmp_path):
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "metrics.csv").write_text("")
+    assert cli.run_folder_contents(tmp_path) == f"run folder {tmp_path}: logs/, metrics.csv"
+    assert cli.run_folder_contents(tmp_path / "absent") == f"run folder {tmp_path / 'absent'}: nothing"
