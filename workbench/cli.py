@@ -98,6 +98,7 @@ def cmd_demo(args) -> int:
     if result.stopped_by == "interrupted":
         return exit_code(result, config)
     _animate_if_possible(trainer, Path(config.run_dir))
+    print(run_folder_contents(Path(config.run_dir)))
     return 0 if result.stopped_by == "target_return" else 1
 
 
@@ -108,6 +109,12 @@ def _animate_if_possible(trainer, run_dir: Path):
         return
     path = record_policy_animation(trainer, run_dir / "policy.html")
     print(f"animation of the trained policy: {path}")
+
+
+def run_folder_contents(run_dir: Path) -> str:
+    """The demo's last line: what its run folder holds, read from the disk."""
+    names = sorted(p.name + ("/" if p.is_dir() else "") for p in run_dir.iterdir()) if run_dir.is_dir() else []
+    return f"run folder {run_dir}: {', '.join(names) or 'nothing'}"
 
 
 def _checkpoint_path(path: str) -> Path:
@@ -122,12 +129,11 @@ def _checkpoint_path(path: str) -> Path:
 
 
 def cmd_evaluate(args) -> int:
-    from .learn import checkpoint as ckpt
     from .learn import config as cfg
     from .learn.evaluate import compare, evaluate, format_comparison
+    from .learn.runs import load_checkpoint
     from .learn.trainer import make_trainer
-    path = _checkpoint_path(args.checkpoint)
-    payload = ckpt.load(path)
+    path, payload = load_checkpoint(_checkpoint_path(args.checkpoint))  # registers a %%warpenv env it kept
     config = cfg.from_dict(payload["config"])
     config = cfg.replace(config, num_envs=args.num_envs or config.num_envs, run_dir=None,
                          target=args.target or config.target)

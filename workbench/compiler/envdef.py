@@ -117,6 +117,7 @@ class EnvDefinition:
     language: str = "python"  # "cuda-c" when the phases exist only in C (the Python ones are stubs)
     entities: dict = field(default_factory=dict)  # ENTITIES resolved: name -> count
     precision: str = "float64"  # PRECISION: the type of float parameters inside phases
+    origin: Any = None  # the registry entry (runtime/registry.EnvSource) it was parsed from, if any
 
     def phase_index(self, fn) -> str | None:
         """What a Python phase runs over: "agent", an entity's name, or None (once per replica)."""
@@ -234,7 +235,14 @@ def exec_source(source: str, filename: str, module_name: str) -> dict:
             if tb.tb_frame.f_code.co_filename == filename:
                 line = tb.tb_lineno
             tb = tb.tb_next
-        raise EnvDefinitionError(f"{type(exc).__name__} at line {line}: {exc}", line=line) from None
+        hint = ""
+        if isinstance(exc, NameError) and getattr(exc, "name", None):
+            import builtins
+            import difflib
+            close = difflib.get_close_matches(exc.name, [k for k in namespace if not k.startswith("__")]
+                                              + dir(builtins), n=1, cutoff=0.75)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise EnvDefinitionError(f"{type(exc).__name__} at line {line}: {exc}{hint}", line=line) from None
     return namespace
 
 

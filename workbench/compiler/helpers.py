@@ -1,13 +1,37 @@
 """Small math helpers that compile on every target (numpy's versions do not on the GPU targets).
 
-Import them in an env (`from workbench.compiler.helpers import rint, clip`); each numba target compiles this
+Import them in an env (`from workbench.helpers import rint, clip`); each numba target compiles this
 module's source into its kernels, and cuda/wb_runtime.cuh gives CUDA C phases the same functions.
+The `_np_*` functions are what `np.NAME(...)` of one value means inside a phase (vocabulary.NUMPY
+maps each numpy name to one of them or to a `math` function); they carry numpy's results for NaN
+and infinities, and the public helpers call them so that both spellings agree.
 """
 import math
 
 
 def round_half_even(x):
     """x rounded to the nearest integer, ties to even, as a float (np.rint, C rint)."""
+    return _np_rint(x)
+
+
+def rint(x):
+    """np.rint(x) on every target: round_half_even."""
+    return _np_rint(x)
+
+
+def clip(x, low, high):
+    """x limited to [low, high] (np.clip of one value)."""
+    return _np_clip(x, low, high)
+
+
+def sign(x):
+    """-1, 0 or 1 with the sign of x (np.sign of one value), in x's type."""
+    return _np_sign(x)
+
+
+def _np_rint(x):
+    if not abs(x) < 4503599627370496.0:  # 2**52: already integral, or inf or NaN (math.floor would overflow)
+        return x * 1.0
     low = math.floor(x)
     rest = x - low
     if rest > 0.5 or (rest == 0.5 and low % 2 != 0):
@@ -15,20 +39,75 @@ def round_half_even(x):
     return float(low)
 
 
-def rint(x):
-    """np.rint(x) on every target: round_half_even."""
-    return round_half_even(x)
+def _np_floor(x):
+    if not abs(x) < 4503599627370496.0:
+        return x * 1.0
+    return float(math.floor(x))
 
 
-def clip(x, low, high):
-    """x limited to [low, high] (np.clip of one value)."""
-    return min(max(x, low), high)
+def _np_ceil(x):
+    if not abs(x) < 4503599627370496.0:
+        return x * 1.0
+    return float(math.ceil(x))
 
 
-def sign(x):
-    """-1, 0 or 1 with the sign of x (np.sign of one value), in x's type."""
+def _np_trunc(x):
+    if not abs(x) < 4503599627370496.0:
+        return x * 1.0
+    return float(math.trunc(x))
+
+
+def _np_minimum(a, b):
+    return a if (a <= b or a != a) else b  # NaN wins, as in numpy
+
+
+def _np_maximum(a, b):
+    return a if (a >= b or a != a) else b
+
+
+def _np_fmin(a, b):
+    return a if (a <= b or b != b) else b  # NaN loses
+
+
+def _np_fmax(a, b):
+    return a if (a >= b or b != b) else b
+
+
+def _np_clip(x, low, high):
+    return _np_minimum(_np_maximum(x, low), high)
+
+
+def _np_sign(x):
     if x > 0:
-        return x - x + 1
+        return x ** 0  # 1 in x's type, for inf as well (x - x + 1 would be NaN)
     if x < 0:
-        return x - x - 1
-    return x - x
+        return -(x ** 0)
+    return x - x  # 0 stays 0, NaN stays NaN
+
+
+def _np_where(condition, a, b):
+    return a if condition else b
+
+
+def _np_abs(x):
+    return abs(x)
+
+
+def _np_square(x):
+    return x * x
+
+
+def _np_power(x, y):
+    return x ** y
+
+
+def _np_exp2(x):
+    return 2.0 ** x
+
+
+def _np_mod(x, y):
+    return x % y  # the sign of y, as np.mod and Python's %
+
+
+def _np_floor_divide(x, y):
+    return x // y

@@ -3,12 +3,17 @@
 `check_source` walks the env's syntax tree before anything compiles and raises EnvDefinitionError
 for a call some target cannot compile (naming the function, the env's line, the targets that lack
 it and the portable alternative), for an array indexed with more indices than its layout has
-(a per-agent index into a per-replica array), and for a constant index past the end of an axis.
+(a per-agent index into a per-replica array), for a constant index past the end of an axis, and for
+a name nothing defines (with the closest name that exists). `NUMPY` says what `np.NAME(...)` of one
+value means in a phase: the numba targets bind it to a helper or a `math` function (targets/_numba.py).
 """
 from __future__ import annotations
 
 import ast
+import difflib
+import inspect
 
+from . import helpers, rng
 from ..errors import EnvDefinitionError
 
 PYTHON_TARGETS = ("cpu", "cuda")
@@ -22,17 +27,58 @@ HELPERS = frozenset("rint round_half_even clip sign".split())
 RANDOM = frozenset("uniform uniform_range normal randint make_key mix64".split())
 ATOMICS = frozenset("atomic_add atomic_max atomic_min".split())
 
-# numpy functions authors reach for, with what works on every target instead
+
+def _numpy_table() -> dict:
+    """np name -> (what the kernels call: a helpers.py function or math.NAME, its arguments)."""
+    table = {name: (f"math.{name}", "x") for name in
+             "sqrt exp expm1 log log2 log10 log1p sin cos tan sinh cosh tanh degrees radians fabs isnan isinf "
+             "isfinite".split()}
+    table.update({name: (f"math.{name}", "x, y") for name in ("hypot", "copysign", "fmod")})
+    table.update({np_name: (f"math.{name}", "x") for np_name, name in dict(
+        arcsin="asin", arccos="acos", arctan="atan", arcsinh="asinh", arccosh="acosh", arctanh="atanh",
+        deg2rad="radians", rad2deg="degrees", asin="asin", acos="acos", atan="atan", asinh="asinh", acosh="acosh",
+        atanh="atanh").items()})
+    table["arctan2"] = table["atan2"] = ("math.atan2", "y, x")
+    table.update({name: (f"_np_{twin}", "x") for name, twin in dict(
+        rint="rint", round="rint", around="rint", floor="floor", ceil="ceil", trunc="trunc", fix="trunc",
+        sign="sign", abs="abs", absolute="abs", square="square", exp2="exp2").items()})
+    table.update({name: (f"_np_{twin}", "x, y") for name, twin in dict(
+        minimum="minimum", maximum="maximum", fmin="fmin", fmax="fmax", power="power", pow="power", mod="mod",
+        remainder="mod",
+        floor_divide="floor_divide").items()})
+    table["clip"] = ("_np_clip", "x, lo, hi")
+    table["where"] = ("_np_where", "condition, a, b")
+    return table
+
+
+NUMPY = _numpy_table()
+
+# numpy functions with no meaning for one value in a phase, with what to write instead
 NUMPY_ALTERNATIVES = {
-    "rint": "rint(x) (or round_half_even(x)), a workbench helper", "round": "rint(x), a workbench helper",
-    "around": "rint(x), a workbench helper", "clip": "clip(x, lo, hi), a workbench helper",
-    "sign": "sign(x), a workbench helper", "abs": "abs(x)", "absolute": "abs(x)", "fabs": "math.fabs(x)",
-    "minimum": "min(a, b)", "maximum": "max(a, b)", "fmin": "min(a, b)", "fmax": "max(a, b)",
-    "arctan2": "math.atan2(y, x)", "arcsin": "math.asin(x)", "arccos": "math.acos(x)", "arctan": "math.atan(x)",
-    "power": "x ** y", "mod": "x % y", "floor_divide": "x // y", "square": "x * x",
+    "min": "np.minimum(a, b) (or min(a, b)) for two values, a loop for an array",
+    "max": "np.maximum(a, b) (or max(a, b)) for two values, a loop for an array",
+    "amin": "np.minimum(a, b) for two values, a loop for an array",
+    "amax": "np.maximum(a, b) for two values, a loop for an array",
+    "sum": "a loop accumulating into a local", "mean": "a loop accumulating into a local",
+    "prod": "a loop multiplying into a local", "cumsum": "a loop accumulating into a local",
+    "dot": "a loop (or x0 * y0 + x1 * y1)", "argmin": "a loop keeping the best index",
+    "argmax": "a loop keeping the best index", "sort": "an insertion into a small local",
+    "random": "a workbench.rng draw (from workbench.rng import uniform)",
 }
-for _fn in MATH:
-    NUMPY_ALTERNATIVES.setdefault(_fn, f"math.{_fn}(x)")
+for _fn in ("zeros", "ones", "empty", "full", "array", "asarray", "zeros_like", "ones_like", "empty_like",
+            "arange", "linspace"):
+    NUMPY_ALTERNATIVES[_fn] = "a STATE array (per_env / per_agent with a shape), locals or a tuple"
+
+IMPORT_OF = {**{name: f"from workbench.helpers import {name}" for name in HELPERS},
+             **{name: f"from workbench.rng import {name}" for name in RANDOM}}
+
+
+def _arguments(module, names) -> dict:
+    return {name: ", ".join(inspect.signature(getattr(module, name)).parameters) for name in names}
+
+
+SIGNATURES = {**_arguments(helpers, HELPERS), **_arguments(rng, RANDOM),
+              **{name: "array, index, value" for name in ATOMICS}}
 
 
 def _where(name: str, node: ast.AST, lines: list) -> str:
@@ -40,33 +86,106 @@ def _where(name: str, node: ast.AST, lines: list) -> str:
     return f"{name}: line {node.lineno}: {text}"
 
 
-def _call_problem(func: ast.expr, local_functions: set) -> tuple | None:
-    """(what, missing targets, alternative) for a call no every-target phase may make, else None."""
-    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
-        module, attr = func.value.id, func.attr
-        if module in ("np", "numpy"):
-            if attr in NUMPY_SCALARS:
-                return None
-            alternative = NUMPY_ALTERNATIVES.get(attr, "a math.* function or a workbench helper (rint, clip, sign)")
-            return f"np.{attr}", "cuda, cuda-c", alternative
-        if module == "math":
-            if attr in MATH:
-                return None
-            return f"math.{attr}", "cuda, cuda-c", "a function of the portable list in docs/writing-an-env.md"
-        if module == "cuda":
-            return None
+def _did_you_mean(word: str, candidates, show=str) -> str:
+    """'; did you mean X?' (or 'X, Y or Z?') naming the closest candidates, else ''."""
+    found = [show(f) for f in difflib.get_close_matches(word, sorted(set(candidates)), n=3, cutoff=0.75)]
+    if not found:
+        return ""
+    return f"; did you mean {found[0] if len(found) == 1 else ', '.join(found[:-1]) + ' or ' + found[-1]}?"
+
+
+def _import_hint(name: str) -> str:
+    return f" ({IMPORT_OF[name]})" if name in IMPORT_OF else ""
+
+
+def _count(node: ast.Call, what: str, arguments: str) -> str | None:
+    """Why a call of `what(arguments)` with these arguments is refused, else None."""
+    wanted = len([a for a in arguments.split(", ") if a])
+    if node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
+        return f"{what} takes its arguments by position in a phase: {what}({arguments})"
+    if len(node.args) != wanted:
+        return f"{what} takes {wanted} argument{'s' if wanted != 1 else ''} ({arguments}), given {len(node.args)}"
+    return None
+
+
+def _numpy_name(value) -> str | None:
+    """The numpy name of a function imported from numpy (`from numpy import clip`), else None."""
+    import numpy
+    name = getattr(value, "__name__", None)
+    if isinstance(name, str) and getattr(numpy, name, None) is value and callable(value) \
+            and not isinstance(value, type):
+        return name
+    return None
+
+
+def _numpy_call(node: ast.Call, attr: str, shown: str) -> str | None:
+    import numpy
+    if attr in NUMPY_SCALARS:
         return None
-    if isinstance(func, ast.Name):
-        name = func.id
-        if name in BUILTINS or name in HELPERS or name in RANDOM or name in ATOMICS or name in local_functions \
-                or name in NUMPY_SCALARS:
-            return None
-        if name in ("sum", "sorted", "list", "dict", "set", "print", "enumerate", "zip", "any", "all", "map",
-                    "isinstance", "tuple"):
-            alternative = {"sum": "a loop accumulating into a local", "sorted": "an insertion into a small local",
-                           "print": "writing the value into a state array", "enumerate": "range(n) and an index",
-                           "zip": "range(n) and an index", "tuple": "a literal (a, b)"}.get(name, "a loop")
-            return f"{name}()", "cuda, cuda-c" if name in ("print",) else "cpu, cuda, cuda-c", alternative
+    if attr in NUMPY:
+        wrong = _count(node, shown, NUMPY[attr][1])
+        if wrong and attr in ("round", "around") and len(node.args) == 2:
+            wrong += f"; for decimals scale around it: {shown}(x * 100.0) / 100.0"
+        return wrong
+    prefix = shown[:-len(attr)]
+    if not hasattr(numpy, attr):
+        return f"{shown} is not a numpy function" + (
+            _did_you_mean(attr, list(NUMPY) + list(NUMPY_SCALARS), lambda c: prefix + c)
+            or _did_you_mean(attr, dir(numpy), lambda c: prefix + c))
+    alternative = NUMPY_ALTERNATIVES.get(attr, "a numpy function of the list in docs/writing-an-env.md ('What a "
+                                               "phase may use')")
+    return f"{shown} does not compile on target(s) cuda, cuda-c; use {alternative}" + \
+        _did_you_mean(attr, NUMPY, lambda c: prefix + c)
+
+
+REFUSED_BUILTINS = {"sum": "a loop accumulating into a local", "sorted": "an insertion into a small local",
+                    "print": "writing the value into a state array", "enumerate": "range(n) and an index",
+                    "zip": "range(n) and an index", "tuple": "a literal (a, b)", "list": "a loop",
+                    "dict": "a loop", "set": "a loop", "any": "a loop", "all": "a loop", "map": "a loop",
+                    "isinstance": "a loop"}
+
+
+def _call_problem(node: ast.Call, local_functions: set, namespace: dict) -> str | None:
+    """Why a phase may not make this call on every target (the message), else None."""
+    import math
+    import numpy
+    func = node.func
+    chain = []
+    while isinstance(func, ast.Attribute):
+        chain.insert(0, func.attr)
+        func = func.value
+    if not isinstance(func, ast.Name):
+        return None
+    root, value = func.id, namespace.get(func.id)
+    if chain:
+        shown = ".".join([root] + chain)
+        if value is numpy or (value is None and root in ("np", "numpy")):
+            if len(chain) == 1:
+                return _numpy_call(node, chain[0], shown)
+            hint = NUMPY_ALTERNATIVES["random"] if chain[0] == "random" else \
+                "loops over math.* functions and the numpy functions of docs/writing-an-env.md"
+            return f"{shown} does not compile on target(s) cuda, cuda-c; use {hint}"
+        if (value is math or (value is None and root == "math")) and len(chain) == 1:
+            if chain[0] in MATH:
+                return None
+            if not hasattr(math, chain[0]):
+                return f"{shown} is not a math function" + _did_you_mean(chain[0], MATH, lambda c: f"{root}.{c}")
+            return f"{shown} does not compile on target(s) cuda, cuda-c; use a function of the portable list in " \
+                   f"docs/writing-an-env.md"
+        return None
+    name = root
+    if name in local_functions:
+        return None
+    imported = _numpy_name(value) if value is not None else None
+    if imported is not None:
+        return _numpy_call(node, imported, name)
+    if name in SIGNATURES and (value is None or value is getattr(helpers, name, None)
+                               or value is getattr(rng, name, None)):
+        wrong = _count(node, name, SIGNATURES[name])
+        return wrong + _import_hint(name) if wrong else None
+    if name in REFUSED_BUILTINS and value is None:
+        where = "cuda, cuda-c" if name == "print" else "cpu, cuda, cuda-c"
+        return f"{name}() does not compile on target(s) {where}; use {REFUSED_BUILTINS[name]}"
     return None
 
 
@@ -113,14 +232,37 @@ def _check_subscript(name: str, node: ast.Subscript, spec, lines: list, params: 
 KERNEL_GLOBALS = frozenset("NUM_AGENTS MAX_STEPS TPE EPB RESET_STEP OBSERVE_STEP cuda prange THIS_ENV_IS_CUDA_C_ONLY__RUN_IT_WITH_TARGET_CUDA_C".split())
 
 
+def _local_names(fn: ast.FunctionDef) -> set:
+    names = {a.arg for a in fn.args.args}
+    return names | {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+
+
 def _undefined(fn: ast.FunctionDef, known: set):
     """The first name `fn` reads that nothing defines, else None."""
-    local = {a.arg for a in fn.args.args}
-    local |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+    local = _local_names(fn)
     for node in ast.walk(fn):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in local \
                 and node.id not in known:
             return node
+    return None
+
+
+def _undefined_message(missing: str, fn: ast.FunctionDef, namespace: dict, params: dict, arrays: dict) -> str:
+    text = f"name '{missing}' is not defined (not a parameter, array, local or function of the env)"
+    if missing in arrays:
+        return (f"{text}; '{missing}' is an array: take it as an argument of the phase "
+                f"(def {fn.name}({', '.join([a.arg for a in fn.args.args] + [missing])}))")
+    candidates = set(_local_names(fn)) | set(params) | set(arrays) | HELPERS | RANDOM | ATOMICS | BUILTINS | \
+        {k for k in namespace if not k.startswith("__")}
+    return text + _did_you_mean(missing, candidates, lambda c: f"'{c}'" + ("" if c in namespace else _import_hint(c)))
+
+
+def _numpy_attribute(node: ast.Attribute, namespace: dict) -> str | None:
+    """np.NAME read (not called) where numpy has no NAME."""
+    import numpy
+    if isinstance(node.value, ast.Name) and namespace.get(node.value.id) is numpy and not hasattr(numpy, node.attr):
+        return f"{node.value.id}.{node.attr} is not a numpy name" + _did_you_mean(
+            node.attr, list(NUMPY) + list(NUMPY_SCALARS) + ["pi", "e", "inf", "nan"], lambda c: f"{node.value.id}.{c}")
     return None
 
 
@@ -156,17 +298,17 @@ def check_source(name: str, source: str, phases: list, arrays: dict, params: dic
                    if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
         missing = _undefined(fn, known) if namespace is not None else None
         if missing is not None:
-            raise EnvDefinitionError(
-                f"{_where(name, missing, lines)}\n    name '{missing.id}' is not defined (not a parameter, array, "
-                f"local or function of the env)", line=missing.lineno)
+            raise EnvDefinitionError(f"{_where(name, missing, lines)}\n    "
+                                     f"{_undefined_message(missing.id, fn, namespace, params, arrays)}",
+                                     line=missing.lineno)
         for node in ast.walk(fn):
+            problem = None
             if isinstance(node, ast.Call):
-                problem = _call_problem(node.func, local_functions)
-                if problem is not None:
-                    what, missing, alternative = problem
-                    raise EnvDefinitionError(
-                        f"{_where(name, node, lines)}\n    {what} does not compile on target(s) {missing}; "
-                        f"use {alternative}", line=node.lineno)
+                problem = _call_problem(node, local_functions, namespace or {})
+            elif isinstance(node, ast.Attribute):
+                problem = _numpy_attribute(node, namespace or {})
+            if problem is not None:
+                raise EnvDefinitionError(f"{_where(name, node, lines)}\n    {problem}", line=node.lineno)
             if fn_name in phase_names and isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
                 array = node.value.id
                 if array in arguments and array in arrays and array not in rebound:

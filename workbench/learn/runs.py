@@ -1,5 +1,10 @@
 """Run folders: training into one (the CLI's train and wb.train), the default name, resuming or forking
-a run."""
+a run, and the default config of an env that has no config file.
+
+A run of a registered env (a `%%warpenv` cell, `wb.register`) keeps the env's source in its checkpoint
+(and a copy for reading, env_source.py, next to config.yaml): `load_checkpoint` registers it again in a
+new process, so resume, evaluate and replay need no notebook. Where this process has registered that
+name with another source, they refuse and say what differs (the run's env is never swapped silently)."""
 from __future__ import annotations
 
 import csv
@@ -20,16 +25,84 @@ class ResumeError(WorkbenchError, ValueError):
     """A run folder that cannot be resumed; the message names what is missing or different."""
 
 
-def resolve_config(name_or_path: str) -> Path:
-    """A config file path, or the name of a shipped config (configs/NAME.yaml)."""
+def _config_file(name_or_path: str) -> Path | None:
     path = Path(name_or_path)
     if path.exists():
         return path
     shipped = resources.files("workbench.configs") / f"{name_or_path.removesuffix('.yaml')}.yaml"
-    if shipped.is_file():
-        return Path(str(shipped))
+    return Path(str(shipped)) if shipped.is_file() else None
+
+
+def resolve_config(name_or_path: str) -> Path:
+    """A config file path, or the name of a shipped config (configs/NAME.yaml)."""
+    found = _config_file(name_or_path)
+    if found is not None:
+        return found
     names = sorted(p.name[:-5] for p in resources.files("workbench.configs").iterdir() if p.name.endswith(".yaml"))
-    raise cfg.ConfigError(f"no config file {name_or_path!r}; shipped configs: {names}")
+    raise cfg.ConfigError(f"no config file {name_or_path!r}; shipped configs: {names}; an env registered in this "
+                          f"process (wb.register, %%warpenv) trains from Python with a default config: "
+                          f"wb.train(ENV_NAME)")
+
+
+def default_config(env: str, algorithm: str | None = None):
+    """A config for the registered env `env` after the shipped configs' conventions: PPO (whatever the
+    action space, as the shipped Box env mountain_car_continuous), observations normalised, 64
+    replicas x 64 steps for one agent, 128 x 32 for several (the Tag configs), an entropy bonus for
+    discrete actions only; `algorithm` "ddpg" follows pendulum.yaml, "a2c" takes A2CConfig's defaults."""
+    from ..compiler.envdef import Box
+    from ..runtime import registry
+    algorithm = algorithm or "ppo"
+    if algorithm not in cfg.ALGORITHMS:
+        raise cfg.ConfigError(f"algorithm must be one of {sorted(cfg.ALGORITHMS)}, got {algorithm!r}")
+    defn = registry.definition(env)
+    single = defn.num_agents == 1
+    if algorithm == "ddpg":
+        values = dict(num_envs=16, rollout_length=1, updates_per_rollout=16, batch_size=256, learning_starts=2000,
+                      buffer_size=200_000, hidden_sizes=[256, 256], total_env_steps=200_000, log_every=50)
+    elif algorithm == "ppo":
+        values = dict(num_envs=64 if single else 128, rollout_length=64 if single else 32, num_minibatches=4,
+                      update_epochs=4, lr=1e-3, ent_coef=0.0 if isinstance(defn.action, Box) else 0.01,
+                      normalize_obs=True, total_env_steps=1_000_000, log_every=2)
+    else:
+        values = dict(normalize_obs=True, num_envs=64 if single else 128)
+    return cfg.from_dict({"algorithm": algorithm, "env": env, **values})
+
+
+def load_config(name_or_path: str, algorithm: str | None = None):
+    """A config file, a shipped config's name, or (with neither of that name) the default config of the
+    env registered under it (default_config)."""
+    found = _config_file(name_or_path)
+    if found is None:
+        from ..runtime import registry
+        if name_or_path in registry.names():
+            return default_config(name_or_path, algorithm)
+    return cfg.load_yaml(found or resolve_config(name_or_path))
+
+
+SOURCE_FILES = {"python": "env_source.py", "cuda-c": "env_source.cu", "cuda": "env_source.cu"}
+
+
+def load_checkpoint(run_or_checkpoint):
+    """(checkpoint path, payload) of a run folder or checkpoint file, with the env it trained
+    registered here when the checkpoint kept its source (registry.register_stored)."""
+    from . import checkpoint as ckpt
+    from ..runtime import registry
+    path = checkpoint_in(run_or_checkpoint)
+    payload = ckpt.load(path)
+    kept = payload.get("env_source")
+    different = registry.register_stored(kept)
+    if different:
+        name, params = kept["name"], kept.get("params") or {}
+        copy = path.parent / SOURCE_FILES.get(kept.get("language"), "env_source.py")
+        text = f"open({str(copy)!r}).read()" if copy.is_file() else \
+            f"torch.load({str(path)!r}, weights_only=False)['env_source']['source']"
+        lang = f", language={kept['language']!r}" if kept.get("language", "python") != "python" else ""
+        raise ResumeError(
+            f"{str(path)!r} trained env '{name}' from another source than the '{name}' registered in this process "
+            f"({different}); a run resumes, evaluates and replays only with the env it trained: register the run's "
+            f"version again, wb.register({name!r}, {text}{lang}{f', params={params!r}' if params else ''}), or use "
+            f"a new process; to train the changed env, start a new run")
+    return path, payload
 
 
 def default_run_dir(config, root: str = "runs") -> str:
@@ -64,10 +137,8 @@ def resume_config(run_or_checkpoint, requested=None):
 
 
 def _resume(run_or_checkpoint, requested):
-    from . import checkpoint as ckpt
-    path = checkpoint_in(run_or_checkpoint)
+    path, payload = load_checkpoint(run_or_checkpoint)
     run_dir = path.parent
-    payload = ckpt.load(path)
     saved_file = run_dir / "config.yaml"
     config = cfg.load_yaml(saved_file) if saved_file.is_file() else cfg.from_dict(payload["config"])
     signature = payload["signature"]
@@ -159,6 +230,7 @@ def run_training(config, *, resume=None, progress=True, policies=None):
     if run_dir is not None and trainer.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         cfg.save_yaml(config, run_dir / "config.yaml")
+        _keep_env_source(trainer.env.definition, run_dir)
         if resume and Path(resume).parent.resolve() != run_dir.resolve():
             _fork_metrics(Path(resume).parent / "metrics.csv", run_dir / "metrics.csv", trainer.iteration)
     say = print if trainer.is_main else (lambda *a, **k: None)
@@ -178,30 +250,40 @@ def run_training(config, *, resume=None, progress=True, policies=None):
         f"mean return {result.metrics.get('mean_return', float('nan')):.2f}")
     if run_dir is not None and trainer.history and trainer.is_main:
         plot_learning_curve(trainer.history, run_dir / "learning_curve.png", f"{config.env} {config.algorithm}")
-        print(f"run folder: {run_dir} (metrics.csv, learning_curve.png, checkpoint.pt, config.yaml)")
+        kept = [name for name in sorted(set(SOURCE_FILES.values())) if (run_dir / name).is_file()]
+        print(f"run folder: {run_dir} (metrics.csv, learning_curve.png, checkpoint.pt, config.yaml"
+              f"{''.join(', ' + name for name in kept)})")
     return trainer, result
 
 
+def _keep_env_source(defn, run_dir: Path):
+    """A readable copy of a registered env's source beside config.yaml (the checkpoint holds the one
+    that is loaded)."""
+    from ..runtime import registry
+    kept = registry.stored(defn)
+    if kept is not None:
+        (run_dir / SOURCE_FILES.get(kept["language"], "env_source.py")).write_text(kept["source"])
+
+
 def train(config=None, *, resume=None, progress: bool = True, policies=None, **changes):
-    """Train from Python as `python -m workbench train` does: `config` is a config, a YAML file or a
-    shipped config's name ("cartpole"), `changes` override its fields (num_envs=..., seed=...), and
+    """Train from Python as `python -m workbench train` does: `config` is a config, a YAML file, a
+    shipped config's name ("cartpole") or the name of a registered env without a config (trained with
+    default_config's choices), `changes` override its fields (num_envs=..., seed=...), and
     `resume` (a run folder or checkpoint) continues that run instead. Every run keeps a folder
     (runs/ENV-DATE unless run_dir names one): config.yaml, metrics.csv, checkpoint.pt and
     learning_curve.png. With `resume`, run_dir names a folder to fork the run into, and a raised
     total_env_steps outruns a target_return the run had reached. Returns (trainer, TrainResult).
     `Trainer.train` alone writes only where run_dir says."""
     if isinstance(config, (str, Path)):
-        config = cfg.load_yaml(resolve_config(str(config)))
+        config = load_config(str(config), changes.get("algorithm"))
     config, checkpoint = run_config(config, resume=resume, changes=changes)
     return run_training(config, resume=checkpoint, progress=progress, policies=policies)
 
 
 def load_policy(run_or_checkpoint, *, num_envs: int = 1, target: str | None = None, seed: int | None = None):
     """A Trainer holding the trained policies of a run, on a fresh env of `num_envs` replicas."""
-    from . import checkpoint as ckpt
     from .trainer import make_trainer
-    path = checkpoint_in(run_or_checkpoint)
-    payload = ckpt.load(path)
+    path, payload = load_checkpoint(run_or_checkpoint)
     config = cfg.from_dict(payload["config"])
     config = cfg.replace(config, num_envs=num_envs, run_dir=None, target=target or config.target,
                          seed=config.seed if seed is None else seed)

@@ -1,6 +1,7 @@
 """What a trainer's checkpoint holds, and putting it back: policies, optimisers (with the learning-rate
 tensors a captured graph reads), normalisers, replay buffers, counters and history, random streams,
-the env's state and the CPU thread counts the run measured. The file itself: checkpoint.py.
+the env's state, the CPU thread counts the run measured, and a registered env's source (so that a
+new process can rebuild the env: runs.load_checkpoint). The file itself: checkpoint.py.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from . import config as cfg
 from . import distributed as dist_mod
 from . import threads
 from .algorithms import ddpg
+from ..runtime import registry
 
 
 def signature(tr) -> dict:
@@ -45,6 +47,7 @@ def state(tr) -> dict:
         "world_size": tr.world_size,
         "threads": tr.threads,
         "replay": {n: b.state_dict() for n, b in tr.buffers.items() if isinstance(b, ddpg.ReplayBuffer)},
+        "env_source": registry.stored(tr.env.definition),  # None for a shipped env
     }
 
 

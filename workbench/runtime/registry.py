@@ -1,7 +1,11 @@
 """Env sources by name: the shipped files in workbench.envs and those added by `register`
-(which the `%%warpenv` magic calls). Both go through the same parse and compile path."""
+(which the `%%warpenv` magic calls). Both go through the same parse and compile path.
+
+A checkpoint keeps the source of a registered env (`stored`), so that a new process can resume,
+evaluate or replay its run (`register_stored`) without the notebook cell that defined it."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from importlib import resources
 
@@ -18,6 +22,7 @@ class EnvSource:
     c_source: str | None = None  # a Python env's CUDA C phases (its sibling NAME.cu), for target cuda-c
     c_filename: str | None = None
     params: tuple = ()  # (name, value) pairs: defaults given at registration (the magic's --agents), before make()'s
+    shipped: bool = False  # a file of workbench.envs, which every process has
 
 
 _REGISTRY: dict = {}
@@ -35,7 +40,8 @@ def _load_builtins():
             name = entry.name[:-3]
             c_file = package / f"{name}.cu"
             c_source, c_filename = (c_file.read_text(), str(c_file)) if c_file.is_file() else (None, None)
-            _REGISTRY.setdefault(name, EnvSource(name, entry.read_text(), str(entry), "python", c_source, c_filename))
+            _REGISTRY.setdefault(name, EnvSource(name, entry.read_text(), str(entry), "python", c_source, c_filename,
+                                                 shipped=True))
 
 
 def register(name: str, source: str, *, language: str = "python", filename: str | None = None,
@@ -63,10 +69,60 @@ def names() -> list:
 
 def definition(name: str, **params) -> envdef.EnvDefinition:
     entry = lookup(name)
-    params = {**dict(entry.params), **params}
+    return _definition(entry, {**dict(entry.params), **params})
+
+
+def _definition(entry: EnvSource, params: dict) -> envdef.EnvDefinition:
     if entry.language in envdef_c.C_LANGUAGES:
-        return envdef_c.parse_c(entry.name, entry.source, entry.filename, params)
-    defn = envdef.parse(entry.name, entry.source, entry.filename, params)
-    if entry.c_source is not None:
-        defn = envdef_c.attach_c(defn, entry.c_source, entry.c_filename)
-    return defn
+        defn = envdef_c.parse_c(entry.name, entry.source, entry.filename, params)
+    else:
+        defn = envdef.parse(entry.name, entry.source, entry.filename, params)
+        if entry.c_source is not None:
+            defn = envdef_c.attach_c(defn, entry.c_source, entry.c_filename)
+    return dataclasses.replace(defn, origin=entry)
+
+
+_KEPT = ("name", "source", "language", "filename", "c_source", "c_filename")
+
+
+def stored(defn: envdef.EnvDefinition) -> dict | None:
+    """What a checkpoint keeps of the env `defn` was parsed from: its registered source, language and
+    registration parameters; None for a shipped env (every process has it) or one parsed directly."""
+    entry = getattr(defn, "origin", None)
+    if entry is None or entry.shipped:
+        return None
+    return {**{k: getattr(entry, k) for k in _KEPT}, "params": dict(entry.params)}
+
+
+def register_stored(kept: dict | None) -> str | None:
+    """Register the env a checkpoint kept (`stored`) unless this process has it already: None when
+    done, else what differs from the env registered under that name here (which stays). A shipped
+    env of that name gives way to the kept one."""
+    if not kept:
+        return None
+    _load_builtins()
+    name = kept["name"]
+    wanted = EnvSource(name, kept["source"], kept.get("filename") or f"<warpenv {name}>",
+                       kept.get("language", "python"), kept.get("c_source"), kept.get("c_filename"),
+                       params=tuple(dict(kept.get("params") or {}).items()))
+    current = _REGISTRY.get(name)
+    if current is None or current.shipped:
+        _REGISTRY[name] = wanted
+        return None
+    if current.language != wanted.language:
+        return f"its language is {current.language!r} here, {wanted.language!r} in the run"
+    for what, here, there in (("source", current.source, wanted.source), ("C source", current.c_source,
+                                                                          wanted.c_source)):
+        if (here or "") != (there or ""):
+            return f"its {what} differs, {_first_difference(here or '', there or '')}"
+    if dict(current.params) != dict(wanted.params):
+        return f"its registration parameters are {dict(current.params)} here, {dict(wanted.params)} in the run"
+    return None
+
+
+def _first_difference(here: str, there: str) -> str:
+    a, b = here.splitlines(), there.splitlines()
+    for k, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return f"first at line {k + 1}: {x.strip()!r} here, {y.strip()!r} in the run"
+    return f"here it has {len(a)} lines, in the run {len(b)}"

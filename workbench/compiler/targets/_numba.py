@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import codegen, kernel_cache
+from .. import codegen, kernel_cache, vocabulary
 from ..envdef import EnvDefinition, exec_source
 from ...errors import EnvCompileError
 
@@ -30,6 +30,27 @@ def _helpers_for(defn: EnvDefinition) -> str:
         if isinstance(node, ast.FunctionDef) and node.name not in own:
             kept.extend(lines[node.lineno - 1:node.end_lineno] + [""])
     return "\n".join(kept) + "\n"
+
+
+def _numpy_text() -> str:
+    """After the jit wrap: every global naming numpy (`import numpy as np`) becomes a module whose
+    functions are vocabulary.NUMPY's portable ones (other names fall through to numpy: np.float32,
+    np.pi), and every function imported from numpy (`from numpy import clip`) its portable twin."""
+    lines = ["import math as _wb_math", "import types as _wb_types",
+             "_wb_numpy = _wb_types.ModuleType('workbench_phase_numpy')",
+             "_wb_numpy.__getattr__ = lambda _wb_attr: getattr(_wb_np, _wb_attr)"]
+    lines += [f"_wb_numpy.{name} = {target.replace('math.', '_wb_math.')}"
+              for name, (target, _args) in vocabulary.NUMPY.items()]
+    lines += ["_wb_twins = {id(getattr(_wb_np, _wb_n)): getattr(_wb_numpy, _wb_n) for _wb_n in "
+              f"{sorted(vocabulary.NUMPY)!r} if hasattr(_wb_np, _wb_n)}}",
+              "for _wb_name, _wb_value in list(globals().items()):",
+              "    if _wb_value is _wb_np and not _wb_name.startswith('_wb_'):",
+              "        globals()[_wb_name] = _wb_numpy",
+              "    elif id(_wb_value) in _wb_twins:",
+              "        globals()[_wb_name] = _wb_twins[id(_wb_value)]"]
+    return "\n".join(lines) + "\n"
+
+
 _SEPARATOR = "\n\n# ---- workbench kernel module: everything below is generated ----\n"
 
 
@@ -73,7 +94,7 @@ def module_text(defn: EnvDefinition, *, prelude: str, imports: str, device_decor
     source = defn.source if defn.source.endswith("\n") else defn.source + "\n"
     return (source + _SEPARATOR + "import inspect as _wb_inspect\nimport numpy as _wb_np\n" + imports + "\n"
             + "\n".join(params) + "\n\n" + _RNG_SOURCE + "\n" + _helpers_for(defn) + "\n" + prelude + "\n" + constants + "\n" + wrap
-            + "\n\n" + driver)
+            + "\n" + _numpy_text() + "\n\n" + driver)
 
 
 def module_is_cached(defn: EnvDefinition, target: str, **module) -> bool:
@@ -116,6 +137,7 @@ def build_namespace(defn: EnvDefinition, *, prelude: str, imports: str, device_d
             if inspect.isfunction(value) and value.__globals__ is ns and not key.startswith(("reference_", "_wb_")) \
                     and key != "validate_params":
                 ns[key] = device(value)
+        exec(compile(_numpy_text(), "<workbench numpy in phases>", "exec"), ns)
         exec(compile(codegen.numba_drivers(defn, gpu=gpu, layout=layout), f"<workbench driver {defn.name}>", "exec"),
              ns)
     ns["_wb_cached_module"] = None

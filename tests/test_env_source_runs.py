@@ -1,0 +1,157 @@
+"""A run of an env defined in this process (wb.register, %%warpenv) outlives the process: its checkpoint
+keeps the env's source, so a fresh process resumes, evaluates and replays it; a name registered here
+with another source is refused with what differs; wb.train(NAME) of a registered env without a config
+file trains it with a default config."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import workbench as wb
+from workbench import cli
+from workbench.learn import config as cfg
+from workbench.learn import runs
+from workbench.learn.runs import ResumeError
+from workbench.runtime import registry
+
+E, T = 8, 8
+SMALL = dict(target="cpu", num_envs=E, rollout_length=T, update_epochs=1, num_minibatches=2, hidden_sizes=[16, 16],
+             seed=5, cpu_threads=1, log_every=1, progress=False)
+
+KEEPAWAY = textwrap.dedent('''
+    """Keep-away on a line: one agent steps left, stays or steps right, away from a drifting chaser."""
+    from workbench.envdef import Box, Discrete, per_env
+    from workbench.rng import uniform_range
+
+    PARAMS = dict(half_width=5.0, max_steps=16)
+    NUM_AGENTS = 1
+    MAX_STEPS = "max_steps"
+    OBSERVATION = Box(shape=(2,))
+    ACTION = Discrete(3)
+    STATE = dict(x=per_env(), chaser=per_env())
+
+    def reset(env, key, x, chaser):
+        x[env] = uniform_range(key, 0, -half_width, half_width)
+        chaser[env] = uniform_range(key, 1, -half_width, half_width)
+
+    def step(env, agent, action, x, chaser, reward):
+        x[env] = min(max(x[env] + action[env, agent] - 1, -half_width), half_width)
+        chaser[env] += 0.5 if x[env] > chaser[env] else -0.5
+        reward[env, agent] = abs(x[env] - chaser[env]) / half_width
+
+    def observe(env, agent, x, chaser, obs):
+        obs[env, agent, 0] = x[env] / half_width
+        obs[env, agent, 1] = (chaser[env] - x[env]) / half_width
+''')
+
+FRESH = textwrap.dedent('''
+    import json, sys
+    import workbench as wb
+    from workbench import cli
+    run = sys.argv[1]
+    assert "keepaway" not in wb.env_names()  # nothing registered it in this process
+    codes = [cli.main(["evaluate", run, "--episodes", "1", "--num-envs", "2", "--json", run + "/eval.json"])]
+    animation = wb.replay(run, max_steps=6)
+    print(json.dumps({"codes": codes, "steps": animation.total_steps, "envs": wb.env_names()}))
+''')
+
+
+def _python(*args, timeout=600):
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": os.getcwd()})
+
+
+@pytest.fixture(scope="module")
+def keepaway_run(tmp_path_factory):
+    """keepaway registered here and trained 2 iterations with its default config into a run folder."""
+    run = tmp_path_factory.mktemp("keepaway") / "run"
+    wb.register("keepaway", KEEPAWAY)
+    trainer, _ = wb.train("keepaway", run_dir=str(run), total_env_steps=2 * E * T, **SMALL)
+    assert trainer.iteration == 2
+    return run
+
+
+def test_a_registered_env_trains_with_a_default_config(keepaway_run):
+    saved = cfg.load_yaml(keepaway_run / "config.yaml")
+    assert saved.algorithm == "ppo" and saved.env == "keepaway" and saved.normalize_obs
+    assert saved.ent_coef == 0.01 and saved.update_epochs == 1 and saved.num_envs == E  # the changes won
+    assert (keepaway_run / "env_source.py").read_text() == KEEPAWAY
+    kept = torch.load(keepaway_run / "checkpoint.pt", weights_only=False)["env_source"]
+    assert kept["name"] == "keepaway" and kept["source"] == KEEPAWAY and kept["language"] == "python"
+
+
+def test_a_fresh_process_resumes_evaluates_and_replays_the_run(keepaway_run):
+    resumed = _python("-m", "workbench", "train", "--resume", str(keepaway_run), "--total-env-steps", str(3 * E * T))
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert torch.load(keepaway_run / "checkpoint.pt", weights_only=False)["iteration"] == 3
+    fresh = _python("-c", FRESH, str(keepaway_run))
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
+    out = json.loads(fresh.stdout.strip().splitlines()[-1])
+    assert out["codes"] == [0] and 1 <= out["steps"] <= 6 and "keepaway" in out["envs"]
+    results = json.loads((keepaway_run / "eval.json").read_text())
+    assert "trained" in results
+
+
+def test_another_source_under_the_name_is_refused(keepaway_run, capsys):
+    changed = KEEPAWAY.replace("chaser[env] += 0.5", "chaser[env] += 0.75")
+    line = KEEPAWAY.splitlines().index("    chaser[env] += 0.5 if x[env] > chaser[env] else -0.5") + 1
+    wb.register("keepaway", changed)
+    try:
+        with pytest.raises(ResumeError) as info:
+            wb.train(resume=keepaway_run, total_env_steps=4 * E * T, progress=False)
+        text = str(info.value)
+        assert "trained env 'keepaway' from another source than the 'keepaway' registered in this process" in text
+        assert f"first at line {line}: 'chaser[env] += 0.75 if" in text
+        assert f"wb.register('keepaway', open('{keepaway_run / 'env_source.py'}').read())" in text
+        assert cli.main(["evaluate", str(keepaway_run)]) == 2
+        assert "another source" in capsys.readouterr().err
+        with pytest.raises(ResumeError, match="another source"):
+            wb.replay(keepaway_run, max_steps=2)
+    finally:
+        wb.register("keepaway", KEEPAWAY)
+    assert runs.load_policy(keepaway_run, num_envs=2).iteration >= 2  # the run's own source is accepted again
+
+
+def test_a_warpenv_cell_run_loads_after_the_cell_is_gone(tmp_path):
+    from workbench.notebook import magic
+    magic.warpenv("keepaway_cell", KEEPAWAY, target="cpu", agents=None, check=False)
+    run = tmp_path / "run"
+    wb.train("keepaway_cell", run_dir=str(run), total_env_steps=2 * E * T, **SMALL)
+    registry._REGISTRY.pop("keepaway_cell")  # as a restarted notebook kernel
+    magic.clear_cache()
+    trainer = runs.load_policy(run, num_envs=2)
+    assert trainer.env.name == "keepaway_cell" and registry.lookup("keepaway_cell").source == "\n" + KEEPAWAY
+
+
+def test_default_config_follows_the_shipped_conventions():
+    wb.register("keepaway_box", KEEPAWAY.replace("ACTION = Discrete(3)", "ACTION = Box(-1.0, 1.0, (1,))")
+                .replace("action[env, agent] - 1", "action[env, agent, 0]"))
+    box = runs.default_config("keepaway_box")
+    assert (box.algorithm, box.ent_coef, box.num_envs, box.rollout_length, box.normalize_obs) == \
+        ("ppo", 0.0, 64, 64, True)
+    ddpg = runs.default_config("keepaway_box", "ddpg")
+    pendulum = cfg.load_yaml(runs.resolve_config("pendulum"))
+    for key in ("rollout_length", "updates_per_rollout", "batch_size", "learning_starts", "hidden_sizes"):
+        assert getattr(ddpg, key) == getattr(pendulum, key), key
+    wb.register("keepaway_team", KEEPAWAY.replace("NUM_AGENTS = 1", "NUM_AGENTS = 3"))
+    team = runs.default_config("keepaway_team")
+    tag = cfg.load_yaml(runs.resolve_config("tag_grid"))
+    assert (team.num_envs, team.rollout_length) == (tag.num_envs, tag.rollout_length)
+    with pytest.raises(cfg.ConfigError, match=r"no config file 'no_such_env'; shipped configs: .*wb.train\(ENV_NAME\)"):
+        wb.train("no_such_env")
+
+
+def test_a_shipped_name_gives_way_to_the_run_kept_source():
+    shipped = registry.lookup("cartpole")
+    try:
+        kept = {"name": "cartpole", "source": KEEPAWAY, "language": "python", "params": {"max_steps": 8}}
+        assert registry.register_stored(kept) is None
+        assert registry.lookup("cartpole").source == KEEPAWAY
+        assert registry.definition("cartpole").max_steps == 8
+        assert "registration parameters" in registry.register_stored({**kept, "params": {"max_steps": 9}})
+    finally:
+        registry._REGISTRY["cartpole"] = shipped

@@ -1,0 +1,169 @@
+"""numpy written in phases compiles on every Python target with numpy's meaning (vocabulary.NUMPY:
+each np function of one value becomes a workbench helper or a math function in the kernels), and
+the parse's messages name a close name, the missing argument or where a helper comes from."""
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+import workbench as wb
+
+# the CUDA simulator runs the phases on numpy scalars, which warn where numpy itself would
+pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+
+# u and w are set from the host; one step writes out[env, k] = the k-th numpy expression of them.
+EXPRESSIONS = [
+    "np.clip(u, -1.0, 1.2)", "np.rint(u)", "hypot(u, w)", "np.arctan2(u, w)", "np.floor(u)", "np.sign(u)",
+    "np.minimum(u, w)", "np.maximum(u, w)", "np.sqrt(np.abs(u))", "np.exp(np.minimum(u, 50.0))",
+    "np.where(u > w, u, 2.0 * w)", "np.ceil(u)", "np.trunc(u)", "np.round(u)", "np.arcsin(np.clip(u / 5.0, -1.0, 1.0))",
+    "np.tanh(u)", "np.power(np.abs(u), 1.5)", "np.mod(u, 0.75)", "np.square(u)", "np.log1p(np.abs(u))",
+    "np.fmin(u, w)", "np.fmax(u, w)", "np.copysign(1.5, u)", "np.floor_divide(u, 0.75)", "numpy.fabs(u)",
+    "np.arctan(u)", "np.deg2rad(u)", "np.exp2(np.minimum(u, 50.0))", "np.sign(np.int32(-3))",
+]
+SOURCE = textwrap.dedent('''
+    import numpy
+    import numpy as np
+    from numpy import hypot
+    from workbench.envdef import Box, Discrete, per_env
+
+    NUM_AGENTS = 1
+    MAX_STEPS = 1000
+    OBSERVATION = Box(shape=(1,))
+    ACTION = Discrete(2)
+    STATE = dict(u=per_env("float64"), w=per_env("float64"), out=per_env("float64", (N,)))
+
+    def reset(env, u, w, out):
+        u[env] = 0.0
+        w[env] = 0.0
+
+    def step(env, u, w, out):
+        u = u[env]
+        w = w[env]
+        BODY
+
+    def observe(env, agent, out, obs):
+        obs[env, agent, 0] = out[env, 0]
+''').replace("N,", f"{len(EXPRESSIONS)},").replace("BODY", "\n    ".join(
+    f"out[env, {k}] = {expr}" for k, expr in enumerate(EXPRESSIONS)))
+
+FINITE = [-2.5, -1.5, -0.5, 0.0, 0.5, 1.5, 2.5, 0.3, -0.7, 3.7, -4.2, 1e-3, 7.25, -0.75, 2.0, 0.1]
+NON_FINITE = [np.inf, -np.inf, np.nan, 1e300, -1e300, 2.0**53 + 2, np.nan, 0.5]
+
+
+def reference(u, w):
+    with np.errstate(all="ignore"):
+        return np.stack([np.broadcast_to(eval(expr, {"np": np, "numpy": np, "hypot": np.hypot, "u": u, "w": w}),
+                                         u.shape).astype(np.float64) for expr in EXPRESSIONS], axis=1)
+
+
+@pytest.fixture(scope="module")
+def registered():
+    wb.register("numpy_phases", SOURCE)
+
+
+@pytest.mark.parametrize("inputs", ["finite", "non-finite"])
+def test_numpy_functions_match_numpy(registered, target, inputs):
+    u = np.array(FINITE if inputs == "finite" else NON_FINITE)
+    w = np.roll(u, 3)
+    w[1] = u[1]  # a tie for minimum, maximum and where
+    env = wb.make("numpy_phases", num_envs=len(u), target=target)
+    env.data["u"].copy_(torch.as_tensor(u))
+    env.data["w"].copy_(torch.as_tensor(w))
+    env.step()
+    got = env.data["out"].cpu().numpy()
+    want = reference(u, w)
+    if inputs == "non-finite":  # what numpy gives for inf and NaN, where a math function would raise or overflow
+        keep = [EXPRESSIONS.index(e) for e in ("np.clip(u, -1.0, 1.2)", "np.rint(u)", "np.floor(u)", "np.ceil(u)",
+                                               "np.trunc(u)", "np.round(u)", "np.sign(u)", "np.minimum(u, w)",
+                                               "np.maximum(u, w)", "np.fmin(u, w)", "np.fmax(u, w)",
+                                               "np.where(u > w, u, 2.0 * w)", "numpy.fabs(u)")]
+        got, want = got[:, keep], want[:, keep]
+    for k in range(got.shape[1]):
+        np.testing.assert_allclose(got[:, k], want[:, k], rtol=1e-13, atol=0, equal_nan=True,
+                                   err_msg=EXPRESSIONS[k] if inputs == "finite" else str(k))
+
+
+def test_rounding_and_sign_are_exact(registered, target):
+    u = np.array(FINITE)
+    env = wb.make("numpy_phases", num_envs=len(u), target=target)
+    env.data["u"].copy_(torch.as_tensor(u))
+    env.data["w"].copy_(torch.as_tensor(u[::-1].copy()))
+    env.step()
+    got = env.data["out"].cpu().numpy()
+    want = reference(u, u[::-1].copy())
+    exact = [k for k, e in enumerate(EXPRESSIONS) if e.split("(")[0] in (
+        "np.clip", "np.rint", "np.floor", "np.sign", "np.minimum", "np.maximum", "np.where", "np.ceil",
+        "np.trunc", "np.round", "np.mod", "np.fmin", "np.fmax", "np.floor_divide", "np.copysign")]
+    assert len(exact) == 16
+    assert got[:, exact].tolist() == want[:, exact].tolist()
+
+
+SMALL = textwrap.dedent('''
+    import math
+    import numpy as np
+    from numpy import linspace
+    from workbench.envdef import Box, Discrete, per_env
+    NUM_AGENTS = 1
+    OBSERVATION = Box(shape=(1,))
+    ACTION = Discrete(2)
+    PARAMS = dict(speed=0.5)
+    STATE = dict(x=per_env())
+
+    def reset(env, x):
+        x[env] = 0.0
+
+    def step(env, x):
+        x[env] = x[env] + speed
+
+    def observe(env, agent, x, obs):
+        obs[env, agent, 0] = x[env]
+''')
+
+
+@pytest.mark.parametrize("expression, message", [
+    ("np.round(x[env], 2)", "np.round takes 1 argument (x), given 2; for decimals scale around it: "
+                            "np.round(x * 100.0) / 100.0"),
+    ("np.clip(x[env], a_min=0.0, a_max=1.0)", "np.clip takes its arguments by position in a phase: "
+                                              "np.clip(x, lo, hi)"),
+    ("np.arctan3(x[env], 1.0)", "np.arctan3 is not a numpy function; did you mean np.arctan, np.arctanh or np.arctan2?"),
+    ("np.max(x[env], 1.0)", "np.max does not compile on target(s) cuda, cuda-c; use np.maximum(a, b)"),
+    ("np.random.uniform()", "np.random.uniform does not compile on target(s) cuda, cuda-c; use a workbench.rng "
+                            "draw (from workbench.rng import uniform)"),
+    ("linspace(0.0, 1.0, 3)[0]", "linspace does not compile on target(s) cuda, cuda-c; use a STATE array"),
+    ("math.sqr(x[env])", "math.sqr is not a math function; did you mean math.sqrt?"),
+    ("x[env] + sped", "name 'sped' is not defined (not a parameter, array, local or function of the env); "
+                      "did you mean 'speed'?"),
+    ("clp(x[env], 0.0, 1.0)", "name 'clp' is not defined (not a parameter, array, local or function of the env); "
+                              "did you mean 'clip' (from workbench.helpers import clip)?"),
+    ("clip(x[env], 1.0)", "clip takes 3 arguments (x, low, high), given 2 (from workbench.helpers import clip)"),
+    ("uniform(x[env])", "uniform takes 2 arguments (key, i), given 1 (from workbench.rng import uniform)"),
+    ("x[env] + reward[env, 0]", "name 'reward' is not defined (not a parameter, array, local or function of the "
+                                "env); 'reward' is an array: take it as an argument of the phase "
+                                "(def step(env, x, reward))"),
+    ("x[env] + np.pie", "np.pie is not a numpy name; did you mean np.pi?"),
+])
+def test_messages_name_the_fix(expression, message):
+    wb.register("numpy_message", SMALL.replace("x[env] + speed", expression))
+    with pytest.raises(wb.EnvDefinitionError) as info:
+        wb.make("numpy_message", num_envs=2, target="cpu")
+    lines = str(info.value).splitlines()
+    assert lines[0] == f"numpy_message: line 16: x[env] = {expression}"
+    assert lines[1].strip().startswith(message), lines[1]
+
+
+def test_module_level_name_error_suggests_the_name():
+    wb.register("numpy_module_level", SMALL.replace("ACTION = Discrete(2)", "ACTION = Discrte(2)"))
+    with pytest.raises(wb.EnvDefinitionError, match=r"name 'Discrte' is not defined; did you mean 'Discrete'\?"):
+        wb.make("numpy_module_level", num_envs=2, target="cpu")
+
+
+def test_host_code_keeps_numpy():
+    """Only the kernels see the translation: the env's host functions (validate_params, a drawer) run
+    with numpy itself, on arrays."""
+    source = SMALL.replace("PARAMS = dict(speed=0.5)", "PARAMS = dict(speed=0.5)\n\ndef validate_params(p):\n"
+                           "    return None if np.clip(np.array([p.speed]), 0, 1).shape == (1,) else 'no'")
+    wb.register("numpy_host", source)
+    env = wb.make("numpy_host", num_envs=2, target="cpu")
+    env.step()
+    assert env.data["x"].tolist() == [0.5, 0.5]
