@@ -5,12 +5,13 @@ from types import SimpleNamespace
 import pytest
 
 from workbench import cli
+from workbench.learn import runs
 from workbench.notebook import render
 
 
 @pytest.mark.parametrize("ffmpeg", [True, False], ids=["with-ffmpeg", "without-ffmpeg"])
 def test_demo_lists_the_files_of_its_run_folder(tmp_path, monkeypatch, capsys, ffmpeg):
-    def training(config):
+    def training(config, **kwargs):
         run_dir = Path(config.run_dir)
         run_dir.mkdir(parents=True)
         for name in ("config.yaml", "metrics.csv", "checkpoint.pt", "learning_curve.png"):
@@ -37,5 +38,5 @@ def test_demo_lists_the_files_of_its_run_folder(tmp_path, monkeypatch, capsys, f
 def test_run_folder_contents_marks_folders_and_an_empty_one(tmp_path):
     (tmp_path / "logs").mkdir()
     (tmp_path / "metrics.csv").write_text("")
-    assert cli.run_folder_contents(tmp_path) == f"run folder {tmp_path}: logs/, metrics.csv"
-    assert cli.run_folder_contents(tmp_path / "absent") == f"run folder {tmp_path / 'absent'}: nothing"
+    assert runs.run_folder_contents(tmp_path) == f"run folder {tmp_path}: logs/, metrics.csv"
+    assert runs.run_folder_contents(tmp_path / "absent") == f"run folder {tmp_path / 'absent'}: nothing"

@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from pathlib import Path
 
 import yaml
 
-from .learn.runs import ResumeError, resolve_config, run_config, run_training
+from .learn.runs import ResumeError, resolve_config, run_config, run_folder_contents, run_training
 
 
 def _sync(env):
@@ -94,7 +93,7 @@ def cmd_demo(args) -> int:
     target = args.target or best_target()
     config = cfg.replace(config, target=target, run_dir=args.run_dir or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}",
                          total_env_steps=2_000_000)
-    trainer, result = run_training(config)
+    trainer, result = run_training(config, show_run_folder=False)
     if result.stopped_by == "interrupted":
         return exit_code(result, config)
     _animate_if_possible(trainer, Path(config.run_dir))
@@ -109,12 +108,6 @@ def _animate_if_possible(trainer, run_dir: Path):
         return
     path = record_policy_animation(trainer, run_dir / "policy.html")
     print(f"animation of the trained policy: {path}")
-
-
-def run_folder_contents(run_dir: Path) -> str:
-    """The demo's last line: what its run folder holds, read from the disk."""
-    names = sorted(p.name + ("/" if p.is_dir() else "") for p in run_dir.iterdir()) if run_dir.is_dir() else []
-    return f"run folder {run_dir}: {', '.join(names) or 'nothing'}"
 
 
 def _checkpoint_path(path: str) -> Path:

@@ -214,9 +214,10 @@ def _fork_metrics(source: Path, dest: Path, upto: int):
         csv.writer(fh).writerows([rows[0]] + [r for r in rows[1:] if len(r) > col and int(r[col]) <= upto])
 
 
-def run_training(config, *, resume=None, progress=True, policies=None):
+def run_training(config, *, resume=None, progress=True, policies=None, show_run_folder: bool = True):
     """Train per `config`, writing its run folder; returns (trainer, result). `resume` is a
-    checkpoint to continue from; one outside config.run_dir forks its run into run_dir."""
+    checkpoint to continue from; one outside config.run_dir forks its run into run_dir.
+    show_run_folder: print what the run folder holds at the end."""
     from .loggers import compose, make_logger
     from .report import plot_learning_curve
     from .trainer import make_trainer
@@ -250,9 +251,8 @@ def run_training(config, *, resume=None, progress=True, policies=None):
         f"mean return {result.metrics.get('mean_return', float('nan')):.2f}")
     if run_dir is not None and trainer.history and trainer.is_main:
         plot_learning_curve(trainer.history, run_dir / "learning_curve.png", f"{config.env} {config.algorithm}")
-        kept = [name for name in sorted(set(SOURCE_FILES.values())) if (run_dir / name).is_file()]
-        print(f"run folder: {run_dir} (metrics.csv, learning_curve.png, checkpoint.pt, config.yaml"
-              f"{''.join(', ' + name for name in kept)})")
+        if show_run_folder:
+            print(run_folder_contents(run_dir))
     return trainer, result
 
 
@@ -290,3 +290,9 @@ def load_policy(run_or_checkpoint, *, num_envs: int = 1, target: str | None = No
     trainer = make_trainer(config, policies=payload["signature"]["policies"])
     trainer.load(path, restore_env=False)
     return trainer
+
+
+def run_folder_contents(run_dir: Path) -> str:
+    """What a run folder holds, read from the disk (the last line of train and demo)."""
+    names = sorted(p.name + ("/" if p.is_dir() else "") for p in run_dir.iterdir()) if run_dir.is_dir() else []
+    return f"run folder {run_dir}: {', '.join(names) or 'nothing'}"
