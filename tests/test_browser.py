@@ -1,8 +1,11 @@
 """A real browser on the training panel: JupyterLab (headless, random port, token, a temporary root
 holding a copy of notebooks/01_quick_start.ipynb), the system Chromium driven by Playwright. Runs
-every cell, presses Start, sees the curve image change, presses Stop, sees the run stop, presses
-Start again (Continue, with a budget 16 iterations further) and sees the iteration count go on to
-it in the same run folder. Then a second
+every cell, presses Start, sees the curve image change and a `panel.start()` cell refused while the
+run goes, presses Stop, sees the run stop, checks no label of the panels is cut off, raises the
+budget, presses Continue, presses Stop again, checks the run folder's config.yaml holds the raised
+budget, its metrics.csv's env-steps and time_s go on over Continue and the throughput axis fits its
+data, then Continues to a budget 8 iterations further and sees it finish there, in the same run
+folder, with the same checks. Then a second
 notebook, made here from notebook 02's `%%warpenv` cell, shows that env's own drawing and Tag in
 the rollout viewer. Saves screenshots (browser.png under pytest's tmp dir, copied to
 $WORKBENCH_ARTIFACTS when set); with WORKBENCH_SCREENSHOTS=DIR (docs/figures for the docs) it also
@@ -258,6 +261,61 @@ def _cells_done(page):
     return bool(prompts) and all(p.startswith("[") and p[1:-2].isdigit() for p in prompts), prompts
 
 
+def _progress_iteration(panel) -> int:
+    """The iteration the panel's progress line shows (0 before any)."""
+    text = panel.locator(".wb-progress-text").inner_text()
+    return int(text.split("iteration ")[1].split(" /")[0]) if "iteration " in text else 0
+
+
+def _check_rows_go_on(path: Path, rows: int, continued_at: int):
+    """metrics.csv holds `rows` rows, one per iteration, whose env-steps and time_s grow across the
+    Continue after row `continued_at`."""
+    import csv
+    table = list(csv.DictReader(path.read_text().splitlines()))
+    assert [int(r["iteration"]) for r in table] == list(range(1, rows + 1))
+    times = [float(r["time_s"]) for r in table]
+    steps = [int(r["env_steps"]) for r in table]
+    assert times == sorted(times) and times[continued_at] > times[continued_at - 1], times
+    assert steps == sorted(steps), steps
+
+
+def _cut_labels(page) -> list:
+    """The texts of the visible widget labels (and accordion titles) of the page's panels whose text
+    is wider than their box: cut off with an ellipsis."""
+    return page.evaluate("""() => [...document.querySelectorAll(
+        '.wb-panel .widget-label, .wb-panel .widget-label-basic, .wb-panel .lm-AccordionPanel-title')]
+        .filter(e => e.offsetParent !== null && e.scrollWidth > e.clientWidth + 1)
+        .map(e => e.textContent)""")
+
+
+def _run_cell(page, code: str, marker: str, failure_shot) -> str:
+    """Add a cell at the end of the active notebook, run it, return the last line of its output
+    that starts with `marker`."""
+    cells = _notebook(page).locator(".jp-CodeCell")
+    count = cells.count()
+    cells.last.locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Escape")
+    page.keyboard.press("b")
+    _wait(lambda: _notebook(page).locator(".jp-CodeCell").count() == count + 1, 30, "a new cell", page,
+          failure_shot)
+    cell = _notebook(page).locator(".jp-CodeCell").last
+    cell.locator(".jp-InputArea-editor").click()
+    page.keyboard.insert_text(code)
+    page.keyboard.press("Shift+Enter")
+    output = cell.locator(".jp-OutputArea-output")
+    _wait(lambda: marker in " ".join(output.all_inner_texts()), 60, f"the cell's {marker} line", page,
+          failure_shot)
+    return [line for line in "\n".join(output.all_inner_texts()).splitlines() if line.startswith(marker)][-1]
+
+
+def _rate_axis_top(page) -> str:
+    """The top of the panel's throughput axis over the largest rate it shows ("1.100": 10% headroom)."""
+    code = ("from workbench.widgets.plots import rate_unit\n"
+            "top = max(m['env_steps_per_s'] for m in panel.history)\n"
+            "print('RATE-TOP', f\"{panel.plot.axes['rate'].get_ylim()[1] * rate_unit(top)[0] / top:.3f}\")")
+    return _run_cell(page, code, "RATE-TOP", None).split()[1]
+
+
 def test_panel_in_jupyterlab_starts_draws_and_stops(lab, tmp_path):
     from playwright.sync_api import sync_playwright
 
@@ -302,6 +360,12 @@ def test_panel_in_jupyterlab_starts_draws_and_stops(lab, tmp_path):
             progress = panel.locator(".wb-progress-text").inner_text()
             assert "env-steps/s" in progress and "ETA" in progress, progress
             assert panel.locator("button.wb-start").is_disabled()
+            # the notebook's panel.start() cell run now (after Start, as its text invites) is refused,
+            # in the cell and in the panel, and the run going goes on alone
+            refused = _run_cell(page, "panel.start()", "RuntimeError", failure_shot)
+            assert "Start refused: a run is going" in refused, refused
+            assert "Start refused: a run is going" in panel.locator(".wb-notice").inner_text()
+            assert "running" in status.inner_text()
 
             panel.locator("button.wb-stop").click()
             _wait(lambda: "stopped" in status.inner_text(), 120, "the run to stop", page, failure_shot)
@@ -326,29 +390,58 @@ def test_panel_in_jupyterlab_starts_draws_and_stops(lab, tmp_path):
             rows = len((run_dir / "metrics.csv").read_text().splitlines())
 
             # Start again continues the stopped run: same trainer and folder, the iteration count goes
-            # on, now up to a budget 16 iterations further (the run ends by itself at 100%)
+            # on under a raised budget; Stop again, then Continue once more to a budget 8 iterations
+            # further (the run ends by itself at 100%)
             header = panel.locator(".jupyter-widget-Collapse-header, .lm-AccordionPanel-title, "
                                    ".widget-accordion-title", has_text="Hyperparameters").first
             per_iteration = 32 * 64  # the notebook's small size: replicas x rollout_length
-            budget.fill(str(per_iteration * (iterations + 16)))
+            raised = per_iteration * (iterations + 100_000)
+            budget.fill(str(raised))
             budget.press("Enter")
             budget.blur()
+            assert _cut_labels(page) == []  # every label of the panels and the open form reads whole
             _save_figure(page, tmp_path / "panel-form.png", panel.locator(".wb-forms"), max_height=560)
             header.click()  # fold the form: the panel's figure shows the controls, progress and curves
             start = panel.locator("button.wb-start")
             _wait(lambda: start.inner_text().strip() == "Continue", 30, "Start to read Continue", page,
                   failure_shot)
             start.click()
+            _wait(lambda: "continuing" in status.inner_text(), 120, "the run to continue", page, failure_shot)
+            _wait(lambda: _progress_iteration(panel) >= iterations + 3, 120, "three iterations after Continue", page,
+                  failure_shot)
+            panel.locator("button.wb-stop").click()
+            _wait(lambda: status.inner_text().startswith("stopped"), 120, "the continued run to stop", page,
+                  failure_shot)
+            _wait(lambda: start.is_enabled(), 60, "Start to be enabled again", page, failure_shot)
+            second = status.inner_text()
+            continued = int(second.split("after ")[1].split(" iterations")[0])
+            assert continued > iterations and second.split("; run folder ")[1].split(";")[0] == folder, second
+            # the run folder says what the run trains to now, and its rows go on over Continue
+            assert f"total_env_steps: {raised}" in (run_dir / "config.yaml").read_text()
+            _check_rows_go_on(run_dir / "metrics.csv", continued, iterations)
+            assert _rate_axis_top(page) == "1.100", "the throughput axis does not fit its data after Continue"
+
+            budget_value = per_iteration * (continued + 8)
+            header.click()
+            budget.fill(str(budget_value))
+            budget.press("Enter")
+            budget.blur()
+            header.click()
+            _wait(lambda: start.inner_text().strip() == "Continue", 30, "Start to read Continue", page, failure_shot)
+            start.click()
             _wait(lambda: "continuing" in status.inner_text() or status.inner_text().startswith("finished"),
-                  120, "the run to continue", page, failure_shot)
+                  120, "the run to continue again", page, failure_shot)
             _wait(lambda: status.inner_text().startswith("finished"), 300, "the continued run to finish", page,
                   failure_shot)
             _wait(lambda: start.is_enabled(), 60, "Start to be enabled again", page, failure_shot)
             again = status.inner_text()
-            assert int(again.split("after ")[1].split(" iterations")[0]) == iterations + 16, again
+            assert int(again.split("after ")[1].split(" iterations")[0]) == continued + 8, again
             assert again.split("; run folder ")[1].split(";")[0] == folder, again
             assert len((run_dir / "metrics.csv").read_text().splitlines()) > rows
+            assert f"total_env_steps: {budget_value}" in (run_dir / "config.yaml").read_text()
+            _check_rows_go_on(run_dir / "metrics.csv", continued + 8, continued)
             assert "100.0%" in panel.locator(".wb-progress-text").inner_text()
+            assert _rate_axis_top(page) == "1.100", "the throughput axis does not fit its data after the run ended"
             time.sleep(1.5)  # the last redraw's image lands
 
             panel.scroll_into_view_if_needed()

@@ -488,9 +488,11 @@ def test_load_restores_the_thread_counts_the_run_measured(tmp_path, monkeypatch)
     applied = []
     monkeypatch.setattr(threads, "apply", lambda chosen: applied.append(dict(chosen)))
     env = wb.make("cartpole", num_envs=16, target="cpu", seed=0)
+    threads.forget()
     first = wb.Trainer(env, cartpole())
     assert (first.threads["env"], first.threads["learner"]) == (2, 2)
     first.save(tmp_path / "checkpoint.pt")
+    threads.forget()  # the resumed run in a fresh process measures afresh
     resumed = wb.Trainer(env, cartpole())
     assert (resumed.threads["env"], resumed.threads["learner"]) == (1, 1)
     resumed.load(tmp_path / "checkpoint.pt")

@@ -165,6 +165,66 @@ def test_live_plot_of_teams_and_of_rollouts_alone():
     assert list(rollouts.axes) == ["return", "rate"]  # no loss axes without losses
 
 
+def test_live_plot_rate_axis_follows_the_data_however_often_it_redraws():
+    """The throughput axis spans the data (from zero, 10% headroom) at every redraw: it neither grows
+    by itself from one redraw to the next nor keeps a larger run's scale."""
+    plot = LivePlot()
+    history = [{"iteration": i, "env_steps": 1000 * i, "env_steps_per_s": 20_000.0 + 1000 * (i % 3),
+                "return/shared": 1.0} for i in range(1, 9)]
+    for _ in range(60):  # a run's worth of redraws
+        plot.render(history)
+    assert plot.axes["rate"].get_title() == "throughput (k env-steps/s)"
+    assert plot.axes["rate"].get_ylim() == pytest.approx((0.0, 22.0 * 1.1))
+    plot.render(history + [{"iteration": 9, "env_steps": 9000, "env_steps_per_s": 25_000.0, "return/shared": 1.0}],
+                label="cartpole-20260101-120000")
+    assert plot.axes["rate"].get_ylim() == pytest.approx((0.0, 25.0 * 1.1))
+    assert plot.lines["return/shared"].get_label() == "cartpole-20260101-120000"
+    slow = [{**m, "env_steps_per_s": 500.0} for m in history]
+    plot.render(slow)
+    assert plot.axes["rate"].get_title() == "throughput (env-steps/s)"
+    assert plot.axes["rate"].get_ylim() == pytest.approx((0.0, 550.0))
+
+
+def test_each_team_has_one_colour_in_the_panel_the_viewer_and_learning_curve_png(tmp_path):
+    import numpy as np
+    from PIL import Image
+    from workbench.learn import report
+    from workbench.notebook import drawers
+    from workbench.widgets.plots import policy_colour
+    assert drawers.GROUP_COLOURS is report.GROUP_COLOURS
+    for i, name in enumerate(["taggers", "runners", "predators", "prey", "shared"]):
+        assert policy_colour(name, i) == report.team_colour(name, i)
+    assert report.team_colour("taggers", 1) == "tab:red" and report.team_colour("runners", 0) == "tab:blue"
+    history = [{"iteration": i, "env_steps": 100 * i, "env_steps_per_s": 20_000.0, "return/taggers": 1.0 + i,
+                "return/runners": -1.0 - i, "mean_return": 0.0} for i in range(1, 6)]
+    plot = LivePlot()
+    plot.render(history)
+    assert plot.lines["return/taggers"].get_color() == "tab:red"
+    assert plot.lines["return/runners"].get_color() == "tab:blue"
+    path = report.plot_learning_curve(history, tmp_path / "learning_curve.png")
+    pixels = np.asarray(Image.open(path).convert("RGB")).astype(int)
+
+    def near(rgb):
+        return int((np.abs(pixels - np.array(rgb)) <= 10).all(axis=-1).sum())
+    assert near((214, 39, 40)) > 100 and near((31, 119, 180)) > 100  # tab:red taggers, tab:blue runners
+    assert near((255, 127, 14)) == 0  # no tab:orange (matplotlib's second colour) for a team
+
+
+def test_status_line_shows_each_teams_return_not_their_mean():
+    import types
+    from workbench.widgets.status import describe_state, returns_text
+    teams = {"return/taggers": 1.25, "return/runners": -1.25, "mean_return": 0.0}
+    assert returns_text(teams) == "returns taggers 1.25, runners -1.25"
+    assert returns_text({"return/shared": 21.3, "mean_return": 21.3}) == "mean return 21.30"
+    assert returns_text({"return/shared": float("nan")}) == ""
+    config = wb.PPOConfig(env="tag_continuous", num_envs=4, target="cpu", run_dir="runs/tag")
+    runner = types.SimpleNamespace(spec=RunSpec(config=config), env=None, state="finished", stopped_by="budget",
+                                   resumed_from=None,
+                                   history=[{"iteration": 3, "env_steps": 1200, "time_s": 2.0, **teams}])
+    text = describe_state(runner)
+    assert "returns taggers 1.25, runners -1.25" in text and "mean return" not in text
+
+
 def test_env_parameters_have_their_docs_checkboxes_for_switches_and_gpu_fields_follow_the_target():
     form = EnvParamsForm("tag_continuous")
     assert form.inputs["grid_length"].tooltip.startswith("Side L of the square arena.")
@@ -223,7 +283,9 @@ def test_stop_button_stops_within_an_iteration():
 
 
 def test_start_after_stop_continues_the_run_and_new_run_starts_again(tmp_path):
-    panel = tiny_panel(total_env_steps=10**9)
+    import yaml
+    from workbench.widgets.runfiles import read_metrics
+    panel = tiny_panel(total_env_steps=8 * 8 * 1000)
     panel.start()
     wait_for(lambda: len(panel.history) >= 2, what="two iterations")
     panel.stop()
@@ -233,7 +295,10 @@ def test_start_after_stop_continues_the_run_and_new_run_starts_again(tmp_path):
     assert run_dir.parent.name == "runs" and run_dir.name.startswith("cartpole-")
     assert (run_dir / "config.yaml").exists() and (run_dir / "metrics.csv").exists()
     assert panel.start_button.description == "Continue"
+    budget, lr = 8 * 8 * 10**6, trainer.config.lr  # a raised budget: config.yaml and the table follow it
+    panel.set(total_env_steps=budget, lr=0.5)
     panel.start_button.click()
+    assert f"lr={lr!r}" in panel.notice_html.value  # the form's lr is not the continued run's: said so
     wait_for(lambda: len(panel.history) >= stopped_at + 2, what="two more iterations")
     panel.stop()
     panel.wait(timeout=TIMEOUT)
@@ -241,17 +306,32 @@ def test_start_after_stop_continues_the_run_and_new_run_starts_again(tmp_path):
     assert [m["iteration"] for m in panel.history] == list(range(1, panel.trainer.iteration + 1))
     assert panel.runner.spec.config.run_dir == str(run_dir.relative_to(tmp_path))
     assert len(panel.runs) == 1
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert saved["total_env_steps"] == budget == panel.trainer.config.total_env_steps
+    assert saved["lr"] == panel.trainer.config.lr == lr
+    assert panel.runs[0]["config"]["total_env_steps"] == budget
+    # time goes on over Continue, in the panel's rows and in metrics.csv alike
+    for rows in (panel.history, read_metrics(run_dir / "metrics.csv")):
+        times = [m["time_s"] for m in rows]
+        assert len(times) == panel.trainer.iteration and times == sorted(times)
+        assert times[stopped_at] > times[stopped_at - 1]
+    panel.set(lr=lr)
     panel.new_run_button.click()
+    assert "A new run started in runs/cartpole-" in panel.notice_html.value and run_dir.name in panel.notice_html.value
     wait_for(lambda: panel.runner.trainer is not None and panel.history, what="the new run's first iteration")
     panel.set(lr=0.001)  # a field that differs shows in the comparison table once both runs are there
     panel.stop()
     panel.wait(timeout=TIMEOUT)
     assert panel.trainer is not trainer and panel.history[0]["iteration"] == 1
     assert len(panel.runs) == 2 and panel.runs[1]["run_dir"] != panel.runs[0]["run_dir"]
-    assert "Runs compared" in panel.runs_html.value
-    assert panel.plot.lines["other:run 1:shared"].get_xdata().size > 0  # the first run overlaid
+    assert "Runs compared" in panel.runs_html.value and f"<b>{run_dir.name}</b>" in panel.runs_html.value
+    # runs are named by their folders: the first run overlaid, the current one in the legend
+    assert panel.plot.lines[f"other:{run_dir.name}:shared"].get_xdata().size > 0
+    assert panel.plot.lines["return/shared"].get_label() == panel.runs[1]["label"] == \
+        panel.runs[1]["run_dir"].split("/")[-1]
     other = TrainingPanel("cartpole", target="cpu", compare=[run_dir])
     assert other.runs[0]["history"][0]["iteration"] == 1 and other.runs[0]["config"]["env"] == "cartpole"
+    assert other.plot.lines["return/shared"].get_label() == run_dir.name  # not "policy"
 
 
 def test_a_panel_reuses_the_env_a_cell_made():
@@ -275,8 +355,56 @@ def test_the_notebook_thread_stays_free_while_training():
     assert panel.runner.running and ticks >= 10
     with pytest.raises(RuntimeError, match="a run is going"):
         panel.start()
+    assert "Start refused: a run is going" in panel.notice_html.value
     panel.stop()
     panel.wait(timeout=TIMEOUT)
+
+
+def test_one_run_at_a_time_and_a_second_run_of_one_seed_computes_alike(monkeypatch):
+    """A second start while a run goes (from any panel of this process, or a bare Runner) is refused
+    with a notice; a new run after a finished one says so, and computes with the same thread counts
+    (a process measures them once per kind of work), so one seed gives one result."""
+    from workbench.learn import threads as thread_counts
+    from workbench.widgets import running_runs
+    for name in thread_counts.USER_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(thread_counts, "available_cores", lambda: 2)
+    picks = iter([1, 2, 2, 1] * 3)  # a measurement repeated would pick other counts (a busy machine)
+
+    def pick(candidates, setter, work):
+        chosen = next(picks)
+        setter(chosen)
+        return chosen, {}
+    monkeypatch.setattr(thread_counts, "pick", pick)
+    monkeypatch.setattr(thread_counts, "_measured", {})  # measured afresh here, the counts forgotten after
+    first = tiny_panel(total_env_steps=10**9)
+    first.start()
+    wait_for(lambda: len(first.history) >= 1, what="the first iteration")
+    second = tiny_panel()
+    with pytest.raises(RuntimeError, match="a run is going in this kernel"):
+        second.start()
+    assert "Start refused" in second.notice_html.value and first.runner.spec.config.run_dir in second.notice_html.value
+    assert second.runner is None and running_runs() == [first.runner]
+    with pytest.raises(RuntimeError, match="a run is going"):
+        Runner(RunSpec(config=second.spec().config)).start()
+    first.stop()
+    first.wait(timeout=TIMEOUT)
+    assert running_runs() == []
+
+    second.start()
+    second.wait(timeout=TIMEOUT)
+    one, threads = list(second.history), dict(second.trainer.threads)
+    assert second.start_button.description == "Start"  # the budget is spent: Start is a new run
+    second.start()
+    assert "A new run started" in second.notice_html.value
+    second.wait(timeout=TIMEOUT)
+    two = second.history
+    assert (first.trainer.threads["env"], first.trainer.threads["learner"], first.trainer.threads["how"]) == \
+        (1, 2, "measured") and "reused" not in first.trainer.threads
+    for chosen in (threads, second.trainer.threads):  # the same work again: the same counts, not measured again
+        assert (chosen["env"], chosen["learner"], chosen["how"], chosen["reused"]) == (1, 2, "measured", True)
+    keys = [k for k in one[0] if k.startswith(("return/", "policy_loss/", "value_loss/"))]
+    assert [[m[k] for k in keys] for m in two] == [[m[k] for k in keys] for m in one]
 
 
 def test_redraws_are_throttled():
@@ -347,6 +475,14 @@ def test_rollouts_alone_with_random_actions_and_the_viewer():
     assert not any("loss" in k for k in last)
     assert panel.status.startswith("finished") and "rollouts (random actions)" in panel.status
     assert panel.animation is not None and "wb-player" in panel.viewer.outputs[0]["data"]["text/html"]
+    # a fixed policy: the return axis says its points are per window, and shades the env-steps before
+    # every replica ran an episode's step limit (500), where only short episodes can have ended
+    from workbench.widgets.curves import warmup_steps
+    assert panel.plot.axes["return"].get_title() == "episode return per window (no learning)"
+    assert warmup_steps(panel.runner) == 8 * 500
+    span = panel.plot.lines["warmup"]
+    assert span.axes is panel.plot.axes["return"] and span.get_label() == "early: only short episodes have ended"
+    assert span.get_x() == 0 and span.get_width() == 8 * 500
 
 
 def test_rollouts_alone_with_a_checkpoint_policy(tmp_path):

@@ -72,18 +72,19 @@ class RunForm:
                                        value="checkpoint" if checkpoint else "random", description="policy",
                                        style=style, layout=widgets.Layout(width="260px"))
         self.checkpoint = widgets.Text(value=str(checkpoint or ""), placeholder="path/to/checkpoint.pt",
-                                       description="checkpoint", style=style, layout=widgets.Layout(width="420px"),
+                                       description="checkpoint", style={"description_width": "initial"},
+                                       layout=widgets.Layout(width="420px"),
                                        tooltip="a file written by Trainer.save or the CLI (its env and "
                                                "parameters are used; replicas and target are the panel's)")
         self.record_every = widgets.BoundedIntText(value=int(record_every), min=0, max=10**9,
                                                    description="animate an episode every",
-                                                   style={"description_width": "160px"},
+                                                   style={"description_width": "initial"},
                                                    tooltip="pull and animate the last episode of the replicas "
                                                            "every this many iterations (0: never)",
-                                                   layout=widgets.Layout(width="230px"))
+                                                   layout=widgets.Layout(width="250px"))
         self.record_every_unit = widgets.HTML("iterations (0: never),")
         self.record_replicas = widgets.Text(value=", ".join(str(r) for r in record_replicas),
-                                            description="of replicas", style={"description_width": "75px"},
+                                            description="of replicas", style={"description_width": "initial"},
                                             tooltip="replica indices to animate, e.g. 0, 1",
                                             layout=widgets.Layout(width="170px"))
         self.hint = widgets.HTML("")

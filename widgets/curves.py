@@ -18,7 +18,7 @@ from .status import describe_state
 class RunCurves:
     """image: the curves (an ipywidgets.Image); table: the runs compared (HTML); plot: the LivePlot.
     runs: [{"label", "run_dir", "config", and "runner" (a run of the panel) or "history" (a folder's
-    metrics rows)}], oldest first."""
+    metrics rows)}], oldest first; a run's label is its run folder's name."""
 
     def __init__(self):
         self.plot = LivePlot()
@@ -31,14 +31,14 @@ class RunCurves:
         self.drawn_rows = -1  # metrics rows of the run going in the image (-1: draw at the next redraw)
 
     def add_runner(self, runner, resume=None) -> None:
-        """Enter a run started in the panel: in the place of the run it continues (`resume`), else
-        as the next "run N"."""
+        """Enter a run started in the panel: in the place of the run it continues (`resume`, whose
+        config it takes: a raised budget shows), else as a new entry."""
+        config = runner.spec.config
         if resume is not None:
             entry = next(r for r in self.runs if r.get("runner") is resume)
-            entry["runner"] = runner
+            entry.update(runner=runner, config=cfg.to_dict(config))
         else:
-            config = runner.spec.config
-            self.runs.append({"label": f"run {len(self.runs) + 1}", "run_dir": config.run_dir,
+            self.runs.append({"label": run_label(config.run_dir, len(self.runs) + 1), "run_dir": config.run_dir,
                               "config": cfg.to_dict(config), "runner": runner})
         self.drawn_rows = -1
 
@@ -46,8 +46,8 @@ class RunCurves:
         """Enter a run folder (its metrics.csv and config.yaml) to compare with, and redraw with
         `runner` the run going (None before the first run)."""
         config, rows = read_run(run_dir)
-        entry = {"label": os.path.basename(os.path.normpath(str(run_dir))), "run_dir": str(run_dir),
-                 "config": config, "history": rows}
+        entry = {"label": run_label(run_dir, len(self.runs) + 1), "run_dir": str(run_dir), "config": config,
+                 "history": rows}
         self.runs.append(entry)
         self.update_table()
         self.drawn_rows = -1
@@ -68,11 +68,17 @@ class RunCurves:
         history = list(runner.history) if runner is not None else []
         message = "" if history else (describe_state(runner) if runner is not None
                                       else "press Start: curves appear here")
+        label = self.label_of(runner)
         others = self._others(runner)
         if not history and others:  # nothing of this run yet: the runs to compare stand alone
-            history = others.pop()[1]
+            label, history = others.pop()
         target = runner.spec.config.target_return if runner is not None else None
-        return self.plot.render(history, message, target_return=target, others=others)
+        return self.plot.render(history, message, target_return=target, others=others, label=label,
+                                warmup_steps=warmup_steps(runner) if runner is not None and runner.history else None)
+
+    def label_of(self, runner) -> str | None:
+        """The label of `runner`'s entry (None when it has none)."""
+        return next((e["label"] for e in self.runs if runner is not None and e.get("runner") is runner), None)
 
     def _others(self, runner) -> list:
         """[(label, history)] of every run but `runner`'s, for the overlay."""
@@ -109,3 +115,17 @@ class RunCurves:
         self.table.value = (f"<div style='font-size:12px'><b>Runs compared</b> (curves overlaid on the return "
                             f"plot; the columns are the settings that differ)<table><tr><th>run</th>"
                             f"<th>folder</th>{head}</tr>{body}</table></div>")
+
+
+def run_label(run_dir, number: int) -> str:
+    """A run's name in the legend and the table: its run folder's name ("run N" without a folder)."""
+    return os.path.basename(os.path.normpath(str(run_dir))) if run_dir else f"run {number}"
+
+
+def warmup_steps(runner) -> float | None:
+    """Rollouts of a fixed policy: the env-steps after which every replica has run an episode's step
+    limit (before, only episodes shorter than the steps so far have ended); None for training."""
+    if runner is None or runner.spec.mode != "rollouts" or runner.env is None:
+        return None
+    limit = runner.env.definition.max_steps
+    return float(runner.env.num_envs * limit) if limit < 2**31 - 1 else 0.0  # 0: no step limit, no span

@@ -29,23 +29,33 @@ from workbench.learn import config as cfg
 
 from .runfiles import append_csv, read_metrics, write_config
 
+# what a continued run takes from the form; every other field stays the trainer's
+CONTINUED = ("total_env_steps", "log_every", "checkpoint_every", "target_return", "run_dir", "logger")
+
+
+def continued_config(trained, form):
+    """The config a continued run trains with: the trainer's config `trained` with the form's
+    budget and schedule (CONTINUED) from `form`."""
+    return cfg.replace(trained, **{k: getattr(form, k) for k in CONTINUED})
+
 
 def train(run) -> None:
     """Train the spec's config in this process (continuing run.trainer when the run resumes one)."""
     from workbench.learn.loggers import make_logger
     from workbench.learn.trainer import make_trainer
     config = run.spec.config
+    if run.trainer is not None:  # continuing: same trainer, the form's budget and schedule
+        config = continued_config(run.trainer.config, config)
     if run.spec.record_every and config.cuda_graph:
         # the recorder's copies are host-driven: they run outside a captured CUDA graph
         config = cfg.replace(config, cuda_graph=False)
-    write_config(config)
+    # a continued run's config.yaml says what it trains to now (the raised budget), as the CLI's resume
+    write_config(config, overwrite=run.trainer is not None)
     # the form's logger (tensorboard, wandb), made first: a missing extra is named before any compile
     logger = make_logger(config, config.run_dir)
     try:
-        if run.trainer is not None:  # continuing: same trainer, the form's budget and schedule
-            keep = {k: getattr(config, k) for k in ("total_env_steps", "log_every", "checkpoint_every",
-                                                     "target_return", "run_dir", "logger")}
-            run.trainer.config = cfg.replace(run.trainer.config, **keep)
+        if run.trainer is not None:
+            run.trainer.config = config
         else:
             run.set_state("compiling")
             run.trainer = make_trainer(config, policies=run.spec.policies, env=_given_env(run, config))

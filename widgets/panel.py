@@ -31,9 +31,11 @@ from workbench.learn import config as cfg
 from .controls import CONTROLLED, RunForm  # noqa: F401 - CONTROLLED importable from here too
 from .curves import RunCurves
 from .device import device_summary, gpu_count  # noqa: F401 - importable from here too
+from .jobs import CONTINUED, continued_config
 from .runfiles import default_run_dir
-from .runner import Runner, RunSpec, same_experiment
-from .status import describe_state, error_box_html, iteration_text, progress_line, state_style, status_line_html
+from .runner import Runner, RunSpec, running_runs, same_experiment
+from .status import (describe_state, error_box_html, iteration_text, notice_html, progress_line, refused_text,
+                     state_style, status_line_html)
 from .viewer import EpisodeViewer
 
 
@@ -106,6 +108,8 @@ class TrainingPanel(widgets.VBox):
         self.progress_text.add_class("wb-progress-text")
         self.status_html = widgets.HTML("")
         self.status_html.add_class("wb-status")
+        self.notice_html = widgets.HTML("")
+        self.notice_html.add_class("wb-notice")
         self.error_html = widgets.HTML("")
         self.error_html.add_class("wb-error")
         self.start_button.on_click(lambda _b: self._on_start())
@@ -117,7 +121,8 @@ class TrainingPanel(widgets.VBox):
             self.title, self.device_info, *self.run_form.rows(row),
             widgets.HBox([self.start_button, self.stop_button, self.new_run_button, self.progress,
                           self.progress_text], layout=row),
-            self.status_html, self.error_html, self.curves, self.runs_html, self.viewer_title, self.viewer,
+            self.status_html, self.notice_html, self.error_html, self.curves, self.runs_html, self.viewer_title,
+            self.viewer,
         ])
         self.add_class("wb-panel")
         for run_dir in compare:
@@ -169,10 +174,15 @@ class TrainingPanel(widgets.VBox):
     def start(self, new: bool = False) -> Runner:
         """Start a run with the panel's current values, in the background; returns its Runner.
         After Stop this continues the same run (same trainer, the iteration count goes on) unless
-        `new` (the "New run" button) or the env, replicas, target or algorithm changed."""
-        if self.runner is not None and (self.runner.running or (self._refresher and self._refresher.is_alive())):
-            raise RuntimeError("a run is going: press Stop (or call panel.stop()) and wait for it first")
-        self.error_html.value = ""
+        `new` (the "New run" button) or the env, replicas, target or algorithm changed. Refused
+        (RuntimeError, and a notice in the panel) while a run goes in this process."""
+        going = running_runs()
+        if not going and self._refresher is not None and self._refresher.is_alive():
+            going = [self.runner]  # its run ended, its last redraw not yet
+        if going:
+            self.notice_html.value = notice_html(refused_text(going[0]))
+            raise RuntimeError(refused_text(going[0]))
+        self.error_html.value = self.notice_html.value = ""
         try:
             spec = self.spec()
         except Exception as exc:
@@ -180,12 +190,8 @@ class TrainingPanel(widgets.VBox):
             self._set_status(f"cannot start: {exc}", "error")
             raise
         resume = self.runner if not new and self.can_continue(spec) else None
-        if resume is not None:
-            spec = RunSpec(**{**spec.__dict__, "config": cfg.replace(spec.config, run_dir=resume.spec.config.run_dir)})
-        elif not spec.config.run_dir and spec.world_size == 1:
-            spec = RunSpec(**{**spec.__dict__,
-                              "config": cfg.replace(spec.config, run_dir=default_run_dir(spec.config.env,
-                                                                                         self.runs_root))})
+        spec, notice = prepare(spec, resume, self.run_curves.label_of(self.runner), self.runs_root)
+        self.notice_html.value = notice_html(notice)
         self.runner = Runner(spec, on_state=lambda _s: self._wake.set(), on_metrics=lambda _m: self._wake.set(),
                              on_trajectories=self._on_trajectories, resume=resume, env=self.given_env)
         self.run_curves.add_runner(self.runner, resume)
@@ -329,6 +335,27 @@ class TrainingPanel(widgets.VBox):
             self.start_button.tooltip = ("continue the stopped run (same trainer; the iteration count goes on)"
                                          if resumable else "start the run in the background")
         self.run_form.lock(running)
+
+
+def prepare(spec: RunSpec, resume: Runner | None, previous: str | None, runs_root) -> tuple:
+    """(the RunSpec to start, a notice for the panel or ""). A continued run (`resume`) trains its
+    trainer's config with the form's budget and schedule in its folder, and the notice names the
+    form's other changes, which only a new run applies; a new run gets a fresh folder under
+    `runs_root`, and after an earlier run (labelled `previous`) the notice says it is a new one."""
+    config = spec.config
+    if resume is not None:
+        form = cfg.replace(config, run_dir=resume.spec.config.run_dir)
+        config = continued_config(resume.trainer.config, form)
+        left = [k for k in cfg.to_dict(config) if k not in CONTINUED + ("cuda_graph",)
+                and getattr(form, k) != getattr(config, k)]
+        notice = ("Continue goes on with this run's " + ", ".join(f"{k}={getattr(config, k)!r}" for k in left)
+                  + " (the form's values apply to a New run)") if left else ""
+        return RunSpec(**{**spec.__dict__, "config": config}), notice
+    if not config.run_dir and spec.world_size == 1:
+        config = cfg.replace(config, run_dir=default_run_dir(config.env, runs_root))
+    notice = (f"A new run started in {config.run_dir or 'a new folder'} ({previous} ended; it stays in the "
+              f"comparison)" if previous else "")
+    return RunSpec(**{**spec.__dict__, "config": config}), notice
 
 
 def panel(env: str = "cartpole", **kwargs) -> TrainingPanel:

@@ -5,9 +5,10 @@ thread can draw them.
 Small multiples against env-steps, one axis per kind of curve present in the metrics: episode return
 (one line per policy, the target return dashed), each loss kind (policy, value, actor, critic: one
 line per policy, each on its own scale), episode length, Tag's tag rate and runner survival, and
-throughput (k/M/G env-steps/s by magnitude). A policy has the same colour in every axis and in the
-rollout viewer (taggers red, runners blue); one legend on top names them. Runs to compare are drawn
-in their own colours on the return axis."""
+throughput (k/M/G env-steps/s by magnitude). A policy has the same colour in every axis, in the
+rollout viewer and in learning_curve.png (workbench.learn.report.team_colour: taggers red, runners
+blue); one legend on top names the runs by their run folders. Runs to compare are drawn in their
+own colours on the return axis."""
 from __future__ import annotations
 
 import io
@@ -16,27 +17,29 @@ import time
 
 import numpy as np
 
+from workbench.learn.report import rate_unit, team_colour  # noqa: F401 - rate_unit importable from here too
+
 LOSS_KEYS = ("policy_loss", "value_loss", "actor_loss", "critic_loss")
 _TITLES = {"return": "episode return", "policy_loss": "policy loss", "value_loss": "value loss",
            "actor_loss": "actor loss", "critic_loss": "critic loss", "episode_length": "episode length",
            "tag": "tag rate (red), survival (blue)", "rate": "throughput"}
-_POLICY_CYCLE = ("tab:green", "tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
 _RUN_CYCLE = ("0.55", "tab:olive", "tab:cyan", "tab:pink", "tab:brown", "tab:purple")
 
 
 def policy_colour(name: str, index: int = 0) -> str:
-    """The colour of a policy in the curves and the viewer: taggers red, runners blue, one policy blue."""
-    from workbench.notebook.drawers import GROUP_COLOURS
-    if name in GROUP_COLOURS:
-        return GROUP_COLOURS[name]
-    if name in ("shared", "policy") or index == 0:
-        return "tab:blue"
-    return _POLICY_CYCLE[(index - 1) % len(_POLICY_CYCLE)]
+    """The colour of a policy in the curves, the viewer and learning_curve.png: taggers red, runners
+    blue, one policy blue, other teams by their index."""
+    return team_colour(name, index)
 
 
-def policy_label(name: str, names) -> str:
-    """A single policy is named 'policy' (the trainer's internal name 'shared' says nothing)."""
-    return "policy" if name == "shared" and len(list(names)) == 1 else name
+def policy_label(name: str, names, run: str | None = None) -> str:
+    """The legend's name of a policy's line: its run's label (`run`, a run folder's name) for a
+    single policy, followed by the policy's name for several; without a run a single policy is
+    'policy' (the trainer's internal name 'shared' says nothing)."""
+    single = len(list(names)) == 1
+    if run:
+        return run if single else f"{run} {name}"
+    return "policy" if name == "shared" and single else name
 
 
 def fmt_count(x: float, _pos=None) -> str:
@@ -46,14 +49,6 @@ def fmt_count(x: float, _pos=None) -> str:
             text = f"{x / scale:.1f}".rstrip("0").rstrip(".")
             return text + unit
     return f"{x:.0f}"
-
-
-def rate_unit(top: float) -> tuple:
-    """(scale, unit) for a throughput axis whose largest value is `top`."""
-    for scale, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if top >= scale:
-            return scale, unit
-    return 1.0, ""
 
 
 def _series(history, key):
@@ -138,9 +133,16 @@ class LivePlot:
         if key not in self.lines:
             (self.lines[key],) = self.axes[panel].plot([], [], style, lw=lw, color=colour, label=label,
                                                        alpha=alpha)
+        elif label is not None:  # the plot outlives a run: the next run's line takes its name
+            self.lines[key].set_label(label)
         return self.lines[key]
 
-    def render(self, history: list, message: str = "", target_return: float | None = None, others=()) -> bytes:
+    def render(self, history: list, message: str = "", target_return: float | None = None, others=(),
+               label: str | None = None, warmup_steps: float | None = None) -> bytes:
+        """label: the run's name in the legend (its run folder's); warmup_steps: rollouts of a fixed
+        policy (None: training), whose return axis says its points are per window and shades the
+        env-steps before every replica ran an episode's step limit (warmup_steps; 0: no limit), where
+        only the episodes shorter than the steps so far have ended."""
         start = time.perf_counter()
         history = list(history)
         keys = list(dict.fromkeys(k for m in history for k in m))
@@ -153,7 +155,7 @@ class LivePlot:
         policies = [k.split("/", 1)[1] for k in keys if k.startswith("return/")]
         colours = {p: policy_colour(p, i) for i, p in enumerate(policies)}
         for p in policies:
-            self._line("return", f"return/{p}", colours[p], policy_label(p, policies)).set_data(
+            self._line("return", f"return/{p}", colours[p], policy_label(p, policies, label)).set_data(
                 *_series(history, f"return/{p}"))
         for key in keys:
             kind, _, policy = key.partition("/")
@@ -167,12 +169,15 @@ class LivePlot:
                     self._line("tag", key, colour).set_data(*_series(history, key))
             self.axes["tag"].set_ylim(-0.03, 1.03)
         xs, ys = _series(history, "env_steps_per_s")
-        scale, unit = rate_unit(float(ys.max()) if len(ys) else 0.0)
+        rate_top = float(ys.max()) if len(ys) else 0.0
+        scale, unit = rate_unit(rate_top)
         self.axes["rate"].set_title(f"throughput ({unit + ' ' if unit else ''}env-steps/s)", fontsize=9)
         self._line("rate", "env_steps_per_s", "0.2").set_data(xs, ys / scale)
+        self._warmup(warmup_steps)
         right = max((float(m.get("env_steps", 0)) for m in history), default=0.0)
         for i, (label, other) in enumerate(others):
-            other_policies = sorted({k.split("/", 1)[1] for m in other for k in m if k.startswith("return/")})
+            other_policies = list(dict.fromkeys(k.split("/", 1)[1] for m in other for k in m
+                                                if k.startswith("return/")))
             for p in other_policies:
                 name = label if len(other_policies) == 1 else f"{label} {p}"
                 line = self._line("return", f"other:{label}:{p}", _RUN_CYCLE[i % len(_RUN_CYCLE)], name,
@@ -195,19 +200,36 @@ class LivePlot:
             ax.autoscale_view()
             if name == "tag":
                 ax.set_ylim(-0.03, 1.03)
-            if name == "rate":  # from zero: a steady rate reads as steady, not as noise
-                ax.set_ylim(0, max(ax.get_ylim()[1], 1e-9) * 1.1)
+            if name == "rate":  # from zero, up to the data: a steady rate reads as steady, not as noise
+                ax.set_ylim(0, max(rate_top / scale, 1e-9) * 1.1)
             if right > 0:  # one env-steps axis for every panel, from the start of the run
                 ax.set_xlim(0, right * 1.03)
         handles = [line for key, line in self.lines.items()
-                   if key.startswith(("return/", "other:")) or key == "target"]
+                   if key.startswith(("return/", "other:")) or key in ("target", "warmup")]
         for legend in list(self.fig.legends):
             legend.remove()
-        self.fig.legend(handles=handles, loc="upper center", ncol=min(len(handles), 6), fontsize=8, frameon=False)
+        longest = max((len(h.get_label()) for h in handles), default=0)
+        ncol = max(1, min(len(handles), 6, 90 // (longest + 6)))  # run folders' names are long
+        self.fig.legend(handles=handles, loc="upper center", ncol=ncol, fontsize=8, frameon=False)
         rows = math.ceil(len(self.axes) / min(self.columns, len(self.axes)))
-        top = 1.0 - 0.32 / (self.row_height * rows + 0.5)  # room for the legend above the titles
+        room = 0.32 + 0.17 * (math.ceil(len(handles) / ncol) - 1)  # inches for the legend above the titles
+        top = 1.0 - room / (self.row_height * rows + 0.5)
         self.fig.tight_layout(pad=0.6, rect=(0, 0, 1, top))
         return self._png(start)
+
+    def _warmup(self, warmup_steps):
+        """Shade the env-steps before `warmup_steps` on the axes of episode statistics (None or 0: none)."""
+        for key in [k for k in self.lines if k.startswith("warmup")]:
+            self.lines.pop(key).remove()
+        self.axes["return"].set_title(_TITLES["return"] if warmup_steps is None
+                                      else "episode return per window (no learning)", fontsize=9)
+        if not warmup_steps:
+            return
+        for name in ("return", "episode_length", "tag"):
+            if name in self.axes:
+                key = "warmup" if name == "return" else f"warmup:{name}"  # one legend entry, the return axis'
+                self.lines[key] = self.axes[name].axvspan(0, warmup_steps, color="0.85", alpha=0.6, lw=0,
+                                                          label="early: only short episodes have ended")
 
     def _png(self, start) -> bytes:
         buf = io.BytesIO()

@@ -20,12 +20,12 @@ def default_run_dir(env: str, root: str | os.PathLike = "runs") -> str:
     return str(path)
 
 
-def write_config(config) -> None:
-    """Write config.yaml into config.run_dir (when set and not written yet)."""
+def write_config(config, overwrite: bool = False) -> None:
+    """Write config.yaml into config.run_dir (when set, and not written yet unless `overwrite`)."""
     if config.run_dir:
         run_dir = Path(config.run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        if not (run_dir / "config.yaml").exists():
+        if overwrite or not (run_dir / "config.yaml").exists():
             cfg.save_yaml(config, run_dir / "config.yaml")
 
 

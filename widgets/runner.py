@@ -14,6 +14,10 @@ current iteration). The trainer itself knows nothing of this module.
 A run continues another: `Runner(spec, resume=previous)` takes the previous run's trainer (and its
 history) and calls `train()` again, so the iteration count goes on where Stop left it.
 Every run writes its config.yaml and metrics.csv into `config.run_dir` (`default_run_dir` names one).
+
+One run goes at a time in a process: a second `start()` while one goes raises (two runs would
+share the cores, and a trainer built meanwhile would measure its thread counts under that load);
+`running_runs()` lists the one going.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import math
 import threading
 import time
 import traceback
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,8 +33,16 @@ from workbench.learn import config as cfg
 
 from . import jobs
 from .runfiles import append_csv, default_run_dir, read_run  # noqa: F401 - importable from here too
+from .status import refused_text
 
 STATES = ("idle", "compiling", "running", "finished", "stopped", "error")
+_started: "weakref.WeakSet" = weakref.WeakSet()  # a run's thread holds its Runner while it goes
+_starting = threading.Lock()
+
+
+def running_runs() -> list:
+    """The Runners going in this process (started, not ended)."""
+    return [run for run in list(_started) if run.running]
 
 
 @dataclass
@@ -121,11 +134,17 @@ class Runner:
 
     # -- control ------------------------------------------------------------------------
     def start(self) -> "Runner":
+        """Start the run's thread; RuntimeError when this run started already or another goes."""
         if self._thread is not None:
             raise RuntimeError("this run was started already; make a new Runner for another run")
-        self.started_at = time.perf_counter()
-        self._thread = threading.Thread(target=self._main, name="workbench-run", daemon=True)
-        self._thread.start()
+        with _starting:
+            going = running_runs()
+            if going:
+                raise RuntimeError(refused_text(going[0]))
+            _started.add(self)
+            self.started_at = time.perf_counter()
+            self._thread = threading.Thread(target=self._main, name="workbench-run", daemon=True)
+            self._thread.start()
         return self
 
     def stop(self) -> None:

@@ -38,6 +38,16 @@ def iteration_text(runner) -> str:
     return f"iteration {it} / {runner.spec.total_iterations}"
 
 
+def returns_text(metrics: dict) -> str:
+    """"mean return 21.30" for one policy, "returns taggers 1.20, runners -1.20" for several (their
+    mean says nothing when teams play against each other); "" before any episode ended."""
+    teams = [(k.split("/", 1)[1], float(v)) for k, v in metrics.items()
+             if k.startswith("return/") and isinstance(v, (int, float)) and math.isfinite(v)]
+    if len(teams) == 1:
+        return f"mean return {teams[0][1]:.2f}"
+    return "returns " + ", ".join(f"{name} {value:.2f}" for name, value in teams) if teams else ""
+
+
 def describe_state(runner) -> str:
     """The status line of a run in its current state."""
     spec, c = runner.spec, runner.spec.config
@@ -63,9 +73,8 @@ def describe_state(runner) -> str:
     if state == "finished":
         reason = {"budget": "total_env_steps reached", "target_return": "target_return reached"}.get(
             runner.stopped_by, str(runner.stopped_by))
-        ret = last.get("mean_return")
-        ret = f", mean return {ret:.2f}" if isinstance(ret, float) and math.isfinite(ret) else ""
-        return f"finished ({reason}) after {done}{ret}: {what} on {c.env}{folder}"
+        ret = returns_text(last)
+        return f"finished ({reason}) after {done}{', ' + ret if ret else ''}: {what} on {c.env}{folder}"
     return f"error: {type(runner.error).__name__}: {runner.error}"
 
 
@@ -76,8 +85,8 @@ def state_style(runner) -> str:
 
 def progress_line(runner, history: list) -> tuple:
     """(fraction of total_env_steps done, the progress line as HTML) after the metrics `history`.
-    While running the rate is the last row's and an ETA follows; once ended, this session's mean
-    rate (time_s counts from its start) and no ETA."""
+    While running the rate is the last row's and an ETA follows; once ended, the mean rate since
+    Start or Continue (time_s goes on over the run's earlier sessions) and no ETA."""
     last = history[-1]
     total = runner.spec.config.total_env_steps
     steps = float(last.get("env_steps", 0))
@@ -85,10 +94,10 @@ def progress_line(runner, history: list) -> tuple:
     rate = float(last.get("env_steps_per_s", 0.0))
     if not runner.running:
         earlier = runner.resumed_from.history if runner.resumed_from else []
-        before = earlier[-1]["env_steps"] if earlier else 0
-        elapsed = float(last.get("time_s", 0.0))
+        before = earlier[-1] if earlier else {}
+        elapsed = float(last.get("time_s", 0.0)) - float(before.get("time_s", 0.0))
         if elapsed > 0 and len(history) > len(earlier):
-            rate = (steps - float(before)) / elapsed
+            rate = (steps - float(before.get("env_steps", 0))) / elapsed
     eta = (total - steps) / rate if rate > 0 and runner.running else 0.0
     text = (f"<span style='font-family:monospace;font-size:12px'>{100 * frac:5.1f}% | "
             f"{fmt_steps(steps)}env-steps | {fmt_steps(rate)}env-steps/s | "
@@ -100,6 +109,23 @@ def status_line_html(text: str, style: str = "") -> str:
     """The status line as HTML, coloured by `style` ("error", "warning", "success" or "")."""
     colour = STATUS_COLOURS.get(style, "#222")
     return f"<span style='color:{colour};font-size:13px'>{html.escape(text)}</span>"
+
+
+def notice_html(text: str) -> str:
+    """An amber line for what the panel did instead of what was asked (empty text: nothing)."""
+    if not text:
+        return ""
+    return (f"<div style='border-left:3px solid {STATUS_COLOURS['warning']};padding:2px 6px;font-size:12px;"
+            f"max-width:980px;white-space:pre-wrap'>{html.escape(text)}</div>")
+
+
+def refused_text(going) -> str:
+    """Why Start is refused while the run `going` (a Runner of this process) goes on."""
+    folder = going.spec.config.run_dir
+    where = f" (run folder {folder})" if folder else ""
+    return (f"Start refused: a run is going in this kernel{where}; two runs at once would share its cores. Stop "
+            f"it first (its panel's Stop, panel.stop(), or workbench.widgets.running_runs()[0].stop()), or wait "
+            f"for it (panel.wait()).")
 
 
 def error_box_html(exc, traceback_text: str | None = None, with_traceback: bool = True) -> str:

@@ -127,7 +127,9 @@ def measure_threads(tr) -> dict:
         (out[0] if isinstance(out, tuple) else out).float().sum().backward()
         net.zero_grad(set_to_none=False)
 
+    work = (tr.env.name, tr.env.definition.digest, tr.E, tr.algorithm, tuple(sample.shape),
+            sum(p.numel() for p in net.parameters()))
     before = tr.env.store.snapshot()  # the trial steps the env: put it back
-    chosen = threads.configure(tr.config.cpu_threads, tr.env.step, learner_pass)
+    chosen = threads.configure(tr.config.cpu_threads, tr.env.step, learner_pass, key=work)
     tr.env.store.load_snapshot(before)
     return chosen

@@ -37,8 +37,12 @@ class ProgressBar:
         ret = metrics.get("mean_return", float("nan"))
         if not math.isnan(ret):
             self.recent.append((time.perf_counter(), ret))
-        post = {"steps/s": _si(metrics.get("env_steps_per_s", 0.0)),
-                "return": "-" if math.isnan(ret) else f"{ret:.4g}"}
+        teams = {k.split("/", 1)[1]: v for k, v in metrics.items() if k.startswith("return/")}
+        post = {"steps/s": _si(metrics.get("env_steps_per_s", 0.0))}
+        if len(teams) > 1:  # teams playing against each other cancel out in the mean: one return each
+            post.update({f"return {n}": "-" if math.isnan(v) else f"{v:.4g}" for n, v in teams.items()})
+        else:
+            post["return"] = "-" if math.isnan(ret) else f"{ret:.4g}"
         if self.target is not None:
             eta = self.eta_to_target()
             post["to target"] = "?" if eta is None else f"~{eta:.0f}s"

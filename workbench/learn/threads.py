@@ -4,7 +4,9 @@ numba's and torch's thread pools each default to every core. On a 2-core laptop,
 busy process, the two pools oversubscribe the cores and small batches run many times slower than
 on one thread. Unless the user set OMP_NUM_THREADS / NUMBA_NUM_THREADS (or `cpu_threads`), the
 trainer times one env step and one learner pass at 1 thread and at all cores, and keeps the faster
-count for each pool.
+count for each pool. A process measures each kind of work once (`key`: the env, its replicas, the
+model): a later trainer of the same work reuses the counts, so two runs of one seed in a notebook
+compute alike (a matmul split over another thread count rounds differently).
 """
 from __future__ import annotations
 
@@ -15,6 +17,13 @@ import time
 import torch
 
 USER_VARIABLES = ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS", "MKL_NUM_THREADS")
+
+_measured: dict = {}  # key of the work -> the counts measured for it in this process
+
+
+def forget() -> None:
+    """Drop the counts this process measured: the next trainer measures again."""
+    _measured.clear()
 
 
 def available_cores() -> int:
@@ -57,12 +66,13 @@ def apply(chosen: dict) -> None:
     torch.set_num_threads(int(chosen["learner"]))
 
 
-def configure(requested: int, env_step, learner_pass) -> dict:
+def configure(requested: int, env_step, learner_pass, key=None) -> dict:
     """Set numba's and torch's thread counts for CPU training and return what was chosen.
 
     requested > 0 sets both pools to it; 0 measures `env_step()` and `learner_pass()` (callables
     doing one representative unit of work) at 1 thread and at all cores, unless the user fixed the
-    counts through the environment variables, which are then left as they are.
+    counts through the environment variables, which are then left as they are. A `key` naming
+    the work (hashable) measured before in this process reuses that measurement ("reused": True).
     """
     cores = available_cores()
     if requested > 0:
@@ -76,8 +86,15 @@ def configure(requested: int, env_step, learner_pass) -> dict:
         _set_numba(1)
         torch.set_num_threads(1)
         return {"env": 1, "learner": 1, "how": "one core"}
+    if key is not None and (key, cores) in _measured:
+        chosen = _measured[(key, cores)]
+        apply(chosen)
+        return {**chosen, "reused": True}  # still "measured": a checkpoint's counts replace them on load
     candidates = (1, cores)
     env_threads, env_times = pick(candidates, _set_numba, env_step)
     learner_threads, learner_times = pick(candidates, torch.set_num_threads, learner_pass)
-    return {"env": env_threads, "learner": learner_threads, "how": "measured",
-            "env_s": env_times, "learner_s": learner_times}
+    chosen = {"env": env_threads, "learner": learner_threads, "how": "measured",
+              "env_s": env_times, "learner_s": learner_times}
+    if key is not None:
+        _measured[(key, cores)] = chosen
+    return chosen

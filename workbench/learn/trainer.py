@@ -249,6 +249,8 @@ class Trainer:
         start = window_start = time.perf_counter()
         window_steps, warmup, stopped_by = 0, 0.0, "budget"
         metrics = self.history[-1] if self.history else {}
+        earlier = float(metrics.get("time_s", 0.0))  # a continued or resumed run's clock goes on
+        earlier = earlier if math.isfinite(earlier) else 0.0
         self._interrupt = None
         previous = self._install_signal_handlers()
         try:
@@ -270,7 +272,7 @@ class Trainer:
                     interrupted = self.sync.any(interrupted, self.device)
                 if self.iteration % config.log_every == 0 or self.iteration >= stop_at or interrupted:
                     now = time.perf_counter()
-                    metrics = self.pull_metrics(window_steps / max(now - window_start, 1e-9), now - start)
+                    metrics = self.pull_metrics(window_steps / max(now - window_start, 1e-9), earlier + now - start)
                     window_start, window_steps = now, 0
                     stopped_by = self._report(metrics, callbacks, run_dir) or stopped_by
                     if stopped_by != "budget":
