@@ -160,9 +160,9 @@ def rollouts(run) -> None:
 
 def _checkpoint_trainer(checkpoint: str, config):
     """A trainer holding the checkpoint's policies, on the run's replicas and target."""
-    from workbench.learn import checkpoint as ckpt
+    from workbench.learn.runs import load_checkpoint
     from workbench.learn.trainer import make_trainer
-    payload = ckpt.load(checkpoint)
+    checkpoint, payload = load_checkpoint(checkpoint)  # (registers a cell-defined env from its stored source)
     saved = cfg.from_dict(payload["config"])
     run_config = cfg.replace(saved, num_envs=config.num_envs, target=config.target, seed=config.seed,
                              run_dir=None)
