@@ -309,19 +309,32 @@ def _build(tmp_path, name, text):
     return exe
 
 
-def _host_run(tmp_path, defn, layout, n_envs, seed, actions):
-    """Reset then one step per entry of `actions` in the host build; the store after each launch."""
-    specs = list(defn.arrays.values())
-    sizes = [n_envs * (defn.num_agents if s.layout == "agent" else 1) * int(np.prod(s.shape, dtype=np.int64))
-             for s in specs]
+def _kernel_arrays(defn, n_envs, recorded=()):
+    """(name, dtype, element count) of every pointer the kernels take, in order: the store's arrays, then
+    the slot array and the terminal copies (one row per replica of `recorded`, at least one); and
+    the C lines that mark `recorded` (replica recorded[k] copies into row k)."""
+    def size(s, lead):
+        return lead * (defn.num_agents if s.layout == "agent" else 1) * int(np.prod(s.shape, dtype=np.int64))
+
+    arrays = [(s.name, s.dtype, size(s, n_envs)) for s in defn.arrays.values()]
+    arrays.append(("wb_slot", np.dtype(np.int32), n_envs))
+    arrays += [(arg, s.dtype, size(s, max(1, len(recorded)))) for arg, s in codegen_c.c_terminal_arrays(defn)]
+    marks = [f"    wb_slot[{r}] = {k + 1};" for k, r in enumerate(recorded)]
+    return arrays, marks
+
+
+def _host_run(tmp_path, defn, layout, n_envs, seed, actions, recorded=()):
+    """Reset then one step per entry of `actions` in the host build; every kernel array (the store's, the
+    slot array and the terminal copies, `recorded` marked) after each launch."""
+    arrays, marks = _kernel_arrays(defn, n_envs, recorded)
     grid = (n_envs + layout.envs_per_block - 1) // layout.envs_per_block
-    args = ", ".join(["n_envs", "seed"] + [f"{s.name}.data()" for s in specs])
+    args = ", ".join(["n_envs", "seed"] + [f"{name}.data()" for name, _, _ in arrays])
     main = [codegen_c.c_program(defn, layout), "int main(int argc, char** argv)", "{",
             f"    const int n_envs = {n_envs};", "    const wb_u64 seed = strtoull(argv[1], 0, 10);",
             "    const int steps = atoi(argv[2]);", "    FILE* acts = fopen(argv[3], \"rb\");",
             "    FILE* out = fopen(argv[4], \"wb\");"]
-    main += [f"    std::vector<{codegen_c.c_type(s.dtype)}> {s.name}({n});" for s, n in zip(specs, sizes)]
-    dump = [f"        fwrite({s.name}.data(), sizeof({s.name}[0]), {s.name}.size(), out);" for s in specs]
+    main += [f"    std::vector<{codegen_c.c_type(dtype)}> {name}({n});" for name, dtype, n in arrays] + marks
+    dump = [f"        fwrite({name}.data(), sizeof({name}[0]), {name}.size(), out);" for name, _, _ in arrays]
     main += [f"    wb_launch([&] {{ wb_reset({args}); }}, {grid}, {layout.block});", "    {", *dump, "    }",
              "    for (int k = 0; k < steps; ++k) {",
              "        if (fread(action.data(), sizeof(action[0]), action.size(), acts) != action.size()) return 1;",
@@ -336,20 +349,28 @@ def _host_run(tmp_path, defn, layout, n_envs, seed, actions):
     frames, offset = [], 0
     for _ in range(len(actions) + 1):
         frame = {}
-        for s, n in zip(specs, sizes):
-            frame[s.name] = np.frombuffer(raw, dtype=s.dtype, count=n, offset=offset)
-            offset += n * s.dtype.itemsize
+        for name, dtype, n in arrays:
+            frame[name] = np.frombuffer(raw, dtype=dtype, count=n, offset=offset)
+            offset += n * dtype.itemsize
         frames.append(frame)
     assert offset == len(raw)
     return frames
 
 
-def _compare_with_cpu(tmp_path, defn, layout, n_envs=5, steps=40, seed=3):
-    """The host build of `defn`'s C program against the cpu target on the same actions."""
+def _compare_with_cpu(tmp_path, defn, layout, n_envs=5, steps=40, seed=3, recorded=()):
+    """The host build of `defn`'s C program against the cpu target on the same actions (with `recorded`
+    replicas recorded on both: their terminal copies too)."""
     env = Env(defn, num_envs=n_envs, target="cpu", seed=seed)
+    if recorded:
+        env.record(replicas=recorded)
+    copies = {arg: env.terminal.buffers[spec.name] for arg, spec in codegen_c.c_terminal_arrays(defn)}
+
+    def snapshot():
+        return {k: v.numpy().copy() for k, v in list(env.store.items()) + (list(copies.items()) if recorded else [])}
+
     rng = np.random.default_rng(seed)
     shape = tuple(env.store["action"].shape)
-    actions, frames = [], [{k: v.numpy().copy() for k, v in env.store.items()}]
+    actions, frames = [], [snapshot()]
     for _ in range(steps):
         if isinstance(defn.action, wb.Discrete):
             act = rng.integers(0, defn.action.n, size=shape, dtype=np.int32)
@@ -357,8 +378,8 @@ def _compare_with_cpu(tmp_path, defn, layout, n_envs=5, steps=40, seed=3):
             act = rng.uniform(-1.0, 1.0, size=shape).astype(np.float32)
         actions.append(act)
         env.step(torch.from_numpy(act))
-        frames.append({k: v.numpy().copy() for k, v in env.store.items()})
-    host = _host_run(tmp_path, defn, layout, n_envs, seed, actions)
+        frames.append(snapshot())
+    host = _host_run(tmp_path, defn, layout, n_envs, seed, actions, recorded)
     for k, (want, got) in enumerate(zip(frames, host)):
         for name, expected in want.items():
             actual = got[name].reshape(expected.shape)

@@ -318,7 +318,7 @@ def test_a_recording_begun_mid_episode_is_not_a_complete_episode():
         env.step(env.sample_actions())
         steps += 1
     (tail,) = env.pull_trajectories()
-    assert not tail["complete"] and tail["steps_missing"] == 5 and len(tail["t"]) == steps
+    assert not tail["complete"] and tail["steps_missing"] == 5 and len(tail["t"]) == steps + 1  # + how it ended
     assert "first 5 steps not recorded" in render.FrameSource(tail, env).fig.axes[0].get_title()
     env.step(env.sample_actions())
     while not bool(env.store["done"][0]):  # a whole episode inside the recording
@@ -335,8 +335,8 @@ def test_tag_captions_give_each_team_its_return(recorded):
     last = len(source) - 1
     source.rgb(last)
     caption = source.drawer.captions[last]
-    taggers = traj["reward"][: last + 1][:, env.taggers].mean(axis=1).sum()
-    runners = traj["reward"][: last + 1][:, env.runners].mean(axis=1).sum()
+    taggers = traj["reward"][:last][:, env.taggers].mean(axis=1).sum()  # the steps before the last frame
+    runners = traj["reward"][:last][:, env.runners].mean(axis=1).sum()
     assert f"taggers={taggers:+.2f}" in caption and f"runners={runners:+.2f}" in caption
 
 
@@ -425,3 +425,50 @@ def test_a_custom_env_draws_itself_with_its_draw_function():
     assert not np.array_equal(frames[0], frames[-1])
     black = (frames[-1].reshape(-1, 3).max(axis=1) < 40).sum()
     assert black > 20  # the agents' squares are drawn
+
+
+TITLED_ENV = CUSTOM_ENV.replace('''    ax.plot(frame["px"], frame["py"], "s", color="black")''', '''    ax.plot(frame["px"], frame["py"], "s", color="black")
+    ax.set_title(f"walkers at t={frame['t']}")''').replace('''        ax.plot([frame["params"].side], [0], "*", color="tab:green", ms=14)
+        return''', '''        ax.plot([frame["params"].side], [0], "*", color="tab:green", ms=14)
+        ax.set_title("walkers")
+        return''')
+
+
+def test_a_title_the_drawer_sets_is_kept_and_follows_the_frames():
+    from workbench.compiler import envdef
+    defn = envdef.parse("titled_walkers", TITLED_ENV)
+    steps = 4
+    traj = {"px": np.tile(np.arange(steps, dtype=np.float32)[:, None], (1, 3)), "py": np.zeros((steps, 3), np.float32),
+            "t": np.arange(steps), "reward": np.zeros((steps, 3), np.float32), "done": np.zeros(steps, bool),
+            "replica": 2, "complete": False, "steps_missing": 7}
+    source = render.FrameSource(traj, defn)
+    ax = source.fig.axes[0]
+    assert ax.get_title() == "walkers"  # the static call's title, not the viewer's
+    label = source.fig.get_suptitle()
+    assert "replica 2" in label and "first 7 steps not recorded" in label  # the viewer's label moved above
+    first, last = source.rgb(1), source.rgb(3)
+    assert ax.get_title() == "walkers at t=3"
+    title_rows = slice(0, int(first.shape[0] * 0.2))  # the title is drawn anew each frame, not kept in the background
+    assert not np.array_equal(first[title_rows], last[title_rows])
+
+
+def _synthetic_cartpole(steps):
+    return {"x": np.zeros(steps, np.float32), "theta": np.linspace(-0.1, 0.1, steps).astype(np.float32),
+            "t": np.arange(steps), "reward": np.ones((steps, 1), np.float32), "done": np.zeros(steps, bool)}
+
+
+def test_the_player_plays_in_real_time_whatever_the_episode_length():
+    cartpole = registry.definition("cartpole")  # tau = 0.02 s a step
+    assert render.steps_per_second(cartpole) == pytest.approx(50.0)
+    assert render.steps_per_second(registry.definition("acrobot")) == pytest.approx(5.0)  # dt = 0.2
+    assert render.steps_per_second(registry.definition("pendulum")) == pytest.approx(20.0)  # dt = 0.05
+    assert render.steps_per_second(registry.definition("mountain_car")) == render.DEFAULT_STEPS_PER_SECOND
+    rates = []
+    for steps in (10, 100, 500):
+        anim = render.Animation(_synthetic_cartpole(steps), cartpole, max_frames=60, dpi=30)
+        assert anim.fps == pytest.approx(50.0)
+        page = anim.to_html()
+        assert "fps=50," in page and f"1000*{anim.stride}/(fps*" in page
+        rates.append(anim.fps)  # steps a second at 1x: a frame every 1000 * stride / fps ms
+    assert rates == [50.0] * 3
+    assert render.Animation(_synthetic_cartpole(10), cartpole, fps=12, dpi=30).fps == 12.0

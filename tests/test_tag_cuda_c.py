@@ -22,7 +22,7 @@ from workbench.runtime.env import Env
 from workbench.compiler.targets import cuda_c
 
 from conftest import gpu_only
-from test_cuda_c import _HOST_CUDA, GXX, _build, _host_run
+from test_cuda_c import _HOST_CUDA, GXX, _build, _host_run, _kernel_arrays
 
 needs_gxx = pytest.mark.skipif(GXX is None, reason="needs g++ for the host build of the C runtime")
 
@@ -78,7 +78,9 @@ def host_run_from(tmp_path, defn, layout, n_envs, seed, state, actions):
     """As test_cuda_c._host_run, but the host build starts from `state` (every array) instead of a reset."""
     specs = list(defn.arrays.values())
     grid = (n_envs + layout.envs_per_block - 1) // layout.envs_per_block
-    args = ", ".join(["n_envs", "seed"] + [f"{s.name}.data()" for s in specs])
+    extra = _kernel_arrays(defn, n_envs)[0][len(specs):]  # the slot array and terminal copies: none recorded
+    args = ", ".join(["n_envs", "seed"] + [f"{s.name}.data()" for s in specs]
+                     + [f"{name}.data()" for name, _, _ in extra])
     sizes = [state[s.name].size for s in specs]
 
     def io(call, s, stream):  # read or write one whole array; a short count fails the program
@@ -90,6 +92,7 @@ def host_run_from(tmp_path, defn, layout, n_envs, seed, state, actions):
             "    FILE* acts = fopen(argv[3], \"rb\");", "    FILE* out = fopen(argv[4], \"wb\");",
             "    FILE* init = fopen(argv[5], \"rb\");"]
     main += [f"    std::vector<{codegen_c.c_type(s.dtype)}> {s.name}({n});" for s, n in zip(specs, sizes)]
+    main += [f"    std::vector<{codegen_c.c_type(dtype)}> {name}({n});" for name, dtype, n in extra]
     main += ["    {", *[io("fread", s, "init") for s in specs], "    }",
              "    for (int k = 0; k < steps; ++k) {",
              "        if (fread(action.data(), sizeof(action[0]), action.size(), acts) != action.size()) return 1;",

@@ -4,7 +4,8 @@ Both numba targets share one driver text; they differ only in how a replica and 
 map onto loops or threads (the `header`) and in what a barrier is (`sync`). The driver owns
 the framework's part of a step: clearing rewards and flags, the time-limit truncation,
 episode bookkeeping and the same-step auto-reset of finished replicas with the final
-observation kept. A phase runs over the agents of a replica, over the instances of one of its
+observation kept (and, for replicas the recorder marks, the state they ended in:
+terminal_arrays). A phase runs over the agents of a replica, over the instances of one of its
 ENTITIES (strided over the same lanes), or once per replica (its first lane); a barrier follows
 every phase whatever it runs over.
 """
@@ -44,8 +45,21 @@ def gpu_layout(num_agents: int, block_size: int = 256, max_threads_per_env: int 
     return Layout(tpe, max(1, block_size // tpe))
 
 
+SLOT = "_wb_slot"
+
+
+def terminal_arrays(defn: EnvDefinition) -> list:
+    """(kernel argument, state array) of each copy the step driver makes of a recorded replica's
+    state when its episode ends: `_wb_final_NAME` [S, *NAME's shape after E] keeps, in row
+    `_wb_slot[e] - 1`, NAME as the step phases left it, before observe and the auto-reset; replicas
+    whose `_wb_slot[e]` is 0 (every replica unless the recorder marks it) are never copied."""
+    return [(f"_wb_final_{name}", spec) for name, spec in defn.arrays.items() if spec.owner == "env"]
+
+
 def kernel_args(defn: EnvDefinition) -> list:
-    return ["n_envs", "seed"] + list(defn.arrays)
+    """The drivers' arguments: the store's arrays in definition order, then the recorder's slot
+    array and terminal copies (terminal_arrays)."""
+    return ["n_envs", "seed"] + list(defn.arrays) + [SLOT] + [arg for arg, _ in terminal_arrays(defn)]
 
 
 ENTITY_STREAM = 1 << 32  # entity k's instance i draws from the key of "agent" (k + 1) * ENTITY_STREAM + i
@@ -114,13 +128,39 @@ def _copy_obs(defn: EnvDefinition) -> tuple:
     return tuple(lines)
 
 
+def _copy(dst: str, dst_lead: str, src: str, src_lead: str, shape: tuple) -> tuple:
+    lines = [("    " * k) + f"for i{k} in range({n}):" for k, n in enumerate(shape)]
+    sub = "".join(f", i{k}" for k in range(len(shape)))
+    return tuple(lines) + ("    " * len(shape) + f"{dst}[{dst_lead}{sub}] = {src}[{src_lead}{sub}]",)
+
+
+def _copy_terminal(w: _Writer, defn: EnvDefinition, d: int):
+    """Recorded replicas whose episode ends in this step keep their state (terminal_arrays). It runs
+    between the step phases' barrier and the next, where no phase writes state; `_wb_t`, read before
+    `t` advances, tells a time limit; observe phases may still rewrite scratch state after it."""
+    ending = f"active and {SLOT}[e] != 0 and (terminated[e] != 0 or _wb_t + 1 >= MAX_STEPS)"
+    agent_copies, env_copies = (), ()
+    for arg, spec in terminal_arrays(defn):
+        if spec.layout == "agent":
+            agent_copies += _copy(arg, "_wb_s, a", spec.name, "e, a", spec.shape)
+        else:
+            env_copies += _copy(arg, "_wb_s", spec.name, "e", spec.shape)
+    if agent_copies:
+        w.agent_loop(d, (f"_wb_s = {SLOT}[e] - 1",) + agent_copies, guard=ending)
+    if env_copies:
+        w.emit(d, f"if {ending} and lane == 0:", f"    _wb_s = {SLOT}[e] - 1")
+        w.emit(d + 1, *env_copies)
+
+
 def _step_body(w: _Writer, defn: EnvDefinition, d: int):
+    w.emit(d, "_wb_t = t[e] if active else 0")
     w.agent_loop(d, ("reward[e, a] = 0",))
     w.emit(d, "if active and lane == 0:", "    terminated[e] = 0", "    truncated[e] = 0")
     w.barrier(d)
     for fn in defn.step_phases:
         w.phase(d, defn, fn, STEP_KEY)
         w.barrier(d)
+    _copy_terminal(w, defn, d)
     w.agent_loop(d, ("episode_return[e, a] += reward[e, a]",))
     w.emit(d, "if active and lane == 0:", "    t[e] += 1", "    if t[e] >= MAX_STEPS:", "        truncated[e] = 1",
            "    done[e] = 1 if (terminated[e] != 0 or truncated[e] != 0) else 0")

@@ -15,9 +15,14 @@ import types
 
 import numpy as np
 
-# the colour of a policy group everywhere: the viewer's agents and the panel's curves
-GROUP_COLOURS = {"taggers": "tab:red", "runners": "tab:blue"}
+from ..learn.report import GROUP_COLOURS, team_colour  # noqa: F401 - one colour per team in every figure
+
 _CYCLE = ("tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
+
+
+def _before_each(rewards: np.ndarray) -> np.ndarray:
+    """Return so far at each frame: frame k shows the state before step k, after steps 0 .. k-1."""
+    return np.concatenate([[0.0], np.cumsum(rewards)[:-1]]) if len(rewards) else np.zeros(0)
 
 
 class Drawer:
@@ -35,9 +40,9 @@ class Drawer:
         # the return so far of each team (mean over its agents): averaging taggers with runners hides both
         teams = {name: np.asarray(list(ids), dtype=np.int64) for name, ids in self.groups.items()
                  if len(ids) and max(ids) < reward.shape[1]}
-        self.team_returns = ({name: np.cumsum(reward[:, ids].mean(axis=1)) for name, ids in teams.items()}
+        self.team_returns = ({name: _before_each(reward[:, ids].mean(axis=1)) for name, ids in teams.items()}
                              if len(teams) > 1 else {})
-        self.returns = np.cumsum(reward.mean(axis=1))
+        self.returns = _before_each(reward.mean(axis=1))
         self.info = None
         self.captions = [""] * len(self)
 
@@ -58,7 +63,8 @@ class Drawer:
         return self.info
 
     def set_info(self, k: int, extra: str = ""):
-        """Frame k's caption: t, the return so far (each team's when there are several), then `extra`."""
+        """Frame k's caption: t, the return of the steps before frame k (each team's when there are
+        several; the whole episode's on the frame of the state it ended in), then `extra`."""
         if self.team_returns:
             ret = "return " + " ".join(f"{name}={values[k]:+.2f}" for name, values in self.team_returns.items())
         else:
@@ -107,7 +113,7 @@ class PointsDrawer(Drawer):
         self.lines = []
         marker = "s" if self.grid else "o"
         for i, (gname, ids) in enumerate(groups.items()):
-            colour = GROUP_COLOURS.get(gname, _CYCLE[i % len(_CYCLE)])
+            colour = team_colour(gname, i)
             # no marker edges and no alpha: Agg stamps one cached marker per agent, the cheapest path
             (line,) = ax.plot([], [], marker, ls="none", ms=self.size, color=colour, label=f"{gname} ({len(ids)})",
                               mew=0.0)

@@ -2,7 +2,9 @@
 player with a frame slider, or written to mp4 through ffmpeg.
 
 A trajectory is one entry of `env.pull_trajectories()`: host arrays [T, ...] of the env's state
-(per-env arrays [T], per-agent arrays [T, A]) before each step, plus obs, t, action, reward, done.
+(per-env arrays [T], per-agent arrays [T, A]) before each step, plus obs, t, action, reward, done;
+an episode that ended has one frame more, the state it ended in. The player plays in real time: one
+step per `dt` seconds of the env (`steps_per_second`).
 An env is drawn by the drawer its source declares (`RENDER = MyDrawer` or `draw(frame, ax)`:
 shipped envs and `%%warpenv` cells alike), found through its definition by `drawer_for`;
 workbench.notebook.drawers holds the Drawer base class and the drawers of envs that declare none. A
@@ -90,6 +92,21 @@ def drawer_for(trajectory: dict, env) -> Drawer:
 
 # ---- frames --------------------------------------------------------------------------------------
 
+DEFAULT_STEPS_PER_SECOND = 30.0  # the rate of an env that does not say how long a step lasts
+MAX_STEPS_PER_SECOND = 60.0
+
+
+def steps_per_second(env) -> float:
+    """Real time for `env`: 1 / its seconds per step, the PARAMS entry `dt` (or `tau`, CartPole's
+    name for it), at most MAX_STEPS_PER_SECOND; DEFAULT_STEPS_PER_SECOND when it declares neither."""
+    params = _definition(env).params
+    for name in ("dt", "tau"):
+        value = params.get(name)
+        if isinstance(value, (int, float, np.number)) and not isinstance(value, bool) and value > 0:
+            return min(1.0 / float(value), MAX_STEPS_PER_SECOND)
+    return DEFAULT_STEPS_PER_SECOND
+
+
 def _partial_note(trajectory: dict) -> str:
     if trajectory.get("complete", True):
         return ""
@@ -110,8 +127,13 @@ class FrameSource:
         ax = self.fig.add_subplot()
         ax.set_autoscale_on(False)
         self.artists = self.drawer.setup(ax)
-        ax.set_title(f"{self.drawer.name}  replica {trajectory.get('replica', 0)}"
-                     + _partial_note(trajectory), fontsize=9)
+        label = f"{self.drawer.name}  replica {trajectory.get('replica', 0)}" + _partial_note(trajectory)
+        if ax.get_title():
+            # the drawer's own title stays, redrawn every frame (a draw() may change it per frame)
+            self.fig.suptitle(label, fontsize=8)
+            self.artists = list(self.artists) + [ax.title]
+        else:
+            ax.set_title(label, fontsize=9)
         self.fig.tight_layout()
         if not caption and self.drawer.info is not None:
             self.drawer.info.set_visible(False)
@@ -167,20 +189,23 @@ class Animation:
     plus a note under the player say so; with on_limit="raise" an EmbedLimitError says by how much
     the limit is exceeded and how to raise it. `max_frames` caps the frame count the same way (a
     stride, with a note), for a quicker render of a long episode. save_mp4 always writes every step.
+    `fps`: steps per second at 1x, whatever the episode's length (default `steps_per_second(env)`,
+    real time); a player showing every k-th step shows fps / k frames a second.
     """
 
-    def __init__(self, trajectory: dict, env, *, fps: int = 30, embed_limit_mb: float | None = None,
+    def __init__(self, trajectory: dict, env, *, fps: float | None = None, embed_limit_mb: float | None = None,
                  dpi: int = 80, max_frames: int | None = None, on_limit: str = "stride"):
         if on_limit not in ("stride", "raise"):
             raise ValueError(f"on_limit must be 'stride' or 'raise', got {on_limit!r}")
         self.trajectory = trajectory
         self.env = env
-        self.fps = int(fps)
+        self.fps = float(fps) if fps else steps_per_second(env)  # steps per second at 1x
         self.dpi = dpi
         source = FrameSource(trajectory, env, dpi, caption=False)
         self.drawer = source.drawer
         total = len(source)
-        self.total_steps = total
+        # an ended episode's last frame is the state after its last step
+        self.total_steps = total - 1 if trajectory.get("terminal_frame") else total
         limit = _embed_limit_bytes(embed_limit_mb)
         stride = 1 if max_frames is None or total <= max_frames else math.ceil(total / max_frames)
         # the first frames estimate a frame's size, so the frames left out are never drawn
@@ -238,7 +263,7 @@ class Animation:
 <option value="1" selected>1x</option><option value="2">2x</option><option value="4">4x</option></select>
 </div>{note}
 <script>(function(){{
-var frames={json.dumps(self.frames)}, steps={json.dumps(self.steps)}, fps={self.fps}, total={self.total_steps},
+var frames={json.dumps(self.frames)}, steps={json.dumps(self.steps)}, fps={self.fps:g}, total={self.total_steps},
     captions={json.dumps(self.captions)};
 var img=document.getElementById("{pid}-img"), slider=document.getElementById("{pid}-slider"),
     play=document.getElementById("{pid}-play"), label=document.getElementById("{pid}-label"),
@@ -264,8 +289,8 @@ speed.onchange=function(){{ if(timer) start(); }};
                         f"</title></head><body>{self.to_html()}</body></html>")
         return path
 
-    def save_mp4(self, path, fps: int | None = None) -> Path:
-        """Every step (not only the embedded frames) as H.264 mp4."""
+    def save_mp4(self, path, fps: float | None = None) -> Path:
+        """Every step (not only the embedded frames) as H.264 mp4, `fps` steps a second (default the player's)."""
         return to_mp4(self.trajectory, self.env, path, fps=fps or self.fps, dpi=self.dpi)
 
 
@@ -294,7 +319,7 @@ class AnimationGroup:
         path.write_text(f"<!doctype html><html><head><meta charset='utf-8'></head><body>{self.to_html()}</body></html>")
         return path
 
-    def save_mp4(self, path, fps: int | None = None) -> list:
+    def save_mp4(self, path, fps: float | None = None) -> list:
         """Every step of each animation as mp4: `path` for one, else path-replicaN.mp4 per replica."""
         path = Path(path)
         if len(self.animations) == 1:
@@ -335,9 +360,11 @@ def find_ffmpeg() -> str:
                               "or install a system ffmpeg (apt-get install ffmpeg); the HTML player needs neither")
 
 
-def to_mp4(trajectory: dict, env, path, *, fps: int = 30, dpi: int = 80) -> Path:
-    """Write every step of `trajectory` to `path` as H.264 mp4 (ffmpeg-python over a raw pipe)."""
+def to_mp4(trajectory: dict, env, path, *, fps: float | None = None, dpi: int = 80) -> Path:
+    """Write every step of `trajectory` to `path` as H.264 mp4 (ffmpeg-python over a raw pipe), `fps`
+    steps a second (default `steps_per_second(env)`, real time)."""
     exe = find_ffmpeg()
+    fps = float(fps) if fps else steps_per_second(env)
     try:
         import ffmpeg
     except ImportError:
@@ -370,7 +397,7 @@ def to_mp4(trajectory: dict, env, path, *, fps: int = 30, dpi: int = 80) -> Path
 def record_episode(env, policy=None, *, replicas=(0,), max_steps: int | None = None, reset: bool = True,
                    deterministic: bool = False) -> list:
     """Step `env` until every replica in `replicas` finished an episode (or `max_steps` steps) and
-    return their trajectories. policy: None (uniformly random actions), a Trainer (its `act`), or a
+    return their trajectories (an episode that ended ends with the state it ended in). policy: None (uniformly random actions), a Trainer (its `act`), or a
     callable `policy(env)` that writes or returns the actions."""
     replicas = [int(r) for r in replicas]
     limit = int(max_steps or min(env.definition.max_steps, 2000))
@@ -396,7 +423,7 @@ def record_episode(env, policy=None, *, replicas=(0,), max_steps: int | None = N
         env.recorder = None
 
 
-def record_policy_animation(trainer, path, *, replica: int = 0, fps: int = 30, mp4: bool = True) -> Path:
+def record_policy_animation(trainer, path, *, replica: int = 0, fps: float | None = None, mp4: bool = True) -> Path:
     """Run `trainer`'s policy for one episode of `replica` (all replicas step), write an HTML player
     to `path` and, when ffmpeg is present and `mp4`, the same episode as `path` with suffix .mp4.
     Returns the HTML path."""
@@ -412,7 +439,8 @@ def record_policy_animation(trainer, path, *, replica: int = 0, fps: int = 30, m
 
 
 def replay(run_or_checkpoint, *, replica: int = 0, num_envs: int = 1, mp4=None, html=None, target: str | None = None,
-           seed: int | None = None, deterministic: bool = True, max_steps: int | None = None, fps: int = 30, **kwargs):
+           seed: int | None = None, deterministic: bool = True, max_steps: int | None = None, fps: float | None = None,
+           **kwargs):
     """Load a run's trained policy, play one episode of `replica` and return its Animation
     (displayed by a notebook); also written as mp4 to `mp4` and as an HTML player to `html` if given.
     Extra keyword arguments go to the Animation (dpi, max_frames, embed_limit_mb)."""

@@ -8,7 +8,7 @@ import torch
 
 from ..compiler.envdef import Box, Discrete, EnvDefinition, MultiDiscrete
 from ..errors import ActionError, NonFiniteError, WorkbenchError
-from .recorder import TrajectoryRecorder
+from .recorder import TerminalCopies, TrajectoryRecorder
 from .store import DataStore, check_fits
 from ..compiler.targets import get_target
 
@@ -61,7 +61,8 @@ class Env:
                    "use fewer replicas (num_envs)")
         for spec in defn.arrays.values():
             self.store.allocate(spec)
-        self._views = [self.store.view(name) for name in defn.arrays]
+        self.terminal = TerminalCopies(defn, self.num_envs, self.num_agents, self.device)
+        self._views = self._kernel_views()
         self.kernels, fresh = _kernels(defn, self.target, debug)
         self._done = self.store["done"].view(torch.bool)
         self.info = {
@@ -77,7 +78,9 @@ class Env:
         self._uniform = None
         self._action_check = ActionCheck(defn.action, tuple(self.store["action"].shape), self.device,
                                          deferred=self.device.type == "cuda" and not debug)
-        self.recorder: TrajectoryRecorder | None = None
+        self._recorder: TrajectoryRecorder | None = None
+        self._detached = None  # (recorder, clock): the recording last detached, resumable until the env moves
+        self._clock = 0  # steps and resets so far
         if fresh:  # compile both kernels now, so a broken env fails in make() rather than mid-run
             self.kernels.reset(self.num_envs, self.seed, self._views)
             self.kernels.step(self.num_envs, self.seed, self._views)
@@ -131,6 +134,7 @@ class Env:
             self.seed = int(seed) & 0x7FFFFFFFFFFFFFFF
             self.store["episode"].zero_()
             self._generator.manual_seed(self.seed)
+        self._clock += 1
         self.kernels.reset(self.num_envs, self.seed, self._views)
         if self.recorder is not None:
             self.recorder.restart()
@@ -153,6 +157,7 @@ class Env:
             self._action_check.report()
         if actions is not None:
             self._accept_actions(actions)
+        self._clock += 1
         if self.recorder is not None:
             self.recorder.capture_before_step()
         self._launch_step()
@@ -237,13 +242,50 @@ class Env:
         return {k: self.store[k][replica].tolist() for k, s in self.definition.arrays.items() if s.owner == "env"}
 
     # -- recording ----------------------------------------------------------------------
+    def _kernel_views(self) -> list:
+        return [self.store.view(name) for name in self.definition.arrays] + \
+            [self.target.view(tensor) for tensor in self.terminal.tensors()]
+
+    @property
+    def recorder(self) -> TrajectoryRecorder | None:
+        """The recording `record` began (None: none); setting None detaches it and the kernels stop
+        keeping terminal states."""
+        return self._recorder
+
+    @recorder.setter
+    def recorder(self, recorder: TrajectoryRecorder | None):
+        if recorder is None:
+            if self._recorder is not None:
+                self._detached = (self._recorder, self._clock)
+            self.terminal.clear()
+        else:
+            if self.terminal.assign(recorder.distinct):
+                self._views = self._kernel_views()
+                self._step_graph = None
+            self._detached = None
+        self._recorder = recorder
+
     def record(self, replicas=(0,), max_steps: int | None = None) -> TrajectoryRecorder:
-        """Keep the last episode of `replicas` on the device until `pull_trajectories()`."""
-        self.recorder = TrajectoryRecorder(self, replicas, max_steps or min(self.definition.max_steps, 100_000))
-        return self.recorder
+        """Keep the last episode of `replicas` on the device until `pull_trajectories()`, ending with the
+        state that ended it. The device keeps 2 * `max_steps` steps (default the env's MAX_STEPS, at most
+        50,000), so the last finished episode up to `max_steps` long is always whole. Asked again for
+        the same replicas and length while recording, or after the recording was detached with no step
+        or reset since, the recording goes on (a Stop and Continue keeps the episodes recorded)."""
+        replicas = [int(r) for r in replicas]
+        steps = int(max_steps or min(self.definition.max_steps, 50_000))
+        previous = self._recorder
+        if previous is None and self._detached is not None and self._detached[1] == self._clock:
+            previous = self._detached[0]
+        if previous is not None and previous.replicas == replicas and previous.max_steps == steps:
+            recorder = previous
+        else:
+            recorder = TrajectoryRecorder(self, replicas, steps)
+        self.recorder = recorder
+        return recorder
 
     def pull_trajectories(self) -> list:
-        """Per recorded replica, a dict of host arrays [T, ...] of its last finished episode."""
+        """Per recorded replica, a dict of host arrays [T, ...] of its last finished episode: the state
+        before each of its steps, then the state it ended in (see TrajectoryRecorder.pull)."""
         if self.recorder is None:
             raise WorkbenchError("nothing is being recorded; call env.record(replicas=[...]) first")
         return self.recorder.pull()

@@ -1,26 +1,80 @@
-"""Keeps the recent steps of chosen replicas on the device; `pull` returns their last episode."""
+"""Keeps the recent steps of chosen replicas on the device; `pull` returns their last episode, ended by
+the state that ended it (the step kernel's terminal copies, `TerminalCopies`)."""
 from __future__ import annotations
 
 import numpy as np
 import torch
 
+from ..compiler.codegen import terminal_arrays
+from .store import _TORCH_DTYPES
+
+
+class TerminalCopies:
+    """The step kernel's copies of recorded replicas' terminal states (codegen.terminal_arrays).
+
+    `slot` [E] int32: 0 for a replica nobody records, k for one whose episode ends are copied into row
+    k - 1 of `buffers` (name -> [S, *shape], S >= 1 rows). Not recording costs the kernel one check
+    of `slot[e]` per step, and memory 4 bytes per replica plus one row of state.
+    """
+
+    def __init__(self, defn, num_envs: int, num_agents: int, device):
+        self.defn, self.num_agents, self.device = defn, num_agents, device
+        self.slot = torch.zeros(num_envs, dtype=torch.int32, device=device)
+        self.retired: list = []  # earlier slot arrays, zeroed, which a CUDA graph captured before may still read
+        self.buffers = self._allocate(1)
+
+    def _allocate(self, rows: int) -> dict:
+        self.rows = rows
+        return {spec.name: torch.zeros((rows,) + ((self.num_agents,) if spec.layout == "agent" else ())
+                                       + tuple(spec.shape), dtype=_TORCH_DTYPES[spec.dtype], device=self.device)
+                for _, spec in terminal_arrays(self.defn)}
+
+    def tensors(self) -> list:
+        """The kernels' arguments after the store's arrays: slot, then each copy (kernel order)."""
+        return [self.slot] + [self.buffers[spec.name] for _, spec in terminal_arrays(self.defn)]
+
+    def assign(self, replicas: list) -> bool:
+        """Copy the episode ends of `replicas` (distinct), replica replicas[k] into row k; True when the
+        arrays were replaced (the kernels' arguments changed). Nothing is freed that a graph captured
+        earlier writes: the old slot array is kept, all zeros, so such a graph copies nothing."""
+        replaced = len(replicas) > self.rows
+        if replaced:
+            self.slot.zero_()
+            self.retired.append(self.slot)
+            self.slot = torch.zeros_like(self.slot)
+            self.buffers = self._allocate(len(replicas))
+        self.clear()
+        if replicas:
+            index = torch.tensor(replicas, dtype=torch.long, device=self.device)
+            self.slot.index_copy_(0, index, torch.arange(1, len(replicas) + 1, dtype=torch.int32, device=self.device))
+        return replaced
+
+    def clear(self):
+        self.slot.zero_()
+
 
 class TrajectoryRecorder:
     """Ring buffer over the last `capacity` steps of `replicas`.
 
-    Each frame holds the state arrays before a step (plus obs) and that step's action,
-    reward and done flag, copied device-to-device; nothing reaches the host until `pull`.
+    Each frame holds the state arrays before a step (plus obs) and that step's action, reward and
+    done flag, copied device-to-device; nothing reaches the host until `pull`. The ring holds twice
+    `max_steps` steps, so the last finished episode (up to `max_steps` long) stays whole however far
+    the next one has run. The state an episode ended in is copied by the step kernel itself (the
+    auto-reset overwrites it in the same launch): `terminal` holds one row per distinct replica.
     """
 
-    def __init__(self, env, replicas, capacity: int):
+    def __init__(self, env, replicas, max_steps: int):
         self.env = env
         self.replicas = [int(r) for r in replicas]
         bad = [r for r in self.replicas if not 0 <= r < env.num_envs]
         if bad:
             raise ValueError(f"replicas {bad} out of range [0, {env.num_envs})")
-        self.capacity = int(capacity) + 1
+        self.max_steps = int(max_steps)
+        self.capacity = 2 * self.max_steps
         store = env.store
         self.index = torch.tensor(self.replicas, dtype=torch.long, device=env.device)
+        self.distinct = list(dict.fromkeys(self.replicas))
+        self.terminal = env.terminal
         self.before = [n for n, s in env.definition.arrays.items() if s.owner == "env"] + ["obs", "t"]
         self.after = ["action", "reward", "done", "terminated", "truncated"]
         self.buffers = {n: torch.zeros((self.capacity, len(self.replicas)) + tuple(store[n].shape[1:]),
@@ -42,10 +96,26 @@ class TrajectoryRecorder:
         self.pos = (self.pos + 1) % self.capacity
         self.count = min(self.count + 1, self.capacity)
 
+    def _terminal_frame(self, host: dict, j: int, last: int) -> dict:
+        """Frame after step `last` of replica j's episode: the state that ended it (no step follows:
+        action and reward zero, the flags those of the step that ended it)."""
+        replica = self.replicas[j]
+        row = self.distinct.index(replica)
+        frame = {n: np.zeros_like(v[last, j]) for n, v in host.items()}
+        for n in ("done", "terminated", "truncated"):
+            frame[n] = host[n][last, j]
+        for n in self.before:
+            if n not in ("obs", "t"):
+                frame[n] = self.terminal.buffers[n][row].cpu().numpy()
+        frame["obs"] = self.env.store["final_obs"][replica].cpu().numpy()
+        frame["t"] = host["t"][last, j] + 1
+        return frame
+
     def pull(self) -> list:
         """Per replica: {name: array [T, ...]} of its last finished episode (or the running one), with
-        `complete` (it ended and every one of its steps is here) and `steps_missing` (steps of it that
-        came before the recording began or past the capacity)."""
+        `complete` (it ended and every one of its steps is here), `steps_missing` (steps of it that
+        came before the recording began or past the capacity) and `terminal_frame` (its last frame is
+        the state it ended in, after its last step: T = steps + 1)."""
         order = [(self.pos - self.count + k) % self.capacity for k in range(self.count)]
         host = {n: b.cpu().numpy()[order] for n, b in self.buffers.items()}
         episodes = []
@@ -58,10 +128,15 @@ class TrajectoryRecorder:
                 stop = ends[-1] + 1
                 start = ends[-2] + 1 if len(ends) > 1 else 0
             episode = {n: v[start:stop, j] for n, v in host.items()}
+            ended = bool(len(ends))
+            if ended:
+                final = self._terminal_frame(host, j, stop - 1)
+                episode = {n: np.concatenate([v, final[n][None]]) for n, v in episode.items()}
             episode["replica"] = replica
             # complete: it ended and its first step is in the buffer (t = 0 before it); an episode whose
             # start came before the recording began (or was overwritten) is a tail, not an episode
             episode["complete"] = bool(len(ends)) and stop > start and int(host["t"][start, j]) == 0
             episode["steps_missing"] = int(host["t"][start, j]) if stop > start else 0
+            episode["terminal_frame"] = ended
             episodes.append(episode)
         return episodes

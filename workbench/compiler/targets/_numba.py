@@ -237,7 +237,7 @@ def locate_out_of_bounds(defn: EnvDefinition, kernel: str, n_envs: int, seed: in
     filename = f"<workbench replay {defn.name}>"
     ns = {"__name__": f"workbench_replay_{defn.name}"}
     exec(compile(text, filename, "exec"), ns)
-    arrays = [_CheckedArray(name, view.copy()) for name, view in zip(defn.arrays, views)]
+    arrays = [_CheckedArray(name, view.copy()) for name, view in zip(codegen.kernel_args(defn)[2:], views)]
     env_lines = defn.source.count("\n") + 1
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
