@@ -97,7 +97,7 @@ def test_multi_agent_terminal_copies_match_the_next_state_of_a_longer_run(target
         env = Env(test_cuda_c.probe_definition(max_steps=limit), num_envs=2, target=target, seed=4)
         env.record(replicas=[1, 0], max_steps=limit)
         for _ in range(limit):
-            env.step(actions)
+            env.step(actions.to(env.device))
         trajectories[limit] = env.pull_trajectories()
     for ended, longer in zip(trajectories[6], trajectories[7]):
         assert ended["terminal_frame"] and bool(ended["truncated"][-1]) and not longer["done"][:6].any()
