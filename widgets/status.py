@@ -7,6 +7,8 @@ import html
 import math
 import os
 
+from workbench.learn.report import returns_text  # noqa: F401 - the status line and the CLI say returns alike
+
 STATUS_COLOURS = {"error": "#b00020", "warning": "#a15c00", "success": "#1b7f3a"}
 
 
@@ -36,16 +38,6 @@ def iteration_text(runner) -> str:
     """"iteration i / n" of the run's last metrics row."""
     it = runner.history[-1]["iteration"] if runner.history else 0
     return f"iteration {it} / {runner.spec.total_iterations}"
-
-
-def returns_text(metrics: dict) -> str:
-    """"mean return 21.30" for one policy, "returns taggers 1.20, runners -1.20" for several (their
-    mean says nothing when teams play against each other); "" before any episode ended."""
-    teams = [(k.split("/", 1)[1], float(v)) for k, v in metrics.items()
-             if k.startswith("return/") and isinstance(v, (int, float)) and math.isfinite(v)]
-    if len(teams) == 1:
-        return f"mean return {teams[0][1]:.2f}"
-    return "returns " + ", ".join(f"{name} {value:.2f}" for name, value in teams) if teams else ""
 
 
 def describe_state(runner) -> str:

@@ -1,5 +1,5 @@
-"""Run-folder outputs: the learning curve as a PNG, and the colour of each team in every figure (the
-panel's curves and the rollout viewer's agents use `team_colour` too)."""
+"""Run-folder outputs: the learning curve as a PNG, the colour of each team in every figure (the
+panel's curves and the rollout viewer's agents use `team_colour` too), and the returns said in one line."""
 from __future__ import annotations
 
 import math
@@ -62,3 +62,13 @@ def plot_learning_curve(history: list, path, title: str = "") -> Path:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def returns_text(metrics: dict) -> str:
+    """"mean return 21.30" for one policy, "returns taggers 1.20, runners -1.20" for several (their
+    mean says nothing when teams play against each other); "" before any episode ended."""
+    teams = [(k.split("/", 1)[1], float(v)) for k, v in metrics.items()
+             if k.startswith("return/") and isinstance(v, (int, float)) and math.isfinite(v)]
+    if len(teams) == 1:
+        return f"mean return {teams[0][1]:.2f}"
+    return "returns " + ", ".join(f"{name} {value:.2f}" for name, value in teams) if teams else ""

@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 from . import config as cfg
+from .report import returns_text
 from ..errors import WorkbenchError
 
 # torch (through .checkpoint, .trainer) is imported where used: the CLI imports this module, and
@@ -247,8 +248,7 @@ def run_training(config, *, resume=None, progress=True, policies=None, show_run_
     say(f"stopped by {result.stopped_by} after {result.iterations} iterations, {result.env_steps / 1e6:.2f} M "
         f"env-steps, {result.wall_time_s - result.warmup_s:.1f} s of training (env compile {compile_s:.1f} s "
         + (f"and torch.compile with graph capture {result.warmup_s:.1f} s " if result.warmup_s else "")
-        + "apart); "
-        f"mean return {result.metrics.get('mean_return', float('nan')):.2f}")
+        + "apart); " + (returns_text(result.metrics) or "no episode ended"))
     if run_dir is not None and trainer.history and trainer.is_main:
         plot_learning_curve(trainer.history, run_dir / "learning_curve.png", f"{config.env} {config.algorithm}")
         if show_run_folder:
