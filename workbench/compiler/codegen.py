@@ -138,7 +138,8 @@ def _copy_terminal(w: _Writer, defn: EnvDefinition, d: int):
     """Recorded replicas whose episode ends in this step keep their state (terminal_arrays). It runs
     between the step phases' barrier and the next, where no phase writes state; `_wb_t`, read before
     `t` advances, tells a time limit; observe phases may still rewrite scratch state after it."""
-    ending = f"active and {SLOT}[e] != 0 and (terminated[e] != 0 or _wb_t + 1 >= MAX_STEPS)"
+    # the slot is read only where an episode ends: the other replicas' steps move no extra bytes
+    ending = f"active and (terminated[e] != 0 or _wb_t + 1 >= MAX_STEPS) and {SLOT}[e] != 0"
     agent_copies, env_copies = (), ()
     for arg, spec in terminal_arrays(defn):
         if spec.layout == "agent":

@@ -158,7 +158,8 @@ def c_terminal_arrays(defn: EnvDefinition) -> list:
 
 def _copy_terminal(w: _Writer, d: int):
     """As codegen._copy_terminal: a recorded replica whose episode ends in this step keeps its state."""
-    ending = "active && wb_slot[e] != 0 && (terminated[e] != 0 || wb_t + 1 >= MAX_STEPS)"
+    # the slot is read only where an episode ends: the other replicas' steps move no extra bytes
+    ending = "active && (terminated[e] != 0 || wb_t + 1 >= MAX_STEPS) && wb_slot[e] != 0"
     agent_copies, env_copies = [], []
     for arg, spec in c_terminal_arrays(w.defn):
         size = int(np.prod(spec.shape, dtype=np.int64))
