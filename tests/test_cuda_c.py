@@ -323,14 +323,16 @@ def _kernel_arrays(defn, n_envs, recorded=()):
     return arrays, marks
 
 
-def _host_run(tmp_path, defn, layout, n_envs, seed, actions, recorded=()):
-    """Reset then one step per entry of `actions` in the host build; every kernel array (the store's, the
-    slot array and the terminal copies, `recorded` marked) after each launch."""
+def _host_run(tmp_path, defn, layout, n_envs, seed, actions, recorded=(), span=None):
+    """Reset then one step per entry of `actions` in the host build (`span` replicas per seed, default
+    n_envs); every kernel array (the store's, the slot array and the terminal copies, `recorded`
+    marked) after each launch."""
     arrays, marks = _kernel_arrays(defn, n_envs, recorded)
     grid = (n_envs + layout.envs_per_block - 1) // layout.envs_per_block
-    args = ", ".join(["n_envs", "seed"] + [f"{name}.data()" for name, _, _ in arrays])
+    args = ", ".join(["n_envs", "seed", "span"] + [f"{name}.data()" for name, _, _ in arrays])
     main = [codegen_c.c_program(defn, layout), "int main(int argc, char** argv)", "{",
             f"    const int n_envs = {n_envs};", "    const wb_u64 seed = strtoull(argv[1], 0, 10);",
+            f"    const int span = {span or n_envs};",
             "    const int steps = atoi(argv[2]);", "    FILE* acts = fopen(argv[3], \"rb\");",
             "    FILE* out = fopen(argv[4], \"wb\");"]
     main += [f"    std::vector<{codegen_c.c_type(dtype)}> {name}({n});" for name, dtype, n in arrays] + marks
@@ -357,10 +359,10 @@ def _host_run(tmp_path, defn, layout, n_envs, seed, actions, recorded=()):
     return frames
 
 
-def _compare_with_cpu(tmp_path, defn, layout, n_envs=5, steps=40, seed=3, recorded=()):
+def _compare_with_cpu(tmp_path, defn, layout, n_envs=5, steps=40, seed=3, recorded=(), replicas_per_seed=None):
     """The host build of `defn`'s C program against the cpu target on the same actions (with `recorded`
-    replicas recorded on both: their terminal copies too)."""
-    env = Env(defn, num_envs=n_envs, target="cpu", seed=seed)
+    replicas recorded on both: their terminal copies too; `replicas_per_seed` on both)."""
+    env = Env(defn, num_envs=n_envs, target="cpu", seed=seed, replicas_per_seed=replicas_per_seed)
     if recorded:
         env.record(replicas=recorded)
     copies = {arg: env.terminal.buffers[spec.name] for arg, spec in codegen_c.c_terminal_arrays(defn)}
@@ -379,7 +381,7 @@ def _compare_with_cpu(tmp_path, defn, layout, n_envs=5, steps=40, seed=3, record
         actions.append(act)
         env.step(torch.from_numpy(act))
         frames.append(snapshot())
-    host = _host_run(tmp_path, defn, layout, n_envs, seed, actions, recorded)
+    host = _host_run(tmp_path, defn, layout, n_envs, seed, actions, recorded, replicas_per_seed)
     for k, (want, got) in enumerate(zip(frames, host)):
         for name, expected in want.items():
             actual = got[name].reshape(expected.shape)

@@ -264,7 +264,7 @@ def test_cuda_c_driver_runs_entity_and_per_replica_phases():
     defn = envdef_c.attach_c(envdef.parse("patches", PATCHES), PATCHES_C, "patches.cu")
     source = codegen_c.c_program(defn, codegen.gpu_layout(3))
     assert "for (int a = lane; a < 4; a += TPE)" in source  # the patch phases
-    assert "wb_make_key(seed, e, 4294967296ULL + (wb_u64)a, " in source
+    assert "wb_make_key(wb_seed, wb_e, 4294967296ULL + (wb_u64)a, " in source
     assert "tally(e, eaten, total, ticks, terminated);" in source
 
 

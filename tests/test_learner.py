@@ -134,7 +134,7 @@ def test_chunk_loss_traces_as_one_graph(algorithm, config):
     (loss_c, stats_c), (loss_e, stats_e) = compiled(*args), algorithm.chunk_loss(*args)
     torch.testing.assert_close(loss_c, loss_e)
     torch.testing.assert_close(stats_c, stats_e)
-    assert stats_e.shape == (len(algorithm.STATS),)
+    assert stats_e.shape == (len(algorithm.STATS), 1)  # [STATS, members]
 
 
 def test_policy_step_writes_the_rollout_step_in_one_graph():

@@ -89,11 +89,13 @@ __version__ = "0.1.0"
 
 
 def make(name: str, num_envs: int = 1, *, target: str | None = None, seed: int = 0, debug: bool = False,
-         **params):
+         replicas_per_seed: int | None = None, **params):
     """All `num_envs` replicas of env `name` on `target` ("cpu", "cuda", "cuda-c"; default: the
-    best present). Extra keyword arguments override the env's PARAMS. See workbench.runtime.env.make."""
+    best present), in blocks of `replicas_per_seed` seeded seed, seed + 1, ... (default: one block).
+    Extra keyword arguments override the env's PARAMS. See workbench.runtime.env.make."""
     from .runtime.env import make as _make
-    return _make(name, num_envs, target=target, seed=seed, debug=debug, **params)
+    return _make(name, num_envs, target=target, seed=seed, debug=debug, replicas_per_seed=replicas_per_seed,
+                 **params)
 
 
 def check_env(name_or_env, targets=None, **kwargs):

@@ -37,6 +37,8 @@ def _overrides(args) -> dict:
         for name, *_ in describe(cls):
             if name in vars(args) and getattr(args, name) is not None:
                 values[name] = getattr(args, name)
+    for item in getattr(args, "sweep", None) or []:
+        values.setdefault("sweep", {}).update(_sweep_item(item))
     for item in args.set or []:
         if "=" not in item:
             from .learn.config import ConfigError
@@ -49,6 +51,19 @@ def _overrides(args) -> dict:
             raise ConfigError(f"--set {item}: the value {value!r} is not valid YAML ({yaml_problem(exc)}); "
                               f"e.g. --set hidden_sizes=[64,64]") from None
     return values
+
+
+def _sweep_item(item: str) -> dict:
+    """--sweep NAME=V1,V2,... -> {NAME: [V1, V2, ...]} (numbers)."""
+    from .learn.config import ConfigError
+    key, sep, text = item.partition("=")
+    try:
+        values = [yaml.safe_load(v) for v in text.split(",")] if sep and text else []
+    except yaml.YAMLError:
+        values = []
+    if not key or not values or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        raise ConfigError(f"--sweep takes NAME=V1,V2,... with numbers, e.g. --sweep lr=1e-3,3e-4; got {item!r}")
+    return {key.strip(): values}
 
 
 def cmd_train(args) -> int:
@@ -191,6 +206,9 @@ def _add_config_options(parser):
                                    type=lambda s: s.lower() in ("1", "true", "yes"), help=doc)
             elif base in (int, float, str):
                 group.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, type=base, help=doc)
+    parser.add_argument("--sweep", action="append", metavar="NAME=V1,V2,...",
+                        help="train a population over these values of a hyperparameter (repeat for a grid; each "
+                             "setting times --seeds members), e.g. --sweep lr=1e-3,3e-4 --sweep ent_coef=0,0.01")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE",
                         help="any config key, value in YAML syntax (e.g. --set hidden_sizes=[128,128])")
 

@@ -8,6 +8,10 @@ observation kept (and, for replicas the recorder marks, the state they ended in:
 terminal_arrays). A phase runs over the agents of a replica, over the instances of one of its
 ENTITIES (strided over the same lanes), or once per replica (its first lane); a barrier follows
 every phase whatever it runs over.
+
+Random numbers: a phase's key is `make_key(seed + e // span, e % span, a, episode, step)`, so a
+block of `span` replicas draws exactly what a separate env of `span` replicas seeded `seed + k`
+draws (block k); `span` is the number of replicas (one block) unless the env splits them.
 """
 from __future__ import annotations
 
@@ -15,9 +19,10 @@ from dataclasses import dataclass
 
 from .envdef import EnvDefinition
 
-STEP_KEY = "make_key(seed, e, a, episode[e], t[e])"
-RESET_KEY = "make_key(seed, e, a, episode[e] + 1, RESET_STEP)"
-OBSERVE_KEY = "make_key(seed, e, a, episode[e], _wb_np.uint64(t[e]) + OBSERVE_STEP)"
+# {stream}: the agent slot of the key (stream_of); _wb_seed, _wb_e: the replica's seed and index in its block
+STEP_KEY = "make_key(_wb_seed, _wb_e, {stream}, episode[e], t[e])"
+RESET_KEY = "make_key(_wb_seed, _wb_e, {stream}, episode[e] + 1, RESET_STEP)"
+OBSERVE_KEY = "make_key(_wb_seed, _wb_e, {stream}, episode[e], _wb_np.uint64(t[e]) + OBSERVE_STEP)"
 
 
 @dataclass(frozen=True)
@@ -56,10 +61,14 @@ def terminal_arrays(defn: EnvDefinition) -> list:
     return [(f"_wb_final_{name}", spec) for name, spec in defn.arrays.items() if spec.owner == "env"]
 
 
+SCALAR_ARGS = ("n_envs", "seed", "span")
+
+
 def kernel_args(defn: EnvDefinition) -> list:
-    """The drivers' arguments: the store's arrays in definition order, then the recorder's slot
-    array and terminal copies (terminal_arrays)."""
-    return ["n_envs", "seed"] + list(defn.arrays) + [SLOT] + [arg for arg, _ in terminal_arrays(defn)]
+    """The drivers' arguments: the scalars (SCALAR_ARGS; `span`: replicas per seed, see the module
+    docstring), the store's arrays in definition order, then the recorder's slot array and
+    terminal copies (terminal_arrays)."""
+    return list(SCALAR_ARGS) + list(defn.arrays) + [SLOT] + [arg for arg, _ in terminal_arrays(defn)]
 
 
 ENTITY_STREAM = 1 << 32  # entity k's instance i draws from the key of "agent" (k + 1) * ENTITY_STREAM + i
@@ -83,7 +92,7 @@ def _call(fn, key_expr: str, defn: EnvDefinition) -> tuple:
     args = [names.get(p, p) for p in fn.__code__.co_varnames[:fn.__code__.co_argcount]]
     lines = []
     if "key" in args:
-        lines.append("key = " + key_expr.replace("(seed, e, a, ", f"(seed, e, {stream_of(defn, index)}, "))
+        lines.append("key = " + key_expr.format(stream=stream_of(defn, index)))
     lines.append(f"{fn.__name__}({', '.join(args)})")
     return tuple(lines)
 
@@ -195,6 +204,10 @@ def _reset_body(w: _Writer, defn: EnvDefinition, d: int):
         w.barrier(d)
 
 
+# the random key's seed and replica index (module docstring), for every phase of the replica
+_REPLICA_KEY = ("_wb_seed = seed + e // span", "_wb_e = e % span")
+
+
 def numba_drivers(defn: EnvDefinition, *, gpu: bool, layout: Layout) -> str:
     """Source of `_wb_reset` and `_wb_step` for the cpu (prange) or cuda (threads) target."""
     args = ", ".join(kernel_args(defn))
@@ -203,12 +216,15 @@ def numba_drivers(defn: EnvDefinition, *, gpu: bool, layout: Layout) -> str:
         if gpu:
             w = _Writer("cuda.syncthreads()" if layout.threads_per_env > 1 else "")
             w.emit(0, f"def {kernel}({args}):", "    tid = cuda.threadIdx.x",
-                   "    e = cuda.blockIdx.x * (cuda.blockDim.x // TPE) + tid // TPE", "    lane = tid % TPE", "    active = e < n_envs")
+                   "    e = cuda.blockIdx.x * (cuda.blockDim.x // TPE) + tid // TPE", "    lane = tid % TPE",
+                   "    active = e < n_envs")
+            w.emit(1, *_REPLICA_KEY)
             body(w, defn, 1)
         else:
             w = _Writer("")
             w.emit(0, f"def {kernel}({args}):", "    for e in prange(n_envs):", "        lane = 0",
                    "        active = True")
+            w.emit(2, *_REPLICA_KEY)
             body(w, defn, 2)
         text.append("\n".join(w.lines))
     return "\n\n\n".join(text) + "\n"

@@ -23,6 +23,8 @@ from .rollout import advantages, chunks, gae
 # The rollout keeps its final observations for one batched critic pass when they take at most
 # this much memory (else V(final observation) is computed after every step)
 FINAL_OBS_BUFFER_BYTES = 256 * 2**20
+# The policy noise of several steps is drawn at once when a block of steps takes at most this much
+NOISE_BLOCK_BYTES = 32 * 2**20
 
 
 class Collector:
@@ -39,13 +41,18 @@ class Collector:
         self.final_obs = None
         self.noise = {}
         if tr.algorithm != "ddpg":
-            if self.can_truncate and 4 * T * E * env.num_agents * O <= FINAL_OBS_BUFFER_BYTES:
+            # (a population's critic passes need rows grouped by member: step by step, not [T * E])
+            if self.can_truncate and tr.M == 1 and 4 * T * E * env.num_agents * O <= FINAL_OBS_BUFFER_BYTES:
                 self.final_obs = torch.zeros((T, E, env.num_agents, O), device=tr.device)
             self.terminated = torch.zeros((T, E), device=tr.device)
             self.truncated = torch.zeros((T, E), device=tr.device)
             for buf in tr.buffers.values():
                 buf.terminated, buf.truncated = self.terminated, self.truncated
-            self.noise = {g.name: torch.empty((E * g.n, tr.head.out_dim), device=tr.device) for g in tr.groups}
+            step_bytes = 4 * E * sum(g.n for g in tr.groups) * tr.head.out_dim
+            self.noise_block = max(b for b in range(1, T + 1)
+                                   if b == 1 or (T % b == 0 and b * step_bytes <= NOISE_BLOCK_BYTES))
+            self.noise = {g.name: torch.empty((self.noise_block, E * g.n, tr.head.out_dim), device=tr.device)
+                          for g in tr.groups}
         self._act_and_record = MaybeCompiled(act_and_record, compile_on, "the policy step")
         self._record_outcome = MaybeCompiled(self.step_outcome, compile_on, "the step's bookkeeping")
         self._value_step = MaybeCompiled(value_step, compile_on, "the value function")
@@ -123,15 +130,26 @@ class Collector:
         if self.final_obs is not None:
             self._final_values()
 
+    def _draw_noise(self, g, t):
+        """The group's policy noise of steps t .. t + noise_block - 1 [b, E * n, D]: member k's part from
+        its own stream (element (t, replica, agent, d) of its rollout), uniform for the Gumbel trick of
+        discrete heads (the policy step keeps it off 0), normal for Gaussian ones."""
+        tr = self.trainer
+        buffer, M, b = self.noise[g.name], tr.M, self.noise_block
+        per_member = buffer.shape[1] // M * buffer.shape[2]
+        draw = tr.streams.normal if tr.head.kind == "gaussian" else tr.streams.uniform
+        site = [h.name for h in tr.groups].index(g.name)
+        block = draw((b, per_member), site, offset=t * per_member)  # [M, b, per_member]
+        buffer.view(b, M, per_member).copy_(block.transpose(0, 1))
+
     def _policy_step(self, g, obs, state, t):
         """Sample the group's actions for obs [E, n, O] into its buffer's step t (actions, logp,
         values) with the rollout's copy of the model; returns the actions [E * n, ...]."""
         tr = self.trainer
-        buf, noise = tr.buffers[g.name], self.noise[g.name]
-        if tr.head.kind == "gaussian":
-            noise.normal_(generator=tr.generator)
-        else:
-            noise.uniform_(generator=tr.generator)  # (the policy step keeps it off 0)
+        buf = tr.buffers[g.name]
+        if t % self.noise_block == 0:
+            self._draw_noise(g, t)
+        noise = self.noise[g.name][t % self.noise_block]
         with tr.autocast():
             return self._act_and_record(tr.rollout_models[g.name], tr.head, obs.reshape(-1, tr.obs_dim), state,
                                         noise, g.name in tr.central, buf.actions[t], buf.logp[t], buf.values[t])
@@ -184,7 +202,8 @@ class Collector:
             obs = {h.name: self.observe(h, self.store["obs"]) for h in tr.groups}
             state = self.joint_obs(obs) if g.name in tr.central else None
             next_value = self.values(g, tr.rollout_models[g.name], obs[g.name], state)
-            gae(tr.buffers[g.name], next_value, tr.config.gamma, tr.config.gae_lambda, self._advantages)
+            gae(tr.buffers[g.name], next_value, tr.hp.per_replica("gamma", tr.E_member),
+                tr.hp.per_replica("gae_lambda", tr.E_member), self._advantages)
 
     # -- DDPG: exploration into the replay buffer ----------------------------------------------
     def explore(self, learning: bool):

@@ -42,6 +42,11 @@ class RunConfig:
     num_envs: int = _f(1024, "Env replicas simulated at once.")
     target: str = _f("auto", "Kernel target: auto (cuda when a GPU is present, else cpu), cpu, cuda or cuda-c.")
     seed: int = _f(0, "Seed of the env's random streams, the policy's initial weights and the sampler.")
+    seeds: int = _f(1, "Members of a population trained at once in one program, each with its own weights, "
+                       "optimiser, env replicas (num_envs each) and seed (seed, seed + 1, ...); times the sweep's "
+                       "settings.")
+    sweep: dict = _f(None, "Hyperparameter grid over the population, e.g. {lr: [1e-3, 3e-4], ent_coef: [0, 0.01]}: "
+                           "every setting trained by `seeds` members (member k has seed + k).")
     env_params: dict = _f(None, "Overrides of the env's PARAMS, e.g. {max_steps: 200}.")
     total_env_steps: int = _f(1_000_000, "Stop after this many replica steps (summed over replicas).")
     target_return: float = _f(None, "Stop early once the mean episode return of every policy reaches this.")
@@ -213,6 +218,7 @@ def validate(config) -> None:
               ("precision", config.precision in PRECISIONS, f"must be one of {PRECISIONS}"),
               ("learner_memory_gb", config.learner_memory_gb > 0, "must be > 0"),
               ("cpu_threads", config.cpu_threads >= 0, "must be >= 0 (0 picks by measurement)")]
+    checks.append(("seeds", config.seeds >= 1, "must be >= 1 (members with seeds seed, seed + 1, ...)"))
     if isinstance(config, PPOConfig):
         checks += [("num_minibatches", config.num_minibatches >= 1, "must be >= 1"),
                    ("update_epochs", config.update_epochs >= 1, "must be >= 1"),
@@ -223,16 +229,48 @@ def validate(config) -> None:
     for name, ok, message in checks:
         if not ok:
             raise ConfigError(f"{type(config).__name__}.{name} {message}, got {getattr(config, name)!r}")
+    if config.sweep:
+        _validate_sweep(config)
 
 
-def check_against_env(config, env, groups=None) -> None:
+SWEEPABLE = {"ppo": ("lr", "ent_coef", "clip_coef", "gamma", "gae_lambda", "vf_coef", "max_grad_norm"),
+             "a2c": ("lr", "ent_coef", "gamma", "gae_lambda", "vf_coef", "max_grad_norm"),
+             "ddpg": ("actor_lr", "critic_lr", "gamma", "tau", "exploration_noise", "max_grad_norm")}
+
+
+def _validate_sweep(config) -> None:
+    """A sweep names hyperparameters the algorithm's members can differ in, each with a non-empty
+    list of numbers, every one of them a valid value of its field."""
+    name = type(config).__name__
+    allowed = SWEEPABLE[config.algorithm]
+    for key, values in config.sweep.items():
+        if key not in allowed:
+            raise ConfigError(f"{name}.sweep names {key!r}; the hyperparameters {config.algorithm} members can "
+                              f"differ in are {list(allowed)}")
+        if not isinstance(values, (list, tuple)) or not values or not all(
+                isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values):
+            raise ConfigError(f"{name}.sweep[{key!r}] must be a non-empty list of numbers, e.g. "
+                              f"{{{key}: [{getattr(config, key)!r}, ...]}}, got {values!r}")
+        for value in values:
+            validate(dataclasses.replace(config, sweep=None, **{key: float(value)}))
+
+
+def check_against_env(config, env, groups=None, members: int = 1) -> None:
     """Checks of `config` that need the env and the policy map, run before anything compiles or
-    allocates: the env's replica count and PPO's minibatch split of every policy's batch.
+    allocates: the env's replica count (num_envs per member of a population, each member's replicas
+    seeded apart) and PPO's minibatch split of every policy's batch.
 
     groups: the policies' agents, as {name: agent ids} or objects with `name` and `ids`
     (None: one policy for every agent)."""
     name = type(config).__name__
-    if env.num_envs != config.num_envs:
+    if members > 1:
+        if env.num_envs != members * config.num_envs or getattr(env, "replicas_per_seed", None) != config.num_envs:
+            raise ConfigError(
+                f"{name} trains a population of {members} members with num_envs={config.num_envs} each: the env "
+                f"must hold {members * config.num_envs} replicas in blocks of {config.num_envs} seeded apart; make "
+                f"it with make(..., num_envs={members * config.num_envs}, replicas_per_seed={config.num_envs}) "
+                f"or let make_trainer build it")
+    elif env.num_envs != config.num_envs:
         raise ConfigError(f"{name}.num_envs is {config.num_envs} but the env was made with num_envs={env.num_envs}; "
                           f"make them agree: replace(config, num_envs={env.num_envs}) or make the env with "
                           f"num_envs={config.num_envs}")

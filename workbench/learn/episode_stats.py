@@ -32,8 +32,8 @@ class EpisodeStats:
     the last all ones to count episodes), sums [K].
     """
 
-    def __init__(self, env, groups=None):
-        self.env = env
+    def __init__(self, env, groups=None, members: int = 1):
+        self.env, self.members = env, members
         store = env.store
         if groups is None:
             groups = {"policy": list(range(env.num_agents))}
@@ -51,8 +51,10 @@ class EpisodeStats:
         self.rows = torch.zeros((len(self.keys) + 1, E), dtype=torch.float32, device=device)
         self.rows[-1].fill_(1.0)
         self.done = torch.zeros(E, dtype=torch.float32, device=device)
-        self.step_sums = torch.zeros(len(self.keys) + 1, dtype=torch.float32, device=device)
-        self.sums = torch.zeros(len(self.keys) + 1, dtype=torch.float32, device=device)
+        # a population's sums are per member [M, K] (member k: replicas [k * E / M, (k + 1) * E / M))
+        shape = (len(self.keys) + 1,) if members == 1 else (members, len(self.keys) + 1)
+        self.step_sums = torch.zeros(shape + ((1,) if members > 1 else ()), dtype=torch.float32, device=device)
+        self.sums = torch.zeros(shape, dtype=torch.float32, device=device)
 
     def after_step(self) -> None:
         """Add the episodes that finished in the last step; call once after every env step."""
@@ -65,18 +67,32 @@ class EpisodeStats:
         self.rows[row].copy_(store["last_length"])
         for k, fn in enumerate(self.env_metrics.values()):
             self.rows[row + 1 + k].copy_(fn(store, self.params))
-        torch.mv(self.rows, self.done, out=self.step_sums)
-        self.sums.add_(self.step_sums)
+        if self.members == 1:
+            torch.mv(self.rows, self.done, out=self.step_sums)
+            self.sums.add_(self.step_sums)
+        else:
+            M = self.members
+            torch.bmm(self.rows.view(len(self.keys) + 1, M, -1).transpose(0, 1), self.done.view(M, -1, 1),
+                      out=self.step_sums)
+            self.sums.add_(self.step_sums.squeeze(-1))
 
     def reset(self) -> None:
         self.sums.zero_()
 
     def pull(self) -> dict:
         """{return/NAME, episode_length, env metrics..., episodes} over the episodes finished since
-        the last pull (NaN where none finished); resets the sums. One host read."""
+        the last pull (NaN where none finished); resets the sums. One host read. (A population's
+        first member; pull_members gives every member's.)"""
+        return self.pull_members()[0]
+
+    def pull_members(self) -> list:
+        """`pull`'s dict for each member (one for a run without members)."""
         host = self.sums.cpu().tolist()
         self.sums.zero_()
-        episodes = host[-1]
-        out = {key: (value / episodes if episodes > 0 else math.nan) for key, value in zip(self.keys, host)}
-        out["episodes"] = episodes
+        out = []
+        for row in ([host] if self.members == 1 else host):
+            episodes = row[-1]
+            stats = {key: (value / episodes if episodes > 0 else math.nan) for key, value in zip(self.keys, row)}
+            stats["episodes"] = episodes
+            out.append(stats)
         return out

@@ -11,8 +11,9 @@ import torch
 from . import threads
 from .algorithms import ddpg
 from ..compiler.envdef import Box
+from .members import MemberAdam, MemberLinear, MemberNorm, PopulationError, stack_members
 from .policies import ActorCritic, CentralisedActorCritic, DeterministicActor, QCritic
-from .rollout import PolicyMapError, RolloutBuffer
+from .rollout import PolicyMapError, RolloutBuffer, RunningNorm
 
 
 def adam(params, lr: float, device, lr_tensors: list):
@@ -28,7 +29,7 @@ def adam(params, lr: float, device, lr_tensors: list):
 def check_model(tr, name, model, out_dim):
     """A clear error when a model's action output does not fit the env's action space."""
     with torch.no_grad():
-        obs = torch.zeros(2, tr.obs_dim, device=tr.device)
+        obs = torch.zeros(2 * getattr(model, "members", 1), tr.obs_dim, device=tr.device)
         out = model.actor(obs) if isinstance(model, CentralisedActorCritic) else model(obs)
     head_out = out[0] if isinstance(out, tuple) else out
     if head_out.shape[-1] != out_dim:
@@ -36,21 +37,55 @@ def check_model(tr, name, model, out_dim):
                              f"the env's action space {tr.env.action_space} needs {out_dim}")
 
 
+def default_model(tr, g):
+    """The default MLP policy of group g (a centralised critic's for a group named in centralised_critic)."""
+    if g.name in tr.central:
+        return CentralisedActorCritic(tr.obs_dim, tr.state_dim, g.n, tr.env.action_space, tr.config.hidden_sizes)
+    return ActorCritic(tr.obs_dim, tr.env.action_space, tr.config.hidden_sizes)
+
+
+def population_models(tr, models, build) -> dict:
+    """Each group's default policy for every member, initialised as member k's standalone run
+    initialises it (torch seeded with the member's seed, the groups in order), stacked (members.py)."""
+    if models:
+        raise PopulationError(f"a population (seeds/sweep) trains the default MLP policies; models were given for "
+                              f"{sorted(models)}: train them without seeds/sweep")
+    if tr.algorithm == "ddpg":
+        raise PopulationError("populations (seeds/sweep) train PPO and A2C; DDPG runs one member: set seeds 1 "
+                              "and no sweep")
+    if tr.sync is not None:
+        raise PopulationError("a population (seeds/sweep) runs in one process; launch it without torchrun")
+    per_group = {g.name: [] for g in tr.groups}
+    for member in tr.members:
+        torch.manual_seed(member.seed)
+        for g in tr.groups:
+            per_group[g.name].append(default_model(tr, g))
+    return {name: stack_members(models, name) for name, models in per_group.items()}
+
+
+def running_norm(tr):
+    """The observation normaliser of one group (per member in a population)."""
+    return RunningNorm(tr.obs_dim, tr.device) if tr.M == 1 else MemberNorm(tr.M, tr.obs_dim, tr.device)
+
+
 def build_on_policy(tr, g, model):
     """(model, optimiser, rollout buffer [T, E, n, ...]) of group g for PPO or A2C; model: the user's
-    module or None for the default MLP (a centralised critic's for a group named in centralised_critic)."""
+    module, a population's stacked module, or None for the default MLP."""
     central = g.name in tr.central
-    space, head = tr.env.action_space, tr.head
+    head = tr.head
     if model is None:
-        model = (CentralisedActorCritic(tr.obs_dim, tr.state_dim, g.n, space, tr.config.hidden_sizes)
-                 if central else ActorCritic(tr.obs_dim, space, tr.config.hidden_sizes))
+        model = default_model(tr, g)
     elif central and not isinstance(model, CentralisedActorCritic):
         raise PolicyMapError(f"policy '{g.name}' has a centralised critic: its model must be a "
                              f"CentralisedActorCritic (actor(obs), values(state) -> [E, n])")
     model = model.to(tr.device)
     model.head = head
     check_model(tr, g.name, model, head.out_dim)
-    optimizer = adam(model.parameters(), tr.config.lr, tr.device, tr.lr_tensors)
+    if getattr(model, "members", 1) > 1:
+        optimizer = MemberAdam(model, tr.hp.per_member("lr", tr.device), eps=1e-5)
+        tr.lr_tensors.append((optimizer.lr, optimizer.lr.clone()))
+    else:
+        optimizer = adam(model.parameters(), tr.config.lr, tr.device, tr.lr_tensors)
     act_dtype = torch.float32 if head.kind == "gaussian" else torch.long
     buffer = RolloutBuffer(tr.T, tr.E, g.n, (tr.obs_dim,), head.act_shape, act_dtype, tr.device,
                            obs_dtype=tr.obs_dtype, state_dim=tr.state_dim if central else 0)
@@ -87,7 +122,7 @@ def rollout_copies(models: dict, bf16: bool):
     for name, model in models.items():
         shadow = copy.deepcopy(model).requires_grad_(False)
         for module in shadow.modules():
-            if isinstance(module, torch.nn.Linear):
+            if isinstance(module, (torch.nn.Linear, MemberLinear)):
                 for attr in ("weight", "bias"):
                     if getattr(module, attr) is not None:
                         setattr(module, attr, torch.nn.Parameter(getattr(module, attr).detach().to(torch.bfloat16),
@@ -120,7 +155,8 @@ def measure_threads(tr) -> dict:
     g = tr.groups[0]
     model = tr.models[g.name]
     net = model.actor if tr.algorithm == "ddpg" else model
-    sample = torch.zeros(min(tr.E * g.n * tr.T, 4096), tr.obs_dim)
+    rows = min(tr.E * g.n * tr.T, 4096)
+    sample = torch.zeros(max(tr.M, rows - rows % tr.M), tr.obs_dim)
 
     def learner_pass():
         out = net.actor(sample) if isinstance(net, CentralisedActorCritic) else net(sample)

@@ -15,53 +15,65 @@ from ..errors import NonFiniteError
 
 
 class Metrics:
-    """stat_names: the algorithm's STATS; groups: the trainer's agent groups. `sums[policy][stat]` are
-    device scalars the algorithms add to; `pull` reads them (and the episode sums) once and zeroes them."""
+    """stat_names: the algorithm's STATS; groups: the trainer's agent groups; members: a population's
+    members (population.Member; None or one: a run without members). `sums[policy][stat]` are device
+    tensors [M] the algorithms add to; `pull` reads them (and the episode sums) once and zeroes them."""
 
-    def __init__(self, stat_names, groups, episode_stats, device, sync=None, world_size: int = 1):
+    def __init__(self, stat_names, groups, episode_stats, device, sync=None, world_size: int = 1, members=None):
         self.groups, self.episode_stats, self.sync, self.world_size = groups, episode_stats, sync, world_size
-        self.sums = {g.name: {k: torch.zeros((), device=device) for k in stat_names} for g in groups}
+        self.members = list(members) if members and len(members) > 1 else [None]
+        M = len(self.members)
+        self.sums = {g.name: {k: torch.zeros(M, device=device) for k in stat_names} for g in groups}
         self.iterations = 0  # since the last pull
         self._first: dict = {}  # each policy's first report, for the divergence check
 
     def pull(self, base: dict, learning: bool = True) -> dict:
         """base (iteration, env_steps, rate, time) plus, per policy, the update statistics averaged
         over the iterations since the last pull (and over ranks; left out when not `learning`) and the
-        episode statistics; mean_return over the policies; nonfinite: a loss was NaN or inf."""
+        episode statistics; mean_return over the policies; nonfinite: a loss was NaN or inf. For a
+        population: each value is the median over the members (returns with their quartiles), and `members` one such dict per member (with member, seed and the swept values)."""
         names = [g.name for g in self.groups]
         keys = [(n, k) for n in names for k in sorted(self.sums[n])]
-        stacked = torch.stack([self.sums[n][k].float() for n, k in keys])
+        stacked = torch.stack([self.sums[n][k].float() for n, k in keys])  # [K, M]
         if self.sync is not None:  # losses average over ranks; episode sums add up
             stacked = self.sync.sum(stacked) / self.world_size
             self.episode_stats.sums.copy_(self.sync.sum(self.episode_stats.sums))
-        host = stacked.cpu().tolist()
-        episodes = self.episode_stats.pull()
+        host = stacked.t().cpu().tolist()  # [M][K]
+        episodes = self.episode_stats.pull_members()
         iterations = max(self.iterations, 1)
-        metrics = dict(base)
-        nonfinite = 0.0
-        for n in names:
-            metrics[f"return/{n}"] = episodes[f"return/{n}"]
-            for (owner, k), value in zip(keys, host):
-                if owner != n:
-                    continue
-                if k == "nonfinite":
-                    nonfinite += value
-                elif learning:
-                    metrics[f"{k}/{n}"] = value / iterations
-        metrics.update({k: v for k, v in episodes.items() if not k.startswith("return/")})
+        reports = []
+        for member, values, member_episodes in zip(self.members, host, episodes):
+            metrics = dict(base)
+            if member is not None:
+                metrics.update({"member": member.index, "seed": member.seed, **member.values})
+            nonfinite = 0.0
+            for n in names:
+                metrics[f"return/{n}"] = member_episodes[f"return/{n}"]
+                for (owner, k), value in zip(keys, values):
+                    if owner != n:
+                        continue
+                    if k == "nonfinite":
+                        nonfinite += value
+                    elif learning:
+                        metrics[f"{k}/{n}"] = value / iterations
+            metrics.update({k: v for k, v in member_episodes.items() if not k.startswith("return/")})
+            finite = [metrics[f"return/{n}"] for n in names if not math.isnan(metrics[f"return/{n}"])]
+            metrics["mean_return"] = sum(finite) / len(finite) if finite else float("nan")
+            metrics["nonfinite"] = nonfinite > 0
+            reports.append(metrics)
         for sums in self.sums.values():
             for stat in sums.values():
                 stat.zero_()
         self.iterations = 0
-        finite = [metrics[f"return/{n}"] for n in names if not math.isnan(metrics[f"return/{n}"])]
-        metrics["mean_return"] = sum(finite) / len(finite) if finite else float("nan")
-        metrics["nonfinite"] = nonfinite > 0
-        return metrics
+        return reports[0] if self.members == [None] else population_report(base, reports, names)
 
     def reached(self, metrics: dict, target: float) -> bool:
-        """Every policy's mean return is at least `target`."""
-        values = [metrics.get(f"return/{g.name}") for g in self.groups]
-        return all(v is not None and not math.isnan(v) and v >= target for v in values)
+        """Every policy's mean return is at least `target` (in every member of a population)."""
+        for report in metrics.get("members", [metrics]):
+            values = [report.get(f"return/{g.name}") for g in self.groups]
+            if not all(v is not None and not math.isnan(v) and v >= target for v in values):
+                return False
+        return True
 
     def warn_divergence(self, metrics: dict, lr: float, loss_key: str, discrete: bool):
         """Warn once per policy when a report shows divergence: on its own values (PPO's approx_kl far
@@ -98,6 +110,39 @@ class Metrics:
                               f"lower, or normalize_obs / smaller rewards", stacklevel=4)
 
 
+def _quantile(values: list, q: float) -> float:
+    """The q-quantile (linear interpolation) of the finite values, NaN when there are none."""
+    finite = sorted(v for v in values if isinstance(v, (int, float)) and math.isfinite(v))
+    if not finite:
+        return math.nan
+    pos = q * (len(finite) - 1)
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, len(finite) - 1)
+    return finite[lo] + (finite[hi] - finite[lo]) * (pos - lo)
+
+
+def population_report(base: dict, reports: list, policies: list) -> dict:
+    """One report of a population: base, each numeric statistic's median over the members (returns
+    with their quartiles: return_q25/NAME and return_q75/NAME, mean_return_q25 and mean_return_q75),
+    num_members, and `members`: the members' own reports."""
+    out = dict(base)
+    skip = set(base) | {"member", "seed", "nonfinite"}
+    for key in reports[0]:
+        if key in skip or isinstance(reports[0][key], bool):
+            continue
+        values = [r.get(key, math.nan) for r in reports]
+        if not all(isinstance(v, (int, float)) for v in values):
+            continue
+        out[key] = _quantile(values, 0.5)
+        if key.startswith("return/") or key == "mean_return":
+            quartile = key.replace("return", "return_q{}", 1)
+            out[quartile.format(25)], out[quartile.format(75)] = _quantile(values, 0.25), _quantile(values, 0.75)
+    out["nonfinite"] = any(r["nonfinite"] for r in reports)
+    out["num_members"] = len(reports)
+    out["members"] = reports
+    return out
+
+
 def weights_finite(models) -> bool:
     """One host read: every parameter of every model is finite."""
     flags = [torch.isfinite(p).all() for m in models for p in m.parameters()]
@@ -113,11 +158,14 @@ def nonfinite_error(what: str, iteration: int, run_dir) -> NonFiniteError:
 
 
 def append_csv(path: Path, metrics: dict):
-    """One row per report. Columns keep the header's order; a report with new columns (DDPG's losses
-    once learning starts) rewrites the file once with the wider header."""
+    """One row per report (a population's report: one row per member, with its member, seed and swept
+    values). Columns keep the header's order; a report with new columns (DDPG's losses once learning
+    starts) rewrites the file once with the wider header."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    rows, fields = [], list(metrics)
+    new = metrics.get("members", [metrics])
+    fields = list(dict.fromkeys(k for row in new for k in row if k != "members"))
+    rows = []
     if path.exists():
         with path.open(newline="") as fh:
             reader = csv.DictReader(fh)
@@ -129,9 +177,9 @@ def append_csv(path: Path, metrics: dict):
                 fields = header + [k for k in fields if k not in header]
     if rows is None:
         with path.open("a", newline="") as fh:
-            csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore").writerow(metrics)
+            csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore").writerows(new)
         return
     with path.open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
-        writer.writerows(rows + [metrics])
+        writer.writerows(rows + list(new))

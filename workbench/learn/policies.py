@@ -12,6 +12,7 @@ from torch import nn
 
 from ..compiler.envdef import Box, Discrete, MultiDiscrete
 from ..errors import WorkbenchError
+from .members import member_log_std
 
 
 def mlp(sizes, activation=nn.Tanh, out_gain=1.0) -> nn.Sequential:
@@ -50,13 +51,14 @@ class ActionHead:
         return self
 
     def sample(self, out, log_std, noise):
-        """Draw actions from head output `out` [N, D] given uniform/normal `noise` [N, D]."""
+        """Draw actions from head output `out` [N, D] given uniform/normal `noise` [N, D]; log_std [D]
+        (or a population's [M, D], its rows grouped by member)."""
         if self.kind == "discrete":
             return torch.argmax(out - torch.log(-torch.log(noise)), dim=-1)
         if self.kind == "multi":
             gumbel = out - torch.log(-torch.log(noise))
             return torch.stack([g.argmax(-1) for g in gumbel.split(self.splits, dim=-1)], dim=-1)
-        return out + log_std.exp() * noise
+        return out + member_log_std(log_std, out.shape[0]).exp() * noise
 
     def mode(self, out):
         """The most likely action of head output `out` [N, D] (the mean for a Gaussian)."""
@@ -79,6 +81,7 @@ class ActionHead:
                 total_lp = total_lp + logp.gather(-1, actions[:, i].long().reshape(-1, 1)).squeeze(-1)
                 total_ent = total_ent - (logp.exp() * logp).sum(-1)
             return total_lp, total_ent
+        log_std = member_log_std(log_std, out.shape[0])
         var = torch.exp(2 * log_std)
         logp = -((actions - out) ** 2) / (2 * var) - log_std - 0.5 * math.log(2 * math.pi)
         entropy = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).expand_as(out)

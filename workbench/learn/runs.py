@@ -155,8 +155,12 @@ def _resume(run_or_checkpoint, requested):
 
 def _reached(history, target) -> bool:
     """Whether the run's last report had every policy's return at `target` (the trainer's stopping rule)."""
-    returns = [v for k, v in (history[-1] if history else {}).items() if k.startswith("return/")]
-    return bool(returns) and all(v is not None and not math.isnan(v) and v >= target for v in returns)
+    last = history[-1] if history else {}
+    for report in last.get("members", [last]):  # a population reaches it when every member does
+        returns = [v for k, v in report.items() if k.startswith("return/")]
+        if not returns or not all(v is not None and not math.isnan(v) and v >= target for v in returns):
+            return False
+    return True
 
 
 FIXED_ON_RESUME = ("env", "algorithm", "num_envs", "env_params")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import math
 import signal
-import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -23,15 +22,17 @@ import torch
 from . import checkpoint as ckpt
 from . import config as cfg
 from . import distributed as dist_mod
-from . import learners, trainer_state
+from . import interrupts, learners, population, trainer_state
 from .algorithms import a2c, ddpg, ppo
 from .collection import Collector
 from .compiled import MaybeCompiled
 from .episode_stats import EpisodeStats
 from .iteration_graph import IterationGraph
+from .members import MemberSamples
 from .metrics import Metrics, append_csv, nonfinite_error, weights_finite
 from .policies import ActionHead
-from .rollout import PolicyMapError, RunningNorm, build_groups
+from .rollout import PolicyMapError, build_groups
+from .streams import MemberStreams
 
 ON_POLICY = {"ppo": ppo, "a2c": a2c}
 
@@ -56,7 +57,8 @@ def resolve_precision(precision: str, device) -> str:
 
 
 class Trainer:
-    """Trains one policy per agent group on `env`.
+    """Trains one policy per agent group on `env`; a population (config.seeds, config.sweep) trains M
+    members of each at once, member k on the env's replicas [k * E / M, (k + 1) * E / M) (members.py).
 
     policies: {name: agent ids} (default: one policy shared by all agents);
     models: optional {name: nn.Module} replacing the default MLP of that policy.
@@ -73,8 +75,13 @@ class Trainer:
         self.generator.manual_seed(config.seed + 1)
         self.groups = build_groups(policies, env.num_agents, self.device)
         self.obs_dim = int(math.prod(env.obs_shape)) if env.obs_shape else 1
+        self.members = population.members_of(config)
+        self.M = len(self.members)
         self.E, self.T = env.num_envs, config.rollout_length
-        cfg.check_against_env(config, env, self.groups)
+        self.E_member = self.E // self.M
+        cfg.check_against_env(config, env, self.groups, members=self.M)
+        self.hp = population.Hyper(config, self.members, self.device)
+        self.streams = MemberStreams([m.seed + 1 for m in self.members], self.device)
         self.precision = resolve_precision(config.precision, self.device)
         if self.device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = self.precision in ("tf32", "bf16")
@@ -89,21 +96,25 @@ class Trainer:
         if unknown:
             raise PolicyMapError(f"models given for {unknown}, which are not in the policy map")
         build = learners.build_ddpg if self.algorithm == "ddpg" else learners.build_on_policy
+        if self.M > 1:
+            models = learners.population_models(self, models, build)
         for g in self.groups:
             self.models[g.name], self.optimizers[g.name], self.buffers[g.name] = build(self, g, models.get(g.name))
             if config.normalize_obs:
-                self.norms[g.name] = RunningNorm(self.obs_dim, self.device)
+                self.norms[g.name] = learners.running_norm(self)
+        self.samples = {g.name: MemberSamples(self.streams, self.T, self.E, g.n) for g in self.groups}
         self.rollout_models, self._copy_pairs = learners.rollout_copies(
             self.models, self.precision == "bf16" and self.algorithm in ON_POLICY)
         self.chunk_size = {g.name: learners.chunk_size(self, g) for g in self.groups}
 
         compile_on = bool(getattr(config, "compile", False)) and self.device.type == "cuda"
-        self.episode_stats = EpisodeStats(env, self.groups)
+        self.episode_stats = EpisodeStats(env, self.groups, members=self.M)
         self.collector = Collector(self, compile_on)
         self.loss_fn = (MaybeCompiled(ON_POLICY[self.algorithm].chunk_loss, compile_on, f"the {self.algorithm} loss")
                         if self.algorithm in ON_POLICY else None)
         stat_names = ddpg.STATS if self.algorithm == "ddpg" else ON_POLICY[self.algorithm].STATS
-        self.metrics = Metrics(stat_names, self.groups, self.episode_stats, self.device, self.sync, self.world_size)
+        self.metrics = Metrics(stat_names, self.groups, self.episode_stats, self.device, self.sync, self.world_size,
+                               members=self.members)
         self.graph = IterationGraph(self.generator)
         self.iteration, self.env_steps, self.history = 0, 0, []
         self._interrupt: str | None = None
@@ -120,6 +131,9 @@ class Trainer:
         self.rank, self.world_size = context.rank, context.world_size
         self.metrics.world_size = context.world_size
         self.generator.manual_seed(dist_mod.rank_seed(self.config.seed + 1, self.rank))
+        self.streams = MemberStreams([dist_mod.rank_seed(self.config.seed + 1, self.rank)], self.device)
+        for name, samples in self.samples.items():
+            samples.streams = self.streams
         for model in self.models.values():
             self.sync.broadcast_parameters(model)
         self.refresh_rollout_copies()
@@ -152,14 +166,16 @@ class Trainer:
         self.env_steps += self.steps_per_iteration
 
     def _on_policy_iteration(self):
+        self.streams.advance()
         with torch.no_grad():
             self.collector.rollout()
-        for g in self.groups:
+        for site, g in enumerate(self.groups):
             self.collector.advantages(g)
             ON_POLICY[self.algorithm].update(
                 self.models[g.name], self.optimizers[g.name], self.buffers[g.name].batch(), self.config,
-                sync=self.sync, chunk_size=self.chunk_size[g.name], generator=self.generator,
-                autocast=self.autocast, stats=self.metrics.sums[g.name], loss_fn=self.loss_fn)
+                sync=self.sync, chunk_size=self.chunk_size[g.name], autocast=self.autocast,
+                stats=self.metrics.sums[g.name], loss_fn=self.loss_fn, samples=self.samples[g.name], hp=self.hp,
+                site=1000 * (site + 1))
         for norm in self.norms.values():
             norm.commit(self.sync)
 
@@ -213,7 +229,7 @@ class Trainer:
                           f"or set anneal_lr false", stacklevel=3)
         if self.lr_tensors:
             for tensor, base in self.lr_tensors:
-                tensor.fill_(frac * base)
+                tensor.copy_(base * frac) if isinstance(base, torch.Tensor) else tensor.fill_(frac * base)
         else:
             for opt in self.optimizers.values():
                 for group in opt.param_groups:
@@ -222,8 +238,8 @@ class Trainer:
     # -- the loop -------------------------------------------------------------------------------
     @property
     def steps_per_iteration(self) -> int:
-        """Replica steps per iteration, summed over ranks."""
-        return self.E * self.T * self.world_size
+        """One member's replica steps per iteration (what the budget counts), summed over ranks."""
+        return self.E_member * self.T * self.world_size
 
     @property
     def is_main(self) -> bool:
@@ -252,7 +268,7 @@ class Trainer:
         earlier = float(metrics.get("time_s", 0.0))  # a continued or resumed run's clock goes on
         earlier = earlier if math.isfinite(earlier) else 0.0
         self._interrupt = None
-        previous = self._install_signal_handlers()
+        previous = interrupts.install(self)
         try:
             while self.iteration < stop_at:
                 compiling = self.graph.state == "eager-first" and getattr(self.loss_fn, "compiled", None) is not None
@@ -266,7 +282,7 @@ class Trainer:
                     warmup += time.perf_counter() - iteration_start
                 if bar is not None and compiling:
                     bar.bar.set_description("training")
-                window_steps += self.steps_per_iteration
+                window_steps += self.steps_per_iteration * self.M
                 interrupted = self._interrupt is not None
                 if self.sync is not None:
                     interrupted = self.sync.any(interrupted, self.device)
@@ -319,25 +335,6 @@ class Trainer:
         base = {"iteration": self.iteration, "env_steps": self.env_steps, "env_steps_per_s": rate, "time_s": elapsed}
         return self.metrics.pull(base, learning=not (self.algorithm == "ddpg" and not self.ddpg_learning()))
 
-    def _install_signal_handlers(self):
-        """Ctrl-C / SIGTERM stop training at the end of the current iteration (a second Ctrl-C
-        interrupts at once). Only the main thread may install handlers: elsewhere, none."""
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-        previous = {}
-
-        def handler(signum, frame):
-            if self._interrupt is not None and signum == signal.SIGINT:
-                raise KeyboardInterrupt
-            self._interrupt = signal.Signals(signum).name
-
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                previous[sig] = signal.signal(sig, handler)
-            except (ValueError, OSError):
-                pass
-        return previous
-
     # -- acting and checkpoints -----------------------------------------------------------------
     def act(self, deterministic: bool = True) -> torch.Tensor:
         """Write the policies' actions for the env's current observations into its action array."""
@@ -366,7 +363,10 @@ def make_trainer(config, policies=None, models=None, env=None, distributed: bool
         seed = dist_mod.rank_seed(config.seed, context.rank)
         distributed = True
     if env is None:
-        env = make(config.env, num_envs=config.num_envs, target=target, seed=seed, **(config.env_params or {}))
+        members = population.size(config)
+        blocks = {"replicas_per_seed": config.num_envs} if members > 1 else {}
+        env = make(config.env, num_envs=config.num_envs * members, target=target, seed=seed, **blocks,
+                   **(config.env_params or {}))
     if policies is None:
         groups = env.definition.namespace.get("AGENT_GROUPS")
         if groups is not None:

@@ -14,6 +14,7 @@ from . import config as cfg
 from . import distributed as dist_mod
 from . import threads
 from .algorithms import ddpg
+from .members import MemberAdam
 from ..runtime import registry
 
 
@@ -21,7 +22,8 @@ def signature(tr) -> dict:
     """What must match between a checkpoint and the trainer that loads it."""
     return {"env": tr.env.name, "num_agents": tr.env.num_agents, "obs_shape": list(tr.env.obs_shape),
             "action_space": repr(tr.env.action_space), "policies": {g.name: g.ids for g in tr.groups},
-            "algorithm": tr.algorithm, "normalize_obs": bool(tr.norms), "centralised_critic": sorted(tr.central)}
+            "algorithm": tr.algorithm, "normalize_obs": bool(tr.norms), "centralised_critic": sorted(tr.central),
+            "members": tr.M}
 
 
 def _optimizers(tr):
@@ -41,7 +43,7 @@ def state(tr) -> dict:
         "norms": {n: norm.state_dict() for n, norm in tr.norms.items()},
         "iteration": tr.iteration, "env_steps": tr.env_steps, "history": tr.history,
         "rng": {"torch": torch.get_rng_state(), "generator": tr.generator.get_state(),
-                "env_generator": tr.env._generator.get_state()},
+                "env_generator": tr.env._generator.get_state(), "streams": tr.streams.state_dict()},
         "env_state": {k: v.detach().cpu() for k, v in tr.env.store.items()},
         "env_seed": tr.env.seed,
         "world_size": tr.world_size,
@@ -55,7 +57,7 @@ def restore(tr, payload: dict, path, restore_env: bool = True):
     """Put a checkpoint payload back into trainer `tr` (written for the same env and policy map)."""
     mine, theirs = signature(tr), payload["signature"]
     for key in mine:
-        if mine[key] != theirs.get(key, [] if key == "centralised_critic" else None):
+        if mine[key] != theirs.get(key, {"centralised_critic": [], "members": 1}.get(key)):
             raise ckpt.CheckpointError(f"checkpoint {str(path)!r} was written for {key}={theirs.get(key)!r}; "
                                        f"this trainer has {key}={mine[key]!r}")
     for n, saved in payload["models"].items():
@@ -73,6 +75,8 @@ def restore(tr, payload: dict, path, restore_env: bool = True):
     tr.history = list(payload["history"])
     torch.set_rng_state(payload["rng"]["torch"])
     tr.generator.set_state(payload["rng"]["generator"])
+    if "streams" in payload["rng"]:
+        tr.streams.load_state_dict(payload["rng"]["streams"])
     if tr.rank > 0:  # the checkpoint holds rank 0's stream: every other rank continues on its own
         tr.generator.manual_seed(dist_mod.rank_seed(tr.config.seed + 1, tr.rank) * 2**20 + tr.iteration)
     tr.graph.invalidate()
@@ -99,6 +103,9 @@ def _keep_lr_tensors(tr):
         return
     tensors = iter(tr.lr_tensors)
     for o in _optimizers(tr):
+        if isinstance(o, MemberAdam):  # (its learning rates are its own tensor, loaded in place)
+            next(tensors)
+            continue
         for group in o.param_groups:
             tensor, _base = next(tensors)
             tensor.fill_(float(group["lr"]))

@@ -38,16 +38,19 @@ class Env:
     or [E, A, n] float32 (Box); reward: [E, A]; done/terminated/truncated: [E] bool.
     The tensors returned by `reset` and `step` are the store's own, rewritten in place by every
     step (clone what you keep).
+    replicas_per_seed: block k of that many replicas is exactly an env of them seeded seed + k (None: all one).
     """
 
     step_graphs = True  # replay step launches from a CUDA graph on GPU targets
 
-    def __init__(self, defn: EnvDefinition, *, num_envs: int, target: str, seed: int = 0, debug: bool = False):
+    def __init__(self, defn: EnvDefinition, *, num_envs: int, target: str, seed: int = 0, debug: bool = False,
+                 replicas_per_seed: int | None = None):
         if not isinstance(num_envs, (int, np.integer)) or isinstance(num_envs, bool) or not 1 <= num_envs <= MAX_NUM_ENVS:
             raise WorkbenchError(f"num_envs must be an int in [1, {MAX_NUM_ENVS}], got {num_envs!r}")
         self.definition = defn
         self.name = defn.name
         self.num_envs = int(num_envs)
+        self.replicas_per_seed = _replicas_per_seed(replicas_per_seed, self.num_envs)
         self.num_agents = defn.num_agents
         self.target = get_target(target)
         self.device = self.target.device
@@ -72,7 +75,7 @@ class Env:
             "episode_return": self.store["last_return"],
             "episode_length": self.store["last_length"],
         }
-        self._step_graph = None  # (seed, CUDAGraph) of one step launch, GPU targets only
+        self._step_graph = None  # ((seed, span), CUDAGraph) of one step launch, GPU targets only
         self._generator = torch.Generator(device=self.device)
         self._generator.manual_seed(self.seed)
         self._uniform = None
@@ -82,8 +85,8 @@ class Env:
         self._detached = None  # (recorder, clock): the recording last detached, resumable until the env moves
         self._clock = 0  # steps and resets so far
         if fresh:  # compile both kernels now, so a broken env fails in make() rather than mid-run
-            self.kernels.reset(self.num_envs, self.seed, self._views)
-            self.kernels.step(self.num_envs, self.seed, self._views)
+            self.kernels.reset(*self._scalars(), self._views)
+            self.kernels.step(*self._scalars(), self._views)
             _KERNEL_CACHE[_kernel_key(defn, self.target, debug)] = self.kernels
             if getattr(self.kernels, "module", None) is not None:
                 self.kernels.module.mark_ready()
@@ -135,7 +138,7 @@ class Env:
             self.store["episode"].zero_()
             self._generator.manual_seed(self.seed)
         self._clock += 1
-        self.kernels.reset(self.num_envs, self.seed, self._views)
+        self.kernels.reset(*self._scalars(), self._views)
         if self.recorder is not None:
             self.recorder.restart()
         return self.store["obs"]
@@ -173,14 +176,19 @@ class Env:
         argument marshalling), and the store's fixed addresses make the graph valid for good.
         Inside someone else's capture (the trainer's rollout graph) the kernel is launched as is."""
         if not self.step_graphs or self.device.type != "cuda" or torch.cuda.is_current_stream_capturing():
-            self.kernels.step(self.num_envs, self.seed, self._views)
+            self.kernels.step(*self._scalars(), self._views)
             return
-        if self._step_graph is None or self._step_graph[0] != self.seed:
+        key = (self.seed, self.replicas_per_seed)
+        if self._step_graph is None or self._step_graph[0] != key:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                self.kernels.step(self.num_envs, self.seed, self._views)
-            self._step_graph = (self.seed, graph)
+                self.kernels.step(*self._scalars(), self._views)
+            self._step_graph = (key, graph)
         self._step_graph[1].replay()
+
+    def _scalars(self) -> tuple:
+        """The kernels' leading arguments: replicas, seed and replicas per seed (the key's span)."""
+        return self.num_envs, self.seed, self.replicas_per_seed
 
     def sample_actions(self) -> torch.Tensor:
         """Uniformly random actions for every agent, drawn on the device into the action array."""
@@ -409,6 +417,19 @@ class ActionCheck:
                 f"(this env's Box: low={space.low}, high={space.high})")
 
 
+def _replicas_per_seed(value, num_envs: int) -> int:
+    """`replicas_per_seed` checked: an int >= 1 dividing num_envs (None: num_envs, one seed)."""
+    if value is None:
+        return num_envs
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+        raise WorkbenchError(f"replicas_per_seed must be an int >= 1 that divides num_envs={num_envs} "
+                             f"(or None for one seed), got {value!r}")
+    if num_envs % int(value):
+        raise WorkbenchError(f"replicas_per_seed must divide num_envs={num_envs}, got {value!r}; "
+                             f"use a divisor of num_envs or num_envs = blocks * replicas_per_seed")
+    return int(value)
+
+
 def _finite_bounds(space: Box, device) -> tuple:
     """(low, high) as device tensors broadcastable to [E, A, n]."""
     low = np.broadcast_to(np.asarray(space.low, dtype=np.float32), space.shape)
@@ -419,9 +440,11 @@ def _finite_bounds(space: Box, device) -> tuple:
 
 
 def make(name: str, num_envs: int = 1, *, target: str | None = None, seed: int = 0, debug: bool = False,
-         **params) -> Env:
+         replicas_per_seed: int | None = None, **params) -> Env:
     """All `num_envs` replicas of the registered env `name` on `target` ("cpu", "cuda", "cuda-c";
-    default: the best present). Extra keyword arguments override the env's PARAMS."""
+    default: the best present), in blocks of `replicas_per_seed` seeded seed, seed + 1, ... (Env).
+    Extra keyword arguments override the env's PARAMS."""
     from ..compiler.targets import best_target
     from .registry import definition
-    return Env(definition(name, **params), num_envs=num_envs, target=target or best_target(), seed=seed, debug=debug)
+    return Env(definition(name, **params), num_envs=num_envs, target=target or best_target(), seed=seed, debug=debug,
+               replicas_per_seed=replicas_per_seed)

@@ -13,8 +13,11 @@ from ...errors import TargetUnavailableError
 
 
 class Kernels(Protocol):
-    def reset(self, n_envs: int, seed: int, views: list) -> None: ...
-    def step(self, n_envs: int, seed: int, views: list) -> None: ...
+    """Launches over replicas [0, n_envs): replica e draws the random numbers of replica e % span
+    of the env seeded seed + e // span (span divides n_envs; span == n_envs: one seed)."""
+
+    def reset(self, n_envs: int, seed: int, span: int, views: list) -> None: ...
+    def step(self, n_envs: int, seed: int, span: int, views: list) -> None: ...
 
 
 class Target(Protocol):

@@ -223,7 +223,7 @@ class _CheckedArray:
         return len(self.array)
 
 
-def locate_out_of_bounds(defn: EnvDefinition, kernel: str, n_envs: int, seed: int, views: list, layout,
+def locate_out_of_bounds(defn: EnvDefinition, kernel: str, n_envs: int, seed: int, span: int, views: list, layout,
                          prelude: str, target: str):
     """Replay one launch in plain Python over copies of the arrays as they were before it; an
     EnvIndexError naming the array, index and env line of the first out-of-bounds access, or None."""
@@ -237,12 +237,13 @@ def locate_out_of_bounds(defn: EnvDefinition, kernel: str, n_envs: int, seed: in
     filename = f"<workbench replay {defn.name}>"
     ns = {"__name__": f"workbench_replay_{defn.name}"}
     exec(compile(text, filename, "exec"), ns)
-    arrays = [_CheckedArray(name, view.copy()) for name, view in zip(codegen.kernel_args(defn)[2:], views)]
+    names = codegen.kernel_args(defn)[len(codegen.SCALAR_ARGS):]
+    arrays = [_CheckedArray(name, view.copy()) for name, view in zip(names, views)]
     env_lines = defn.source.count("\n") + 1
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
-            ns[kernel](n_envs, seed, *arrays)
+            ns[kernel](n_envs, seed, span, *arrays)
     except _OutOfBounds as exc:
         line, tb = None, sys.exc_info()[2]
         while tb is not None:

@@ -9,70 +9,84 @@ bounded by the chunk, not by the rollout: one optimiser step per iteration, as t
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from ..rollout import Batch, chunks, masked_moments, wide_sum
+from ..members import clip_and_step, member_rows, member_sums
+from ..rollout import Batch, chunks, masked_moments
 
 STATS = ("policy_loss", "value_loss", "entropy", "nonfinite")
 
 
-def loss(model, batch: dict, config, count):
+def loss(model, batch: dict, config, count, hp=None, members: int = 1):
     """The batch loss restricted to one chunk of it.
 
     batch: obs [b, O], actions [b, ...], advantages [b] (normalised already), returns [b], mask [b]
     (and state [b, S], agent [b] for a centralised critic); count: live samples of the whole batch.
-    Returns (loss, stats): sums over the chunk divided by `count`.
+    Returns (loss, stats): sums over the chunk divided by `count`. For a population (M members, rows
+    grouped by member, see ppo.loss) count, the coefficients of hp and every statistic are [M].
     """
+    hp = hp or config
+    rows = batch["mask"].shape[0]
     out, value = model(batch["obs"], batch["state"], batch["agent"]) if "state" in batch else model(batch["obs"])
     logp, entropy = model.head.log_prob_entropy(out.float(), getattr(model, "log_std", None), batch["actions"])
     live = batch["mask"] > 0
-    weight = batch["mask"] / count
+    weight = batch["mask"] / member_rows(count, members, rows)
 
     def mean(x):
-        return wide_sum(torch.where(live, x, torch.zeros_like(x)).mul(weight))
+        return member_sums(torch.where(live, x, torch.zeros_like(x)).mul(weight), members)
 
     pg_loss = mean(-logp * batch["advantages"])
     v_loss = mean(0.5 * (value.float() - batch["returns"]) ** 2)
     ent = mean(entropy)
-    total = pg_loss + config.vf_coef * v_loss - config.ent_coef * ent
+    total = (pg_loss + hp.vf_coef * v_loss - hp.ent_coef * ent).sum()
     return total, {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": ent.detach()}
 
 
-def chunk_loss(model, chunk: dict, config, count, adv_mean, adv_std):
+def chunk_loss(model, chunk: dict, config, count, adv_mean, adv_std, hp=None, members: int = 1):
     """`loss` of one chunk with its advantages normalised by the whole batch's mean and std
-    (when configured), and its statistics stacked [len(STATS)]: one function, so that torch.compile
-    fuses it (the trainer compiles it on GPU targets)."""
+    (when configured), and its statistics stacked [len(STATS), M]: one function, so that
+    torch.compile fuses it (the trainer compiles it on GPU targets)."""
     if config.normalize_advantages:
-        chunk = {**chunk, "advantages": (chunk["advantages"] - adv_mean) / (adv_std + 1e-8)}
-    total, stats = loss(model, chunk, config, count)
-    nonfinite = (~torch.isfinite(total.detach())).float()
+        rows = chunk["advantages"].shape[0]
+        chunk = {**chunk, "advantages": ((chunk["advantages"] - member_rows(adv_mean, members, rows))
+                                         / (member_rows(adv_std, members, rows) + 1e-8))}
+    total, stats = loss(model, chunk, config, count, hp, members)
+    nonfinite = (~torch.isfinite(total.detach())).float().expand(members)
     return total, torch.stack([*(stats[k] for k in STATS[:-1]), nonfinite])
 
 
 def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int, generator=None,
-           autocast=None, stats: dict, loss_fn=None) -> dict:
+           autocast=None, stats: dict, loss_fn=None, samples=None, hp=None, site: int = 0) -> dict:
     """One optimiser step on the whole batch (B samples), accumulated over chunks.
-    loss_fn: `chunk_loss` or a compiled version of it. `stats` (device scalars, STATS) is added to
-    and returned."""
+    loss_fn: `chunk_loss` or a compiled version of it. `stats` (device tensors [M], STATS) is added
+    to and returned. samples: a population's members.MemberSamples (each member's samples gathered
+    grouped by member); hp: the coefficients (config's or per-member tensors)."""
     loss_fn = loss_fn or chunk_loss
+    hp = hp or config
+    members = samples.members if samples is not None and samples.members > 1 else 1
     mask = batch["mask"]
+    ids = samples.all() if members > 1 else None  # [M, B / M]
     # over all ranks' samples; each rank divides by count / world, so the averaged gradients are the global mean's
-    count, adv_mean, adv_std = masked_moments(batch["advantages"], mask, sync=sync,
-                                              moments=config.normalize_advantages)
+    if ids is None:
+        count, adv_mean, adv_std = masked_moments(batch["advantages"], mask, sync=sync,
+                                                  moments=config.normalize_advantages)
+        count, adv_mean, adv_std = (None if v is None else v.reshape(1) for v in (count, adv_mean, adv_std))
+    else:
+        count, adv_mean, adv_std = masked_moments(batch["advantages"][ids], mask[ids], dim=1, sync=sync,
+                                                  moments=config.normalize_advantages)
     count = count / (sync.context.world_size if sync is not None else 1)
 
     optimizer.zero_grad(set_to_none=True)  # the first backward writes the gradients: no zeroing kernels
-    local = torch.zeros(len(STATS), device=mask.device)
-    for part in chunks(batch.size, chunk_size):
+    local = torch.zeros((len(STATS), members), device=mask.device)
+    per_member = batch.size // members
+    for part in chunks(per_member, max(1, chunk_size // members)):
         with autocast():
-            part_loss, part_stats = loss_fn(model, batch.take(part), config, count, adv_mean, adv_std)
+            take = batch.take(part) if ids is None else batch.take(ids[:, part].reshape(-1))
+            part_loss, part_stats = loss_fn(model, take, config, count, adv_mean, adv_std, hp, members)
         part_loss.backward()
         local += part_stats
     if sync is not None:
         sync.gradients(model.parameters())
-    if config.max_grad_norm > 0:
-        nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-    optimizer.step()
+    clip_and_step(model, optimizer, hp.max_grad_norm)
     for i, k in enumerate(STATS):
-        stats[k] += local[i]
+        stats[k] += local[i].reshape(stats[k].shape)
     return stats

@@ -12,110 +12,125 @@ back to the host (except for `target_kl`, which therefore keeps the update out o
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from ..rollout import Batch, chunks, masked_moments, wide_sum, take
+from ..members import clip_and_step, member_rows, member_sums
+from ..rollout import Batch, chunks, masked_moments, take
 
 STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "nonfinite")
 
 
-def loss(model, mb: dict, config, count):
+def loss(model, mb: dict, config, count, hp=None, members: int = 1):
     """The minibatch loss restricted to one chunk of it.
 
     mb: obs [b, O], actions [b, ...], logp [b], values [b], advantages [b] (normalised already),
     returns [b], mask [b] (and state [b, S], agent [b] for a centralised critic); count: live
     samples of the whole minibatch. Returns (loss, stats): sums over the chunk divided by `count`,
-    so the chunks of a minibatch add up to its means.
+    so the chunks of a minibatch add up to its means. A population's chunk holds b / M rows of
+    each member, grouped by member (members.py): count is then [M], hp's coefficients floats or [M],
+    and every statistic [M]; the loss is the sum of the members' losses (their weights are apart,
+    so each member's gradient is its own loss's).
     """
+    hp = hp or config
+    rows = mb["mask"].shape[0]
     out, value = model(mb["obs"], mb["state"], mb["agent"]) if "state" in mb else model(mb["obs"])
     logp, entropy = model.head.log_prob_entropy(out.float(), getattr(model, "log_std", None), mb["actions"])
     value = value.float()
     live = mb["mask"] > 0
-    weight = mb["mask"] / count
+    weight = mb["mask"] / member_rows(count, members, rows)
     log_ratio = torch.where(live, logp - mb["logp"], torch.zeros_like(logp))
     ratio = log_ratio.exp()
     adv = mb["advantages"]
+    clip = member_rows(hp.clip_coef, members, rows)
 
     # L^CLIP: the pessimistic bound of the unclipped and clipped surrogate
-    pg = torch.max(-adv * ratio, -adv * ratio.clamp(1 - config.clip_coef, 1 + config.clip_coef))
+    pg = torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1 - clip, 1 + clip))
 
     if config.clip_value:
-        v_clipped = mb["values"] + (value - mb["values"]).clamp(-config.clip_coef, config.clip_coef)
+        v_clipped = mb["values"] + torch.clamp(value - mb["values"], -clip, clip)
         v = 0.5 * torch.max((value - mb["returns"]) ** 2, (v_clipped - mb["returns"]) ** 2)
     else:
         v = 0.5 * (value - mb["returns"]) ** 2
 
     def mean(x):
-        return wide_sum(torch.where(live, x, torch.zeros_like(x)).mul(weight))
+        return member_sums(torch.where(live, x, torch.zeros_like(x)).mul(weight), members)
 
     pg_loss, v_loss, ent = mean(pg), mean(v), mean(entropy)
-    total = pg_loss - config.ent_coef * ent + config.vf_coef * v_loss
+    total = (pg_loss - hp.ent_coef * ent + hp.vf_coef * v_loss).sum()
     with torch.no_grad():
         stats = {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": ent.detach(),
                  "approx_kl": mean((ratio - 1) - log_ratio),
-                 "clip_fraction": mean(((ratio - 1).abs() > config.clip_coef).float())}
+                 "clip_fraction": mean(((ratio - 1).abs() > clip).float())}
     return total, stats
 
 
-def chunk_loss(model, fields: dict, state, n: int, chunk_idx, config, count, adv_mean, adv_std):
+def chunk_loss(model, fields: dict, state, n: int, chunk_idx, config, count, adv_mean, adv_std, hp=None,
+               members: int = 1):
     """One chunk's part of a minibatch loss, read straight from the rollout: fields {name: [B, ...]}
     (state [T * E, S] and n for a centralised critic), chunk_idx the chunk's sample ids; count,
-    adv_mean and adv_std are the whole minibatch's live samples and advantage moments. Returns
-    (loss, stats [len(STATS)]). One function from the gathers to the statistics, so that
-    torch.compile fuses it into a few kernels (the trainer compiles it on GPU targets)."""
+    adv_mean and adv_std are the whole minibatch's live samples and advantage moments (per member
+    for a population). Returns (loss, stats [len(STATS), M]). One function from the gathers to the
+    statistics, so that torch.compile fuses it into a few kernels (the trainer compiles it on GPU
+    targets)."""
     mb = take(fields, state, n, chunk_idx)
     if config.normalize_advantages:
-        mb["advantages"] = (mb["advantages"] - adv_mean) / (adv_std + 1e-8)
-    total, stats = loss(model, mb, config, count)
-    nonfinite = (~torch.isfinite(total.detach())).float()
+        rows = mb["advantages"].shape[0]
+        mb["advantages"] = ((mb["advantages"] - member_rows(adv_mean, members, rows))
+                            / (member_rows(adv_std, members, rows) + 1e-8))
+    total, stats = loss(model, mb, config, count, hp, members)
+    nonfinite = (~torch.isfinite(total.detach())).float().expand(members)
     return total, torch.stack([*(stats[k] for k in STATS[:-1]), nonfinite])
 
 
 def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int, generator=None,
-           autocast=None, stats: dict, loss_fn=None) -> dict:
+           autocast=None, stats: dict, loss_fn=None, samples=None, hp=None, site: int = 0) -> dict:
     """update_epochs passes of num_minibatches optimiser steps over `batch` (B samples).
 
-    `stats` (device scalars, STATS) receives the means over the minibatches (added to, so the
+    `stats` (device tensors [M], STATS) receives the means over the minibatches (added to, so the
     caller can sum several iterations). loss_fn: `chunk_loss` or a compiled version of it.
-    Returns `stats`.
+    samples: a members.MemberSamples drawing each member's permutations from its own stream (a
+    population's M members, or M = 1); without it the permutations come from `generator`. hp: the
+    coefficients (config's, or a population's per-member tensors). Returns `stats`.
     """
-    B = batch.size
+    members = samples.members if samples is not None else 1
+    B = batch.size // members  # per member
     loss_fn = loss_fn or chunk_loss
     mb_size = B // config.num_minibatches
     world = sync.context.world_size if sync is not None else 1
-    local = torch.zeros(len(STATS), device=batch["values"].device)
+    local = torch.zeros((len(STATS), members), device=batch["values"].device)
+    hp = hp or config
     updates = 0
-    for _epoch in range(config.update_epochs):
-        order = torch.rand(B, device=local.device, generator=generator).argsort()
-        minibatches = order[:mb_size * config.num_minibatches].view(config.num_minibatches, mb_size)
+    for epoch in range(config.update_epochs):
+        if samples is not None:  # [M, B] sample ids of each member's own permutation
+            order = samples.permutation(site + epoch)
+        else:
+            order = torch.rand(B, device=local.device, generator=generator).argsort().unsqueeze(0)
+        minibatches = order[:, :mb_size * config.num_minibatches].view(members, config.num_minibatches, mb_size)
         # every minibatch's live count and advantage moments at once (not one reduction chain per
         # minibatch), over all ranks' samples; each rank's loss divides by count / world so that the
         # averaged gradients are those of the global minibatch's mean
-        count, adv_mean, adv_std = masked_moments(batch["advantages"][minibatches], batch["mask"][minibatches], dim=1,
+        count, adv_mean, adv_std = masked_moments(batch["advantages"][minibatches], batch["mask"][minibatches], dim=2,
                                                   sync=sync, moments=config.normalize_advantages)
         count = count / world
-        if adv_mean is None:
-            adv_mean = adv_std = [None] * config.num_minibatches
         for m in range(config.num_minibatches):
-            idx = minibatches[m]
+            idx = minibatches[:, m]
+            moments = (adv_mean[:, m], adv_std[:, m]) if adv_mean is not None else (None, None)
             optimizer.zero_grad(set_to_none=True)  # the first backward writes the gradients: no zeroing kernels
-            for part in chunks(mb_size, chunk_size):
+            for part in chunks(mb_size, max(1, chunk_size // members)):
                 with autocast():
-                    part_loss, part_stats = loss_fn(model, batch.fields, batch.state, batch.n, idx[part], config,
-                                                    count[m], adv_mean[m], adv_std[m])
+                    part_loss, part_stats = loss_fn(model, batch.fields, batch.state, batch.n,
+                                                    idx[:, part].reshape(-1), config, count[:, m], *moments,
+                                                    hp, members)
                 part_loss.backward()
                 local += part_stats
             if sync is not None:  # data-parallel: average gradients over ranks before clipping
                 sync.gradients(model.parameters())
-            if config.max_grad_norm > 0:
-                nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-            optimizer.step()
+            clip_and_step(model, optimizer, hp.max_grad_norm)
             updates += 1
         if config.target_kl is not None:
-            kl = local[STATS.index("approx_kl")] / updates
+            kl = local[STATS.index("approx_kl")].max() / updates
             kl = sync.mean(kl) if sync is not None else kl
             if float(kl) > config.target_kl:
                 break
     for i, k in enumerate(STATS):
-        stats[k] += local[i] / (updates if k != "nonfinite" else 1)
+        stats[k] += (local[i] / (updates if k != "nonfinite" else 1)).reshape(stats[k].shape)
     return stats

@@ -1,0 +1,204 @@
+"""Populations: M members trained as one batched program. The test that proves the batching right:
+member k of a population learns exactly what a standalone run of `member_config(config, k)` learns
+(same reports to float tolerance, same final weights), for PPO and A2C, single- and multi-agent,
+discrete and continuous actions, on the cpu target and (tiny) on the cuda target."""
+from __future__ import annotations
+
+import csv
+import math
+
+import pytest
+import torch
+
+from workbench.learn import config as cfg
+from workbench.learn import population
+from workbench.learn.members import MemberAdam, PopulationError, member_state, stack_members
+from workbench.learn.policies import ActorCritic
+from workbench.learn.streams import MemberStreams
+from workbench.learn.trainer import make_trainer
+from workbench.compiler.envdef import Discrete
+
+TAG = {"num_taggers": 2, "num_runners": 3, "episode_length": 10, "grid_length": 4.0}
+CASES = {
+    "ppo-cartpole": ("ppo", "cartpole", {}),
+    "a2c-cartpole": ("a2c", "cartpole", {}),
+    "ppo-tag-mappo-norm": ("ppo", "tag_continuous", {"env_params": TAG, "normalize_obs": True,
+                                                     "centralised_critic": ["runners"]}),
+    "a2c-tag": ("a2c", "tag_continuous", {"env_params": TAG}),
+    "ppo-pendulum-gaussian": ("ppo", "pendulum", {"env_params": {"max_steps": 12}, "normalize_obs": True}),
+}
+
+
+def small(algorithm, env, extra, target="cpu", num_envs=6, T=8, iterations=3, **changes):
+    base = {"env": env, "algorithm": algorithm, "num_envs": num_envs, "rollout_length": T, "target": target,
+            "total_env_steps": num_envs * T * iterations, "seed": 11, "cpu_threads": 1, **extra, **changes}
+    if algorithm == "ppo":
+        base.setdefault("num_minibatches", 2)
+        base.setdefault("update_epochs", 2)
+    return cfg.from_dict(base)
+
+
+def assert_same_reports(population_history, k, standalone_history, rtol=1e-4, least=10):
+    assert len(population_history) == len(standalone_history) > 0
+    compared = 0
+    for pop_report, alone in zip(population_history, standalone_history):
+        mine = pop_report["members"][k]
+        for key, value in alone.items():
+            if key in ("env_steps_per_s", "time_s") or not isinstance(value, float):
+                continue
+            assert key in mine, key
+            if math.isnan(value):
+                assert math.isnan(mine[key]), (k, key)
+                continue
+            assert mine[key] == pytest.approx(value, rel=rtol, abs=rtol), (k, alone["iteration"], key)
+            compared += 1
+    assert compared > least
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_member_equals_standalone(case):
+    algorithm, env, extra = CASES[case]
+    sweep = {"lr": [1e-3, 3e-3], "gamma": [0.9]} if algorithm == "ppo" else {"ent_coef": [0.0, 0.05]}
+    config = small(algorithm, env, extra, seeds=2, sweep=sweep)
+    trainer = make_trainer(config)
+    result = trainer.train()
+    assert trainer.M == population.size(config) == 4
+    assert trainer.env.num_envs == 4 * config.num_envs
+    episodes = 0
+    for k in range(trainer.M):
+        alone = make_trainer(population.member_config(config, k))
+        alone_result = alone.train()
+        assert_same_reports(result.history, k, alone_result.history)
+        episodes += sum(r.get("episodes", 0) for r in alone_result.history)
+        for name, model in trainer.models.items():
+            for key, value in alone.models[name].state_dict().items():
+                assert torch.allclose(member_state(model, k)[key], value, rtol=1e-4, atol=1e-5), (k, name, key)
+    assert episodes > 0  # the reports compared held finished episodes
+
+
+def test_members_differ_and_seeds_are_consecutive():
+    config = small("ppo", "cartpole", {}, seeds=3)
+    trainer = make_trainer(config)
+    assert [m.seed for m in trainer.members] == [11, 12, 13]
+    weights = trainer.models["shared"].actor[0].weight
+    assert not torch.equal(weights[0], weights[1])
+    obs = trainer.env.store["obs"].reshape(3, config.num_envs, -1)
+    assert not torch.equal(obs[0], obs[1])  # each member's replicas have their own seed
+
+
+def test_population_on_the_cuda_target_equals_standalone(target):
+    if target != "cuda":
+        pytest.skip("the cpu target is covered above")
+    config = small("a2c", "cartpole", {}, target="cuda", num_envs=2, T=4, iterations=2, seeds=2)
+    result = make_trainer(config).train()
+    for k in range(2):
+        alone = make_trainer(population.member_config(config, k)).train()
+        assert_same_reports(result.history, k, alone.history, least=5)
+
+
+def test_metrics_csv_has_a_row_per_member_with_its_values(tmp_path):
+    config = small("ppo", "cartpole", {}, seeds=2, sweep={"lr": [1e-3, 2e-3]}, run_dir=str(tmp_path))
+    result = make_trainer(config).train()
+    with (tmp_path / "metrics.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 4 * len(result.history)
+    assert [int(r["member"]) for r in rows[:4]] == [0, 1, 2, 3]
+    assert [int(r["seed"]) for r in rows[:4]] == [11, 12, 13, 14]
+    assert [float(r["lr"]) for r in rows[:4]] == [1e-3, 1e-3, 2e-3, 2e-3]
+    last = result.history[-1]
+    returns = sorted(m["return/shared"] for m in last["members"] if not math.isnan(m["return/shared"]))
+    assert last["num_members"] == 4
+    assert last["return_q25/shared"] <= last["return/shared"] <= last["return_q75/shared"]
+    assert returns[0] <= last["return/shared"] <= returns[-1]
+
+
+def test_checkpoint_of_a_population_resumes_exactly(tmp_path):
+    config = small("ppo", "cartpole", {}, seeds=2, iterations=4)
+    first = make_trainer(config)
+    first.train(num_iterations=2)
+    first.save(tmp_path / "checkpoint.pt")
+    continued = first.train(num_iterations=2).history[-1]
+    resumed = make_trainer(config).load(tmp_path / "checkpoint.pt").train(num_iterations=2).history[-1]
+    for a, b in zip(continued["members"], resumed["members"]):
+        for key in ("return/shared", "policy_loss/shared", "value_loss/shared", "approx_kl/shared"):
+            assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-6) or (math.isnan(a[key]) and math.isnan(b[key]))
+
+
+def test_a_swept_learning_rate_is_each_members_own():
+    """A member with lr 0 keeps its weights while its neighbour with lr 1e-2 moves."""
+    config = small("a2c", "cartpole", {}, sweep={"lr": [1e-2, 1e-30]}, iterations=2)
+    trainer = make_trainer(config)
+    before = trainer.models["shared"].actor[0].weight.detach().clone()
+    trainer.train()
+    after = trainer.models["shared"].actor[0].weight.detach()
+    assert not torch.allclose(before[0], after[0])
+    assert torch.allclose(before[1], after[1], atol=1e-12)
+
+
+def test_member_adam_equals_torch_adam_per_member():
+    torch.manual_seed(0)
+    models = [ActorCritic(4, Discrete(2), (8,)) for _ in range(3)]
+    copies = [ActorCritic(4, Discrete(2), (8,)) for _ in range(3)]
+    for mine, theirs in zip(copies, models):
+        mine.load_state_dict(theirs.state_dict())
+    stacked = stack_members(models)
+    lrs = torch.tensor([1e-3, 1e-2, 3e-2])
+    opt = MemberAdam(stacked, lrs)
+    singles = [torch.optim.Adam(m.parameters(), lr=float(lr), eps=1e-5) for m, lr in zip(copies, lrs)]
+    obs = torch.randn(3 * 5, 4)
+    for _ in range(3):
+        opt.zero_grad()
+        logits, value = stacked(obs)
+        (logits.square().sum(1) + value).reshape(3, 5).sum(1).mul(torch.tensor([1.0, 2.0, 3.0])).sum().backward()
+        opt.clip(0.5)
+        opt.step()
+        for k, (model, single) in enumerate(zip(copies, singles)):
+            single.zero_grad()
+            logits, value = model(obs[5 * k:5 * (k + 1)])
+            ((logits.square().sum(1) + value).sum() * (k + 1)).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+            single.step()
+    for k, model in enumerate(copies):
+        for key, value in model.state_dict().items():
+            assert torch.allclose(member_state(stacked, k)[key], value, atol=1e-6), (k, key)
+
+
+def test_streams_are_uniform_normal_and_independent_of_the_others():
+    streams = MemberStreams([5, 6, 7], "cpu")
+    u = streams.uniform((20000,), site=1)
+    assert u.shape == (3, 20000) and float(u.min()) > 0 and float(u.max()) < 1
+    assert abs(float(u.mean()) - 0.5) < 0.01 and abs(float(u.var()) - 1 / 12) < 0.005
+    n = streams.normal((20000,), site=2)
+    assert abs(float(n.mean())) < 0.03 and abs(float(n.std()) - 1) < 0.03
+    alone = MemberStreams([6], "cpu")
+    assert torch.equal(alone.uniform((20000,), site=1)[0], u[1])
+    assert torch.equal(alone.uniform((100,), site=1, offset=500)[0], u[1, 500:600])  # blocks of a draw
+    assert not torch.equal(streams.uniform((100,), site=3), streams.uniform((100,), site=4))
+    streams.advance()
+    assert not torch.equal(streams.uniform((20000,), site=1), u)
+    perm = streams.permutations(50, site=0)
+    assert torch.equal(perm.sort(1).values, torch.arange(50).expand(3, 50))
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"seeds": 0}, "seeds must be >= 1"),
+    ({"sweep": {"learning_rate": [1e-3]}}, "the hyperparameters ppo members can differ in are"),
+    ({"sweep": {"lr": []}}, "must be a non-empty list of numbers"),
+    ({"sweep": {"lr": [1e-3, -1.0]}}, "lr must be > 0"),
+    ({"sweep": {"clip_coef": [0.1]}, "algorithm": "a2c"}, "a2c members can differ in"),
+])
+def test_bad_population_settings_name_the_field(changes, message):
+    with pytest.raises(cfg.ConfigError, match=message):
+        small(changes.pop("algorithm", "ppo"), "cartpole", {}, **changes)
+
+
+def test_population_refusals_say_what_to_do():
+    with pytest.raises(PopulationError, match="DDPG runs one member"):
+        make_trainer(cfg.from_dict({"env": "pendulum", "algorithm": "ddpg", "num_envs": 2, "target": "cpu",
+                                    "seeds": 2, "cpu_threads": 1}))
+    with pytest.raises(PopulationError, match="default MLP policies"):
+        make_trainer(small("ppo", "cartpole", {}, seeds=2), models={"shared": ActorCritic(4, Discrete(2))})
+    from workbench import make
+    config = small("ppo", "cartpole", {}, seeds=2)
+    with pytest.raises(cfg.ConfigError, match="replicas_per_seed=6"):
+        make_trainer(config, env=make("cartpole", num_envs=12, target="cpu"))

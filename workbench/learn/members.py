@@ -1,0 +1,269 @@
+"""Members: M independent learners of one policy trained as one batched program.
+
+A population stacks the M members' copies of each policy into one module whose linear layers are
+batched matmuls: rows [M * N, ...] grouped by member (member k owns rows [k * N, (k + 1) * N)) go in,
+rows in the same order come out, and no member's output depends on another's weights. Every
+parameter has the member as its leading dimension, and all of them live in one flat [M, P] buffer
+(their gradients too), so that per-member gradient clipping and Adam with a per-member learning
+rate are a handful of kernels over [M, P] whatever the model's size.
+
+    model = stack_members([ActorCritic(...) for each member's seed])   # same structure, any weights
+    optimizer = MemberAdam(model, lr=torch.tensor([3e-4, 1e-3]))
+    loss.backward(); optimizer.step(max_grad_norm)                   # each member its own step
+
+`member_state(model, k)` gives member k's weights as an ordinary (unstacked) state dict.
+"""
+from __future__ import annotations
+
+import copy
+import warnings
+
+import torch
+from torch import nn
+
+from ..errors import WorkbenchError
+from .rollout import RunningNorm, wide_sum
+
+
+# The gradients are deliberately strided views of one flat [M, P] buffer (MemberAdam); autograd adds into
+# them in place all the same.
+warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
+
+
+class PopulationError(WorkbenchError, ValueError):
+    """A population setting that cannot work; the message names it and the fix."""
+
+
+class MemberLinear(nn.Module):
+    """M linear layers: x [M * N, in] -> [M * N, out], member k's rows through member k's layer.
+    weight [M, in, out] (transposed against nn.Linear's, for baddbmm), bias [M, 1, out]."""
+
+    def __init__(self, layers):
+        super().__init__()
+        self.weight = nn.Parameter(torch.stack([layer.weight.detach().t() for layer in layers]).contiguous())
+        self.bias = nn.Parameter(torch.stack([layer.bias.detach() for layer in layers]).unsqueeze(1).contiguous())
+        self.in_features, self.out_features = layers[0].in_features, layers[0].out_features
+
+    def forward(self, x):
+        members = self.weight.shape[0]
+        rows = x.reshape(members, -1, x.shape[-1])
+        out = torch.baddbmm(self.bias, rows, self.weight)
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+    def member(self, k: int) -> dict:
+        return {"weight": self.weight[k].t().contiguous(), "bias": self.bias[k, 0].contiguous()}
+
+
+def _check_stackable(model, name: str):
+    for path, module in model.named_modules():
+        if isinstance(module, nn.Linear) or not list(module.parameters(recurse=False)):
+            continue
+        if type(module).__module__.startswith("torch.nn") and not isinstance(module, nn.Linear):
+            raise PopulationError(
+                f"policy '{name}': a population stacks linear layers and per-policy vectors (such as log_std); "
+                f"its model has a {type(module).__name__} at '{path or 'the top'}'. Train this model without "
+                f"seeds/sweep, or build it from nn.Linear layers")
+        if module.bias is None if isinstance(module, nn.Linear) else False:
+            raise PopulationError(f"policy '{name}': linear layers without bias cannot be stacked yet ('{path}')")
+
+
+def stack_members(models: list, name: str = "policy") -> nn.Module:
+    """One module computing all of `models` (M modules of identical structure) on member-grouped rows:
+    each nn.Linear becomes a MemberLinear, each other parameter p becomes [M, *p.shape], buffers are
+    taken from the first model (they must be constants of the structure, such as an action scale)."""
+    if not models:
+        raise PopulationError("a population needs at least one member")
+    for model in models:
+        _check_stackable(model, name)
+    stacked = copy.deepcopy(models[0])
+    linear_paths = [path for path, m in stacked.named_modules() if isinstance(m, nn.Linear)]
+    for path in linear_paths:
+        layers = [model.get_submodule(path) for model in models]
+        if any(layer.bias is None for layer in layers):
+            raise PopulationError(f"policy '{name}': linear layers without bias cannot be stacked ('{path}')")
+        parent, _, leaf = path.rpartition(".")
+        setattr(stacked.get_submodule(parent) if parent else stacked, leaf, MemberLinear(layers))
+    for path, module in list(stacked.named_modules()):
+        if isinstance(module, MemberLinear):
+            continue
+        for leaf, param in list(module.named_parameters(recurse=False)):
+            full = f"{path}.{leaf}" if path else leaf
+            values = [model.get_parameter(full).detach() for model in models]
+            setattr(module, leaf, nn.Parameter(torch.stack(values).contiguous()))
+    stacked.members = len(models)
+    return stacked
+
+
+def member_state(model: nn.Module, k: int) -> dict:
+    """Member k's weights as the state dict of the unstacked model (its buffers included)."""
+    state = {}
+    for path, module in model.named_modules():
+        prefix = f"{path}." if path else ""
+        if isinstance(module, MemberLinear):
+            state.update({prefix + key: value for key, value in module.member(k).items()})
+            continue
+        for leaf, param in module.named_parameters(recurse=False):
+            state[prefix + leaf] = param.detach()[k].clone()
+        for leaf, buf in module.named_buffers(recurse=False):
+            state[prefix + leaf] = buf.detach().clone()
+    return state
+
+
+def member_log_std(log_std, rows: int):
+    """A policy's log_std as rows: [D] stays [D]; a population's [M, D] becomes [rows, D] (member k's
+    vector on its rows rows // M)."""
+    if log_std is None or log_std.dim() == 1:
+        return log_std
+    members = log_std.shape[0]
+    return log_std.unsqueeze(1).expand(members, rows // members, log_std.shape[-1]).reshape(rows, -1)
+
+
+class MemberAdam:
+    """Adam (Kingma and Ba 2015, torch's defaults but eps=1e-5) for a stacked model, each member with its
+    own learning rate lr [M] (a device tensor that annealing rewrites in place) and its own gradient
+    clipping by global norm. The parameters and their gradients are views into flat [M, P] buffers:
+    zeroing, clipping and the whole step are a few kernels over [M, P], capturable in a CUDA graph."""
+
+    def __init__(self, model: nn.Module, lr, betas=(0.9, 0.999), eps: float = 1e-5):
+        params = [p for p in model.parameters() if p.requires_grad]
+        members = params[0].shape[0]
+        device = params[0].device
+        sizes = [p[0].numel() for p in params]
+        self.flat = torch.empty((members, sum(sizes)), device=device)
+        self.grad = torch.zeros_like(self.flat)
+        offset = 0
+        for p, size in zip(params, sizes):
+            self.flat[:, offset:offset + size].copy_(p.detach().reshape(members, size))
+            p.data = self.flat[:, offset:offset + size].view(p.shape)
+            p.grad = self.grad[:, offset:offset + size].view(p.shape)
+            offset += size
+        self.params = params
+        self.lr = torch.as_tensor(lr, dtype=torch.float32, device=device).reshape(members, 1).clone()
+        self.beta1, self.beta2, self.eps = betas[0], betas[1], eps
+        self.exp_avg = torch.zeros_like(self.flat)
+        self.exp_avg_sq = torch.zeros_like(self.flat)
+        self.steps = torch.zeros((), device=device)
+        self.param_groups = [{"params": params}]
+
+    def zero_grad(self, set_to_none: bool = False):
+        """Zero the flat gradient (the gradients stay views into it, whatever set_to_none says)."""
+        for p, view in zip(self.params, self._grad_views()):
+            if p.grad is None or p.grad.data_ptr() != view.data_ptr():
+                p.grad = view
+        self.grad.zero_()
+
+    def _grad_views(self):
+        offset, views = 0, []
+        members = self.flat.shape[0]
+        for p in self.params:
+            size = p[0].numel()
+            views.append(self.grad[:, offset:offset + size].view(p.shape))
+            offset += size
+        return views
+
+    def clip(self, max_norm):
+        """Scale each member's gradient to global norm at most max_norm (a float or [M] tensor), as
+        torch.nn.utils.clip_grad_norm_ does for one model."""
+        norm = self.grad.square().sum(1, keepdim=True).sqrt()
+        max_norm = torch.as_tensor(max_norm, dtype=torch.float32, device=norm.device).reshape(-1, 1)
+        self.grad.mul_((max_norm / (norm + 1e-6)).clamp_(max=1.0))
+
+    def step(self):
+        """One Adam step of every member."""
+        self.steps.add_(1)
+        self.exp_avg.lerp_(self.grad, 1 - self.beta1)
+        self.exp_avg_sq.mul_(self.beta2).addcmul_(self.grad, self.grad, value=1 - self.beta2)
+        bias1 = 1 - torch.pow(self.beta1, self.steps)
+        bias2_sqrt = torch.sqrt(1 - torch.pow(self.beta2, self.steps))
+        denom = (self.exp_avg_sq.sqrt() / bias2_sqrt).add_(self.eps)
+        self.flat.addcdiv_(self.exp_avg * (self.lr / bias1), denom, value=-1.0)
+
+    def state_dict(self):
+        return {"exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq, "steps": self.steps, "lr": self.lr}
+
+    def load_state_dict(self, state):
+        for key in ("exp_avg", "exp_avg_sq", "steps", "lr"):
+            getattr(self, key).copy_(state[key])
+
+
+def clip_and_step(model, optimizer, max_grad_norm):
+    """Clip the gradients by global norm (per member for a population; max_grad_norm a float, or
+    [M] per member, <= 0 for none) and take the optimiser's step."""
+    if isinstance(optimizer, MemberAdam):
+        if not isinstance(max_grad_norm, (int, float)) or max_grad_norm > 0:
+            optimizer.clip(max_grad_norm)
+    elif max_grad_norm > 0:
+        nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    optimizer.step()
+
+
+def member_sums(x, members: int):
+    """Per-member sums of x [M * c] (rows grouped by member) -> [M]; one member's in two stages
+    (a compiled reduction of many rows to one number otherwise runs in one thread block)."""
+    if members == 1:
+        return wide_sum(x).reshape(1)
+    return x.reshape(members, -1).sum(1)
+
+
+def member_rows(value, members: int, rows: int):
+    """A float, or a per-member tensor [M], as something that broadcasts against rows [M * c]."""
+    if not isinstance(value, torch.Tensor) or value.dim() == 0:
+        return value
+    if members == 1:
+        return value.reshape(())
+    return value.reshape(members, 1).expand(members, rows // members).reshape(rows)
+
+
+class MemberSamples:
+    """Sample ids of one agent group's rollout [T, E, n] flattened (sample (t, e, a) is id
+    (t * E + e) * n + a), seen member by member: member k owns replicas [k * E / M, (k + 1) * E / M),
+    and its local sample l (its own rollout [T, E / M, n] flattened) is a global id."""
+
+    def __init__(self, streams, T: int, E: int, n: int):
+        self.streams, self.members = streams, streams.members
+        self.T, self.E, self.n = T, E, n
+        self.per_step = E // self.members * n  # one member's samples per step
+        self.size = T * self.per_step  # one member's samples
+        self._all = None
+
+    def global_ids(self, local):
+        """local [M, k] sample ids of each member's own rollout -> the population's ids."""
+        if self.members == 1:
+            return local
+        member = torch.arange(self.members, device=local.device).reshape(-1, 1)
+        step = torch.div(local, self.per_step, rounding_mode="floor")
+        return step * (self.E * self.n) + member * self.per_step + (local - step * self.per_step)
+
+    def permutation(self, site: int):
+        """[M, size]: a random permutation of each member's samples (from its own stream), as global ids."""
+        return self.global_ids(self.streams.permutations(self.size, site))
+
+    def all(self):
+        """[M, size]: every sample of each member, in its own rollout's order (built once)."""
+        if self._all is None:
+            local = torch.arange(self.size, device=self.streams.device).expand(self.members, self.size)
+            self._all = self.global_ids(local).contiguous()
+        return self._all
+
+
+class MemberNorm(RunningNorm):
+    """RunningNorm of M members: statistics [M, O], observations as rows grouped by member."""
+
+    def __init__(self, members: int, dim: int, device, eps=1e-8):
+        super().__init__((members, dim), device, eps)
+        self.members = members
+        self.count = torch.full((members, 1), eps, device=device)
+        self.n = torch.zeros((members, 1), device=device)
+
+    def accumulate(self, obs, live=None):
+        rows = obs.reshape(self.members, -1, obs.shape[-1])
+        weight = (live.reshape(self.members, -1, 1).to(rows.dtype) if live is not None
+                  else torch.ones_like(rows[..., :1]))
+        self.sum.add_((rows * weight).sum(1))
+        self.sumsq.add_((rows * rows * weight).sum(1))
+        self.n.add_(weight.sum(1))
+
+    def __call__(self, obs):
+        rows = obs.reshape(self.members, -1, obs.shape[-1])
+        out = ((rows - self.mean.unsqueeze(1)) / torch.sqrt(self.var.unsqueeze(1) + 1e-8)).clamp(-10, 10)
+        return out.reshape(obs.shape)

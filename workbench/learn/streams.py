@@ -1,0 +1,98 @@
+"""The learner's random numbers: one counter-based stream per member, drawn for all members at once.
+
+A population trains M members in one program, and member k must draw exactly the numbers a
+standalone run with seed + k draws. A torch.Generator cannot give M streams in one kernel, so every
+draw is a hash of (the member's seed, the iteration, the call site, the element's index within the
+member): the numbers of member k do not depend on how many members run beside it, nor on how a
+draw is split into blocks. A standalone run is a population of one and draws the same way.
+
+    streams = MemberStreams([seed + 1 + k for k in range(M)], device)
+    u = streams.uniform(out, site=3)   # out [M, n]: u[k, i] = U(0, 1) of member k's element i
+    streams.advance()                  # once per iteration, on the device (a CUDA graph replays it)
+
+The hash is two rounds of a 32-bit multiply-xorshift mixer (constants < 2**31, so int64 products
+never overflow) over int64 tensors: elementwise kernels only, no host values per call, nothing
+allocated after the first call of a shape (so the draws can be captured in a CUDA graph).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+_MASK = 0xFFFFFFFF
+_M1, _M2 = 0x21F0AAAD, 0x735A2D97
+_GOLDEN = 0x9E3779B9
+
+
+def _mix(x):
+    """A 32-bit avalanche mixer on int64 tensors holding values in [0, 2**32)."""
+    x = ((x ^ (x >> 16)) * _M1) & _MASK
+    x = ((x ^ (x >> 15)) * _M2) & _MASK
+    return x ^ (x >> 15)
+
+
+def _mix_int(x: int) -> int:
+    x &= _MASK
+    x = ((x ^ (x >> 16)) * _M1) & _MASK
+    x = ((x ^ (x >> 15)) * _M2) & _MASK
+    return x ^ (x >> 15)
+
+
+def seed_key(seed: int) -> int:
+    """A member's 32-bit key from a seed of any size."""
+    seed = int(seed) & 0xFFFFFFFFFFFFFFFF
+    return _mix_int(_mix_int(seed & _MASK) ^ _mix_int((seed >> 32) + _GOLDEN))
+
+
+class MemberStreams:
+    """Independent uniform and normal streams for M members (seeds: one int per member)."""
+
+    def __init__(self, seeds, device):
+        self.seeds = [int(s) for s in seeds]
+        self.device = torch.device(device)
+        self.keys = torch.tensor([seed_key(s) for s in self.seeds], dtype=torch.int64,
+                                 device=self.device).reshape(-1, 1)
+        self.counter = torch.zeros((), dtype=torch.int64, device=self.device)
+        self._index: dict = {}
+
+    @property
+    def members(self) -> int:
+        return len(self.seeds)
+
+    def advance(self):
+        """The next iteration's numbers (one in-place device op)."""
+        self.counter.add_(1)
+
+    def _bits(self, n: int, site: int, offset: int = 0):
+        """[M, n] int64 in [0, 2**32): element i of each member hashed with the counter and the site."""
+        index = self._index.get((n, offset))
+        if index is None:
+            index = self._index[(n, offset)] = (torch.arange(offset, offset + n, dtype=torch.int64,
+                                                             device=self.device) * _GOLDEN) & _MASK
+        call = _mix((self.counter * _GOLDEN + (int(site) * 0x632BE5AB & _MASK)) & _MASK)
+        return _mix((_mix(self.keys ^ call) + index) & _MASK)
+
+    def uniform(self, shape, site: int, offset: int = 0):
+        """Uniform in (0, 1), float32 [M, *shape]; `offset` shifts the element index (a block of a
+        larger draw gives the numbers the whole draw would have there)."""
+        n = math.prod(shape)
+        bits = self._bits(n, site, offset)
+        return ((bits >> 8).to(torch.float32) + 0.5).mul_(2.0 ** -24).reshape(self.members, *shape)
+
+    def normal(self, shape, site: int, offset: int = 0):
+        """Standard normal, float32 [M, *shape] (Box-Muller over two uniforms per element)."""
+        n = math.prod(shape)
+        u = self.uniform((2 * n,), site, 2 * offset).reshape(self.members, n, 2)
+        radius = torch.sqrt(-2.0 * torch.log(u[..., 0]))
+        return (radius * torch.cos((2 * math.pi) * u[..., 1])).reshape(self.members, *shape)
+
+    def permutations(self, n: int, site: int):
+        """[M, n] int64: an independent random permutation of range(n) per member."""
+        return self.uniform((n,), site).argsort(dim=1)
+
+    def state_dict(self):
+        return {"counter": self.counter.clone(), "seeds": list(self.seeds)}
+
+    def load_state_dict(self, state):
+        self.counter.copy_(state["counter"])
