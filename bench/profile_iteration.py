@@ -24,11 +24,14 @@ TAG = dict(num_taggers=10, num_runners=100, grid_length=20.0, episode_length=500
            num_acceleration_levels=20, num_turn_levels=20, tagging_distance=0.02)
 
 
+SEEDS = 1  # --seeds: members of a population (num_envs each)
+
+
 def config_for(env, num_envs, T, compile_on, graph):
     if env == "cartpole":
         return wb.PPOConfig(env="cartpole", num_envs=num_envs, rollout_length=T or 32, num_minibatches=4,
                             update_epochs=4, target="cuda", cuda_graph=graph, compile=compile_on,
-                            log_every=10**9, total_env_steps=10**15)
+                            log_every=10**9, total_env_steps=10**15, seeds=SEEDS)
     return wb.A2CConfig(env="tag_continuous", env_params=TAG, num_envs=num_envs, rollout_length=T or 100,
                         target="cuda", hidden_sizes=(256, 256), lr=1e-3, gamma=0.98, cuda_graph=graph,
                         compile=compile_on, log_every=10**9, total_env_steps=10**15)
@@ -60,7 +63,7 @@ def run(env, num_envs, T, compile_on):
     replay = summarise(kernels(prof), repeats=3)
     print("RESULT " + json.dumps({"env": env, "num_envs": num_envs, "compile": compile_on,
                                   "graph_state": trainer.graph.state, "iteration_ms": round(iteration_s * 1e3, 3),
-                                  "env_steps_per_s": round(trainer.steps_per_iteration / iteration_s),
+                                  "env_steps_per_s": round(trainer.steps_per_iteration * trainer.M / iteration_s),
                                   "replay_kernels": replay["kernels"], "replay_device_ms": replay["device_us"] / 1e3}),
           flush=True)
     del trainer
@@ -82,8 +85,8 @@ def run(env, num_envs, T, compile_on):
         for g in eager.groups:
             ON_POLICY[eager.algorithm].update(
                 eager.models[g.name], eager.optimizers[g.name], eager.buffers[g.name].batch(), eager.config,
-                chunk_size=eager.chunk_size[g.name], generator=eager.generator, autocast=eager.autocast,
-                stats=eager.metrics.sums[g.name], loss_fn=eager.loss_fn)
+                chunk_size=eager.chunk_size[g.name], autocast=eager.autocast, stats=eager.metrics.sums[g.name],
+                loss_fn=eager.loss_fn, samples=eager.samples[g.name], hp=eager.hp)
         torch.cuda.synchronize()
     phases["update"] = summarise(kernels(prof))
     for name, summary in phases.items():
@@ -100,7 +103,10 @@ def main():
     parser.add_argument("--num-envs", type=int, nargs="+", default=[1000])
     parser.add_argument("--rollout-length", type=int, default=0)
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--seeds", type=int, default=1, help="members of a population (num_envs replicas each)")
     args = parser.parse_args()
+    global SEEDS
+    SEEDS = args.seeds
     for n in args.num_envs:
         run(args.env, n, args.rollout_length, not args.no_compile)
 

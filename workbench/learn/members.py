@@ -165,7 +165,8 @@ class MemberAdam:
         """Scale each member's gradient to global norm at most max_norm (a float or [M] tensor), as
         torch.nn.utils.clip_grad_norm_ does for one model."""
         norm = self.grad.square().sum(1, keepdim=True).sqrt()
-        max_norm = torch.as_tensor(max_norm, dtype=torch.float32, device=norm.device).reshape(-1, 1)
+        if isinstance(max_norm, torch.Tensor):  # (a float stays a scalar: no host-to-device copy in a graph)
+            max_norm = max_norm.reshape(-1, 1)
         self.grad.mul_((max_norm / (norm + 1e-6)).clamp_(max=1.0))
 
     def step(self):

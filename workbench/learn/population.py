@@ -58,6 +58,7 @@ class Hyper:
 
     def __init__(self, config, members: list, device):
         self.members = len(members)
+        self._rows: dict = {}
         swept = set(config.sweep or {})
         for name in self.NAMES:
             if not hasattr(config, name):
@@ -82,4 +83,7 @@ class Hyper:
         value = getattr(self, name)
         if not isinstance(value, torch.Tensor):
             return value
-        return value.repeat_interleave(replicas_per_member).reshape(-1, 1)
+        key = (name, replicas_per_member)
+        if key not in self._rows:  # built once (before a CUDA graph captures the iteration that reads it)
+            self._rows[key] = value.repeat_interleave(replicas_per_member).reshape(-1, 1)
+        return self._rows[key]

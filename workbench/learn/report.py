@@ -30,24 +30,29 @@ def rate_unit(top: float) -> tuple:
 
 
 def plot_learning_curve(history: list, path, title: str = "") -> Path:
-    """Mean return per policy against env-steps (and throughput), saved as a PNG."""
+    """Mean return per policy against env-steps (and throughput), saved as a PNG. A population's
+    history (reports with "members"): medians over members with interquartile bands (`plot_population`)."""
     import matplotlib
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
     steps = [m["env_steps"] for m in history]
-    keys = list(dict.fromkeys(k for m in history for k in m if k.startswith("return/")))
-    for index, key in enumerate(keys):
-        name = key.split("/", 1)[1]
-        pts = [(s, m[key]) for s, m in zip(steps, history) if key in m and not math.isnan(m[key])]
-        if pts:
-            label = "policy" if name == "shared" and len(keys) == 1 else name
-            ax.plot(*zip(*pts), label=label, color=team_colour(name, index))
+    population = [m for m in history if m.get("members")]
+    if population:
+        title = f"{title or 'learning curve'} ({plot_population(ax, population)})"
+    else:
+        keys = list(dict.fromkeys(k for m in history for k in m if k.startswith("return/")))
+        for index, key in enumerate(keys):
+            name = key.split("/", 1)[1]
+            pts = [(s, m[key]) for s, m in zip(steps, history) if key in m and not math.isnan(m[key])]
+            if pts:
+                label = "policy" if name == "shared" and len(keys) == 1 else name
+                ax.plot(*zip(*pts), label=label, color=team_colour(name, index))
+        ax.legend(loc="best")
     ax.set_xlabel("env-steps")
     ax.set_ylabel("mean episode return")
     ax.set_title(title or "learning curve")
-    ax.legend(loc="best")
     ax.grid(alpha=0.3)
     rates = [float(m.get("env_steps_per_s", math.nan)) for m in history]
     scale, unit = rate_unit(max((r for r in rates if math.isfinite(r)), default=0.0))
@@ -64,9 +69,42 @@ def plot_learning_curve(history: list, path, title: str = "") -> Path:
     return path
 
 
+def plot_population(ax, history: list) -> str:
+    """A population's returns on `ax` (`ranking.population_curves`): each curve's median with its
+    interquartile band, in its team's colour (without a sweep; each member thin too when there are at
+    most 8) or its setting's (tab10, with a sweep). Returns "M members" (", G settings") for the title."""
+    from .ranking import population_curves
+
+    curves = population_curves(history)
+    tab10 = matplotlib_colours("tab10")
+    handles, labels = [], []
+    for index, curve in enumerate(curves["curves"]):
+        colour = team_colour(curve["team"], index) if curve["team"] is not None else tab10[index % len(tab10)]
+        band = ax.fill_between(curve["steps"], curve["q25"], curve["q75"], color=colour, alpha=0.25, linewidth=0)
+        (line,) = ax.plot(curve["steps"], curve["median"], color=colour, linewidth=1.8)
+        handles.append((band, line))
+        labels.append(curve["label"])
+        for xs, ys in curve["members"].values():
+            ax.plot(xs, ys, color=colour, linewidth=0.6, alpha=0.4)
+    if handles:
+        ax.legend(handles, labels, loc="best", fontsize="small")
+    M, settings = curves["num_members"], curves["settings"]
+    return f"{M} members" + (f", {settings} settings" if curves["swept"] else "")
+
+
+def matplotlib_colours(name: str) -> list:
+    """The colours of matplotlib's qualitative colour map `name` ("tab10": 10 RGB tuples)."""
+    import matplotlib
+    return list(matplotlib.colormaps[name].colors)
+
+
 def returns_text(metrics: dict) -> str:
     """"mean return 21.30" for one policy, "returns taggers 1.20, runners -1.20" for several (their
-    mean says nothing when teams play against each other); "" before any episode ended."""
+    mean says nothing when teams play against each other); "" before any episode ended. A population
+    report (with "members"): `ranking.population_summary`, the median and quartiles over its members."""
+    if metrics.get("members"):
+        from .ranking import population_summary
+        return population_summary(metrics)
     teams = [(k.split("/", 1)[1], float(v)) for k, v in metrics.items()
              if k.startswith("return/") and isinstance(v, (int, float)) and math.isfinite(v)]
     if len(teams) == 1:
