@@ -202,3 +202,54 @@ def test_population_refusals_say_what_to_do():
     config = small("ppo", "cartpole", {}, seeds=2)
     with pytest.raises(cfg.ConfigError, match="replicas_per_seed=6"):
         make_trainer(config, env=make("cartpole", num_envs=12, target="cpu"))
+
+
+@pytest.mark.parametrize("case", ["ppo-cartpole", "ppo-tag-mappo-norm"])
+def test_an_exported_member_trains_on_as_it_would_in_its_population(tmp_path, case):
+    from workbench.learn.population import export_member
+    algorithm, env, extra = CASES[case]
+    config = small(algorithm, env, extra, seeds=3, iterations=4, run_dir=str(tmp_path))
+    trainer = make_trainer(config)
+    trainer.train(num_iterations=2)
+    trainer.save(tmp_path / "checkpoint.pt")
+    path = export_member(tmp_path, 1)
+    assert path == tmp_path / "member_1.pt"
+    on = trainer.train(num_iterations=2).history[-2:]
+    member = make_trainer(population.member_config(config, 1)).load(path)
+    assert len(member.history) == 0 or member.history[-1]["iteration"] == 2
+    alone = member.train(num_iterations=2).history[-2:]
+    assert_same_reports(on, 1, alone, least=5)
+
+
+def test_best_member_is_loaded_for_replay_and_evaluate(tmp_path):
+    from workbench.cli import main
+    from workbench.learn.population import best_member
+    from workbench.learn.runs import load_policy
+    config = small("a2c", "cartpole", {}, seeds=3, iterations=3, run_dir=str(tmp_path))
+    trainer = make_trainer(config)
+    result = trainer.train()
+    trainer.save(tmp_path / "checkpoint.pt")
+    best = best_member(result.history)
+    finals = [m["mean_return"] for m in result.history[-1]["members"]]
+    assert finals[best] == max(v for v in finals if v == v)
+    policy = load_policy(tmp_path, member="best", num_envs=2)
+    assert policy.M == 1 and policy.config.seed == 11 + best
+    weights = policy.models["shared"].actor[0].weight
+    assert torch.allclose(weights, member_state(trainer.models["shared"], best)["actor.0.weight"])
+    assert main(["evaluate", str(tmp_path), "--member", "2", "--num-envs", "2", "--random"]) == 0
+    with pytest.raises(cfg.ConfigError, match="member must be in 0..2"):
+        load_policy(tmp_path, member=5)
+
+
+def test_cli_trains_a_sweep_and_writes_its_ranking(tmp_path, capsys):
+    from workbench.cli import main
+    run = tmp_path / "run"
+    assert main(["train", "cartpole", "--seeds", "2", "--sweep", "lr=1e-3,3e-3", "--num-envs", "8",
+                 "--total-env-steps", "512", "--target", "cpu", "--cpu-threads", "1", "--run-dir", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "4 members x 8 replicas" in out and "rank" in out and "over 4 members" in out
+    with (run / "ranking.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert sorted(float(r["lr"]) for r in rows) == [1e-3, 3e-3] and all(int(r["members"]) == 2 for r in rows)
+    assert main(["train", "cartpole", "--sweep", "lr=fast", "--target", "cpu"]) == 2
+    assert "--sweep takes NAME=V1,V2" in capsys.readouterr().err

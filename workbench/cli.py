@@ -37,7 +37,7 @@ def _overrides(args) -> dict:
         for name, *_ in describe(cls):
             if name in vars(args) and getattr(args, name) is not None:
                 values[name] = getattr(args, name)
-    for item in getattr(args, "sweep", None) or []:
+    for item in getattr(args, "sweep_items", None) or []:
         values.setdefault("sweep", {}).update(_sweep_item(item))
     for item in args.set or []:
         if "=" not in item:
@@ -58,10 +58,11 @@ def _sweep_item(item: str) -> dict:
     from .learn.config import ConfigError
     key, sep, text = item.partition("=")
     try:
-        values = [yaml.safe_load(v) for v in text.split(",")] if sep and text else []
-    except yaml.YAMLError:
+        values = [float(v) if any(c in v.lower() for c in ".en") else int(v) for v in text.split(",")] \
+            if sep and text else []
+    except ValueError:
         values = []
-    if not key or not values or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+    if not key or not values:
         raise ConfigError(f"--sweep takes NAME=V1,V2,... with numbers, e.g. --sweep lr=1e-3,3e-4; got {item!r}")
     return {key.strip(): values}
 
@@ -141,12 +142,16 @@ def cmd_evaluate(args) -> int:
     from .learn.evaluate import compare, evaluate, format_comparison
     from .learn.runs import load_checkpoint
     from .learn.trainer import make_trainer
+    from .learn import population, trainer_state
     path, payload = load_checkpoint(_checkpoint_path(args.checkpoint))  # registers a %%warpenv env it kept
+    if payload.get("population"):
+        payload = population.member_payload(payload, args.member)
+        print(f"member {payload['member_of']['member']} of {payload['member_of']['members']}")
     config = cfg.from_dict(payload["config"])
     config = cfg.replace(config, num_envs=args.num_envs or config.num_envs, run_dir=None,
                          target=args.target or config.target)
     trainer = make_trainer(config, policies=payload["signature"]["policies"])
-    trainer.load(path, restore_env=False)
+    trainer_state.restore(trainer, payload, path, restore_env=False)
     options = dict(episodes=args.episodes, steps=args.steps, deterministic=args.deterministic,
                    seed=config.seed if args.seed is None else args.seed)
     if args.random is not None:
@@ -161,6 +166,13 @@ def cmd_evaluate(args) -> int:
     if args.json:
         import json
         Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+def cmd_export_member(args) -> int:
+    from .learn.population import export_member
+    path = export_member(_checkpoint_path(args.run), args.member, args.out)
+    print(f"wrote {path}: resume it with python -m workbench train --resume {path}")
     return 0
 
 
@@ -206,7 +218,7 @@ def _add_config_options(parser):
                                    type=lambda s: s.lower() in ("1", "true", "yes"), help=doc)
             elif base in (int, float, str):
                 group.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, type=base, help=doc)
-    parser.add_argument("--sweep", action="append", metavar="NAME=V1,V2,...",
+    parser.add_argument("--sweep", action="append", dest="sweep_items", metavar="NAME=V1,V2,...",
                         help="train a population over these values of a hyperparameter (repeat for a grid; each "
                              "setting times --seeds members), e.g. --sweep lr=1e-3,3e-4 --sweep ent_coef=0,0.01")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE",
@@ -248,6 +260,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="only these policies replaced by random actions (no names: only the trained policies); "
                          "default: each policy replaced in turn")
     ev.add_argument("--json", default=None, help="also write the results to this JSON file")
+    ev.add_argument("--member", default="best", type=lambda v: v if v == "best" else int(v),
+                    help="of a population's run: the member to evaluate (an index, or best)")
+    export = sub.add_parser("export-member", help="write one member of a population's run as a single run's "
+                                                  "checkpoint (resume, evaluate and replay it as any run)")
+    export.add_argument("run", help="population run folder or checkpoint")
+    export.add_argument("--member", default="best", type=lambda v: v if v == "best" else int(v))
+    export.add_argument("--out", default=None, help="checkpoint path (default: member_K.pt in the run folder)")
+    export.set_defaults(func=cmd_export_member)
     ev.set_defaults(func=cmd_evaluate)
     rollouts = sub.add_parser("rollouts", help="random-action rollouts of every shipped env, env-steps/s")
     rollouts.add_argument("--target", default=None)

@@ -87,3 +87,109 @@ class Hyper:
         if key not in self._rows:  # built once (before a CUDA graph captures the iteration that reads it)
             self._rows[key] = value.repeat_interleave(replicas_per_member).reshape(-1, 1)
         return self._rows[key]
+
+
+# -- one member out of a population's checkpoint -------------------------------------------------
+def best_member(report: dict) -> int:
+    """The member whose last report has the highest mean return (a population's last report, or
+    its history)."""
+    if isinstance(report, list):
+        report = report[-1]
+    members = report.get("members")
+    if not members:
+        return 0
+    scored = [(m.get("mean_return", float("nan")), m["member"]) for m in members]
+    finite = [(v, k) for v, k in scored if v == v]
+    return max(finite)[1] if finite else 0
+
+
+def stacked_layout(models: dict) -> dict:
+    """Per policy: the paths of its MemberLinear layers and the names of its parameters in order (what
+    unstacking a checkpoint's state needs)."""
+    from .members import MemberLinear
+    return {name: {"linear": [p for p, m in model.named_modules() if isinstance(m, MemberLinear)],
+                   "params": [n for n, p in model.named_parameters() if p.requires_grad]}
+            for name, model in models.items()}
+
+
+def _unstack_state(state: dict, layout: dict, k: int) -> dict:
+    out = {}
+    params = set(layout["params"]) | {f"{p}.{leaf}" for p in layout["linear"] for leaf in ("weight", "bias")}
+    for key, value in state.items():
+        path, _, leaf = key.rpartition(".")
+        if path in layout["linear"]:
+            out[key] = (value[k].t() if leaf == "weight" else value[k, 0]).contiguous().clone()
+        elif key in params:
+            out[key] = value[k].clone()
+        else:
+            out[key] = value.clone()
+    return out
+
+
+def _unstack_adam(state: dict, layout: dict, shapes: dict, k: int) -> dict:
+    """A MemberAdam's state -> member k's Adam moments, one per parameter in order (loaded into the
+    standalone trainer's own optimiser by trainer_state.restore)."""
+    moments = {"exp_avg": [], "exp_avg_sq": []}
+    offset = 0
+    for name in layout["params"]:
+        shape = shapes[name]
+        size = 1
+        for d in shape:
+            size *= d
+        for key in moments:
+            part = state[key][k, offset:offset + size]
+            path = name.rpartition(".")[0]
+            if path in layout["linear"] and name.endswith(".weight"):
+                part = part.reshape(shape[1], shape[0]).t()  # stored [in, out]
+            moments[key].append(part.reshape(shape).contiguous().clone())
+        offset += size
+    return {"member_adam": True, "step": float(state["steps"]), "lr": float(state["lr"][k, 0]), **moments}
+
+
+def member_payload(payload: dict, k) -> dict:
+    """A population checkpoint's payload -> member k's as a standalone run's checkpoint payload (the
+    member's weights, optimiser moments, normaliser, env replicas, random streams, history); k may be
+    "best". Training it on continues exactly as the member would have in its population."""
+    from .trainer_state import member_env_state
+    info = payload.get("population")
+    if not info:
+        raise cfg.ConfigError("this checkpoint is not a population's (it has no members); load it as it is")
+    config = cfg.from_dict(payload["config"])
+    history = payload.get("history") or []
+    k = best_member(history) if k == "best" else int(k)
+    if not 0 <= k < info["members"]:
+        raise cfg.ConfigError(f"member must be in 0..{info['members'] - 1} or 'best', got {k!r}")
+    models, optimizers = {}, {}
+    for name, state in payload["models"].items():
+        layout = info["layout"][name]
+        models[name] = _unstack_state(state, layout, k)
+        shapes = {p: tuple(models[name][p].shape) for p in layout["params"]}
+        optimizers[name] = _unstack_adam(payload["optimizers"][name], layout, shapes, k)
+    norms = {name: {key: (v[k].squeeze(-1) if key == "count" else v[k]).clone() for key, v in state.items()}
+             for name, state in payload["norms"].items()}
+    member = members_of(config)[k]
+    signature = {**payload["signature"], "members": 1}
+    rng = dict(payload["rng"])
+    rng["streams"] = {"counter": payload["rng"]["streams"]["counter"], "seeds": [member.seed + 1]}
+    out = {**payload, "config": cfg.to_dict(member_config(config, k)), "signature": signature, "models": models,
+           "optimizers": optimizers, "norms": norms, "rng": rng, "population": None,
+           "history": [r["members"][k] for r in history if r.get("members")],
+           "env_state": member_env_state(payload["env_state"], info["members"], k),
+           "env_seed": member.seed, "member_of": {"members": info["members"], "member": k}}
+    return out
+
+
+def export_member(run_or_checkpoint, member="best", path=None):
+    """Write member `member` (an index or "best") of a population run as an ordinary single-run
+    checkpoint (default: member_K.pt beside the run's checkpoint); returns its path. Resume, evaluate
+    and replay it as any run's checkpoint."""
+    from pathlib import Path
+    from . import checkpoint as ckpt
+    from .runs import load_checkpoint
+    source, payload = load_checkpoint(run_or_checkpoint)
+    single = member_payload(payload, member)
+    k = single["member_of"]["member"]
+    path = Path(path) if path is not None else source.parent / f"member_{k}.pt"
+    for key in ("format", "version"):
+        single.pop(key, None)
+    return ckpt.save_atomic(single, path)

@@ -240,8 +240,9 @@ def run_training(config, *, resume=None, progress=True, policies=None, show_run_
         if resume and Path(resume).parent.resolve() != run_dir.resolve():
             _fork_metrics(Path(resume).parent / "metrics.csv", run_dir / "metrics.csv", trainer.iteration)
     say = print if trainer.is_main else (lambda *a, **k: None)
+    members = f"{trainer.M} members x " if trainer.M > 1 else ""
     say(f"training {config.env} with {config.algorithm.upper()} on target '{trainer.env.target.name}' "
-        f"({config.num_envs} replicas x {trainer.env.num_agents} agents; env compiled in {compile_s:.1f} s)"
+        f"({members}{config.num_envs} replicas x {trainer.env.num_agents} agents; env compiled in {compile_s:.1f} s)"
         + (f"; continuing {resume} from iteration {trainer.iteration}" if resume else ""))
     logger = make_logger(config, run_dir) if trainer.is_main else None
     try:
@@ -253,6 +254,12 @@ def run_training(config, *, resume=None, progress=True, policies=None, show_run_
         f"env-steps, {result.wall_time_s - result.warmup_s:.1f} s of training (env compile {compile_s:.1f} s "
         + (f"and torch.compile with graph capture {result.warmup_s:.1f} s " if result.warmup_s else "")
         + "apart); " + (returns_text(result.metrics) or "no episode ended"))
+    if config.sweep and trainer.history and trainer.is_main:
+        from .ranking import ranking_text, sweep_settings, write_ranking_csv
+        rows = sweep_settings(trainer.history[-1])
+        say(ranking_text(rows))
+        if run_dir is not None:
+            write_ranking_csv(rows, run_dir / "ranking.csv")
     if run_dir is not None and trainer.history and trainer.is_main:
         plot_learning_curve(trainer.history, run_dir / "learning_curve.png", f"{config.env} {config.algorithm}")
         if show_run_folder:
@@ -284,15 +291,22 @@ def train(config=None, *, resume=None, progress: bool = True, policies=None, **c
     return run_training(config, resume=checkpoint, progress=progress, policies=policies)
 
 
-def load_policy(run_or_checkpoint, *, num_envs: int = 1, target: str | None = None, seed: int | None = None):
-    """A Trainer holding the trained policies of a run, on a fresh env of `num_envs` replicas."""
+def load_policy(run_or_checkpoint, *, num_envs: int = 1, target: str | None = None, seed: int | None = None,
+                member=None):
+    """A Trainer holding the trained policies of a run, on a fresh env of `num_envs` replicas. For a
+    population's run: those of `member` (an index, or "best", the default)."""
+    from . import population, trainer_state
     from .trainer import make_trainer
     path, payload = load_checkpoint(run_or_checkpoint)
+    if payload.get("population"):
+        payload = population.member_payload(payload, "best" if member is None else member)
+    elif member not in (None, 0, "best"):
+        raise cfg.ConfigError(f"{str(path)!r} is not a population's run: it has no member {member!r}")
     config = cfg.from_dict(payload["config"])
     config = cfg.replace(config, num_envs=num_envs, run_dir=None, target=target or config.target,
                          seed=config.seed if seed is None else seed)
     trainer = make_trainer(config, policies=payload["signature"]["policies"])
-    trainer.load(path, restore_env=False)
+    trainer_state.restore(trainer, payload, path, restore_env=False)
     return trainer
 
 

@@ -12,7 +12,7 @@ import torch
 from . import checkpoint as ckpt
 from . import config as cfg
 from . import distributed as dist_mod
-from . import threads
+from . import population, threads
 from .algorithms import ddpg
 from .members import MemberAdam
 from ..runtime import registry
@@ -50,7 +50,33 @@ def state(tr) -> dict:
         "threads": tr.threads,
         "replay": {n: b.state_dict() for n, b in tr.buffers.items() if isinstance(b, ddpg.ReplayBuffer)},
         "env_source": registry.stored(tr.env.definition),  # None for a shipped env
+        "population": ({"members": tr.M, "layout": population.stacked_layout(tr.models),
+                        "replicas_per_member": tr.E_member} if tr.M > 1 else None),
     }
+
+
+def member_env_state(env_state: dict, members: int, k: int) -> dict:
+    """Member k's replicas of a population's env state (every array's leading replica axis)."""
+    out = {}
+    for name, value in env_state.items():
+        per = value.shape[0] // members if value.dim() else 0
+        out[name] = value[k * per:(k + 1) * per].clone() if per and per * members == value.shape[0] else value
+    return out
+
+
+def load_member_adam(optimizer, saved: dict):
+    """Put an exported member's Adam moments (population.member_payload) into a standalone trainer's
+    torch Adam, whatever its implementation (fused and capturable on a GPU, plain on the CPU)."""
+    group = optimizer.param_groups[0]
+    for p, exp_avg, exp_avg_sq in zip(group["params"], saved["exp_avg"], saved["exp_avg_sq"]):
+        on_device = group.get("fused") or group.get("capturable")
+        optimizer.state[p] = {"step": torch.tensor(saved["step"], dtype=torch.float32,
+                                                   device=p.device if on_device else "cpu"),
+                              "exp_avg": exp_avg.to(p.device).clone(), "exp_avg_sq": exp_avg_sq.to(p.device).clone()}
+    if isinstance(group["lr"], torch.Tensor):
+        group["lr"].fill_(saved["lr"])
+    else:
+        group["lr"] = saved["lr"]
 
 
 def restore(tr, payload: dict, path, restore_env: bool = True):
@@ -65,7 +91,10 @@ def restore(tr, payload: dict, path, restore_env: bool = True):
     for n, saved in payload["optimizers"].items():
         opt = tr.optimizers[n]
         for o, s in zip(opt, saved) if isinstance(opt, tuple) else ((opt, saved),):
-            o.load_state_dict(s)
+            if isinstance(s, dict) and s.get("member_adam"):
+                load_member_adam(o, s)
+            else:
+                o.load_state_dict(s)
     _keep_lr_tensors(tr)
     for n, saved in payload.get("replay", {}).items():
         tr.buffers[n].load_state_dict(saved)
