@@ -175,6 +175,27 @@ def test_second_process_loads_compiled_kernels_from_the_cache(tmp_path):
     assert not [p for p in tmp_path.rglob(".tmp-*")]
 
 
+RENAMED = """
+import json, sys
+import workbench as wb
+from workbench.runtime.registry import definition
+source = open(definition("cartpole").filename).read()
+wb.register(sys.argv[1], source)
+env = wb.make(sys.argv[1], num_envs=2, target="cpu", tau=0.0321)
+env.step()
+print(json.dumps({"from_cache": env.kernels.loaded_from_cache}))
+"""
+
+
+def test_one_source_under_two_env_names_shares_the_cache(tmp_path):
+    """numba's cache entry names the kernel module: a name holding the env's would make the second
+    name's process fail to load what the first compiled."""
+    env = {**os.environ, "WORKBENCH_CACHE_DIR": str(tmp_path)}
+    runs = [json.loads(subprocess.run([sys.executable, "-c", RENAMED, name], env=env, capture_output=True, text=True,
+                                      check=True, timeout=600).stdout.splitlines()[-1]) for name in ("pole_a", "pole_b")]
+    assert [r["from_cache"] for r in runs] == [False, True]
+
+
 def test_cache_key_changes_with_parameters_target_and_versions(monkeypatch):
     from workbench.compiler import kernel_cache
     a = kernel_cache.digest("text", "cpu")

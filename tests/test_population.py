@@ -55,18 +55,37 @@ def assert_same_reports(population_history, k, standalone_history, rtol=1e-4, le
     assert compared > least
 
 
+DDPG = {"learning_starts": 24, "batch_size": 16, "updates_per_rollout": 2, "buffer_size": 120,
+        "hidden_sizes": [32, 32]}
+# three agents with Box actions in two policies (tests/test_cuda_c.py's probe: barriers, atomics, every rng function)
+PROBE_POLICIES = {"first": [0], "others": [1, 2]}
+CASES.update({
+    "ddpg-pendulum": ("ddpg", "pendulum", {**DDPG, "env_params": {"max_steps": 10}, "normalize_obs": True}),
+    "ddpg-multi-agent": ("ddpg", "probe_population", {**DDPG}),
+})
+SWEEPS = {"ppo": {"lr": [1e-3, 3e-3], "gamma": [0.9]}, "a2c": {"ent_coef": [0.0, 0.05]},
+          "ddpg": {"tau": [0.005, 0.05], "critic_lr": [1e-3]}}
+
+
+@pytest.fixture(scope="module")
+def probe_env():
+    import workbench as wb
+    from test_cuda_c import PROBE_PY
+    wb.register("probe_population", PROBE_PY)
+
+
 @pytest.mark.parametrize("case", list(CASES))
-def test_member_equals_standalone(case):
+def test_member_equals_standalone(case, probe_env):
     algorithm, env, extra = CASES[case]
-    sweep = {"lr": [1e-3, 3e-3], "gamma": [0.9]} if algorithm == "ppo" else {"ent_coef": [0.0, 0.05]}
-    config = small(algorithm, env, extra, seeds=2, sweep=sweep)
-    trainer = make_trainer(config)
+    config = small(algorithm, env, extra, seeds=2, sweep=SWEEPS[algorithm], iterations=8 if algorithm == "ddpg" else 3)
+    policies = PROBE_POLICIES if env == "probe_population" else None
+    trainer = make_trainer(config, policies=policies)
     result = trainer.train()
     assert trainer.M == population.size(config) == 4
     assert trainer.env.num_envs == 4 * config.num_envs
     episodes = 0
     for k in range(trainer.M):
-        alone = make_trainer(population.member_config(config, k))
+        alone = make_trainer(population.member_config(config, k), policies=policies)
         alone_result = alone.train()
         assert_same_reports(result.history, k, alone_result.history)
         episodes += sum(r.get("episodes", 0) for r in alone_result.history)
@@ -193,9 +212,6 @@ def test_bad_population_settings_name_the_field(changes, message):
 
 
 def test_population_refusals_say_what_to_do():
-    with pytest.raises(PopulationError, match="DDPG runs one member"):
-        make_trainer(cfg.from_dict({"env": "pendulum", "algorithm": "ddpg", "num_envs": 2, "target": "cpu",
-                                    "seeds": 2, "cpu_threads": 1}))
     with pytest.raises(PopulationError, match="default MLP policies"):
         make_trainer(small("ppo", "cartpole", {}, seeds=2), models={"shared": ActorCritic(4, Discrete(2))})
     from workbench import make
@@ -206,7 +222,7 @@ def test_population_refusals_say_what_to_do():
 
 @pytest.mark.parametrize("case", ["ppo-cartpole", "ppo-tag-mappo-norm"])
 def test_an_exported_member_trains_on_as_it_would_in_its_population(tmp_path, case):
-    from workbench.learn.population import export_member
+    from workbench.learn.runs import export_member
     algorithm, env, extra = CASES[case]
     config = small(algorithm, env, extra, seeds=3, iterations=4, run_dir=str(tmp_path))
     trainer = make_trainer(config)

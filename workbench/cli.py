@@ -170,7 +170,7 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_export_member(args) -> int:
-    from .learn.population import export_member
+    from .learn.runs import export_member
     path = export_member(_checkpoint_path(args.run), args.member, args.out)
     print(f"wrote {path}: resume it with python -m workbench train --resume {path}")
     return 0

@@ -58,9 +58,13 @@ def versions() -> dict:
             "workbench": _version("warp-workbench")}
 
 
+# Part of every key: entries of an earlier layout (whose module names held the env's name) are not read
+_LAYOUT = 2
+
+
 def digest(text: str, target: str) -> str:
     """Cache directory name of a kernel module `text` compiled for `target`."""
-    key = repr((text, target, sorted(versions().items()), sys.implementation.cache_tag))
+    key = repr((text, target, sorted(versions().items()), sys.implementation.cache_tag, _LAYOUT))
     return hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
@@ -94,7 +98,9 @@ class KernelModule:
         self.directory.mkdir(parents=True, exist_ok=True)
         _write_once(self.path, text.encode())
         self.was_ready = (self.directory / READY_FILE).exists()
-        module_name = f"workbench_kernels_{name}_{self.digest}"
+        # one name per text: the same source registered under two env names shares one cache entry,
+        # and numba's entry names this module
+        module_name = f"workbench_kernels_{self.digest}"
         spec = importlib.util.spec_from_file_location(module_name, self.path)
         self.module = importlib.util.module_from_spec(spec)
         # numba names a kernel's module in its cache entry and imports it by that name when loading

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from .compiled import MaybeCompiled, act_and_record, value_step
+from .members import member_rows
 from .rollout import advantages, chunks, gae
 
 # The rollout keeps its final observations for one batched critic pass when they take at most
@@ -212,26 +213,29 @@ class Collector:
         tr, store = self.trainer, self.store
         head = tr.head
         span = (head.high - head.low).reshape(-1)
-        for _ in range(tr.T):
-            for g in tr.groups:
+        for t in range(tr.T):
+            for site, g in enumerate(tr.groups):
                 rb = tr.buffers[g.name]
                 raw = g.gather(store["obs"]).reshape(-1, tr.obs_dim)
                 obs = self.observe(g, store["obs"], self.live(g), accumulate=True).reshape(-1, tr.obs_dim)
                 rb.stage_obs(raw)
+                per_member = rb.noise.numel() // tr.M  # member k's noise: its own stream's elements of step t
+                draw = tr.streams.normal if learning else tr.streams.uniform
+                rb.noise.copy_(draw((per_member,), 500 + site, offset=t * per_member).reshape(rb.noise.shape))
                 if not learning:
-                    rb.noise.uniform_(0, 1, generator=tr.generator)
                     actions = head.low.reshape(-1) + rb.noise * span
                 else:
-                    rb.noise.normal_(0, 1, generator=tr.generator)
                     with tr.autocast():
                         mu = tr.models[g.name].actor(obs)
-                    actions = mu.float() + rb.noise * tr.config.exploration_noise * span / 2
+                    scale = member_rows(tr.hp.exploration_noise, tr.M, rb.noise.shape[0])
+                    scale = scale.unsqueeze(1) if isinstance(scale, torch.Tensor) else scale
+                    actions = mu.float() + rb.noise * scale * span / 2
                 actions = head.to_env(actions.reshape((-1,) + head.act_shape)).reshape(-1, head.out_dim)
                 rb.stage_actions(actions)
                 g.scatter(store["action"], actions.reshape((tr.E, g.n) + head.act_shape))
             tr.env.step()
             tr.episode_stats.after_step()
-            ended = store["done"].bool().reshape(tr.E, 1, 1)
+            ended = store["done"].bool().reshape((tr.E,) + (1,) * (store["obs"].dim() - 1))  # [E, 1, ...]
             term = store["terminated"].float().reshape(tr.E, 1)
             for g in tr.groups:
                 raw_next = torch.where(ended, g.gather(store["final_obs"]), g.gather(store["obs"]))

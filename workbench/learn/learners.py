@@ -11,7 +11,7 @@ import torch
 from . import threads
 from .algorithms import ddpg
 from ..compiler.envdef import Box
-from .members import MemberAdam, MemberLinear, MemberNorm, PopulationError, stack_members
+from .members import MemberAdam, MemberLinear, MemberNorm, PopulationError, member_count, stack_members
 from .policies import ActorCritic, CentralisedActorCritic, DeterministicActor, QCritic
 from .rollout import PolicyMapError, RolloutBuffer, RunningNorm
 
@@ -29,7 +29,7 @@ def adam(params, lr: float, device, lr_tensors: list):
 def check_model(tr, name, model, out_dim):
     """A clear error when a model's action output does not fit the env's action space."""
     with torch.no_grad():
-        obs = torch.zeros(2 * getattr(model, "members", 1), tr.obs_dim, device=tr.device)
+        obs = torch.zeros(2 * member_count(model), tr.obs_dim, device=tr.device)
         out = model.actor(obs) if isinstance(model, CentralisedActorCritic) else model(obs)
     head_out = out[0] if isinstance(out, tuple) else out
     if head_out.shape[-1] != out_dim:
@@ -50,16 +50,13 @@ def population_models(tr, models, build) -> dict:
     if models:
         raise PopulationError(f"a population (seeds/sweep) trains the default MLP policies; models were given for "
                               f"{sorted(models)}: train them without seeds/sweep")
-    if tr.algorithm == "ddpg":
-        raise PopulationError("populations (seeds/sweep) train PPO and A2C; DDPG runs one member: set seeds 1 "
-                              "and no sweep")
     if tr.sync is not None:
         raise PopulationError("a population (seeds/sweep) runs in one process; launch it without torchrun")
     per_group = {g.name: [] for g in tr.groups}
     for member in tr.members:
         torch.manual_seed(member.seed)
         for g in tr.groups:
-            per_group[g.name].append(default_model(tr, g))
+            per_group[g.name].append(default_ddpg_agent(tr) if tr.algorithm == "ddpg" else default_model(tr, g))
     return {name: stack_members(models, name) for name, models in per_group.items()}
 
 
@@ -81,7 +78,7 @@ def build_on_policy(tr, g, model):
     model = model.to(tr.device)
     model.head = head
     check_model(tr, g.name, model, head.out_dim)
-    if getattr(model, "members", 1) > 1:
+    if member_count(model) > 1:
         optimizer = MemberAdam(model, tr.hp.per_member("lr", tr.device), eps=1e-5)
         tr.lr_tensors.append((optimizer.lr, optimizer.lr.clone()))
     else:
@@ -92,20 +89,31 @@ def build_on_policy(tr, g, model):
     return model, optimizer, buffer
 
 
-def build_ddpg(tr, g, agent):
-    """(actor-critic agent, (actor optimiser, critic optimiser), replay buffer) of group g for DDPG."""
+def default_ddpg_agent(tr):
+    """DDPG's default actor and critic (and their targets) for one policy."""
     space = tr.env.action_space
     if not isinstance(space, Box):
         raise PolicyMapError(f"DDPG needs a continuous (Box) action space; '{tr.env.name}' has {space}")
+    return ddpg.DDPGAgent(DeterministicActor(tr.obs_dim, space, tr.config.hidden_sizes),
+                          QCritic(tr.obs_dim, tr.head.out_dim, tr.config.hidden_sizes))
+
+
+def build_ddpg(tr, g, agent):
+    """(actor-critic agent, (actor optimiser, critic optimiser), replay buffer) of group g for DDPG
+    (a population's: stacked agents, per-member optimisers and one replay ring per member)."""
     act_dim = tr.head.out_dim
-    agent = agent or ddpg.DDPGAgent(DeterministicActor(tr.obs_dim, space, tr.config.hidden_sizes),
-                                    QCritic(tr.obs_dim, act_dim, tr.config.hidden_sizes))
-    agent = agent.to(tr.device)
+    agent = (agent or default_ddpg_agent(tr)).to(tr.device)
     check_model(tr, g.name, agent.actor, act_dim)
-    optimizers = (adam(agent.actor.parameters(), tr.config.actor_lr, tr.device, tr.lr_tensors),
-                  adam(agent.critic.parameters(), tr.config.critic_lr, tr.device, tr.lr_tensors))
+    if tr.M > 1:
+        optimizers = tuple(MemberAdam(net, tr.hp.per_member(lr, tr.device), eps=1e-5)
+                           for net, lr in ((agent.actor, "actor_lr"), (agent.critic, "critic_lr")))
+        tr.lr_tensors.extend((opt.lr, opt.lr.clone()) for opt in optimizers)
+    else:
+        optimizers = (adam(agent.actor.parameters(), tr.config.actor_lr, tr.device, tr.lr_tensors),
+                      adam(agent.critic.parameters(), tr.config.critic_lr, tr.device, tr.lr_tensors))
     n = tr.E * g.n
-    buffer = ddpg.ReplayBuffer(max(tr.config.buffer_size, n), tr.obs_dim, act_dim, tr.device, batch=n)
+    buffer = ddpg.ReplayBuffer(max(tr.config.buffer_size, n // tr.M), tr.obs_dim, act_dim, tr.device, batch=n,
+                               members=tr.M)
     return agent, optimizers, buffer
 
 
@@ -155,7 +163,9 @@ def measure_threads(tr) -> dict:
     g = tr.groups[0]
     model = tr.models[g.name]
     net = model.actor if tr.algorithm == "ddpg" else model
-    rows = min(tr.E * g.n * tr.T, 4096)
+    # as many rows as one of the learner's passes (a minibatch of every member), up to 16k
+    rows = min(tr.E * g.n * tr.T // getattr(tr.config, "num_minibatches", 1), 16384) if tr.M > 1 else \
+        min(tr.E * g.n * tr.T, 4096)
     sample = torch.zeros(max(tr.M, rows - rows % tr.M), tr.obs_dim)
 
     def learner_pass():

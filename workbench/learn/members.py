@@ -40,8 +40,11 @@ class MemberLinear(nn.Module):
 
     def __init__(self, layers):
         super().__init__()
-        self.weight = nn.Parameter(torch.stack([layer.weight.detach().t() for layer in layers]).contiguous())
-        self.bias = nn.Parameter(torch.stack([layer.bias.detach() for layer in layers]).unsqueeze(1).contiguous())
+        trainable = layers[0].weight.requires_grad  # (a target network's layers are not)
+        self.weight = nn.Parameter(torch.stack([layer.weight.detach().t() for layer in layers]).contiguous(),
+                                   requires_grad=trainable)
+        self.bias = nn.Parameter(torch.stack([layer.bias.detach() for layer in layers]).unsqueeze(1).contiguous(),
+                                 requires_grad=trainable)
         self.in_features, self.out_features = layers[0].in_features, layers[0].out_features
 
     def forward(self, x):
@@ -89,9 +92,17 @@ def stack_members(models: list, name: str = "policy") -> nn.Module:
         for leaf, param in list(module.named_parameters(recurse=False)):
             full = f"{path}.{leaf}" if path else leaf
             values = [model.get_parameter(full).detach() for model in models]
-            setattr(module, leaf, nn.Parameter(torch.stack(values).contiguous()))
+            setattr(module, leaf, nn.Parameter(torch.stack(values).contiguous(), requires_grad=param.requires_grad))
     stacked.members = len(models)
     return stacked
+
+
+def member_count(model: nn.Module) -> int:
+    """How many members a (stacked) module computes: 1 for an ordinary module."""
+    for module in model.modules():
+        if isinstance(module, MemberLinear):
+            return module.weight.shape[0]
+    return 1
 
 
 def member_state(model: nn.Module, k: int) -> dict:

@@ -65,7 +65,9 @@ class Metrics:
             for stat in sums.values():
                 stat.zero_()
         self.iterations = 0
-        return reports[0] if self.members == [None] else population_report(base, reports, names)
+        if self.members == [None]:
+            return reports[0]
+        return population_report(base, reports, names, swept=tuple(self.members[0].values))
 
     def reached(self, metrics: dict, target: float) -> bool:
         """Every policy's mean return is at least `target` (in every member of a population)."""
@@ -121,12 +123,13 @@ def _quantile(values: list, q: float) -> float:
     return finite[lo] + (finite[hi] - finite[lo]) * (pos - lo)
 
 
-def population_report(base: dict, reports: list, policies: list) -> dict:
-    """One report of a population: base, each numeric statistic's median over the members (returns
+def population_report(base: dict, reports: list, policies: list, swept=()) -> dict:
+    """One report of a population: base, each numeric statistic's median over the members (not the
+    swept hyperparameters'; returns
     with their quartiles: return_q25/NAME and return_q75/NAME, mean_return_q25 and mean_return_q75),
     num_members, and `members`: the members' own reports."""
     out = dict(base)
-    skip = set(base) | {"member", "seed", "nonfinite"}
+    skip = set(base) | {"member", "seed", "nonfinite"} | set(swept)
     for key in reports[0]:
         if key in skip or isinstance(reports[0][key], bool):
             continue

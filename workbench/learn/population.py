@@ -108,7 +108,8 @@ def stacked_layout(models: dict) -> dict:
     unstacking a checkpoint's state needs)."""
     from .members import MemberLinear
     return {name: {"linear": [p for p, m in model.named_modules() if isinstance(m, MemberLinear)],
-                   "params": [n for n, p in model.named_parameters() if p.requires_grad]}
+                   "params": [n for n, p in model.named_parameters()],
+                   "trainable": [n for n, p in model.named_parameters() if p.requires_grad]}
             for name, model in models.items()}
 
 
@@ -126,12 +127,13 @@ def _unstack_state(state: dict, layout: dict, k: int) -> dict:
     return out
 
 
-def _unstack_adam(state: dict, layout: dict, shapes: dict, k: int) -> dict:
+def _unstack_adam(state: dict, layout: dict, shapes: dict, k: int, prefix: str = "") -> dict:
     """A MemberAdam's state -> member k's Adam moments, one per parameter in order (loaded into the
-    standalone trainer's own optimiser by trainer_state.restore)."""
+    standalone trainer's own optimiser by trainer_state.restore); prefix: the optimised submodule's
+    (DDPG's "actor." or "critic.")."""
     moments = {"exp_avg": [], "exp_avg_sq": []}
     offset = 0
-    for name in layout["params"]:
+    for name in [n for n in layout.get("trainable", layout["params"]) if n.startswith(prefix)]:
         shape = shapes[name]
         size = 1
         for d in shape:
@@ -146,11 +148,31 @@ def _unstack_adam(state: dict, layout: dict, shapes: dict, k: int) -> dict:
     return {"member_adam": True, "step": float(state["steps"]), "lr": float(state["lr"][k, 0]), **moments}
 
 
+def member_env_state(env_state: dict, members: int, k: int) -> dict:
+    """Member k's replicas of a population's env state (every array's leading replica axis)."""
+    out = {}
+    for name, value in env_state.items():
+        per = value.shape[0] // members if value.dim() else 0
+        out[name] = value[k * per:(k + 1) * per].clone() if per and per * members == value.shape[0] else value
+    return out
+
+
+def _unstack_replay(state: dict, members: int, k: int) -> dict:
+    """Member k's part of a population's replay buffer (member k owns rows [k * C, (k + 1) * C))."""
+    out = {}
+    for key, value in state.items():
+        if isinstance(value, torch.Tensor) and value.dim() > 0:
+            per = value.shape[0] // members
+            out[key] = value[k * per:(k + 1) * per].clone()
+        else:
+            out[key] = value
+    return out
+
+
 def member_payload(payload: dict, k) -> dict:
     """A population checkpoint's payload -> member k's as a standalone run's checkpoint payload (the
     member's weights, optimiser moments, normaliser, env replicas, random streams, history); k may be
     "best". Training it on continues exactly as the member would have in its population."""
-    from .trainer_state import member_env_state
     info = payload.get("population")
     if not info:
         raise cfg.ConfigError("this checkpoint is not a population's (it has no members); load it as it is")
@@ -164,7 +186,10 @@ def member_payload(payload: dict, k) -> dict:
         layout = info["layout"][name]
         models[name] = _unstack_state(state, layout, k)
         shapes = {p: tuple(models[name][p].shape) for p in layout["params"]}
-        optimizers[name] = _unstack_adam(payload["optimizers"][name], layout, shapes, k)
+        saved = payload["optimizers"][name]
+        optimizers[name] = ([_unstack_adam(o, layout, shapes, k, prefix) for o, prefix in zip(saved, ("actor.", "critic."))]
+                            if isinstance(saved, (list, tuple)) else _unstack_adam(saved, layout, shapes, k))
+    replay = {name: _unstack_replay(state, info["members"], k) for name, state in payload.get("replay", {}).items()}
     norms = {name: {key: (v[k].squeeze(-1) if key == "count" else v[k]).clone() for key, v in state.items()}
              for name, state in payload["norms"].items()}
     member = members_of(config)[k]
@@ -172,24 +197,8 @@ def member_payload(payload: dict, k) -> dict:
     rng = dict(payload["rng"])
     rng["streams"] = {"counter": payload["rng"]["streams"]["counter"], "seeds": [member.seed + 1]}
     out = {**payload, "config": cfg.to_dict(member_config(config, k)), "signature": signature, "models": models,
-           "optimizers": optimizers, "norms": norms, "rng": rng, "population": None,
+           "optimizers": optimizers, "norms": norms, "rng": rng, "population": None, "replay": replay,
            "history": [r["members"][k] for r in history if r.get("members")],
            "env_state": member_env_state(payload["env_state"], info["members"], k),
            "env_seed": member.seed, "member_of": {"members": info["members"], "member": k}}
     return out
-
-
-def export_member(run_or_checkpoint, member="best", path=None):
-    """Write member `member` (an index or "best") of a population run as an ordinary single-run
-    checkpoint (default: member_K.pt beside the run's checkpoint); returns its path. Resume, evaluate
-    and replay it as any run's checkpoint."""
-    from pathlib import Path
-    from . import checkpoint as ckpt
-    from .runs import load_checkpoint
-    source, payload = load_checkpoint(run_or_checkpoint)
-    single = member_payload(payload, member)
-    k = single["member_of"]["member"]
-    path = Path(path) if path is not None else source.parent / f"member_{k}.pt"
-    for key in ("format", "version"):
-        single.pop(key, None)
-    return ckpt.save_atomic(single, path)

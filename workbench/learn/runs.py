@@ -314,3 +314,18 @@ def run_folder_contents(run_dir: Path) -> str:
     """What a run folder holds, read from the disk (the last line of train and demo)."""
     names = sorted(p.name + ("/" if p.is_dir() else "") for p in run_dir.iterdir()) if run_dir.is_dir() else []
     return f"run folder {run_dir}: {', '.join(names) or 'nothing'}"
+
+
+def export_member(run_or_checkpoint, member="best", path=None):
+    """Write member `member` (an index or "best") of a population run as an ordinary single-run
+    checkpoint (default: member_K.pt beside the run's checkpoint); returns its path. Resume, evaluate
+    and replay it as any run's checkpoint."""
+    from . import checkpoint as ckpt
+    from .population import member_payload
+    source, payload = load_checkpoint(run_or_checkpoint)
+    single = member_payload(payload, member)
+    k = single["member_of"]["member"]
+    path = Path(path) if path is not None else source.parent / f"member_{k}.pt"
+    for key in ("format", "version"):
+        single.pop(key, None)
+    return ckpt.save_atomic(single, path)

@@ -181,15 +181,17 @@ class Trainer:
 
     def _ddpg_iteration(self):
         learning = self.ddpg_learning()
+        self.streams.advance()
         with torch.no_grad():
             self.collector.explore(learning)
         if learning:
-            for g in self.groups:
+            for site, g in enumerate(self.groups):
                 actor_opt, critic_opt = self.optimizers[g.name]
-                for _ in range(self.config.updates_per_rollout):
-                    batch = self.buffers[g.name].sample(self.config.batch_size, self.generator, self.norms.get(g.name))
+                for u in range(self.config.updates_per_rollout):
+                    batch = self.buffers[g.name].sample(self.config.batch_size, norm=self.norms.get(g.name),
+                                                        streams=self.streams, site=2000 * (site + 1) + u)
                     ddpg.update(self.models[g.name], actor_opt, critic_opt, batch, self.config, sync=self.sync,
-                                autocast=self.autocast, stats=self.metrics.sums[g.name])
+                                autocast=self.autocast, stats=self.metrics.sums[g.name], hp=self.hp, members=self.M)
         for norm in self.norms.values():
             norm.commit(self.sync)
 

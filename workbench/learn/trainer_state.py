@@ -55,15 +55,6 @@ def state(tr) -> dict:
     }
 
 
-def member_env_state(env_state: dict, members: int, k: int) -> dict:
-    """Member k's replicas of a population's env state (every array's leading replica axis)."""
-    out = {}
-    for name, value in env_state.items():
-        per = value.shape[0] // members if value.dim() else 0
-        out[name] = value[k * per:(k + 1) * per].clone() if per and per * members == value.shape[0] else value
-    return out
-
-
 def load_member_adam(optimizer, saved: dict):
     """Put an exported member's Adam moments (population.member_payload) into a standalone trainer's
     torch Adam, whatever its implementation (fused and capturable on a GPU, plain on the CPU)."""

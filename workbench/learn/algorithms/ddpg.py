@@ -9,31 +9,40 @@ import copy
 import torch
 from torch import nn
 
+from ..members import clip_and_step, member_rows, member_sums
+
 
 class ReplayBuffer:
     """Ring buffer of transitions (s, a, r, s', terminated) on the device, allocated once.
 
     Observations are stored raw (normalised when sampled, with the statistics of that moment).
     The write position and fill level live on the device, so adding and sampling replay from a
-    CUDA graph; `size` mirrors the fill level on the host (it only grows by known amounts).
+    CUDA graph; `size` mirrors the fill level on the host (it only grows by known amounts). A
+    population's M members each own a ring of `capacity` rows (member k: rows [k * capacity,
+    (k + 1) * capacity)), fed by its rows of every step's batch and sampled on its own stream.
     """
 
-    def __init__(self, capacity: int, obs_dim: int, act_dim: int, device, batch: int):
-        if batch > capacity:
-            raise ValueError(f"buffer_size={capacity} must hold at least one step of every replica ({batch})")
-        self.capacity, self.batch = capacity, batch
-        self.obs = torch.zeros((capacity, obs_dim), device=device)
-        self.actions = torch.zeros((capacity, act_dim), device=device)
-        self.rewards = torch.zeros(capacity, device=device)
-        self.next_obs = torch.zeros((capacity, obs_dim), device=device)
-        self.terminated = torch.zeros(capacity, device=device)
+    def __init__(self, capacity: int, obs_dim: int, act_dim: int, device, batch: int, members: int = 1):
+        per_member = batch // members
+        if per_member > capacity:
+            raise ValueError(f"buffer_size={capacity} must hold at least one step of every replica ({per_member})")
+        self.capacity, self.batch, self.members, self.per_member = capacity, batch, members, per_member
+        rows = members * capacity
+        self.obs = torch.zeros((rows, obs_dim), device=device)
+        self.actions = torch.zeros((rows, act_dim), device=device)
+        self.rewards = torch.zeros(rows, device=device)
+        self.next_obs = torch.zeros((rows, obs_dim), device=device)
+        self.terminated = torch.zeros(rows, device=device)
         self.staged_obs = torch.zeros((batch, obs_dim), device=device)
         self.staged_actions = torch.zeros((batch, act_dim), device=device)
         self.noise = torch.zeros((batch, act_dim), device=device)
-        self.offsets = torch.arange(batch, device=device)
+        lane = torch.arange(batch, device=device)
+        self.offsets = lane % per_member  # a row's place in its member's part of the step
+        self.base = torch.div(lane, per_member, rounding_mode="floor") * capacity  # its member's ring
+        self.member_base = (torch.arange(members, device=device) * capacity).reshape(members, 1)
         self.pos = torch.zeros((), dtype=torch.long, device=device)
         self.fill = torch.zeros((), dtype=torch.long, device=device)
-        self.size = 0
+        self.size = 0  # per member
 
     def stage_obs(self, obs):
         self.staged_obs.copy_(obs)
@@ -43,22 +52,26 @@ class ReplayBuffer:
 
     def add(self, rewards, next_obs, terminated):
         """Append one step of every replica ([batch, ...]) with the staged obs and actions."""
-        idx = (self.offsets + self.pos) % self.capacity
+        idx = self.base + (self.offsets + self.pos) % self.capacity
         self.obs.index_copy_(0, idx, self.staged_obs)
         self.actions.index_copy_(0, idx, self.staged_actions)
         self.rewards.index_copy_(0, idx, rewards)
         self.next_obs.index_copy_(0, idx, next_obs)
         self.terminated.index_copy_(0, idx, terminated)
-        self.pos.add_(self.batch).remainder_(self.capacity)
-        self.fill.add_(self.batch).clamp_(max=self.capacity)
+        self.pos.add_(self.per_member).remainder_(self.capacity)
+        self.fill.add_(self.per_member).clamp_(max=self.capacity)
 
     def advance_host_size(self, steps: int):
-        self.size = min(self.size + steps * self.batch, self.capacity)
+        self.size = min(self.size + steps * self.per_member, self.capacity)
 
-    def sample(self, batch_size: int, generator=None, norm=None):
-        """batch_size transitions drawn uniformly from the filled part; obs normalised by `norm`."""
-        u = torch.rand(batch_size, device=self.obs.device, generator=generator)
-        idx = (u * self.fill).long().clamp_(max=self.capacity - 1)
+    def sample(self, batch_size: int, generator=None, norm=None, streams=None, site: int = 0):
+        """batch_size transitions (of each member) drawn uniformly from the filled part, rows grouped
+        by member; uniforms from `streams` (one per member) or else `generator`; obs normalised by `norm`."""
+        if streams is not None:
+            u = streams.uniform((batch_size,), site)
+        else:
+            u = torch.rand(batch_size, device=self.obs.device, generator=generator).unsqueeze(0)
+        idx = ((u * self.fill).long().clamp_(max=self.capacity - 1) + self.member_base).reshape(-1)
         obs, next_obs = self.obs[idx], self.next_obs[idx]
         if norm is not None:
             obs, next_obs = norm(obs), norm(next_obs)
@@ -89,46 +102,55 @@ class DDPGAgent(nn.Module):
 STATS = ("critic_loss", "actor_loss", "q_mean", "nonfinite")
 
 
-def update(agent: DDPGAgent, actor_opt, critic_opt, batch, config, *, sync=None, autocast=None, stats: dict) -> dict:
+def update(agent: DDPGAgent, actor_opt, critic_opt, batch, config, *, sync=None, autocast=None, stats: dict,
+           hp=None, members: int = 1) -> dict:
     """One gradient step of the critic, then of the actor, then the soft target updates.
-    `stats` (device scalars, STATS) receives this step's values divided by updates_per_rollout."""
+    `stats` (device tensors [M], STATS) receives this step's values divided by updates_per_rollout.
+    A population's batch holds each member's samples grouped by member; hp: its per-member gamma,
+    tau and max_grad_norm (floats or [M]), the config's otherwise."""
     obs, actions, rewards, next_obs, terminated = batch
     autocast = autocast or contextlib.nullcontext
+    hp = hp or config
+    rows = rewards.shape[0]
+    gamma = member_rows(hp.gamma, members, rows)
+
+    def mean(x):
+        return member_sums(x, members) / (rows // members)
 
     # critic: y = r + gamma * (1 - terminated) * Q'(s', mu'(s'))
     with torch.no_grad(), autocast():
-        y = rewards + config.gamma * (1 - terminated) * agent.critic_target(next_obs, agent.actor_target(next_obs)).float()
+        y = rewards + gamma * (1 - terminated) * agent.critic_target(next_obs, agent.actor_target(next_obs)).float()
     with autocast():
         q = agent.critic(obs, actions).float()
-    critic_loss = ((q - y) ** 2).mean()
+    critic_loss = mean((q - y) ** 2)
     critic_opt.zero_grad(set_to_none=False)
-    critic_loss.backward()
+    critic_loss.sum().backward()
     if sync is not None:
         sync.gradients(agent.critic.parameters())
-    if config.max_grad_norm > 0:
-        nn.utils.clip_grad_norm_(agent.critic.parameters(), config.max_grad_norm)
-    critic_opt.step()
+    clip_and_step(agent.critic, critic_opt, hp.max_grad_norm)
 
     # actor: maximise Q(s, mu(s)) with the critic frozen, so no actor gradient reaches it
     agent.critic.requires_grad_(False)
     with autocast():
-        actor_loss = -agent.critic(obs, agent.actor(obs)).float().mean()
+        actor_loss = -mean(agent.critic(obs, agent.actor(obs)).float())
     actor_opt.zero_grad(set_to_none=False)
-    actor_loss.backward()
+    actor_loss.sum().backward()
     if sync is not None:
         sync.gradients(agent.actor.parameters())
-    if config.max_grad_norm > 0:
-        nn.utils.clip_grad_norm_(agent.actor.parameters(), config.max_grad_norm)
-    actor_opt.step()
+    clip_and_step(agent.actor, actor_opt, hp.max_grad_norm)
     agent.critic.requires_grad_(True)
 
     # theta' <- tau * theta + (1 - tau) * theta'
     with torch.no_grad():
         for net, target in ((agent.actor, agent.actor_target), (agent.critic, agent.critic_target)):
-            torch._foreach_lerp_(list(target.parameters()), list(net.parameters()), config.tau)
+            targets, sources = list(target.parameters()), list(net.parameters())
+            if isinstance(hp.tau, torch.Tensor):
+                for t, p in zip(targets, sources):
+                    t.lerp_(p, hp.tau.reshape((-1,) + (1,) * (t.dim() - 1)))
+            else:
+                torch._foreach_lerp_(targets, sources, hp.tau)
     k = config.updates_per_rollout
-    stats["critic_loss"] += critic_loss.detach() / k
-    stats["actor_loss"] += actor_loss.detach() / k
-    stats["q_mean"] += q.detach().mean() / k
-    stats["nonfinite"] += (~torch.isfinite(critic_loss + actor_loss)).float()
+    for key, value in (("critic_loss", critic_loss), ("actor_loss", actor_loss), ("q_mean", mean(q))):
+        stats[key] += (value.detach() / k).reshape(stats[key].shape)
+    stats["nonfinite"] += (~torch.isfinite(critic_loss + actor_loss)).float().reshape(stats["nonfinite"].shape)
     return stats
