@@ -154,7 +154,8 @@ def chunk_size(tr, g) -> int:
     floats = 2 * tr.obs_dim + 2 * 4 * hidden + 4 * tr.head.out_dim + 16
     if g.name in tr.central:
         floats += tr.state_dim + g.n
-    return max(1024, int(tr.config.learner_memory_gb * 2**30 / (4 * floats)))
+    bytes_per_float = 2 if tr.precision == "bf16" else 4  # (autocast keeps the activations in bf16)
+    return max(1024, int(tr.config.learner_memory_gb * 2**30 / (bytes_per_float * floats)))
 
 
 def measure_threads(tr) -> dict:
