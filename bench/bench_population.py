@@ -50,6 +50,40 @@ def run(target: str, members: int, env_steps: int, seed: int, extra: dict) -> di
             "graph": trainer.graph.state, "precision": trainer.precision, "threads": trainer.threads}
 
 
+# WarpDrive's shipped continuous-Tag training config (../shared/peers/ours_tag_training.py has the same)
+TAG = dict(num_taggers=10, num_runners=100, grid_length=20.0, episode_length=500, max_acceleration=0.1,
+           min_acceleration=-0.1, max_turn=2.356, min_turn=-2.356, num_acceleration_levels=20, num_turn_levels=20,
+           num_other_agents_observed=10, tagging_distance=0.02, tag_reward_for_tagger=10.0,
+           tag_penalty_for_runner=-10.0, step_penalty_for_tagger=0.0, step_reward_for_runner=0.0, edge_hit_penalty=0.0,
+           end_of_game_reward_for_runner=1.0, runner_exits_game_after_tagged=1)
+
+
+def tag_rate(target: str, members: int, num_envs: int = 100, T: int = 250, iterations: int = 4) -> dict:
+    """Env-steps/s (every member's) of a Tag population on WarpDrive's shipped config, median of timed
+    iterations after the eager one and the capture."""
+    import statistics
+    import torch
+    from workbench.learn import config as cfg
+    from workbench.learn.trainer import make_trainer
+    config = cfg.from_dict({"env": "tag_continuous", "algorithm": "a2c", "env_params": TAG, "num_envs": num_envs,
+                            "rollout_length": T, "target": target, "hidden_sizes": [256, 256], "lr": 1e-3,
+                            "gamma": 0.98, "log_every": 10**9, "total_env_steps": 10**15, "seeds": members})
+    trainer = make_trainer(config)
+    trainer.train(num_iterations=3, progress=False)
+    times = []
+    for _ in range(iterations):
+        sync(trainer.device)
+        start = time.perf_counter()
+        trainer.train(num_iterations=1, progress=False)
+        sync(trainer.device)
+        times.append(time.perf_counter() - start)
+    median = statistics.median(times)
+    peak = torch.cuda.max_memory_allocated() / 2**30 if trainer.device.type == "cuda" else 0.0
+    del trainer
+    return {"task": "population_tag", "members": members, "num_envs": num_envs, "T": T, "iteration_s": round(median, 4),
+            "env_steps_per_s": round(members * num_envs * T / median), "peak_gb": round(peak, 2)}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="cuda")
@@ -57,7 +91,17 @@ def main():
     parser.add_argument("--env-steps", type=count, default=500_000, help="per member")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides (YAML values)")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--tag", type=count, nargs="*", default=None, metavar="MEMBERS",
+                        help="instead: Tag populations of these sizes on WarpDrive's shipped config (e.g. 1 8)")
     args = parser.parse_args()
+    if args.tag:
+        base = None
+        for members in args.tag:
+            row = tag_rate(args.target, members)
+            base = base or row["env_steps_per_s"] / members
+            row["vs_one_member"] = round(row["env_steps_per_s"] / base, 2)
+            print("RESULT " + json.dumps(row), flush=True)
+        return
     import yaml
     extra = {k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.set)}
     rows = []

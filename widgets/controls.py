@@ -10,7 +10,7 @@ from workbench.learn import config as cfg
 from workbench.learn.config import ConfigError
 
 from .device import device_line, gpu_count
-from .form import ConfigForm, EnvParamsForm
+from .form import POPULATION, ConfigForm, EnvParamsForm
 from .runner import RunSpec
 
 # fields that the panel's own controls set (env, replicas, target, env parameters) or that the
@@ -20,13 +20,14 @@ CONTROLLED = ("env", "num_envs", "target", "env_params", "algorithm")
 
 class RunForm:
     """The controls as widget attributes (mode, env_name, target, gpus, num_envs, algorithm, policy,
-    checkpoint, record_every, record_replicas, device_info) and the Accordion `forms` holding
-    `config_form` and `env_form`. rows(layout) lays them out; spec() reads them, set() writes
-    them, lock() disables them while a run goes."""
+    checkpoint, record_every, record_replicas, device_info), the Accordion `forms` holding
+    `config_form` and `env_form`, and `population`: the config form's seeds and sweep fields on a
+    row of their own (seeds x the sweep's settings, trained at once). rows(layout) lays them out;
+    spec() reads them, set() writes them, lock() disables them while a run goes."""
 
     # the widgets that the panel holds as its own attributes too (panel.num_envs.value = 64)
     WIDGETS = ("device_info", "mode", "env_name", "target", "gpus", "num_envs", "algorithm", "policy", "checkpoint",
-               "record_every", "record_every_unit", "record_replicas", "hint", "rollout_row", "forms")
+               "record_every", "record_every_unit", "record_replicas", "hint", "rollout_row", "population", "forms")
 
     def __init__(self, env: str, *, mode: str, algorithm: str, target: str | None, num_envs: int | None,
                  env_params: dict | None, checkpoint: str | None, record_every: int, record_replicas, gpus: int,
@@ -90,6 +91,8 @@ class RunForm:
         self.hint = widgets.HTML("")
         self.rollout_row = widgets.HBox([self.policy, self.checkpoint])
 
+        self.population = widgets.VBox([], layout=widgets.Layout(margin="2px 0"))
+        self.population.add_class("wb-population")
         self.config_form = None
         self.env_form = None
         self.forms = widgets.Accordion(children=[], layout=widgets.Layout(max_width="980px"))
@@ -113,6 +116,7 @@ class RunForm:
         """The controls' rows, top to bottom (each row of widgets an HBox with `layout`)."""
         return [widgets.HBox([self.mode, self.env_name, self.target, self.gpus], layout=layout),
                 widgets.HBox([self.num_envs, self.algorithm], layout=layout),
+                self.population,
                 widgets.HBox([self.record_every, self.record_every_unit, self.record_replicas], layout=layout),
                 self.rollout_row, self.hint, self.forms]
 
@@ -132,7 +136,7 @@ class RunForm:
             unknown = sorted(set(overrides) - names)
             if unknown:
                 raise ConfigError(f"unknown {cls.__name__} field(s) {unknown}; fields: {sorted(names - set(CONTROLLED))}")
-        form = ConfigForm(cls, exclude=CONTROLLED)
+        form = ConfigForm(cls, exclude=CONTROLLED, apart=POPULATION)
         for name, value in values.items():
             if name in form.inputs and type(form.inputs[name]) is type(self.config_form.inputs[name]):
                 form.inputs[name].value = value
@@ -140,6 +144,10 @@ class RunForm:
             form.set(**overrides)
         form.show_gpu_fields(self.target.value != "cpu")
         self.config_form = form
+        self.population.children = [widgets.HTML(
+            "<b>Population</b> <span style='color:#666;font-size:12px'>seeds x the settings of sweep, trained "
+            "at once as one program (member k has seed + k); the curves show the median and the interquartile "
+            "band over the members</span>"), *(form.rows[n] for n in POPULATION if n in form.rows)]
         self._update_accordion()
 
     def _build_env_form(self, env_params: dict | None):
@@ -171,6 +179,7 @@ class RunForm:
         if self.config_form is not None:
             self.config_form.show_gpu_fields(self.target.value != "cpu")
         self.rollout_row.layout.display = "" if rollouts else "none"
+        self.population.layout.display = "none" if rollouts else ""  # rollouts step one env, no members
         self.checkpoint.layout.display = "" if self.policy.value == "checkpoint" else "none"
         self.algorithm.disabled = rollouts
         self.hint.value = ("<span style='color:#666;font-size:12px'>Rollouts only use total_env_steps, "
@@ -217,6 +226,8 @@ class RunForm:
     def spec(self) -> RunSpec:
         """The RunSpec the fields describe (ConfigError names a bad field)."""
         values = self.config_form.values()
+        if self.mode.value == "rollouts":  # rollouts step one env with one policy: no population
+            values.update(seeds=1, sweep=None)
         env_params = self.env_form.values()
         data = {**values, "env": self.env_name.value, "num_envs": self.num_envs.value, "target": self.target.value,
                 "env_params": env_params or None}

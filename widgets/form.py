@@ -17,15 +17,20 @@ from workbench.learn.config import ConfigError
 LABEL_WIDTH = "200px"
 # fields that only act on a GPU target: hidden while the panel's target is the CPU
 GPU_ONLY = ("cuda_graph",)
+# the fields of a population (RunConfig.seeds, RunConfig.sweep): the panel shows them on a row of their own
+POPULATION = ("seeds", "sweep")
+SWEEP_EXAMPLE = "lr=1e-3,3e-4; ent_coef=0,0.01"
 
 
 def _base(kind):
     return typing.get_origin(kind) or kind
 
 
-def _text(value) -> str:
+def _text(value, name: str = "") -> str:
     if value is None:
         return ""
+    if name == "sweep" and isinstance(value, dict):
+        return sweep_text(value)
     if isinstance(value, tuple):
         return ", ".join(str(v) for v in value)
     if isinstance(value, dict):
@@ -47,6 +52,8 @@ def field_widget(name: str, kind, default, value, doc: str) -> widgets.Widget:
         widget = widgets.IntText(value=int(value), **common)
     elif base is float and default is not None and value is not None:
         widget = widgets.FloatText(value=float(value), **common)
+    elif name == "sweep":  # a grid written as "lr=1e-3,3e-4; ent_coef=0,0.01" (parse_sweep)
+        widget = widgets.Text(value=_text(value, name), placeholder=f"none; e.g. {SWEEP_EXAMPLE}", **common)
     else:
         widget = widgets.Text(value=_text(value), placeholder="None" if default is None else "", **common)
     widget.add_class(f"wb-field-{name}")
@@ -61,6 +68,8 @@ def parse_field(owner: str, name: str, kind, default, widget):
         return int(widget.value)
     if not isinstance(widget, widgets.Text):
         return widget.value
+    if name == "sweep":
+        return parse_sweep(widget.value, owner)
     text = widget.value.strip()
     if text in ("", "None", "none", "null"):
         if default == ():  # an empty list, e.g. no centralised critics
@@ -92,15 +101,72 @@ def parse_field(owner: str, name: str, kind, default, widget):
                           + (f" (e.g. {example})" if example else "")) from None
 
 
+def sweep_text(sweep: dict | None) -> str:
+    """A sweep as the panel's field writes it: {"lr": [0.001, 0.0003], "ent_coef": [0, 0.01]} ->
+    "lr=0.001,0.0003; ent_coef=0,0.01" ("" for none)."""
+    return "; ".join(f"{name}={','.join(str(v) for v in values)}" for name, values in (sweep or {}).items())
+
+
+def parse_sweep(text: str, owner: str = "RunConfig") -> dict | None:
+    """The sweep field's text as config.sweep: "lr=1e-3,3e-4; ent_coef=0,0.01" -> {"lr": [0.001,
+    0.0003], "ent_coef": [0.0, 0.01]} (settings apart by ";" or a new line, values by "," or spaces;
+    the YAML mapping "{lr: [1e-3, 3e-4]}" is read too); None for "" or "None". ConfigError naming
+    `owner`.sweep and the part it cannot read otherwise. Which names may be swept is the config's
+    check (config.SWEEPABLE), made when the panel reads its fields."""
+    text = (text or "").strip()
+    if text in ("", "None", "none", "null", "{}"):
+        return None
+
+    def bad(why: str):
+        return ConfigError(f"{owner}.sweep: cannot read {text!r}: {why}; write name=value,value,... per "
+                           f"hyperparameter, apart by ';', e.g. {SWEEP_EXAMPLE}")
+    if text.startswith("{"):
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise bad("not a YAML mapping") from None
+        if not isinstance(value, dict):
+            raise bad("not a mapping")
+        items = [(str(k), v if isinstance(v, (list, tuple)) else [v]) for k, v in value.items()]
+    else:
+        items = []
+        for part in (p.strip() for p in text.replace("\n", ";").split(";")):
+            if not part:
+                continue
+            name, eq, values = part.partition("=")
+            name = name.strip()
+            if not eq or not name.isidentifier():
+                raise bad(f"{part!r} is not name=value,value")
+            items.append((name, [v for v in values.replace(",", " ").split()]))
+    sweep = {}
+    for name, values in items:
+        if name in sweep:
+            raise bad(f"{name} is given twice")
+        if not values:
+            raise bad(f"{name} has no values")
+        numbers = []
+        for v in values:
+            try:
+                if isinstance(v, bool):
+                    raise ValueError
+                numbers.append(float(v))
+            except (TypeError, ValueError):
+                raise bad(f"{name}'s value {v!r} is not a number") from None
+        sweep[name] = numbers
+    return sweep
+
+
 class ConfigForm(widgets.VBox):
     """Every field of a config class (less `exclude`), with its doc beside it.
 
     form.values() -> {name: value} (typed; ConfigError names a bad field); form.inputs[name];
-    form.set(**values)."""
+    form.set(**values). The rows of the fields in `apart` are left out of the form's own column (the
+    panel shows them elsewhere: form.rows[name]); their values are the form's all the same."""
 
-    def __init__(self, cls, values: dict | None = None, exclude=(), **kwargs):
+    def __init__(self, cls, values: dict | None = None, exclude=(), apart=(), **kwargs):
         self.cls = cls
         self.exclude = tuple(exclude)
+        self.apart = tuple(apart)
         self.fields = {}
         self.inputs = {}
         self.rows = {}
@@ -116,7 +182,8 @@ class ConfigForm(widgets.VBox):
             note = widgets.HTML(f'<span style="color:#666;font-size:11px;line-height:1.2">{html.escape(doc)}</span>',
                                 layout=widgets.Layout(width="auto", max_width="560px"))
             self.rows[name] = widgets.HBox([widget, note], layout=widgets.Layout(align_items="center"))
-            rows.append(self.rows[name])
+            if name not in self.apart:
+                rows.append(self.rows[name])
         doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
         header = widgets.HTML(f'<b>{cls.__name__}</b> <span style="color:#666">{html.escape(doc)}</span>')
         super().__init__([header, *rows], **kwargs)
@@ -137,7 +204,7 @@ class ConfigForm(widgets.VBox):
             if name not in self.inputs:
                 raise ConfigError(f"{self.cls.__name__} has no field {name!r} in this form; fields: {list(self.inputs)}")
             widget = self.inputs[name]
-            widget.value = _text(value) if isinstance(widget, widgets.Text) else value
+            widget.value = _text(value, name) if isinstance(widget, widgets.Text) else value
 
 
 # ---- env parameters -------------------------------------------------------------------------------

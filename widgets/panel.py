@@ -34,8 +34,8 @@ from .device import device_summary, gpu_count  # noqa: F401 - importable from he
 from .jobs import CONTINUED, continued_config
 from .runfiles import default_run_dir
 from .runner import Runner, RunSpec, running_runs, same_experiment
-from .status import (describe_state, error_box_html, iteration_text, notice_html, progress_line, refused_text,
-                     state_style, status_line_html)
+from .status import (describe_state, error_box_html, iteration_text, notice_html, progress_line, ranking_html,
+                     refused_text, state_style, status_line_html)
 from .viewer import EpisodeViewer
 
 
@@ -49,8 +49,12 @@ class TrainingPanel(widgets.VBox):
     GPU; 1 on a single device), policies (the policy map), redraw_interval (seconds between two
     redraws at most), and any field of the algorithm's config as a keyword (lr=..., total_env_steps=...).
 
+    A population (seeds=8, sweep={"lr": [1e-3, 3e-4]}: the form's Population row) draws each team's
+    median over the members with the interquartile band (per sweep setting with a sweep), the status
+    line says the member count and returns, and a sweep's settings are ranked at the end (`ranking`).
+
     Programmatic use: start() -> Runner, stop(), wait() -> the run's result (raises its error),
-    set(**fields), spec() -> the RunSpec the form describes; history, status, trainer, animation.
+    set(**fields), spec() -> the RunSpec the form describes; history, status, ranking, trainer, animation.
     """
 
     def __init__(self, env="cartpole", *, mode: str = "train", algorithm: str = "ppo",
@@ -89,29 +93,17 @@ class TrainingPanel(widgets.VBox):
 
         self.title = widgets.HTML("<b style='font-size:14px'>warp-workbench</b> "
                                   "<span style='color:#666'>training panel</span>")
-        self.start_button = widgets.Button(description="Start", button_style="success", icon="play",
-                                           tooltip="start the run in the background",
-                                           layout=widgets.Layout(width="100px"))
-        self.start_button.add_class("wb-start")
-        self.new_run_button = widgets.Button(description="New run", icon="plus",
-                                             tooltip="start again from scratch (a fresh trainer and run folder); "
-                                                     "Start continues the run that Stop paused",
-                                             layout=widgets.Layout(width="100px"))
-        self.new_run_button.add_class("wb-new-run")
-        self.stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop", disabled=True,
-                                          tooltip="stop at the end of the current iteration",
-                                          layout=widgets.Layout(width="100px"))
-        self.stop_button.add_class("wb-stop")
+        self.start_button = _button("Start", "wb-start", "start the run in the background", button_style="success",
+                                    icon="play")
+        self.new_run_button = _button("New run", "wb-new-run", "start again from scratch (a fresh trainer and run "
+                                      "folder); Start continues the run that Stop paused", icon="plus")
+        self.stop_button = _button("Stop", "wb-stop", "stop at the end of the current iteration",
+                                   button_style="danger", icon="stop", disabled=True)
         self.progress = widgets.FloatProgress(value=0.0, min=0.0, max=1.0, layout=widgets.Layout(width="260px"))
         self.progress.add_class("wb-progress")
-        self.progress_text = widgets.HTML("")
-        self.progress_text.add_class("wb-progress-text")
-        self.status_html = widgets.HTML("")
-        self.status_html.add_class("wb-status")
-        self.notice_html = widgets.HTML("")
-        self.notice_html.add_class("wb-notice")
-        self.error_html = widgets.HTML("")
-        self.error_html.add_class("wb-error")
+        self.progress_text, self.status_html = _html("wb-progress-text"), _html("wb-status")
+        self.notice_html, self.error_html = _html("wb-notice"), _html("wb-error")
+        self.ranking_html = _html("wb-ranking")  # a sweep's settings ranked, once its run ended
         self.start_button.on_click(lambda _b: self._on_start())
         self.new_run_button.on_click(lambda _b: self._on_start(new=True))
         self.stop_button.on_click(lambda _b: self.stop())
@@ -121,8 +113,8 @@ class TrainingPanel(widgets.VBox):
             self.title, self.device_info, *self.run_form.rows(row),
             widgets.HBox([self.start_button, self.stop_button, self.new_run_button, self.progress,
                           self.progress_text], layout=row),
-            self.status_html, self.notice_html, self.error_html, self.curves, self.runs_html, self.viewer_title,
-            self.viewer,
+            self.status_html, self.notice_html, self.error_html, self.curves, self.ranking_html, self.runs_html,
+            self.viewer_title, self.viewer,
         ])
         self.add_class("wb-panel")
         for run_dir in compare:
@@ -161,7 +153,8 @@ class TrainingPanel(widgets.VBox):
 
     def can_continue(self, spec: RunSpec | None = None) -> bool:
         """Whether Start would continue the last run: it trained in this process, ended by Stop (or by
-        its budget, with a larger total_env_steps now), and the env, replicas, target and algorithm are unchanged."""
+        its budget, with a larger total_env_steps now), and the env, replicas, target, algorithm and
+        population (seeds, sweep) are unchanged."""
         prev = self.runner
         if prev is None or prev.running or prev.trainer is None or prev.error is not None or prev.spec.mode != "train":
             return False
@@ -174,7 +167,7 @@ class TrainingPanel(widgets.VBox):
     def start(self, new: bool = False) -> Runner:
         """Start a run with the panel's current values, in the background; returns its Runner.
         After Stop this continues the same run (same trainer, the iteration count goes on) unless
-        `new` (the "New run" button) or the env, replicas, target or algorithm changed. Refused
+        `new` (the "New run" button) or the env, replicas, target, algorithm or population changed. Refused
         (RuntimeError, and a notice in the panel) while a run goes in this process."""
         going = running_runs()
         if not going and self._refresher is not None and self._refresher.is_alive():
@@ -182,7 +175,7 @@ class TrainingPanel(widgets.VBox):
         if going:
             self.notice_html.value = notice_html(refused_text(going[0]))
             raise RuntimeError(refused_text(going[0]))
-        self.error_html.value = self.notice_html.value = ""
+        self.error_html.value = self.notice_html.value = self.ranking_html.value = ""
         try:
             spec = self.spec()
         except Exception as exc:
@@ -273,6 +266,11 @@ class TrainingPanel(widgets.VBox):
         """The status line as plain text."""
         return html.unescape(re.sub(r"<[^>]+>", "", self.status_html.value)).strip()
 
+    @property
+    def ranking(self) -> str:
+        """The table of a sweep's settings ranked, as plain text, once its run ended ("" otherwise)."""
+        return html.unescape(re.sub(r"<[^>]+>", "", self.ranking_html.value)).strip()
+
     # -- redrawing (the panel's own thread) -----------------------------------------------------
     def _on_trajectories(self, trajectories, env):
         history = self.runner.history
@@ -294,6 +292,8 @@ class TrainingPanel(widgets.VBox):
                 time.sleep(wait)  # at most one redraw per interval, however fast the metrics come
             self._redraw_safely(runner)
         self._redraw_safely(runner)
+        if runner.history and runner.spec.mode == "train":
+            self.ranking_html.value = ranking_html(runner.history[-1])
         self._set_controls_running(False)
         if runner.error is not None:
             self._show_error(runner.error, runner.traceback)
@@ -335,6 +335,18 @@ class TrainingPanel(widgets.VBox):
             self.start_button.tooltip = ("continue the stopped run (same trainer; the iteration count goes on)"
                                          if resumable else "start the run in the background")
         self.run_form.lock(running)
+
+
+def _button(description: str, css: str, tooltip: str, **kwargs) -> widgets.Button:
+    button = widgets.Button(description=description, tooltip=tooltip, layout=widgets.Layout(width="100px"), **kwargs)
+    button.add_class(css)
+    return button
+
+
+def _html(css: str) -> widgets.HTML:
+    out = widgets.HTML("")
+    out.add_class(css)
+    return out
 
 
 def prepare(spec: RunSpec, resume: Runner | None, previous: str | None, runs_root) -> tuple:

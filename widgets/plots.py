@@ -3,7 +3,9 @@ no interactive backend, no ipympl, nothing that needs the notebook's event loop,
 thread can draw them.
 
 Small multiples against env-steps, one axis per kind of curve present in the metrics: episode return
-(one line per policy, the target return dashed), each loss kind (policy, value, actor, critic: one
+(one line per policy, the target return dashed; a population's median over its members with the
+interquartile band, per policy, or per sweep setting with a sweep: `ranking.population_curves`, as
+in learning_curve.png), each loss kind (policy, value, actor, critic: one
 line per policy, each on its own scale), episode length, Tag's tag rate and runner survival, and
 throughput (k/M/G env-steps/s by magnitude). A policy has the same colour in every axis, in the
 rollout viewer and in learning_curve.png (workbench.learn.report.team_colour: taggers red, runners
@@ -17,7 +19,7 @@ import time
 
 import numpy as np
 
-from workbench.learn.report import rate_unit, team_colour  # noqa: F401 - rate_unit importable from here too
+from workbench.learn.report import matplotlib_colours, rate_unit, team_colour  # noqa: F401 - rate_unit too
 
 LOSS_KEYS = ("policy_loss", "value_loss", "actor_loss", "critic_loss")
 _TITLES = {"return": "episode return", "policy_loss": "policy loss", "value_loss": "value loss",
@@ -154,7 +156,10 @@ class LivePlot:
             return self._png(start)
         policies = [k.split("/", 1)[1] for k in keys if k.startswith("return/")]
         colours = {p: policy_colour(p, i) for i, p in enumerate(policies)}
-        for p in policies:
+        population = [m for m in history if m.get("members")]
+        self._drop("pop:" if not population else ("pop:", "return/"))  # what an earlier run drew
+        bands = self._population(population, label) if population else []
+        for p in policies if not population else ():
             self._line("return", f"return/{p}", colours[p], policy_label(p, policies, label)).set_data(
                 *_series(history, f"return/{p}"))
         for key in keys:
@@ -174,6 +179,10 @@ class LivePlot:
         self.axes["rate"].set_title(f"throughput ({unit + ' ' if unit else ''}env-steps/s)", fontsize=9)
         self._line("rate", "env_steps_per_s", "0.2").set_data(xs, ys / scale)
         self._warmup(warmup_steps)
+        if population:
+            final = population[-1]
+            self.axes["return"].set_title(f"episode return: median, IQR band over "
+                                          f"{final.get('num_members', len(final['members']))} members", fontsize=9)
         right = max((float(m.get("env_steps", 0)) for m in history), default=0.0)
         for i, (label, other) in enumerate(others):
             other_policies = list(dict.fromkeys(k.split("/", 1)[1] for m in other for k in m
@@ -191,12 +200,16 @@ class LivePlot:
                 self.lines["target"] = self.axes["return"].axhline(target_return, color="tab:green", ls=":", lw=1.2,
                                                                    label=f"target {target_return:g}")
             self.lines["target"].set_ydata([target_return, target_return])
-        for line in self.lines.values():  # a curve of a few points (or one) shows its points
-            if hasattr(line, "get_xdata") and line is not self.lines.get("target"):
+        for key, line in self.lines.items():  # a curve of a few points (or one) shows its points
+            if hasattr(line, "get_xdata") and key != "target" and not key.startswith("pop:member:"):
                 line.set_marker("o" if 0 < len(line.get_xdata()) <= 40 else "")
                 line.set_markersize(3)
         for name, ax in self.axes.items():
             ax.relim()
+            if name == "return":  # relim leaves the bands (collections) out
+                for (band, _median), _label in bands:
+                    for path in band.get_paths():
+                        ax.update_datalim(path.vertices)
             ax.autoscale_view()
             if name == "tag":
                 ax.set_ylim(-0.03, 1.03)
@@ -204,18 +217,46 @@ class LivePlot:
                 ax.set_ylim(0, max(rate_top / scale, 1e-9) * 1.1)
             if right > 0:  # one env-steps axis for every panel, from the start of the run
                 ax.set_xlim(0, right * 1.03)
-        handles = [line for key, line in self.lines.items()
-                   if key.startswith(("return/", "other:")) or key in ("target", "warmup")]
+        entries = bands + [(line, line.get_label()) for key, line in self.lines.items()
+                           if key.startswith(("return/", "other:")) or key in ("target", "warmup")]
+        handles = [handle for handle, _label in entries]
         for legend in list(self.fig.legends):
             legend.remove()
-        longest = max((len(h.get_label()) for h in handles), default=0)
+        longest = max((len(text) for _handle, text in entries), default=0)
         ncol = max(1, min(len(handles), 6, 90 // (longest + 6)))  # run folders' names are long
-        self.fig.legend(handles=handles, loc="upper center", ncol=ncol, fontsize=8, frameon=False)
+        self.fig.legend(handles, [text for _handle, text in entries], loc="upper center", ncol=ncol, fontsize=8,
+                        frameon=False)
         rows = math.ceil(len(self.axes) / min(self.columns, len(self.axes)))
         room = 0.32 + 0.17 * (math.ceil(len(handles) / ncol) - 1)  # inches for the legend above the titles
         top = 1.0 - room / (self.row_height * rows + 0.5)
         self.fig.tight_layout(pad=0.6, rect=(0, 0, 1, top))
         return self._png(start)
+
+    def _drop(self, prefixes) -> None:
+        """Remove the artists whose keys start with `prefixes` (drawn afresh, or an earlier run's)."""
+        for key in [k for k in self.lines if k.startswith(prefixes)]:
+            self.lines.pop(key).remove()
+
+    def _population(self, history: list, label: str | None) -> list:
+        """Draw a population's returns (`ranking.population_curves` of its reports) on the return
+        axis: per curve (a policy's, or a sweep setting's) the median line over the members and
+        the interquartile band, each member thin (without a sweep, at most 8 members). Returns
+        the legend's entries [((band, median line), label)]."""
+        from workbench.learn.ranking import population_curves
+        ax = self.axes["return"]
+        tab10 = matplotlib_colours("tab10")
+        entries = []
+        for i, curve in enumerate(population_curves(history)["curves"]):
+            colour = team_colour(curve["team"], i) if curve["team"] is not None else tab10[i % len(tab10)]
+            band = ax.fill_between(curve["steps"], curve["q25"], curve["q75"], color=colour, alpha=0.25, linewidth=0)
+            self.lines[f"pop:band:{i}"] = band
+            name = f"{label}: {curve['label']}" if label else curve["label"]
+            median = self._line("return", f"pop:median:{i}", colour, name, lw=1.8)
+            median.set_data(curve["steps"], curve["median"])
+            for k, (xs, ys) in curve["members"].items():
+                self._line("return", f"pop:member:{i}:{k}", colour, lw=0.6, alpha=0.4).set_data(xs, ys)
+            entries.append(((band, median), name))
+        return entries
 
     def _warmup(self, warmup_steps):
         """Shade the env-steps before `warmup_steps` on the axes of episode statistics (None or 0: none)."""

@@ -1,5 +1,6 @@
 """A run folder's files as the panel writes and reads them: config.yaml (the run's config) and
-metrics.csv (one row per metrics pull), the same files a Trainer and the CLI write."""
+metrics.csv (one row per metrics pull; a population's: one row per member per pull, read back as
+the trainer's population reports), the same files a Trainer and the CLI write."""
 from __future__ import annotations
 
 import csv
@@ -67,8 +68,35 @@ def read_metrics(path: Path) -> list:
                 parsed[key] = float(value)
             except (TypeError, ValueError):
                 parsed[key] = value
-        for key in ("iteration", "env_steps"):
+        for key in ("iteration", "env_steps", "member", "seed"):
             if isinstance(parsed.get(key), float):
                 parsed[key] = int(parsed[key])
         rows.append(parsed)
-    return rows
+    return population_reports(rows) if rows and "member" in rows[0] else rows
+
+
+def population_reports(rows: list) -> list:
+    """A population's metrics.csv rows (one per member per pull, with its member, seed and swept
+    values) as the reports its trainer made: per pull each statistic's median over the members,
+    the returns' quartiles, num_members and `members` (workbench.learn.metrics.population_report).
+    A last pull with fewer members than the first (its rows being written) is left out."""
+    from workbench.learn.metrics import population_report
+    from workbench.learn.ranking import HYPERPARAMETERS
+    pulls: list = []
+    for row in rows:
+        row = dict(row, nonfinite=str(row.get("nonfinite", "False")).lower() in ("true", "1", "1.0"))
+        if pulls and (pulls[-1][0]["iteration"], pulls[-1][0]["env_steps"]) == (row["iteration"], row["env_steps"]):
+            pulls[-1].append(row)
+        else:
+            pulls.append([row])
+    if len(pulls) > 1 and len(pulls[-1]) < len(pulls[0]):
+        pulls.pop()
+    base_keys = ("iteration", "env_steps", "env_steps_per_s", "time_s")
+    swept = [k for k in rows[0] if k in HYPERPARAMETERS]
+    reports = []
+    for members in pulls:
+        report = population_report({k: members[0][k] for k in base_keys if k in members[0]}, members, [])
+        for name in swept:  # a swept value is the members' own, not a statistic
+            report.pop(name, None)
+        reports.append(report)
+    return reports

@@ -84,11 +84,12 @@ class RunSpec:
 
 def same_experiment(a: RunSpec, b: RunSpec) -> bool:
     """Whether a run of `b` can continue the trainer of a run of `a`: the same env, parameters,
-    replicas, target, algorithm and policy map, trained in this process."""
+    replicas, target, algorithm, policy map and population (seeds and sweep), trained in this process."""
     ca, cb = a.config, b.config
     return (a.mode == b.mode == "train" and a.world_size == b.world_size == 1 and a.policies == b.policies
             and type(ca) is type(cb)
-            and all(getattr(ca, k) == getattr(cb, k) for k in ("env", "env_params", "num_envs", "target")))
+            and all(getattr(ca, k, None) == getattr(cb, k, None)
+                    for k in ("env", "env_params", "num_envs", "target", "seeds", "sweep")))
 
 
 class StopRequested(Exception):

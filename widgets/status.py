@@ -7,6 +7,8 @@ import html
 import math
 import os
 
+from workbench.learn import population
+from workbench.learn.ranking import population_summary, ranking_text, sweep_settings
 from workbench.learn.report import returns_text  # noqa: F401 - the status line and the CLI say returns alike
 
 STATUS_COLOURS = {"error": "#b00020", "warning": "#a15c00", "success": "#1b7f3a"}
@@ -40,13 +42,37 @@ def iteration_text(runner) -> str:
     return f"iteration {it} / {runner.spec.total_iterations}"
 
 
+def members_text(config) -> str:
+    """"a population of 8 members (2 seeds x 4 settings of lr, ent_coef)" or "a population of 8 seeds";
+    "" for a single run (and for rollouts, which train nothing)."""
+    members = population.size(config)
+    if members <= 1:
+        return ""
+    swept = list(config.sweep or {})
+    if not swept:
+        return f"a population of {members} seeds"
+    return (f"a population of {members} members ({config.seeds} seed{'s' if config.seeds != 1 else ''} x "
+            f"{members // config.seeds} settings of {', '.join(swept)})")
+
+
+def population_line(report: dict, target: float | None = None) -> str:
+    """What the status line says of a population report: its returns over the members
+    (`ranking.population_summary`: median, interquartile range, the best sweep setting); "" for a
+    report of a single run or before any episode ended."""
+    return population_summary(report, target=target) if report.get("members") else ""
+
+
 def describe_state(runner) -> str:
-    """The status line of a run in its current state."""
+    """The status line of a run in its current state (a population: its member count, and its
+    returns over the members once an episode ended)."""
     spec, c = runner.spec, runner.spec.config
     what = (f"training {c.algorithm.upper()}" if spec.mode == "train"
             else f"rollouts ({'policy of ' + os.path.basename(spec.checkpoint) if spec.checkpoint else 'random actions'})")
+    members = members_text(c) if spec.mode == "train" else ""
+    if members:
+        what += f" as {members}"
     agents = runner.env.num_agents if runner.env is not None else None
-    size = f"{c.num_envs} replicas" + (f" x {agents} agents" if agents else "")
+    size = f"{c.num_envs} replicas" + (" per member" if members else "") + (f" x {agents} agents" if agents else "")
     ranks = f" on {spec.world_size} ranks" if spec.world_size > 1 else ""
     last = runner.history[-1] if runner.history else {}
     done = (f"{last.get('iteration', 0)} iterations, {fmt_steps(float(last.get('env_steps', 0)))}env-steps"
@@ -56,16 +82,18 @@ def describe_state(runner) -> str:
         return (f"compiling {c.env} for target {c.target}{ranks} (the first run of these parameters in this "
                 f"kernel compiles the env; later runs reuse it)...")
     folder = f"; run folder {c.run_dir}" if c.run_dir else ""
+    summary = population_line(last, c.target_return)
     if state == "running":
         going_on = "continuing " if runner.resumed_from is not None else ""
-        return f"running: {going_on}{what} on {c.env}, {size}, target {c.target}{ranks}{folder}"
+        return (f"running: {going_on}{what} on {c.env}, {size}, target {c.target}{ranks}"
+                f"{'; ' + summary if summary else ''}{folder}")
     if state == "stopped":
         more = "; Continue goes on, New run starts again" if spec.mode == "train" and spec.world_size == 1 else ""
-        return f"stopped (Stop pressed) after {done}: {what} on {c.env}{folder}{more}"
+        return f"stopped (Stop pressed) after {done}{', ' + summary if summary else ''}: {what} on {c.env}{folder}{more}"
     if state == "finished":
         reason = {"budget": "total_env_steps reached", "target_return": "target_return reached"}.get(
             runner.stopped_by, str(runner.stopped_by))
-        ret = returns_text(last)
+        ret = summary or returns_text(last)
         return f"finished ({reason}) after {done}{', ' + ret if ret else ''}: {what} on {c.env}{folder}"
     return f"error: {type(runner.error).__name__}: {runner.error}"
 
@@ -95,6 +123,19 @@ def progress_line(runner, history: list) -> tuple:
             f"{fmt_steps(steps)}env-steps | {fmt_steps(rate)}env-steps/s | "
             f"ETA {fmt_time(eta) if runner.running else '-'} | {iteration_text(runner)}</span>")
     return frac, text
+
+
+def ranking_html(report: dict) -> str:
+    """The sweep settings of a population report ranked by their seeds' final mean return
+    (`ranking.ranking_text`), as HTML; "" for a report without a sweep."""
+    rows = sweep_settings(report) if report.get("members") else []
+    if not rows or not rows[0]["values"]:
+        return ""
+    seeds = rows[0]["members"]
+    return (f"<div style='font-size:12px;max-width:980px'><b>Sweep settings ranked</b> <span style='color:#666'>"
+            f"by the mean over each setting's members ({seeds} seed{'s' if seeds != 1 else ''}) of their mean "
+            f"return at iteration {report.get('iteration', '?')}; best (member): the best of its members"
+            f"</span>\n<pre style='font-size:12px;margin:2px 0'>{html.escape(ranking_text(rows))}</pre></div>")
 
 
 def status_line_html(text: str, style: str = "") -> str:

@@ -98,9 +98,8 @@ def best_member(report: dict) -> int:
     members = report.get("members")
     if not members:
         return 0
-    scored = [(m.get("mean_return", float("nan")), m["member"]) for m in members]
-    finite = [(v, k) for v, k in scored if v == v]
-    return max(finite)[1] if finite else 0
+    finite = [(m["mean_return"], -m["member"]) for m in members if m.get("mean_return", float("nan")) == m.get("mean_return")]
+    return -max(finite)[1] if finite else 0  # (a tie: the lowest index, as the ranking's table says)
 
 
 def stacked_layout(models: dict) -> dict:

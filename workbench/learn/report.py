@@ -32,11 +32,10 @@ def rate_unit(top: float) -> tuple:
 def plot_learning_curve(history: list, path, title: str = "") -> Path:
     """Mean return per policy against env-steps (and throughput), saved as a PNG. A population's
     history (reports with "members"): medians over members with interquartile bands (`plot_population`)."""
-    import matplotlib
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # (not pyplot: a notebook's backend and figures stay as they were)
 
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig = Figure(figsize=(10, 3.6))
+    ax, ax2 = fig.subplots(1, 2)
     steps = [m["env_steps"] for m in history]
     population = [m for m in history if m.get("members")]
     if population:
@@ -65,7 +64,6 @@ def plot_learning_curve(history: list, path, title: str = "") -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
-    plt.close(fig)
     return path
 
 
