@@ -198,16 +198,18 @@ def test_ddpg_on_pendulum_improves_over_random():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_graph_rollout_learns_and_replays():
     """On a GPU the rollout is captured once and replayed: the env advances T steps per replay
-    (its buffers alias the store) and the policy noise generator moves on between replays."""
+    (its buffers alias the store) and the policy noise's stream moves on between replays."""
     trainer = wb.make_trainer(ppo_cartpole(target="cuda", num_envs=256, total_env_steps=256 * 64 * 40,
                                            target_return=200.0, cuda_graph=True, compile=True))
     warm = trainer.train(num_iterations=2)
     assert trainer.graph is not None
     assert 0 < warm.warmup_s <= warm.wall_time_s  # compile and capture, reported apart
     before_t = trainer.env.store["t"].clone()
-    noise_state = trainer.generator.get_state()
+    counter = int(trainer.streams.counter)
+    noise = trainer.collector.noise["shared"].clone()
     trainer.train(num_iterations=1)
-    assert not torch.equal(noise_state, trainer.generator.get_state())
+    assert int(trainer.streams.counter) == counter + 1  # advanced inside the replayed graph
+    assert not torch.equal(noise, trainer.collector.noise["shared"])
     assert not torch.equal(before_t, trainer.env.store["t"])
     result = trainer.train()
     assert result.metrics["return/shared"] > 5 * RANDOM_CARTPOLE_RETURN

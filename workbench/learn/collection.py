@@ -42,8 +42,7 @@ class Collector:
         self.final_obs = None
         self.noise = {}
         if tr.algorithm != "ddpg":
-            # (a population's critic passes need rows grouped by member: step by step, not [T * E])
-            if self.can_truncate and tr.M == 1 and 4 * T * E * env.num_agents * O <= FINAL_OBS_BUFFER_BYTES:
+            if self.can_truncate and 4 * T * E * env.num_agents * O <= FINAL_OBS_BUFFER_BYTES:
                 self.final_obs = torch.zeros((T, E, env.num_agents, O), device=tr.device)
             self.terminated = torch.zeros((T, E), device=tr.device)
             self.truncated = torch.zeros((T, E), device=tr.device)
@@ -183,18 +182,22 @@ class Collector:
     def _final_values(self):
         """V(final observation) of every replica truncated during the rollout (else 0), into each
         group's final_values [T, E, n]: one batched pass over the kept final observations (a few
-        large kernels, not T times as many small ones), in chunks of the learner's memory bound."""
+        large kernels, not T times as many small ones), in chunks of whole steps within the learner's
+        memory bound, each chunk's rows grouped by member (a population's models need them so)."""
         tr = self.trainer
-        T, E = tr.T, tr.E
-        flat = self.final_obs.reshape(T * E, tr.env.num_agents, tr.obs_dim)
-        truncated_only = (self.truncated * (1 - self.terminated)).reshape(T * E, 1)
-        for part in chunks(T * E, max(1, min(tr.chunk_size[g.name] // g.n for g in tr.groups))):
-            group_obs = {g.name: self.observe(g, flat[part]) for g in tr.groups}
+        T, E, M, A, O = tr.T, tr.E, tr.M, tr.env.num_agents, tr.obs_dim
+        by_member = self.final_obs.view(T, M, E // M, A, O).transpose(0, 1)  # [M, T, E / M, A, O]
+        truncated_only = (self.truncated * (1 - self.terminated)).view(T, M, E // M, 1).transpose(0, 1)
+        steps = max(1, min(tr.chunk_size[g.name] // g.n for g in tr.groups) // E)
+        for part in chunks(T, steps):
+            rows = by_member[:, part].reshape(-1, A, O)
+            group_obs = {g.name: self.observe(g, rows) for g in tr.groups}
             state = self.joint_obs(group_obs) if tr.central else None
             for g in tr.groups:
                 value = self.values(g, tr.rollout_models[g.name], group_obs[g.name], state)
-                final = tr.buffers[g.name].final_values.reshape(T * E, g.n)
-                final[part].copy_(value * truncated_only[part])
+                value = value.view(M, -1, E // M, g.n) * truncated_only[:, part]
+                final = tr.buffers[g.name].final_values[part].view(-1, M, E // M, g.n)
+                final.transpose(0, 1).copy_(value)
 
     def advantages(self, g):
         """GAE of group g's rollout, bootstrapped from V(s_T), into its buffer's advantages and returns."""

@@ -3,9 +3,9 @@
 A population stacks the M members' copies of each policy into one module whose linear layers are
 batched matmuls: rows [M * N, ...] grouped by member (member k owns rows [k * N, (k + 1) * N)) go in,
 rows in the same order come out, and no member's output depends on another's weights. Every
-parameter has the member as its leading dimension, and all of them live in one flat [M, P] buffer
-(their gradients too), so that per-member gradient clipping and Adam with a per-member learning
-rate are a handful of kernels over [M, P] whatever the model's size.
+parameter has the member as its leading dimension; an optimiser step gathers them (and their
+gradients) into one flat [M, P] buffer, so that per-member gradient clipping and Adam with a
+per-member learning rate are a handful of kernels whatever the model's size.
 
     model = stack_members([ActorCritic(...) for each member's seed])   # same structure, any weights
     optimizer = MemberAdam(model, lr=torch.tensor([3e-4, 1e-3]))
@@ -16,18 +16,12 @@ rate are a handful of kernels over [M, P] whatever the model's size.
 from __future__ import annotations
 
 import copy
-import warnings
 
 import torch
 from torch import nn
 
 from ..errors import WorkbenchError
 from .rollout import RunningNorm, wide_sum
-
-
-# The gradients are deliberately strided views of one flat [M, P] buffer (MemberAdam); autograd adds into
-# them in place all the same.
-warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
 
 
 class PopulationError(WorkbenchError, ValueError):
@@ -132,23 +126,26 @@ def member_log_std(log_std, rows: int):
 class MemberAdam:
     """Adam (Kingma and Ba 2015, torch's defaults but eps=1e-5) for a stacked model, each member with its
     own learning rate lr [M] (a device tensor that annealing rewrites in place) and its own gradient
-    clipping by global norm. The parameters and their gradients are views into flat [M, P] buffers:
-    zeroing, clipping and the whole step are a few kernels over [M, P], capturable in a CUDA graph."""
+    clipping by global norm. The parameters stay ordinary contiguous tensors (fast casts and
+    gradient writes in the forward and backward passes); a step gathers them and their gradients
+    into flat [M, P] buffers (member k's row: all its parameters), clips and updates there in a few
+    kernels, and copies the parameters back: capturable in a CUDA graph."""
 
     def __init__(self, model: nn.Module, lr, betas=(0.9, 0.999), eps: float = 1e-5):
         params = [p for p in model.parameters() if p.requires_grad]
         members = params[0].shape[0]
         device = params[0].device
-        sizes = [p[0].numel() for p in params]
-        self.flat = torch.empty((members, sum(sizes)), device=device)
-        self.grad = torch.zeros_like(self.flat)
-        offset = 0
-        for p, size in zip(params, sizes):
-            self.flat[:, offset:offset + size].copy_(p.detach().reshape(members, size))
-            p.data = self.flat[:, offset:offset + size].view(p.shape)
-            p.grad = self.grad[:, offset:offset + size].view(p.shape)
-            offset += size
         self.params = params
+        self.members = members
+        self.flat = torch.cat([p.detach().reshape(members, -1) for p in params], dim=1)
+        self.grad = torch.zeros_like(self.flat)
+        self._views, offset = [], 0
+        for p in params:
+            size = p[0].numel()
+            self._views.append(self.flat[:, offset:offset + size].view(p.shape))
+            offset += size
+        self._no_grad = [torch.zeros_like(p) for p in params]  # (a parameter a backward pass did not reach)
+        self._gathered = False
         self.lr = torch.as_tensor(lr, dtype=torch.float32, device=device).reshape(members, 1).clone()
         self.beta1, self.beta2, self.eps = betas[0], betas[1], eps
         self.exp_avg = torch.zeros_like(self.flat)
@@ -156,32 +153,32 @@ class MemberAdam:
         self.steps = torch.zeros((), device=device)
         self.param_groups = [{"params": params}]
 
-    def zero_grad(self, set_to_none: bool = False):
-        """Zero the flat gradient (the gradients stay views into it, whatever set_to_none says)."""
-        for p, view in zip(self.params, self._grad_views()):
-            if p.grad is None or p.grad.data_ptr() != view.data_ptr():
-                p.grad = view
-        self.grad.zero_()
-
-    def _grad_views(self):
-        offset, views = 0, []
-        members = self.flat.shape[0]
+    def zero_grad(self, set_to_none: bool = True):
+        """Forget the gradients (the next backward pass writes them anew, whatever set_to_none says)."""
         for p in self.params:
-            size = p[0].numel()
-            views.append(self.grad[:, offset:offset + size].view(p.shape))
-            offset += size
-        return views
+            p.grad = None
+        self._gathered = False
+
+    def _gather(self):
+        grads = [(p.grad if p.grad is not None else z).reshape(self.members, -1) for p, z in zip(self.params, self._no_grad)]
+        torch.cat(grads, dim=1, out=self.grad)
+        self._gathered = True
 
     def clip(self, max_norm):
         """Scale each member's gradient to global norm at most max_norm (a float or [M] tensor), as
         torch.nn.utils.clip_grad_norm_ does for one model."""
+        if not self._gathered:
+            self._gather()
         norm = self.grad.square().sum(1, keepdim=True).sqrt()
         if isinstance(max_norm, torch.Tensor):  # (a float stays a scalar: no host-to-device copy in a graph)
             max_norm = max_norm.reshape(-1, 1)
         self.grad.mul_((max_norm / (norm + 1e-6)).clamp_(max=1.0))
 
     def step(self):
-        """One Adam step of every member."""
+        """One Adam step of every member (from the parameters as they are now: a loaded checkpoint's)."""
+        if not self._gathered:
+            self._gather()
+        torch.cat([p.detach().reshape(self.members, -1) for p in self.params], dim=1, out=self.flat)
         self.steps.add_(1)
         self.exp_avg.lerp_(self.grad, 1 - self.beta1)
         self.exp_avg_sq.mul_(self.beta2).addcmul_(self.grad, self.grad, value=1 - self.beta2)
@@ -189,6 +186,9 @@ class MemberAdam:
         bias2_sqrt = torch.sqrt(1 - torch.pow(self.beta2, self.steps))
         denom = (self.exp_avg_sq.sqrt() / bias2_sqrt).add_(self.eps)
         self.flat.addcdiv_(self.exp_avg * (self.lr / bias1), denom, value=-1.0)
+        with torch.no_grad():
+            torch._foreach_copy_([p.detach() for p in self.params], self._views)
+        self._gathered = False
 
     def state_dict(self):
         return {"exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq, "steps": self.steps, "lr": self.lr}
