@@ -25,6 +25,7 @@ TAG = dict(num_taggers=10, num_runners=100, grid_length=20.0, episode_length=500
 
 
 SEEDS = 1  # --seeds: members of a population (num_envs each)
+TOP = 15  # --top: kernels listed per phase
 
 
 def config_for(env, num_envs, T, compile_on, graph):
@@ -49,7 +50,7 @@ def summarise(events, repeats=1):
     for e in events:
         by_name[e.name[:90]] += e.device_time_total / repeats
         counts[e.name[:90]] += 1 / repeats
-    top = [(name, round(t, 1), round(counts[name], 1)) for name, t in by_name.most_common(15)]
+    top = [(name, round(t, 1), round(counts[name], 1)) for name, t in by_name.most_common(TOP)]
     return {"kernels": round(len(events) / repeats, 1), "device_us": round(total, 1), "top": top}
 
 
@@ -104,9 +105,10 @@ def main():
     parser.add_argument("--rollout-length", type=int, default=0)
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--seeds", type=int, default=1, help="members of a population (num_envs replicas each)")
+    parser.add_argument("--top", type=int, default=15, help="kernels listed per phase")
     args = parser.parse_args()
-    global SEEDS
-    SEEDS = args.seeds
+    global SEEDS, TOP
+    SEEDS, TOP = args.seeds, args.top
     for n in args.num_envs:
         run(args.env, n, args.rollout_length, not args.no_compile)
 

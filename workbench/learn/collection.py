@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from . import fused
 from .compiled import MaybeCompiled, act_and_record, value_step
 from .members import member_rows
 from .rollout import advantages, chunks, gae
@@ -57,6 +58,10 @@ class Collector:
         self._record_outcome = MaybeCompiled(self.step_outcome, compile_on, "the step's bookkeeping")
         self._value_step = MaybeCompiled(value_step, compile_on, "the value function")
         self._advantages = MaybeCompiled(advantages, compile_on, "GAE")
+        self._fused_gae = None
+        if tr.algorithm != "ddpg" and getattr(tr.config, "fused_kernels", False) and not fused.gae_unsupported(tr.device):
+            self._fused_gae = fused.FusedGAE(tr.hp.per_replica("gamma", tr.E_member),
+                                             tr.hp.per_replica("gae_lambda", tr.E_member), tr.device)
 
     # -- observations and actions of one group -----------------------------------------------
     def live(self, g):
@@ -206,6 +211,9 @@ class Collector:
             obs = {h.name: self.observe(h, self.store["obs"]) for h in tr.groups}
             state = self.joint_obs(obs) if g.name in tr.central else None
             next_value = self.values(g, tr.rollout_models[g.name], obs[g.name], state)
+            if self._fused_gae is not None:
+                self._fused_gae(tr.buffers[g.name], next_value)
+                return
             gae(tr.buffers[g.name], next_value, tr.hp.per_replica("gamma", tr.E_member),
                 tr.hp.per_replica("gae_lambda", tr.E_member), self._advantages)
 

@@ -8,7 +8,7 @@ import copy
 
 import torch
 
-from . import threads
+from . import fused, threads
 from .algorithms import ddpg
 from ..compiler.envdef import Box
 from .members import MemberAdam, MemberLinear, MemberNorm, PopulationError, member_count, stack_members
@@ -143,6 +143,24 @@ def rollout_copies(models: dict, bf16: bool):
                 sources.append(theirs[key].detach())
         copies[name] = shadow
     return copies, (shadows, sources)
+
+
+def fused_gradients(tr):
+    """({policy: fused.FusedGradients} for the policies the fused kernels serve, why the others
+    are not served: {policy: reason}), when `fused_kernels` is on."""
+    served, reasons = {}, {}
+    if not getattr(tr.config, "fused_kernels", False):
+        return served, {g.name: "fused_kernels is off" for g in tr.groups}
+    for g in tr.groups:
+        model = tr.models[g.name]
+        why = "a centralised critic" if g.name in tr.central else fused.unsupported(model, tr.head, tr.algorithm,
+                                                                                   tr.device)
+        if why:
+            reasons[g.name] = why
+            continue
+        served[g.name] = fused.FusedGradients(model, tr.optimizers[g.name], tr.buffers[g.name].batch().fields,
+                                              tr.config, tr.hp, tr.M, tr.precision)
+    return served, reasons
 
 
 def chunk_size(tr, g) -> int:

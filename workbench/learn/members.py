@@ -159,6 +159,10 @@ class MemberAdam:
             p.grad = None
         self._gathered = False
 
+    def gradients_written(self):
+        """The caller wrote every member's gradient into `grad` [M, P] (the fused kernels do): step from it."""
+        self._gathered = True
+
     def _gather(self):
         grads = [(p.grad if p.grad is not None else z).reshape(self.members, -1) for p, z in zip(self.params, self._no_grad)]
         torch.cat(grads, dim=1, out=self.grad)

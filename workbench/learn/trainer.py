@@ -108,6 +108,7 @@ class Trainer:
         self.chunk_size = {g.name: learners.chunk_size(self, g) for g in self.groups}
 
         compile_on = bool(getattr(config, "compile", False)) and self.device.type == "cuda"
+        self.fused, self.fused_off = learners.fused_gradients(self)
         self.episode_stats = EpisodeStats(env, self.groups, members=self.M)
         self.collector = Collector(self, compile_on)
         self.loss_fn = (MaybeCompiled(ON_POLICY[self.algorithm].chunk_loss, compile_on, f"the {self.algorithm} loss")
@@ -175,7 +176,7 @@ class Trainer:
                 self.models[g.name], self.optimizers[g.name], self.buffers[g.name].batch(), self.config,
                 sync=self.sync, chunk_size=self.chunk_size[g.name], autocast=self.autocast,
                 stats=self.metrics.sums[g.name], loss_fn=self.loss_fn, samples=self.samples[g.name], hp=self.hp,
-                site=1000 * (site + 1))
+                site=1000 * (site + 1), fused=self.fused.get(g.name))
         for norm in self.norms.values():
             norm.commit(self.sync)
 

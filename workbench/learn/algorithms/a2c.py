@@ -55,11 +55,12 @@ def chunk_loss(model, chunk: dict, config, count, adv_mean, adv_std, hp=None, me
 
 
 def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int, generator=None,
-           autocast=None, stats: dict, loss_fn=None, samples=None, hp=None, site: int = 0) -> dict:
+           autocast=None, stats: dict, loss_fn=None, samples=None, hp=None, site: int = 0, fused=None) -> dict:
     """One optimiser step on the whole batch (B samples), accumulated over chunks.
     loss_fn: `chunk_loss` or a compiled version of it. `stats` (device tensors [M], STATS) is added
     to and returned. samples: a population's members.MemberSamples (each member's samples gathered
-    grouped by member); hp: the coefficients (config's or per-member tensors)."""
+    grouped by member); hp: the coefficients (config's or per-member tensors); fused: a
+    fused.FusedGradients computing the gradient in one launch per network (else `loss_fn` in chunks)."""
     loss_fn = loss_fn or chunk_loss
     hp = hp or config
     members = samples.members if samples is not None and samples.members > 1 else 1
@@ -75,15 +76,19 @@ def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int
                                                   moments=config.normalize_advantages)
     count = count / (sync.context.world_size if sync is not None else 1)
 
-    optimizer.zero_grad(set_to_none=True)  # the first backward writes the gradients: no zeroing kernels
     local = torch.zeros((len(STATS), members), device=mask.device)
-    per_member = batch.size // members
-    for part in chunks(per_member, max(1, chunk_size // members)):
-        with autocast():
-            take = batch.take(part) if ids is None else batch.take(ids[:, part].reshape(-1))
-            part_loss, part_stats = loss_fn(model, take, config, count, adv_mean, adv_std, hp, members)
-        part_loss.backward()
-        local += part_stats
+    if fused is not None:  # forward, loss and backward of the whole batch, one launch per network
+        fused.gradients(samples.all(), count, adv_mean, adv_std, local)
+        local[-1] += (~torch.isfinite(local[:-1].sum(0))).float()
+    else:
+        optimizer.zero_grad(set_to_none=True)  # the first backward writes the gradients: no zeroing kernels
+        per_member = batch.size // members
+        for part in chunks(per_member, max(1, chunk_size // members)):
+            with autocast():
+                take = batch.take(part) if ids is None else batch.take(ids[:, part].reshape(-1))
+                part_loss, part_stats = loss_fn(model, take, config, count, adv_mean, adv_std, hp, members)
+            part_loss.backward()
+            local += part_stats
     if sync is not None:
         sync.gradients(model.parameters())
     clip_and_step(model, optimizer, hp.max_grad_norm)

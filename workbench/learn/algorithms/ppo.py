@@ -82,14 +82,16 @@ def chunk_loss(model, fields: dict, state, n: int, chunk_idx, config, count, adv
 
 
 def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int, generator=None,
-           autocast=None, stats: dict, loss_fn=None, samples=None, hp=None, site: int = 0) -> dict:
+           autocast=None, stats: dict, loss_fn=None, samples=None, hp=None, site: int = 0, fused=None) -> dict:
     """update_epochs passes of num_minibatches optimiser steps over `batch` (B samples).
 
     `stats` (device tensors [M], STATS) receives the means over the minibatches (added to, so the
     caller can sum several iterations). loss_fn: `chunk_loss` or a compiled version of it.
     samples: a members.MemberSamples drawing each member's permutations from its own stream (a
     population's M members, or M = 1); without it the permutations come from `generator`. hp: the
-    coefficients (config's, or a population's per-member tensors). Returns `stats`.
+    coefficients (config's, or a population's per-member tensors). fused: a fused.FusedGradients
+    computing each minibatch's gradient in one launch per network (else `loss_fn` in chunks).
+    Returns `stats`.
     """
     members = samples.members if samples is not None else 1
     B = batch.size // members  # per member
@@ -114,14 +116,17 @@ def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int
         for m in range(config.num_minibatches):
             idx = minibatches[:, m]
             moments = (adv_mean[:, m], adv_std[:, m]) if adv_mean is not None else (None, None)
-            optimizer.zero_grad(set_to_none=True)  # the first backward writes the gradients: no zeroing kernels
-            for part in chunks(mb_size, max(1, chunk_size // members)):
-                with autocast():
-                    part_loss, part_stats = loss_fn(model, batch.fields, batch.state, batch.n,
-                                                    idx[:, part].reshape(-1), config, count[:, m], *moments,
-                                                    hp, members)
-                part_loss.backward()
-                local += part_stats
+            if fused is not None:  # forward, loss and backward of the whole minibatch, one launch per network
+                fused.gradients(idx, count[:, m], *moments, local)
+            else:
+                optimizer.zero_grad(set_to_none=True)  # the first backward writes the gradients: no zeroing kernels
+                for part in chunks(mb_size, max(1, chunk_size // members)):
+                    with autocast():
+                        part_loss, part_stats = loss_fn(model, batch.fields, batch.state, batch.n,
+                                                        idx[:, part].reshape(-1), config, count[:, m], *moments,
+                                                        hp, members)
+                    part_loss.backward()
+                    local += part_stats
             if sync is not None:  # data-parallel: average gradients over ranks before clipping
                 sync.gradients(model.parameters())
             clip_and_step(model, optimizer, hp.max_grad_norm)
@@ -131,6 +136,8 @@ def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int
             kl = sync.mean(kl) if sync is not None else kl
             if float(kl) > config.target_kl:
                 break
+    if fused is not None:  # (its kernels leave the flag out: a non-finite loss makes its sums non-finite)
+        local[-1] += (~torch.isfinite(local[:-1].sum(0))).float()
     for i, k in enumerate(STATS):
         stats[k] += (local[i] / (updates if k != "nonfinite" else 1)).reshape(stats[k].shape)
     return stats

@@ -1,0 +1,159 @@
+"""The fused learner kernels against the torch path they replace: the same gradients and statistics
+for PPO (with and without value clipping and advantage normalisation) and A2C, one policy and a
+population's stacked members; GAE against rollout.advantages; a trainer with the kernels on matches
+one with them off. On a GPU the kernels compile; elsewhere they run in Triton's interpreter (CPU)."""
+import copy
+import os
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton", reason="the fused kernels need Triton (pip install triton)")
+
+from workbench.compiler.envdef import Discrete  # noqa: E402
+from workbench.learn import fused  # noqa: E402
+from workbench.learn.algorithms import a2c, ppo  # noqa: E402
+from workbench.learn.members import MemberAdam, stack_members  # noqa: E402
+from workbench.learn.policies import ActionHead, ActorCritic  # noqa: E402
+from workbench.learn.rollout import RolloutBuffer, advantages  # noqa: E402
+
+GPU = torch.cuda.is_available()
+DEVICE = torch.device("cuda" if GPU else "cpu")
+
+
+@pytest.fixture(autouse=True)
+def _interpreter(monkeypatch):
+    if not GPU:
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            pytest.skip("without a GPU the kernels run in Triton's interpreter: TRITON_INTERPRET=1 (tests/conftest.py)")
+        monkeypatch.setattr(fused, "INTERPRET_ON_CPU", True)
+
+
+class Cfg:
+    def __init__(self, algorithm="ppo", **kw):
+        self.algorithm = algorithm
+        self.normalize_advantages = kw.pop("normalize_advantages", True)
+        self.clip_value = kw.pop("clip_value", False)
+        self.clip_coef, self.ent_coef, self.vf_coef = 0.2, 0.01, 0.5
+        self.__dict__.update(kw)
+
+
+def rollout_fields(B, O, K, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    mask = (torch.rand(B, generator=g) > 0.2).float()
+    fields = {"obs": torch.randn(B, O, generator=g), "actions": torch.randint(0, K, (B,), generator=g),
+              "logp": -torch.rand(B, generator=g) * 2, "values": torch.randn(B, generator=g),
+              "advantages": torch.randn(B, generator=g), "returns": torch.randn(B, generator=g), "mask": mask}
+    return {k: v.to(DEVICE) for k, v in fields.items()}
+
+
+def models(M, O, K, hidden=(64, 64)):
+    head = ActionHead(Discrete(K)).to(DEVICE)
+    nets = []
+    for k in range(M):
+        torch.manual_seed(10 + k)
+        nets.append(ActorCritic(O, Discrete(K), hidden))
+    model = (stack_members(nets) if M > 1 else nets[0]).to(DEVICE)
+    model.head = head
+    return model
+
+
+def torch_reference(model, fields, idx, cfg, M, count, mean, std):
+    """Gradients [per parameter] and statistics of the torch path on the same minibatch."""
+    model.zero_grad(set_to_none=True)
+    loss_fn = ppo.chunk_loss if cfg.algorithm == "ppo" else None
+    if cfg.algorithm == "ppo":
+        total, stats = loss_fn(model, fields, None, 1, idx.reshape(-1), cfg, count, mean, std, None, M)
+    else:
+        chunk = {k: v[idx.reshape(-1)] for k, v in fields.items()}
+        total, stats = a2c.chunk_loss(model, chunk, cfg, count, mean, std, None, M)
+    total.backward()
+    return [p.grad.clone() for p in model.parameters()], stats
+
+
+@pytest.mark.parametrize("algorithm,clip_value,normalize,M,K,hidden", [
+    ("ppo", False, True, 1, 2, (64, 64)),
+    ("ppo", True, True, 3, 5, (64, 64)),
+    ("ppo", False, False, 2, 3, (32, 48)),
+    ("a2c", False, True, 2, 4, (64, 64)),
+])
+def test_minibatch_gradients_match_torch(algorithm, clip_value, normalize, M, K, hidden):
+    O, rows = 7, 150  # rows per member: a partial last tile
+    cfg = Cfg(algorithm, clip_value=clip_value, normalize_advantages=normalize)
+    fields = rollout_fields(M * 200, O, K)
+    model = models(M, O, K, hidden)
+    g = torch.Generator().manual_seed(3)
+    # member k's sample ids are its own (rows grouped by member, as MemberSamples gives them)
+    idx = torch.stack([torch.randperm(200, generator=g)[:rows] + 200 * k for k in range(M)]).to(DEVICE)
+    live = fields["mask"][idx]
+    count = live.sum(1).clamp_min(1)
+    adv = fields["advantages"][idx]
+    mean = (adv * live).sum(1) / count
+    std = ((((adv - mean[:, None]) * live) ** 2).sum(1) / (count - 1)).sqrt()
+    if not normalize:
+        mean = std = None
+    ref_grads, ref_stats = torch_reference(copy.deepcopy(model), fields, idx, cfg, M, count, mean, std)
+
+    params = [p for p in model.parameters()]
+    optimizer = MemberAdam(model, torch.full((M,), 1e-3, device=DEVICE)) if M > 1 else \
+        torch.optim.Adam(params, lr=1e-3)
+    grads = fused.FusedGradients(model, optimizer, fields, cfg, cfg, M, "fp32")
+    stats = torch.zeros((len(ref_stats), M), device=DEVICE)
+    grads.gradients(idx, count, mean, std, stats)
+    got = grads.grads
+    for (name, _), ref, mine in zip(model.named_parameters(), ref_grads, got):
+        torch.testing.assert_close(mine, ref, rtol=1e-4, atol=1e-6, msg=lambda m: f"{name}: {m}")
+    n_stats = 5 if algorithm == "ppo" else 3
+    torch.testing.assert_close(stats[:n_stats], ref_stats[:n_stats].reshape(n_stats, M), rtol=1e-4, atol=1e-6)
+    if M > 1:
+        assert optimizer._gathered  # the optimiser steps from the gradients written
+        torch.testing.assert_close(optimizer.grad[:, :got[0][0].numel()], got[0].reshape(M, -1))
+    else:
+        assert all(p.grad is g for p, g in zip(params, got))
+
+
+def test_fused_gae_matches_reference():
+    T, E, n = 9, 6, 2
+    g = torch.Generator().manual_seed(1)
+    buf = RolloutBuffer(T, E, n, (3,), (), torch.long, DEVICE)
+    buf.rewards.copy_(torch.randn(T, E, n, generator=g))
+    buf.values.copy_(torch.randn(T, E, n, generator=g))
+    buf.final_values.copy_(torch.randn(T, E, n, generator=g))
+    buf.mask.copy_((torch.rand(T + 1, E, n, generator=g) > 0.2).float())
+    buf.terminated = (torch.rand(T, E, generator=g) > 0.8).float().to(DEVICE)
+    buf.truncated = (torch.rand(T, E, generator=g) > 0.8).float().to(DEVICE)
+    next_value = torch.randn(E, n, generator=g).to(DEVICE)
+    for gamma, lam in ((0.99, 0.95), (torch.tensor([[0.9], [0.9], [0.99], [0.99], [0.5], [0.5]]).to(DEVICE), 0.8)):
+        want = advantages(buf.rewards, buf.values, buf.final_values, buf.mask, buf.terminated, buf.truncated,
+                          next_value, gamma, lam)
+        fused.FusedGAE(gamma, lam, DEVICE)(buf, next_value)
+        torch.testing.assert_close(buf.advantages, want, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(buf.returns, want + buf.values, rtol=1e-5, atol=1e-6)
+
+
+def test_unsupported_says_why():
+    head = ActionHead(Discrete(2))
+    model = ActorCritic(4, Discrete(2), (64, 64))
+    assert fused.unsupported(model, head, "ddpg", DEVICE).startswith("the fused kernels compute PPO")
+    assert "hidden layers of at most" in fused.unsupported(ActorCritic(4, Discrete(2), (256, 256)), head, "ppo", DEVICE)
+    assert "two tanh hidden layers" in fused.unsupported(ActorCritic(4, Discrete(2), (64,)), head, "ppo", DEVICE)
+    assert fused.unsupported(model, head, "ppo", DEVICE) is None
+
+
+@pytest.mark.parametrize("algorithm,seeds", [("ppo", 2), ("a2c", 1)])
+def test_trainer_with_fused_kernels_matches_torch_path(algorithm, seeds):
+    import workbench as wb
+    target = "cuda" if GPU else "cpu"
+    extra = dict(update_epochs=2, num_minibatches=2) if algorithm == "ppo" else {}
+    results = []
+    for on in (True, False):
+        config = (wb.PPOConfig if algorithm == "ppo" else wb.A2CConfig)(env="cartpole", num_envs=8, rollout_length=16, total_env_steps=8 * 16 * 3,
+                               seeds=seeds, target=target, precision="fp32", fused_kernels=on, seed=5, **extra)
+        trainer = wb.make_trainer(config)
+        assert bool(trainer.fused) == on
+        results.append(trainer.train(progress=False).history)
+    for fused_row, torch_row in zip(*results):
+        for fr, tr_ in zip(fused_row.get("members", [fused_row]), torch_row.get("members", [torch_row])):
+            for key in ("loss/policy_loss/shared", "loss/value_loss/shared", "loss/entropy/shared", "return/shared"):
+                if key in tr_:
+                    assert fr[key] == pytest.approx(tr_[key], rel=1e-3, abs=1e-5, nan_ok=True), key

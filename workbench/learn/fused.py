@@ -1,0 +1,194 @@
+"""Fused learner kernels (Triton, on GPUs): a minibatch's forward pass, loss and backward pass of the
+default actor-critic in one launch per network, and GAE in one launch.
+
+Eager torch runs one PPO minibatch as a few hundred kernels, most of them reading and writing
+[rows, hidden] activations in device memory: a population of small MLPs is then bound by launches
+and activation traffic, not by its arithmetic. Here a program takes one member's rows tile by tile,
+keeps a tile's activations in registers from the forward pass through the loss to the backward
+pass, and adds its weight gradients to the member's gradient rows once at the end; nothing of size
+[rows, hidden] goes to memory, so the learner needs no chunks either.
+
+Scope: the default ActorCritic (one policy, or a population's stacked copies) with two tanh hidden
+layers of at most 128 units, a discrete head, PPO's or A2C's loss. `unsupported` names what rules a
+run out; such runs, and every CPU run, take the torch path (the algorithms' `chunk_loss`), which is
+the reference the tests hold these kernels to. With TRITON_INTERPRET=1 the kernels run on the CPU
+(slowly, for tests).
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+from torch import nn
+
+from .members import MemberAdam, MemberLinear
+from .policies import ActorCritic
+
+MAX_HIDDEN = 128
+BLOCK = 64  # rows per tile
+
+
+# Tests and debugging: run the kernels for CPU tensors in Triton's interpreter (which needs
+# TRITON_INTERPRET=1 before Triton is imported); trainers on CPU targets use them only then.
+INTERPRET_ON_CPU = False
+
+
+def interpreted() -> bool:
+    return INTERPRET_ON_CPU and os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@functools.lru_cache(maxsize=1)
+def triton_missing() -> str | None:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return "Triton is not installed (it comes with torch's CUDA builds)"
+    return None
+
+
+def _linear_layers(net):
+    return [m for m in net if isinstance(m, (nn.Linear, MemberLinear))] if isinstance(net, nn.Sequential) else []
+
+
+def unsupported(model, head, algorithm: str, device) -> str | None:
+    """Why the fused kernels cannot compute this policy's gradients (None: they can)."""
+    if device.type != "cuda" and not interpreted():
+        return "the fused kernels run on GPUs"
+    if triton_missing():
+        return triton_missing()
+    if algorithm not in ("ppo", "a2c"):
+        return f"the fused kernels compute PPO's and A2C's losses, not {algorithm}'s"
+    if type(model) is not ActorCritic:
+        return "the fused kernels compute the default ActorCritic's gradients, not a custom model's"
+    if head.kind != "discrete":
+        return f"the fused kernels handle discrete action heads, not {head.kind} ones"
+    for net in (model.actor, model.critic):
+        layers = _linear_layers(net)
+        tanh = [m for m in net if isinstance(m, nn.Tanh)]
+        if len(layers) != 3 or len(tanh) != 2 or len(net) != 5:
+            return "the fused kernels handle MLPs of two tanh hidden layers"
+        if max(layers[0].out_features, layers[1].out_features) > MAX_HIDDEN:
+            return f"the fused kernels handle hidden layers of at most {MAX_HIDDEN} units"
+    if model.actor[0].in_features > 256 or head.out_dim > 256:
+        return "the fused kernels handle at most 256 observation features and actions"
+    return None
+
+
+def _pow2(n: int, least: int = 16) -> int:
+    return max(least, 1 << (int(n) - 1).bit_length())
+
+
+@functools.lru_cache(maxsize=1)
+def _kernels():
+    """(minibatch_grad, gae): imported on first use, so that importing this module needs no Triton and
+    TRITON_INTERPRET set by then is honoured."""
+    from . import fused_kernels
+    return fused_kernels.minibatch_grad, fused_kernels.gae
+
+
+class FusedGradients:
+    """Computes one policy's minibatch gradient with the fused kernels (see the module's docstring).
+
+    model: the (stacked) ActorCritic; optimizer: its MemberAdam (the gradients go straight into its
+    flat [M, P] buffer) or torch Adam (they go into a flat buffer whose views are the parameters'
+    .grad); fields: the rollout's flat fields {name: [B, ...]}; hp: config or population.Hyper.
+    """
+
+    def __init__(self, model, optimizer, fields: dict, config, hp, members: int, precision: str):
+        self.model, self.optimizer, self.fields, self.members = model, optimizer, fields, members
+        self.algorithm = config.algorithm
+        self.normalize_advantages = bool(config.normalize_advantages)
+        self.clip_value = bool(getattr(config, "clip_value", False))
+        self.dot = {"bf16": 0, "tf32": 1}.get(precision, 2)
+        device = fields["values"].device
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.stacked = isinstance(model.actor[0], MemberLinear)
+        if isinstance(optimizer, MemberAdam):
+            self.grad = optimizer.grad
+            self.g_stride = self.grad.shape[1]
+        else:
+            self.grad = torch.zeros(sum(p.numel() for p in self.params), device=device)
+            self.g_stride = 0
+        self.grads, offset = [], 0
+        for p in self.params:
+            size = p[0].numel() if self.stacked else p.numel()
+            flat = self.grad[:, offset:offset + size] if self.grad.dim() == 2 else self.grad[offset:offset + size]
+            self.grads.append(flat.view(p.shape))
+            offset += size
+        self.grad_of = {id(p): g for p, g in zip(self.params, self.grads)}
+        coef = (lambda name: hp.per_member(name, device) if hasattr(hp, "per_member")
+                else torch.full((members,), float(getattr(hp, name)), device=device))
+        self.coefs = torch.stack([coef("clip_coef") if self.algorithm == "ppo" else torch.zeros(members, device=device),
+                                  coef("ent_coef"), coef("vf_coef")]).contiguous()
+        self.sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+
+    def _net(self, net):
+        layers = _linear_layers(net)
+        out = []
+        for layer in layers:
+            out += [layer.weight, layer.bias]
+        return layers, out
+
+    def gradients(self, idx, count, adv_mean, adv_std, stats):
+        """Write the gradient of the minibatch's loss into the optimizer's gradients and add its
+        statistics to stats [len(STATS), M] (policy_loss, value_loss, entropy[, approx_kl,
+        clip_fraction]). idx [M, rows]: each member's sample ids; count, adv_mean, adv_std: [M] (views)."""
+        minibatch_grad, _ = _kernels()
+        M, rows = idx.shape
+        self.grad.zero_()
+        if not isinstance(self.optimizer, MemberAdam):
+            for p, g in zip(self.params, self.grads):
+                p.grad = g
+        tiles = -(-rows // BLOCK)
+        splits = max(1, min(tiles, -(-2 * self.sms // M)))
+        per_program = -(-tiles // splits)
+        splits = -(-tiles // per_program)
+        f = self.fields
+        moments = (adv_mean, adv_std) if adv_mean is not None else (count, count)
+        for value_net, net in enumerate((self.model.actor, self.model.critic)):
+            layers, (w1, b1, w2, b2, w3, b3) = self._net(net)
+            grads = [self.grad_of[id(t)] for t in (w1, b1, w2, b2, w3, b3)]
+            O, H1, H2, K = layers[0].in_features, layers[0].out_features, layers[1].out_features, layers[2].out_features
+            minibatch_grad[(M, splits)](
+                f["obs"], idx, idx.stride(0), f["actions"], f["logp"], f["values"], f["advantages"], f["returns"],
+                f["mask"], count, count.stride(0), moments[0], moments[1], moments[0].stride(0), self.coefs, M,
+                w1, b1, w2, b2, w3, b3, *grads, self.g_stride, stats, rows,
+                O=O, OP=_pow2(O), H1=H1, H1P=_pow2(H1), H2=H2, H2P=_pow2(H2), K=K, KP=_pow2(K), BLOCK=BLOCK,
+                STACKED=int(self.stacked), VALUE=bool(value_net), PPO=self.algorithm == "ppo",
+                NORM_ADV=self.normalize_advantages and adv_mean is not None,
+                CLIP_VALUE=self.clip_value, DOT=self.dot, TILES=per_program, num_warps=4 if max(H1, H2) <= 64 else 8)
+        if isinstance(self.optimizer, MemberAdam):
+            self.optimizer.gradients_written()
+
+
+def gae_unsupported(device) -> str | None:
+    if device.type != "cuda" and not interpreted():
+        return "the fused kernels run on GPUs"
+    return triton_missing()
+
+
+class FusedGAE:
+    """rollout.gae in one launch (columns of [T, E, n] in parallel, time backwards in each): gamma and
+    lam floats, or per replica [E, 1] (a population's sweep); the rates' tensors made once."""
+
+    def __init__(self, gamma, lam, device):
+        self.per_replica = isinstance(gamma, torch.Tensor) or isinstance(lam, torch.Tensor)
+        shape = gamma.shape if isinstance(gamma, torch.Tensor) else lam.shape if self.per_replica else (1,)
+
+        def rate(value):
+            return (value.reshape(-1).float().contiguous() if isinstance(value, torch.Tensor)
+                    else torch.full((shape[0],), float(value), device=device))
+        self.gamma, self.lam = rate(gamma), rate(lam)
+
+    def __call__(self, buffer, next_value):
+        """Advantages and returns of buffer ([T, E, n] tensors) into it; next_value [E, n] = V(s_T)."""
+        _, gae = _kernels()
+        T, E, n = buffer.values.shape
+        columns = E * n
+        block = 128
+        gae[(-(-columns // block),)](buffer.rewards, buffer.values, buffer.final_values, buffer.mask,
+                                     buffer.terminated, buffer.truncated, next_value, self.gamma, self.lam,
+                                     buffer.advantages, buffer.returns, columns, n, T=T,
+                                     PER_REPLICA=self.per_replica, BLOCK=block)
+        return buffer.advantages, buffer.returns

@@ -1,0 +1,218 @@
+"""The Triton kernels of fused.py (imported only when first used: Triton reads TRITON_INTERPRET as
+it defines them). fused.FusedGradients and fused.FusedGAE launch them; read those first."""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def dot(a, b, DOT: tl.constexpr):
+    if DOT == 0:
+        return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16))
+    elif DOT == 1:
+        return tl.dot(a, b, input_precision="tf32")
+    else:
+        return tl.dot(a, b, input_precision="ieee")
+
+
+@triton.jit
+def weight_offsets(m, IN: tl.constexpr, OUT: tl.constexpr, INP: tl.constexpr, OUTP: tl.constexpr,
+                   STACKED: tl.constexpr):
+    i = tl.arange(0, INP)[:, None]
+    o = tl.arange(0, OUTP)[None, :]
+    if STACKED:  # MemberLinear: [M, in, out]
+        off = m * (IN * OUT) + i * OUT + o
+    else:  # nn.Linear: [out, in]
+        off = o * IN + i
+    return off, (i < IN) & (o < OUT)
+
+
+@triton.jit
+def grad_offsets(m, g_stride, IN: tl.constexpr, OUT: tl.constexpr, INP: tl.constexpr, OUTP: tl.constexpr,
+                 STACKED: tl.constexpr):
+    i = tl.arange(0, INP)[:, None]
+    o = tl.arange(0, OUTP)[None, :]
+    if STACKED:
+        off = m * g_stride + i * OUT + o
+    else:
+        off = o * IN + i
+    return off, (i < IN) & (o < OUT)
+
+
+@triton.jit
+def minibatch_grad(
+        obs, idx, idx_stride, actions, logp_old, values_old, advantages, returns, mask,
+        count, count_stride, adv_mean, adv_std, moment_stride, coefs, members,
+        w1, b1, w2, b2, w3, b3, g1, gb1, g2, gb2, g3, gb3, g_stride, stats, rows,
+        O: tl.constexpr, OP: tl.constexpr, H1: tl.constexpr, H1P: tl.constexpr, H2: tl.constexpr,
+        H2P: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr, STACKED: tl.constexpr,
+        VALUE: tl.constexpr, PPO: tl.constexpr, NORM_ADV: tl.constexpr, CLIP_VALUE: tl.constexpr,
+        DOT: tl.constexpr, TILES: tl.constexpr):
+    """One program: tiles [split * TILES, (split + 1) * TILES) of member m's `rows` minibatch rows,
+    through the policy's (VALUE=0) or the value function's (VALUE=1) MLP, loss and backward;
+    adds the weight gradients to g* and the loss statistics to stats [6, members]."""
+    m = tl.program_id(0)
+    split = tl.program_id(1)
+    o_in = tl.arange(0, OP)
+    cols = tl.arange(0, KP)
+    h1c = tl.arange(0, H1P)
+    h2c = tl.arange(0, H2P)
+    off, ok = weight_offsets(m, O, H1, OP, H1P, STACKED)
+    W1 = tl.load(w1 + off, mask=ok, other=0.0).to(tl.float32)
+    off, ok = weight_offsets(m, H1, H2, H1P, H2P, STACKED)
+    W2 = tl.load(w2 + off, mask=ok, other=0.0).to(tl.float32)
+    off, ok = weight_offsets(m, H2, K, H2P, KP, STACKED)
+    W3 = tl.load(w3 + off, mask=ok, other=0.0).to(tl.float32)
+    B1 = tl.load(b1 + m * (H1 * STACKED) + h1c, mask=h1c < H1, other=0.0).to(tl.float32)
+    B2 = tl.load(b2 + m * (H2 * STACKED) + h2c, mask=h2c < H2, other=0.0).to(tl.float32)
+    B3 = tl.load(b3 + m * (K * STACKED) + cols, mask=cols < K, other=0.0).to(tl.float32)
+    clip = tl.load(coefs + m)
+    ent_coef = tl.load(coefs + members + m)
+    vf_coef = tl.load(coefs + 2 * members + m)
+    n_live = tl.load(count + m * count_stride)
+    mean = 0.0
+    std = 1.0
+    if NORM_ADV:
+        mean = tl.load(adv_mean + m * moment_stride)
+        std = tl.load(adv_std + m * moment_stride)
+
+    G1 = tl.zeros((OP, H1P), tl.float32)
+    G2 = tl.zeros((H1P, H2P), tl.float32)
+    G3 = tl.zeros((H2P, KP), tl.float32)
+    GB1 = tl.zeros((H1P,), tl.float32)
+    GB2 = tl.zeros((H2P,), tl.float32)
+    GB3 = tl.zeros((KP,), tl.float32)
+    s_pg = tl.zeros((BLOCK,), tl.float32)  # per-lane partial sums of the statistics
+    s_v = tl.zeros((BLOCK,), tl.float32)
+    s_ent = tl.zeros((BLOCK,), tl.float32)
+    s_kl = tl.zeros((BLOCK,), tl.float32)
+    s_cf = tl.zeros((BLOCK,), tl.float32)
+    for k in range(0, TILES):
+        r = (split * TILES + k) * BLOCK + tl.arange(0, BLOCK)
+        valid = r < rows
+        sid = tl.load(idx + m * idx_stride + r, mask=valid, other=0)
+        x = tl.load(obs + sid[:, None] * O + o_in[None, :], mask=valid[:, None] & (o_in[None, :] < O),
+                    other=0.0).to(tl.float32)
+        h1 = 2.0 * tl.sigmoid(2.0 * (dot(x, W1, DOT) + B1[None, :])) - 1.0
+        h2 = 2.0 * tl.sigmoid(2.0 * (dot(h1, W2, DOT) + B2[None, :])) - 1.0
+        out = dot(h2, W3, DOT) + B3[None, :]
+        mk = tl.load(mask + sid, mask=valid, other=0.0)
+        live = mk > 0
+        weight = tl.where(live, mk / n_live, 0.0)
+        if VALUE:
+            value = tl.sum(tl.where(cols[None, :] == 0, out, 0.0), 1)
+            ret = tl.load(returns + sid, mask=valid, other=0.0)
+            err = value - ret
+            if CLIP_VALUE:
+                old = tl.load(values_old + sid, mask=valid, other=0.0)
+                step = value - old
+                inside = (step >= -clip) & (step <= clip)
+                err_c = old + tl.minimum(tl.maximum(step, -clip), clip) - ret
+                a1 = err * err
+                a2 = err_c * err_c
+                v = 0.5 * tl.maximum(a1, a2)
+                d_inner = tl.where(inside, err_c, 0.0)
+                dv = tl.where(a1 > a2, err, tl.where(a2 > a1, d_inner, 0.5 * err + 0.5 * d_inner))
+            else:
+                v = 0.5 * err * err
+                dv = err
+            s_v += weight * v
+            d_out = tl.where(cols[None, :] == 0, (weight * vf_coef * dv)[:, None], 0.0)
+        else:
+            ok_k = cols[None, :] < K
+            logits = tl.where(ok_k, out, -1e30)  # (finite: no 0 * inf in the padded columns)
+            top = tl.max(logits, 1)
+            e = tl.exp(logits - top[:, None])
+            total = tl.sum(e, 1)
+            logp_all = logits - top[:, None] - tl.log(total)[:, None]
+            p = e / total[:, None]
+            plogp = tl.where(ok_k, p * logp_all, 0.0)
+            ent = -tl.sum(plogp, 1)
+            a = tl.load(actions + sid, mask=valid, other=0)
+            chosen = cols[None, :] == a[:, None]
+            logp = tl.sum(tl.where(chosen, logp_all, 0.0), 1)
+            adv = tl.load(advantages + sid, mask=valid, other=0.0)
+            if NORM_ADV:
+                adv = (adv - mean) / (std + 1e-8)
+            if PPO:
+                old = tl.load(logp_old + sid, mask=valid, other=0.0)
+                log_ratio = tl.where(live, logp - old, 0.0)
+                ratio = tl.exp(log_ratio)
+                unclipped = -adv * ratio
+                clipped = -adv * tl.minimum(tl.maximum(ratio, 1.0 - clip), 1.0 + clip)
+                pg = tl.maximum(unclipped, clipped)
+                inside = (ratio >= 1.0 - clip) & (ratio <= 1.0 + clip)
+                d_logp = tl.where((unclipped > clipped) | inside, -adv * ratio, 0.0)
+                s_kl += weight * ((ratio - 1.0) - log_ratio)
+                s_cf += weight * (tl.abs(ratio - 1.0) > clip).to(tl.float32)
+            else:
+                pg = -adv * logp
+                d_logp = -adv
+            s_pg += weight * pg
+            s_ent += weight * ent
+            d_out = weight[:, None] * (d_logp[:, None] * (chosen.to(tl.float32) - p)
+                                       + ent_coef * tl.where(ok_k, p * (logp_all + ent[:, None]), 0.0))
+            d_out = tl.where(ok_k, d_out, 0.0)
+        # backward through the MLP, the tile's activations still in registers
+        G3 += dot(tl.trans(h2), d_out, DOT)
+        GB3 += tl.sum(d_out, 0)
+        d2 = dot(d_out, tl.trans(W3), DOT) * (1.0 - h2 * h2)
+        G2 += dot(tl.trans(h1), d2, DOT)
+        GB2 += tl.sum(d2, 0)
+        d1 = dot(d2, tl.trans(W2), DOT) * (1.0 - h1 * h1)
+        G1 += dot(tl.trans(x), d1, DOT)
+        GB1 += tl.sum(d1, 0)
+
+    off, ok = grad_offsets(m, g_stride, O, H1, OP, H1P, STACKED)
+    tl.atomic_add(g1 + off, G1, mask=ok)
+    off, ok = grad_offsets(m, g_stride, H1, H2, H1P, H2P, STACKED)
+    tl.atomic_add(g2 + off, G2, mask=ok)
+    off, ok = grad_offsets(m, g_stride, H2, K, H2P, KP, STACKED)
+    tl.atomic_add(g3 + off, G3, mask=ok)
+    tl.atomic_add(gb1 + m * g_stride * STACKED + h1c, GB1, mask=h1c < H1)
+    tl.atomic_add(gb2 + m * g_stride * STACKED + h2c, GB2, mask=h2c < H2)
+    tl.atomic_add(gb3 + m * g_stride * STACKED + cols, GB3, mask=cols < K)
+    if VALUE:
+        tl.atomic_add(stats + members + m, tl.sum(s_v, 0))
+    else:
+        tl.atomic_add(stats + m, tl.sum(s_pg, 0))
+        tl.atomic_add(stats + 2 * members + m, tl.sum(s_ent, 0))
+        if PPO:
+            tl.atomic_add(stats + 3 * members + m, tl.sum(s_kl, 0))
+            tl.atomic_add(stats + 4 * members + m, tl.sum(s_cf, 0))
+
+
+@triton.jit
+def gae(rewards, values, final_values, mask, terminated, truncated, next_value, gamma, lam, advantages,
+        returns, columns, n, T: tl.constexpr, PER_REPLICA: tl.constexpr, BLOCK: tl.constexpr):
+    """GAE over [T, columns] (columns = E * n, agent a of replica e at e * n + a), one column per
+    lane, the recursion run backwards in time (rollout.advantages is the reference)."""
+    c = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = c < columns
+    e = c // n
+    if PER_REPLICA:
+        g = tl.load(gamma + e, mask=ok, other=0.0)
+        lm = tl.load(lam + e, mask=ok, other=0.0)
+    else:
+        g = tl.load(gamma + e * 0, mask=ok, other=0.0)
+        lm = tl.load(lam + e * 0, mask=ok, other=0.0)
+    last = tl.zeros((BLOCK,), tl.float32)
+    v_next = tl.load(next_value + c, mask=ok, other=0.0)
+    for k in range(T):
+        t = T - 1 - k
+        term = tl.load(terminated + t * (columns // n) + e, mask=ok, other=0.0)
+        trunc = tl.load(truncated + t * (columns // n) + e, mask=ok, other=0.0)
+        replica_done = tl.where(term + trunc > 0, 1.0, 0.0)
+        here = tl.load(mask + t * columns + c, mask=ok, other=0.0)
+        after = tl.load(mask + (t + 1) * columns + c, mask=ok, other=0.0)
+        left = here * (1.0 - after) * (1.0 - replica_done)
+        done = tl.minimum(replica_done + left, 1.0)
+        ended = tl.minimum(term + left, 1.0)
+        value = tl.load(values + t * columns + c, mask=ok, other=0.0)
+        final = tl.load(final_values + t * columns + c, mask=ok, other=0.0)
+        reward = tl.load(rewards + t * columns + c, mask=ok, other=0.0)
+        bootstrap = (1.0 - done) * v_next + done * (1.0 - ended) * final
+        delta = reward + g * bootstrap - value
+        last = delta + g * lm * (1.0 - done) * last
+        tl.store(advantages + t * columns + c, last, mask=ok)
+        tl.store(returns + t * columns + c, last + value, mask=ok)
+        v_next = value
