@@ -27,6 +27,9 @@ from .policies import ActorCritic
 
 MAX_HIDDEN = 128
 BLOCK = 64  # rows per tile
+# Two warps: Triton then uses mma.sync, not Hopper's warpgroup MMA, whose code for this kernel's
+# several dots faulted (illegal memory access) with 4 or 8 warps on an H100 under Triton 3.6.
+NUM_WARPS = 2
 
 
 # Tests and debugging: run the kernels for CPU tensors in Triton's interpreter (which needs
@@ -157,7 +160,7 @@ class FusedGradients:
                 O=O, OP=_pow2(O), H1=H1, H1P=_pow2(H1), H2=H2, H2P=_pow2(H2), K=K, KP=_pow2(K), BLOCK=BLOCK,
                 STACKED=int(self.stacked), VALUE=bool(value_net), PPO=self.algorithm == "ppo",
                 NORM_ADV=self.normalize_advantages and adv_mean is not None,
-                CLIP_VALUE=self.clip_value, DOT=self.dot, TILES=per_program, num_warps=4 if max(H1, H2) <= 64 else 8)
+                CLIP_VALUE=self.clip_value, DOT=self.dot, TILES=per_program, num_warps=NUM_WARPS)
         if isinstance(self.optimizer, MemberAdam):
             self.optimizer.gradients_written()
 
