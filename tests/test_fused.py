@@ -59,7 +59,17 @@ def models(M, O, K, hidden=(64, 64)):
 
 
 def torch_reference(model, fields, idx, cfg, M, count, mean, std):
-    """Gradients [per parameter] and statistics of the torch path on the same minibatch."""
+    """Gradients [per parameter] and statistics of the torch path on the same minibatch, in full fp32
+    (a trainer run earlier in the process may have left TF32 matmuls on)."""
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        return _torch_reference(model, fields, idx, cfg, M, count, mean, std)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
+def _torch_reference(model, fields, idx, cfg, M, count, mean, std):
     model.zero_grad(set_to_none=True)
     loss_fn = ppo.chunk_loss if cfg.algorithm == "ppo" else None
     if cfg.algorithm == "ppo":
