@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import workbench as wb
 from workbench.learn import distributed as wbd
@@ -40,6 +41,45 @@ def test_two_rank_training_keeps_parameters_identical_and_resumes_single_process
         trainer.load(tmp_path / "checkpoint.pt")
     assert trainer.iteration == 4 and trainer.env_steps == 1024
     trainer.train(num_iterations=1)
+
+
+def test_population_split_over_ranks_equals_one_process(tmp_path):
+    """Members split over 2 ranks (no gradient crosses them) learn exactly what one process training
+    every member learns: the same reports, and one checkpoint holding every member."""
+    import json
+    import importlib.util
+    out = torchrun("population", str(tmp_path))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "rank 0 trains members [0, 1]" in out.stdout and "rank 1 trains members [2, 3]" in out.stdout
+    for rank in (0, 1):
+        assert f"rank {rank} reports members [0, 1, 2, 3]" in out.stdout
+        assert f"rank {rank} resumed its members True at iteration 4" in out.stdout
+    split = json.loads((tmp_path / "split_history.json").read_text())
+    spec = importlib.util.spec_from_file_location("distributed_job", JOB)
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    single = wb.make_trainer(job.population_config(str(tmp_path / "single")), distributed=False)
+    single.train(progress=False)
+    for mine, theirs in zip(split, single.history):
+        assert len(mine["members"]) == 4
+        for m, t in zip(mine["members"], theirs["members"]):
+            assert (m["member"], m["seed"], m["lr"]) == (t["member"], t["seed"], t["lr"])
+            for key in ("return/shared", "policy_loss/shared", "value_loss/shared", "entropy/shared"):
+                assert m[key] == pytest.approx(t[key], rel=1e-4, abs=1e-6, nan_ok=True), key
+    merged = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    assert merged["population"]["members"] == 4 and merged["signature"]["members"] == 4
+    for name, value in single.models["shared"].state_dict().items():
+        torch.testing.assert_close(merged["models"]["shared"][name], value, rtol=1e-4, atol=1e-6)
+    assert (tmp_path / "metrics.csv").read_text().count("\n") == 1 + 3 * 4  # header + a row per member
+    from workbench.learn.runs import load_policy  # (an ordinary population's checkpoint: one member loads alone)
+    assert load_policy(tmp_path, member=3).config.lr == pytest.approx(3e-3)
+
+
+def test_a_population_that_does_not_split_evenly_is_a_clear_error():
+    context = wbd.Context(rank=0, local_rank=0, world_size=3, backend="gloo")
+    with pytest.raises(wbd.DistributedError, match="torchrun --nproc-per-node 2 or 4 or 8"):
+        wbd.member_slice(8, context)
+    assert wbd.member_slice(8, wbd.Context(1, 1, 2, "gloo")) == (4, 8)
 
 
 def test_a_dead_rank_stops_the_job_with_its_rank_named(tmp_path):

@@ -94,6 +94,37 @@ def train(run_dir, die_at=None):
         print(f"rank {rank} resumed with its own policy noise", flush=True)
 
 
+def population_config(run_dir=None, **changes):
+    """4 members (2 seeds x 2 learning rates) of CartPole PPO; split over 2 ranks, 2 members each."""
+    settings = dict(env="cartpole", num_envs=8, rollout_length=16, num_minibatches=2, update_epochs=2, target="cpu",
+                    seeds=2, sweep={"lr": [1e-3, 3e-3]}, cpu_threads=1, log_every=1, total_env_steps=8 * 16 * 3,
+                    run_dir=run_dir)
+    return wb.PPOConfig(**{**settings, **changes})
+
+
+def population(run_dir):
+    """A population split over the ranks: each trains its members, every rank sees every member's
+    report, rank 0's checkpoint holds every member, and every rank resumes its own from it."""
+    import json
+    from workbench.learn import runs
+    trainer, result = runs.run_training(population_config(run_dir), progress=False, show_run_folder=False)
+    rank = dist.get_rank()
+    print(f"rank {rank} trains members {[m.index for m in trainer.members]}", flush=True)
+    print(f"rank {rank} reports members {[m['member'] for m in result.metrics['members']]}", flush=True)
+    if rank == 0:
+        with open(os.path.join(run_dir, "split_history.json"), "w") as fh:
+            json.dump(trainer.history, fh)
+    resumed = wb.make_trainer(population_config(None, total_env_steps=8 * 16 * 4))
+    resumed.load(os.path.join(run_dir, "checkpoint.pt"))
+    before = [p.detach().clone() for p in resumed.models["shared"].parameters()]
+    weights = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=False)["models"]["shared"]
+    start = resumed.members[0].index
+    mine = all(torch.equal(p, weights[name][start:start + resumed.M])
+               for p, (name, _) in zip(before, resumed.models["shared"].named_parameters()))
+    resumed.train(num_iterations=1)
+    print(f"rank {rank} resumed its members {mine} at iteration {resumed.iteration}", flush=True)
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "equal_batch":
@@ -102,5 +133,7 @@ if __name__ == "__main__":
         train(sys.argv[2])
     elif mode == "die":
         train(sys.argv[2], die_at=2)
+    elif mode == "population":
+        population(sys.argv[2])
     dist.barrier()  # no rank tears gloo down while the other still talks to it (an abort at exit otherwise)
     dist.destroy_process_group()

@@ -113,6 +113,17 @@ def _is_write_failure(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and ("write" in str(exc).lower() or _errno_of(exc) is not None)
 
 
+def to_host(obj):
+    """A payload with every tensor copied to the CPU (to send it to another process)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: to_host(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_host(v) for v in obj)
+    return obj
+
+
 def load(path, map_location="cpu") -> dict:
     """Read a checkpoint, with a clear error for a missing, corrupt or foreign file."""
     path = Path(path)

@@ -1,8 +1,12 @@
-"""Data-parallel training over processes with torch.distributed (NCCL between GPUs, gloo on CPUs).
+"""Training over processes with torch.distributed (NCCL between GPUs, gloo on CPUs), launched by torchrun.
 
-Launch with torchrun; every rank owns its own replicas on its own device, runs its rollouts
-locally and all-reduces gradients before each optimiser step, so the ranks' parameters stay
-identical. Rank r seeds its env with `rank_seed(seed, r)`.
+Data parallel: every rank owns its own replicas on its own device, runs its rollouts locally and
+all-reduces gradients before each optimiser step, so the ranks' parameters stay identical. Rank r
+seeds its env with `rank_seed(seed, r)`.
+
+A population (seeds, sweep) is instead split: rank r trains members [r * M / W, (r + 1) * M / W) as
+a population of its own (`member_slice`), no gradient crosses ranks, and `MemberRanks` gathers the
+members' reports, agrees on stopping and brings every member's state to rank 0's checkpoint.
 """
 from __future__ import annotations
 
@@ -112,3 +116,35 @@ class GradientSync:
     def broadcast_parameters(self, module: torch.nn.Module) -> None:
         for tensor in list(module.parameters()) + list(module.buffers()):
             dist.broadcast(tensor.data, src=0)
+
+
+def member_slice(members: int, context: Context) -> tuple:
+    """The members [start, stop) of a population of `members` that rank `context.rank` trains."""
+    world = context.world_size
+    if members < world or members % world:
+        fits = [n for n in range(2, min(members, 64) + 1) if members % n == 0]
+        raise DistributedError(f"a population of {members} members splits over ranks evenly, one block of members "
+                               f"per rank; {world} ranks do not divide it: launch with torchrun --nproc-per-node "
+                               f"{' or '.join(map(str, fits[:4])) or 1}, or change seeds/sweep to a multiple of {world}")
+    per = members // world
+    return context.rank * per, (context.rank + 1) * per
+
+
+class MemberRanks:
+    """The ranks of a population split over processes: each trains its own members; the reports,
+    stop decisions and checkpoints are shared through the process group (collectives: every rank
+    calls each method at the same point)."""
+
+    def __init__(self, context: Context):
+        self.context = context
+
+    def gather(self, obj) -> list:
+        """obj of every rank, in rank order (picklable host objects)."""
+        out = [None] * self.context.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def any(self, flag: bool, device) -> bool:
+        value = torch.tensor([1.0 if flag else 0.0], device=device)
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return bool(value.item() > 0)

@@ -19,8 +19,10 @@ class Metrics:
     members (population.Member; None or one: a run without members). `sums[policy][stat]` are device
     tensors [M] the algorithms add to; `pull` reads them (and the episode sums) once and zeroes them."""
 
-    def __init__(self, stat_names, groups, episode_stats, device, sync=None, world_size: int = 1, members=None):
+    def __init__(self, stat_names, groups, episode_stats, device, sync=None, world_size: int = 1, members=None,
+                 ranks=None):
         self.groups, self.episode_stats, self.sync, self.world_size = groups, episode_stats, sync, world_size
+        self.ranks = ranks  # a population split over ranks: every rank's members' reports are gathered
         self.members = list(members) if members and len(members) > 1 else [None]
         M = len(self.members)
         self.sums = {g.name: {k: torch.zeros(M, device=device) for k in stat_names} for g in groups}
@@ -67,6 +69,10 @@ class Metrics:
         self.iterations = 0
         if self.members == [None]:
             return reports[0]
+        if self.ranks is not None:  # every rank's members, in member order; the job's rate is the ranks' sum
+            parts = self.ranks.gather((base.get("env_steps_per_s", math.nan), reports))
+            base = {**base, "env_steps_per_s": sum(rate for rate, _ in parts)}
+            reports = [{**r, "env_steps_per_s": base["env_steps_per_s"]} for _, part in parts for r in part]
         return population_report(base, reports, names, swept=tuple(self.members[0].values))
 
     def reached(self, metrics: dict, target: float) -> bool:

@@ -201,3 +201,83 @@ def member_payload(payload: dict, k) -> dict:
            "env_state": member_env_state(payload["env_state"], info["members"], k),
            "env_seed": member.seed, "member_of": {"members": info["members"], "member": k}}
     return out
+
+
+# -- a population split over ranks: its parts' checkpoints -----------------------------------------
+def _stacked_keys(layout: dict) -> set:
+    return set(layout["params"]) | {f"{p}.{leaf}" for p in layout["linear"] for leaf in ("weight", "bias")}
+
+
+def _adam_parts(saved, fn):
+    """fn applied to each MemberAdam state of a policy (DDPG's are an (actor, critic) pair)."""
+    if isinstance(saved, (list, tuple)):
+        return [fn(i) for i in range(len(saved))]
+    return fn(None)
+
+
+def merge_payloads(parts: list) -> dict:
+    """The checkpoint payloads of a population's ranks (each a population of its consecutive members,
+    in rank order) -> the payload of the whole population, as one process training every member
+    would have written it."""
+    first = parts[0]
+    info = first["population"]
+    members = sum(p["population"]["members"] for p in parts)
+    replicas = info["replicas_per_member"] * info["members"]
+
+    def cat(get):
+        return torch.cat([get(p) for p in parts])
+
+    models = {}
+    for name, state in first["models"].items():
+        stacked = _stacked_keys(info["layout"][name])
+        models[name] = {k: cat(lambda p: p["models"][name][k]) if k in stacked else v for k, v in state.items()}
+
+    def adam(name, i):
+        get = (lambda p: p["optimizers"][name][i]) if i is not None else (lambda p: p["optimizers"][name])
+        return {"exp_avg": cat(lambda p: get(p)["exp_avg"]), "exp_avg_sq": cat(lambda p: get(p)["exp_avg_sq"]),
+                "lr": cat(lambda p: get(p)["lr"]), "steps": get(first)["steps"]}
+
+    optimizers = {name: _adam_parts(saved, lambda i, n=name: adam(n, i)) for name, saved in first["optimizers"].items()}
+    norms = {name: {k: cat(lambda p: p["norms"][name][k]) for k in state} for name, state in first["norms"].items()}
+    replay = {name: {k: cat(lambda p: p["replay"][name][k]) if isinstance(v, torch.Tensor) and v.dim() else v
+                     for k, v in state.items()} for name, state in first.get("replay", {}).items()}
+    env_state = {k: cat(lambda p: p["env_state"][k]) if v.dim() and v.shape[0] == replicas else v
+                 for k, v in first["env_state"].items()}
+    rng = dict(first["rng"])
+    rng["streams"] = {**first["rng"]["streams"], "seeds": [s for p in parts for s in p["rng"]["streams"]["seeds"]]}
+    return {**first, "models": models, "optimizers": optimizers, "norms": norms, "replay": replay,
+            "env_state": env_state, "rng": rng, "signature": {**first["signature"], "members": members},
+            "population": {**info, "members": members}}
+
+
+def slice_payload(payload: dict, start: int, stop: int) -> dict:
+    """A whole population's checkpoint payload -> members [start, stop) as their own population's
+    (what the rank training them under torchrun resumes from); the inverse of merge_payloads."""
+    info = payload["population"]
+    members = info["members"]
+    replicas = info["replicas_per_member"] * members
+
+    def part(value, per=1):
+        return value[start * per:stop * per].clone()
+
+    models = {}
+    for name, state in payload["models"].items():
+        stacked = _stacked_keys(info["layout"][name])
+        models[name] = {k: part(v) if k in stacked else v for k, v in state.items()}
+
+    def adam(saved):
+        return {**saved, "exp_avg": part(saved["exp_avg"]), "exp_avg_sq": part(saved["exp_avg_sq"]),
+                "lr": part(saved["lr"])}
+
+    optimizers = {name: [adam(s) for s in saved] if isinstance(saved, (list, tuple)) else adam(saved)
+                  for name, saved in payload["optimizers"].items()}
+    norms = {name: {k: part(v) for k, v in state.items()} for name, state in payload["norms"].items()}
+    replay = {name: {k: part(v, v.shape[0] // members) if isinstance(v, torch.Tensor) and v.dim() else v
+                     for k, v in state.items()} for name, state in payload.get("replay", {}).items()}
+    env_state = {k: part(v, info["replicas_per_member"]) if v.dim() and v.shape[0] == replicas else v
+                 for k, v in payload["env_state"].items()}
+    rng = dict(payload["rng"])
+    rng["streams"] = {**payload["rng"]["streams"], "seeds": payload["rng"]["streams"]["seeds"][start:stop]}
+    return {**payload, "models": models, "optimizers": optimizers, "norms": norms, "replay": replay,
+            "env_state": env_state, "rng": rng, "signature": {**payload["signature"], "members": stop - start},
+            "population": {**info, "members": stop - start}}

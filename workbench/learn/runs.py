@@ -240,7 +240,8 @@ def run_training(config, *, resume=None, progress=True, policies=None, show_run_
         if resume and Path(resume).parent.resolve() != run_dir.resolve():
             _fork_metrics(Path(resume).parent / "metrics.csv", run_dir / "metrics.csv", trainer.iteration)
     say = print if trainer.is_main else (lambda *a, **k: None)
-    members = f"{trainer.M} members x " if trainer.M > 1 else ""
+    total = trainer.M * (trainer.ranks.context.world_size if trainer.ranks is not None else 1)
+    members = f"{total} members x " if trainer.M > 1 else ""
     say(f"training {config.env} with {config.algorithm.upper()} on target '{trainer.env.target.name}' "
         f"({members}{config.num_envs} replicas x {trainer.env.num_agents} agents; env compiled in {compile_s:.1f} s)"
         + (f"; continuing {resume} from iteration {trainer.iteration}" if resume else ""))

@@ -28,7 +28,7 @@ from .collection import Collector
 from .compiled import MaybeCompiled
 from .episode_stats import EpisodeStats
 from .iteration_graph import IterationGraph
-from .members import MemberSamples
+from .members import MemberSamples, PopulationError
 from .metrics import Metrics, append_csv, nonfinite_error, weights_finite
 from .policies import ActionHead
 from .rollout import PolicyMapError, build_groups
@@ -64,18 +64,30 @@ class Trainer:
     models: optional {name: nn.Module} replacing the default MLP of that policy.
     """
 
-    def __init__(self, env, config, policies=None, models=None, distributed: bool | None = None):
+    def __init__(self, env, config, policies=None, models=None, distributed: bool | None = None, split=None):
         cfg.validate(config)
         if config.algorithm not in cfg.ALGORITHMS:
             raise cfg.ConfigError(f"algorithm must be one of {sorted(cfg.ALGORITHMS)}, got {config.algorithm!r}")
         self.env, self.config, self.device, self.algorithm = env, config, env.device, config.algorithm
         self.sync, self.rank, self.world_size = None, 0, 1
+        self.members = population.members_of(config)
+        self.ranks = None  # a population split over torchrun's ranks (distributed.MemberRanks)
+        if split is not None:
+            start, stop = dist_mod.member_slice(len(self.members), split)
+            self.members, self.rank, self.ranks = self.members[start:stop], split.rank, dist_mod.MemberRanks(split)
+            if len(self.members) < 2:
+                raise PopulationError(
+                    f"a population split over {split.world_size} ranks needs at least 2 members per rank, it has "
+                    f"{stop - start}: launch fewer ranks (torchrun --nproc-per-node), or train each member as its "
+                    f"own run")
+        elif len(self.members) > 1 and (distributed or (distributed is None and dist_mod.launched_by_torchrun())):
+            raise PopulationError("under torchrun a population's members are split over the ranks: build "
+                                             "its trainer with wb.make_trainer (or wb.train, or the CLI)")
         torch.manual_seed(config.seed)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(config.seed + 1)
         self.groups = build_groups(policies, env.num_agents, self.device)
         self.obs_dim = int(math.prod(env.obs_shape)) if env.obs_shape else 1
-        self.members = population.members_of(config)
         self.M = len(self.members)
         self.E, self.T = env.num_envs, config.rollout_length
         self.E_member = self.E // self.M
@@ -115,7 +127,7 @@ class Trainer:
                         if self.algorithm in ON_POLICY else None)
         stat_names = ddpg.STATS if self.algorithm == "ddpg" else ON_POLICY[self.algorithm].STATS
         self.metrics = Metrics(stat_names, self.groups, self.episode_stats, self.device, self.sync, self.world_size,
-                               members=self.members)
+                               members=self.members, ranks=self.ranks)
         self.graph = IterationGraph(self.generator)
         self.iteration, self.env_steps, self.history = 0, 0, []
         self._interrupt: str | None = None
@@ -260,6 +272,8 @@ class Trainer:
         total_iters = self.total_iterations()
         stop_at = self.iteration + num_iterations if num_iterations is not None else total_iters
         run_dir = Path(config.run_dir) if config.run_dir and self.is_main else None
+        # a split population's ranks all take part in writing its checkpoint (rank 0 writes the file)
+        save_dir = Path(config.run_dir) if config.run_dir and (self.is_main or self.ranks is not None) else None
         bar = None
         if (config.progress if progress is None else progress) and self.is_main:
             from .progress import ProgressBar
@@ -286,9 +300,7 @@ class Trainer:
                 if bar is not None and compiling:
                     bar.bar.set_description("training")
                 window_steps += self.steps_per_iteration * self.M
-                interrupted = self._interrupt is not None
-                if self.sync is not None:
-                    interrupted = self.sync.any(interrupted, self.device)
+                interrupted = self._agree(self._interrupt is not None)
                 if self.iteration % config.log_every == 0 or self.iteration >= stop_at or interrupted:
                     now = time.perf_counter()
                     metrics = self.pull_metrics(window_steps / max(now - window_start, 1e-9), earlier + now - start)
@@ -296,20 +308,20 @@ class Trainer:
                     stopped_by = self._report(metrics, callbacks, run_dir) or stopped_by
                     if stopped_by != "budget":
                         break
-                if interrupted or (self._interrupt is not None and self.sync is None):
+                if interrupted or (self._interrupt is not None and self.sync is None and self.ranks is None):
                     stopped_by = "interrupted"  # (a signal during the report above: nothing left unlogged)
                     break
-                if config.checkpoint_every and run_dir is not None and self.iteration % config.checkpoint_every == 0:
+                if config.checkpoint_every and save_dir is not None and self.iteration % config.checkpoint_every == 0:
                     if not weights_finite(self.models.values()):  # (between reports no loss is read)
                         raise nonfinite_error("the weights", self.iteration, run_dir)
-                    self.save(run_dir / "checkpoint.pt")
+                    self.save(save_dir / "checkpoint.pt")
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             if bar is not None:
                 bar.close()
         wall = time.perf_counter() - start
-        saved = self.save(run_dir / "checkpoint.pt") if run_dir is not None else None
+        saved = self.save(save_dir / "checkpoint.pt") if save_dir is not None else None
         return TrainResult(self.iteration, self.env_steps, wall, stopped_by, metrics, list(self.history),
                            str(saved) if saved else None, warmup)
 
@@ -323,14 +335,17 @@ class Trainer:
         ddpg_run = self.algorithm == "ddpg"
         self.metrics.warn_divergence(metrics, self.config.critic_lr if ddpg_run else self.config.lr,
                                      "critic_loss" if ddpg_run else "value_loss", self.head.kind != "gaussian")
-        stop = any(c(self.iteration, metrics) is False for c in callbacks)
-        if self.sync is not None:
-            stop = self.sync.any(stop, self.device)
+        stop = self._agree(any(c(self.iteration, metrics) is False for c in callbacks))
         if stop:
             return "callback"
         if self.config.target_return is not None and self.metrics.reached(metrics, self.config.target_return):
             return "target_return"
         return None
+
+    def _agree(self, flag: bool) -> bool:
+        """flag on any rank (every rank stops together); flag itself in a single process."""
+        ranks = self.sync or self.ranks
+        return ranks.any(flag, self.device) if ranks is not None else flag
 
     def pull_metrics(self, rate: float = float("nan"), elapsed: float = float("nan")) -> dict:
         """One host read of the update statistics (averaged over the iterations since the last pull
@@ -346,11 +361,18 @@ class Trainer:
     def save(self, path) -> Path | None:
         """Atomically write policies, optimisers, normaliser, RNG, counters and env state
         (on the main rank only; other ranks return None)."""
+        if self.ranks is not None:  # a split population: every rank's members into rank 0's one checkpoint
+            parts = self.ranks.gather(ckpt.to_host(trainer_state.state(self)))
+            return ckpt.save_atomic(population.merge_payloads(parts), path) if self.is_main else None
         return ckpt.save_atomic(trainer_state.state(self), path) if self.is_main else None
 
     def load(self, path, *, restore_env: bool = True) -> "Trainer":
         """Resume from a checkpoint written by `save` for the same env and policy map."""
-        trainer_state.restore(self, ckpt.load(path), path, restore_env)
+        payload = ckpt.load(path)
+        if self.ranks is not None and (payload.get("population") or {}).get("members") == self.ranks.context.world_size * self.M:
+            start = self.members[0].index  # this rank's members of the whole population's checkpoint
+            payload = population.slice_payload(payload, start, start + self.M)
+        trainer_state.restore(self, payload, path, restore_env)
         return self
 
 
@@ -361,12 +383,16 @@ def make_trainer(config, policies=None, models=None, env=None, distributed: bool
     from ..compiler.targets import best_target
     target = best_target() if config.target == "auto" else config.target
     seed = config.seed
+    members, split = population.size(config), None
     if distributed or (distributed is None and dist_mod.launched_by_torchrun()):
         context = dist_mod.init(target)
-        seed = dist_mod.rank_seed(config.seed, context.rank)
+        if members > 1:  # a population: each rank trains its block of members, seeded as they are
+            start, stop = dist_mod.member_slice(members, context)
+            seed, members, split = config.seed + start, stop - start, context
+        else:
+            seed = dist_mod.rank_seed(config.seed, context.rank)
         distributed = True
     if env is None:
-        members = population.size(config)
         blocks = {"replicas_per_seed": config.num_envs} if members > 1 else {}
         env = make(config.env, num_envs=config.num_envs * members, target=target, seed=seed, **blocks,
                    **(config.env_params or {}))
@@ -375,4 +401,5 @@ def make_trainer(config, policies=None, models=None, env=None, distributed: bool
         if groups is not None:
             import types
             policies = {k: list(v) for k, v in groups(types.SimpleNamespace(**env.definition.params)).items()}
-    return Trainer(env, config, policies=policies, models=models, distributed=distributed)
+    return Trainer(env, config, policies=policies, models=models, distributed=distributed and split is None,
+                   split=split)
