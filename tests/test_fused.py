@@ -122,6 +122,29 @@ def test_minibatch_gradients_match_torch(algorithm, clip_value, normalize, M, K,
         assert all(p.grad is g for p, g in zip(params, got))
 
 
+@pytest.mark.parametrize("M,K,rows", [(1, 2, 70), (3, 5, 64)])
+def test_policy_step_matches_torch(M, K, rows):
+    from workbench.learn.compiled import act_and_record
+    O = 6
+    model = models(M, O, K)
+    g = torch.Generator().manual_seed(4)
+    obs = torch.randn(M * rows, O, generator=g).to(DEVICE)
+    noise = torch.rand(M * rows, K, generator=g).to(DEVICE)
+    want = [torch.zeros(M * rows, dtype=torch.long, device=DEVICE), torch.zeros(M * rows, device=DEVICE),
+            torch.zeros(M * rows, device=DEVICE)]
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    with torch.no_grad():
+        act_and_record(model, model.head, obs, None, noise, False, *want)
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    got = [torch.zeros_like(w) for w in want]
+    actions = fused.FusedPolicyStep(model, M, "fp32")(obs, noise, *got)
+    assert actions.data_ptr() == got[0].data_ptr()
+    assert torch.equal(got[0], want[0])
+    torch.testing.assert_close(got[1], want[1], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got[2], want[2], rtol=1e-5, atol=1e-5)
+
+
 def test_fused_gae_matches_reference():
     T, E, n = 9, 6, 2
     g = torch.Generator().manual_seed(1)

@@ -58,6 +58,9 @@ class Collector:
         self._record_outcome = MaybeCompiled(self.step_outcome, compile_on, "the step's bookkeeping")
         self._value_step = MaybeCompiled(value_step, compile_on, "the value function")
         self._advantages = MaybeCompiled(advantages, compile_on, "GAE")
+        # the fused kernels serve the policies whose gradients they compute (learners.fused_gradients)
+        self._fused_step = {name: fused.FusedPolicyStep(tr.rollout_models[name], tr.M, tr.precision)
+                            for name in tr.fused}
         self._fused_gae = None
         if tr.algorithm != "ddpg" and getattr(tr.config, "fused_kernels", False) and not fused.gae_unsupported(tr.device):
             self._fused_gae = fused.FusedGAE(tr.hp.per_replica("gamma", tr.E_member),
@@ -155,6 +158,9 @@ class Collector:
         if t % self.noise_block == 0:
             self._draw_noise(g, t)
         noise = self.noise[g.name][t % self.noise_block]
+        if g.name in self._fused_step:
+            return self._fused_step[g.name](obs.reshape(-1, tr.obs_dim), noise, buf.actions[t], buf.logp[t],
+                                            buf.values[t])
         with tr.autocast():
             return self._act_and_record(tr.rollout_models[g.name], tr.head, obs.reshape(-1, tr.obs_dim), state,
                                         noise, g.name in tr.central, buf.actions[t], buf.logp[t], buf.values[t])

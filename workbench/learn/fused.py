@@ -84,10 +84,10 @@ def _pow2(n: int, least: int = 16) -> int:
 
 @functools.lru_cache(maxsize=1)
 def _kernels():
-    """(minibatch_grad, gae): imported on first use, so that importing this module needs no Triton and
-    TRITON_INTERPRET set by then is honoured."""
+    """(minibatch_grad, gae, policy_step): imported on first use, so that importing this module needs no
+    Triton and TRITON_INTERPRET set by then is honoured."""
     from . import fused_kernels
-    return fused_kernels.minibatch_grad, fused_kernels.gae
+    return fused_kernels.minibatch_grad, fused_kernels.gae, fused_kernels.policy_step
 
 
 class FusedGradients:
@@ -137,7 +137,7 @@ class FusedGradients:
         """Write the gradient of the minibatch's loss into the optimizer's gradients and add its
         statistics to stats [len(STATS), M] (policy_loss, value_loss, entropy[, approx_kl,
         clip_fraction]). idx [M, rows]: each member's sample ids; count, adv_mean, adv_std: [M] (views)."""
-        minibatch_grad, _ = _kernels()
+        minibatch_grad, _, _ = _kernels()
         M, rows = idx.shape
         self.grad.zero_()
         if not isinstance(self.optimizer, MemberAdam):
@@ -165,6 +165,33 @@ class FusedGradients:
             self.optimizer.gradients_written()
 
 
+class FusedPolicyStep:
+    """The rollout's policy step in one launch: for obs [N, O] (rows grouped by member), the policy's
+    logits, a Gumbel-max sample from the uniform noise [N, K], its log-probability and the value,
+    written into the rollout buffer's step (compiled.act_and_record is the reference). model: the
+    rollout's copy of the (stacked) ActorCritic (bf16 weights under bf16)."""
+
+    def __init__(self, model, members: int, precision: str):
+        self.model, self.members = model, members
+        self.stacked = isinstance(model.actor[0], MemberLinear)
+        self.dot = {"bf16": 0, "tf32": 1}.get(precision, 2)
+        self.actor, self.critic = (_linear_layers(net) for net in (model.actor, model.critic))
+
+    def __call__(self, obs, noise, actions_out, logp_out, values_out):
+        """obs [N, O], noise [N, K] -> actions [N] (the buffer's own slot, returned), logp and values."""
+        _, _, policy_step = _kernels()
+        obs = obs.contiguous()  # (one agent of several per replica is a strided view)
+        rows = obs.shape[0] // self.members
+        O, H1, H2, K = (self.actor[0].in_features, self.actor[0].out_features, self.actor[1].out_features,
+                        self.actor[2].out_features)
+        params = [t for layer in self.actor + self.critic for t in (layer.weight, layer.bias)]
+        policy_step[(self.members, -(-rows // BLOCK))](
+            obs, noise, *params, actions_out, logp_out, values_out, rows,
+            O=O, OP=_pow2(O), H1=H1, H1P=_pow2(H1), H2=H2, H2P=_pow2(H2), K=K, KP=_pow2(K), BLOCK=BLOCK,
+            STACKED=int(self.stacked), DOT=self.dot, num_warps=NUM_WARPS)
+        return actions_out.reshape(-1)
+
+
 def gae_unsupported(device) -> str | None:
     if device.type != "cuda" and not interpreted():
         return "the fused kernels run on GPUs"
@@ -186,7 +213,7 @@ class FusedGAE:
 
     def __call__(self, buffer, next_value):
         """Advantages and returns of buffer ([T, E, n] tensors) into it; next_value [E, n] = V(s_T)."""
-        _, gae = _kernels()
+        _, gae, _ = _kernels()
         T, E, n = buffer.values.shape
         columns = E * n
         block = 128

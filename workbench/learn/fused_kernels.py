@@ -216,3 +216,66 @@ def gae(rewards, values, final_values, mask, terminated, truncated, next_value, 
         tl.store(advantages + t * columns + c, last, mask=ok)
         tl.store(returns + t * columns + c, last + value, mask=ok)
         v_next = value
+
+
+@triton.jit
+def load_mlp(w1, b1, w2, b2, w3, b3, m, O: tl.constexpr, OP: tl.constexpr, H1: tl.constexpr, H1P: tl.constexpr,
+             H2: tl.constexpr, H2P: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, STACKED: tl.constexpr):
+    """Member m's three linear layers (weights [in, out] and biases) as float32 tiles, zero-padded."""
+    off, ok = weight_offsets(m, O, H1, OP, H1P, STACKED)
+    W1 = tl.load(w1 + off, mask=ok, other=0.0).to(tl.float32)
+    off, ok = weight_offsets(m, H1, H2, H1P, H2P, STACKED)
+    W2 = tl.load(w2 + off, mask=ok, other=0.0).to(tl.float32)
+    off, ok = weight_offsets(m, H2, K, H2P, KP, STACKED)
+    W3 = tl.load(w3 + off, mask=ok, other=0.0).to(tl.float32)
+    h1c = tl.arange(0, H1P)
+    h2c = tl.arange(0, H2P)
+    cols = tl.arange(0, KP)
+    B1 = tl.load(b1 + m * (H1 * STACKED) + h1c, mask=h1c < H1, other=0.0).to(tl.float32)
+    B2 = tl.load(b2 + m * (H2 * STACKED) + h2c, mask=h2c < H2, other=0.0).to(tl.float32)
+    B3 = tl.load(b3 + m * (K * STACKED) + cols, mask=cols < K, other=0.0).to(tl.float32)
+    return W1, B1, W2, B2, W3, B3
+
+
+@triton.jit
+def mlp_out(x, W1, B1, W2, B2, W3, B3, DOT: tl.constexpr):
+    """x [rows, OP] through linear, tanh, linear, tanh, linear -> [rows, KP]."""
+    h1 = 2.0 * tl.sigmoid(2.0 * (dot(x, W1, DOT) + B1[None, :])) - 1.0
+    h2 = 2.0 * tl.sigmoid(2.0 * (dot(h1, W2, DOT) + B2[None, :])) - 1.0
+    return dot(h2, W3, DOT) + B3[None, :]
+
+
+@triton.jit
+def policy_step(
+        obs, noise, aw1, ab1, aw2, ab2, aw3, ab3, cw1, cb1, cw2, cb2, cw3, cb3, actions, logp, values, rows,
+        O: tl.constexpr, OP: tl.constexpr, H1: tl.constexpr, H1P: tl.constexpr, H2: tl.constexpr,
+        H2P: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr, STACKED: tl.constexpr,
+        DOT: tl.constexpr):
+    """One program: BLOCK of member m's `rows` rollout rows (rows grouped by member): the policy's
+    logits, an action by the Gumbel-max trick on the uniform `noise` [N, K], its log-probability and
+    the value, written into actions, logp and values [N]."""
+    m = tl.program_id(0)
+    r = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    valid = r < rows
+    row = m * rows + r
+    o_in = tl.arange(0, OP)
+    cols = tl.arange(0, KP)
+    x = tl.load(obs + row[:, None] * O + o_in[None, :], mask=valid[:, None] & (o_in[None, :] < O),
+                other=0.0).to(tl.float32)
+    W1, B1, W2, B2, W3, B3 = load_mlp(aw1, ab1, aw2, ab2, aw3, ab3, m, O, OP, H1, H1P, H2, H2P, K, KP, STACKED)
+    out = mlp_out(x, W1, B1, W2, B2, W3, B3, DOT)
+    ok_k = cols[None, :] < K
+    logits = tl.where(ok_k, out, -1e30)
+    u = tl.load(noise + row[:, None] * K + cols[None, :], mask=valid[:, None] & ok_k, other=0.5)
+    u = tl.minimum(tl.maximum(u, 1e-10), 1.0)
+    perturbed = tl.where(ok_k, logits - tl.log(-tl.log(u)), -3e30)
+    best = tl.max(perturbed, 1)
+    action = tl.min(tl.where(perturbed == best[:, None], cols[None, :], KP), 1)  # the first maximum, as argmax
+    top = tl.max(logits, 1)
+    lse = top + tl.log(tl.sum(tl.exp(logits - top[:, None]), 1))
+    chosen = tl.sum(tl.where(cols[None, :] == action[:, None], logits, 0.0), 1)
+    W1, B1, W2, B2, W3, B3 = load_mlp(cw1, cb1, cw2, cb2, cw3, cb3, m, O, OP, H1, H1P, H2, H2P, 1, KP, STACKED)
+    value = tl.sum(tl.where(cols[None, :] == 0, mlp_out(x, W1, B1, W2, B2, W3, B3, DOT), 0.0), 1)
+    tl.store(actions + row, action.to(tl.int64), mask=valid)
+    tl.store(logp + row, chosen - lse, mask=valid)
+    tl.store(values + row, value, mask=valid)
