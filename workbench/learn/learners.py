@@ -5,6 +5,7 @@ the CPU thread counts measured on its own work.
 from __future__ import annotations
 
 import copy
+import warnings
 
 import torch
 
@@ -176,9 +177,32 @@ def chunk_size(tr, g) -> int:
     return max(1024, int(tr.config.learner_memory_gb * 2**30 / (bytes_per_float * floats)))
 
 
+def anneal(tr, total_iters: int):
+    """anneal_lr: every learning rate at (1 - iteration / total_iters) of its base, in place (the
+    device tensors a CUDA graph reads)."""
+    if not getattr(tr.config, "anneal_lr", False):
+        return
+    frac = max(0.0, 1.0 - tr.iteration / total_iters)  # past the budget the rate stays at 0
+    if frac == 0.0 and not tr._warned_lr_floor:
+        tr._warned_lr_floor = True
+        warnings.warn(f"training past total_env_steps={tr.config.total_env_steps} with anneal_lr: the "
+                      f"learning rate has reached 0, so the policy no longer changes; raise total_env_steps "
+                      f"or set anneal_lr false", stacklevel=4)
+    if tr.lr_tensors:
+        for tensor, base in tr.lr_tensors:
+            tensor.copy_(base * frac) if isinstance(base, torch.Tensor) else tensor.fill_(frac * base)
+    else:
+        for opt in tr.optimizers.values():
+            for group in opt.param_groups:
+                group["lr"] = frac * tr.config.lr
+
+
 def measure_threads(tr) -> dict:
     """CPU thread counts for the env's and the learner's pools, timed on one env step and one learner
-    pass of the first policy (threads.configure); the env is left as it was."""
+    pass of the first policy (threads.configure); the env is left as it was. Also flushes subnormal
+    floats to zero: the gradients of saturated tanh units, late in training, take the CPU's slow
+    path (4 to 30x slower per op) and change no update that matters."""
+    torch.set_flush_denormal(True)
     g = tr.groups[0]
     model = tr.models[g.name]
     net = model.actor if tr.algorithm == "ddpg" else model

@@ -37,6 +37,25 @@ def members_of(config) -> list:
     return out
 
 
+def rank_members(config, split, distributed) -> tuple:
+    """(the members this process trains, distributed.MemberRanks or None): all of them, or under
+    torchrun (split: the distributed.Context) this rank's block of a population."""
+    from . import distributed as dist_mod
+    from .members import PopulationError
+    members = members_of(config)
+    if split is None:
+        if len(members) > 1 and (distributed or (distributed is None and dist_mod.launched_by_torchrun())):
+            raise PopulationError("under torchrun a population's members are split over the ranks: build its "
+                                  "trainer with wb.make_trainer (or wb.train, or the CLI)")
+        return members, None
+    start, stop = dist_mod.member_slice(len(members), split)
+    if stop - start < 2:
+        raise PopulationError(f"a population split over {split.world_size} ranks needs at least 2 members per rank, "
+                              f"it has {stop - start}: launch fewer ranks (torchrun --nproc-per-node), or train "
+                              f"each member as its own run")
+    return members[start:stop], dist_mod.MemberRanks(split)
+
+
 def size(config) -> int:
     """How many members `config` trains."""
     return config.seeds * max(1, len(list(itertools.product(*(config.sweep or {}).values()))))

@@ -13,7 +13,6 @@ import contextlib
 import math
 import signal
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from .collection import Collector
 from .compiled import MaybeCompiled
 from .episode_stats import EpisodeStats
 from .iteration_graph import IterationGraph
-from .members import MemberSamples, PopulationError
+from .members import MemberSamples
 from .metrics import Metrics, append_csv, nonfinite_error, weights_finite
 from .policies import ActionHead
 from .rollout import PolicyMapError, build_groups
@@ -70,19 +69,9 @@ class Trainer:
             raise cfg.ConfigError(f"algorithm must be one of {sorted(cfg.ALGORITHMS)}, got {config.algorithm!r}")
         self.env, self.config, self.device, self.algorithm = env, config, env.device, config.algorithm
         self.sync, self.rank, self.world_size = None, 0, 1
-        self.members = population.members_of(config)
-        self.ranks = None  # a population split over torchrun's ranks (distributed.MemberRanks)
-        if split is not None:
-            start, stop = dist_mod.member_slice(len(self.members), split)
-            self.members, self.rank, self.ranks = self.members[start:stop], split.rank, dist_mod.MemberRanks(split)
-            if len(self.members) < 2:
-                raise PopulationError(
-                    f"a population split over {split.world_size} ranks needs at least 2 members per rank, it has "
-                    f"{stop - start}: launch fewer ranks (torchrun --nproc-per-node), or train each member as its "
-                    f"own run")
-        elif len(self.members) > 1 and (distributed or (distributed is None and dist_mod.launched_by_torchrun())):
-            raise PopulationError("under torchrun a population's members are split over the ranks: build "
-                                             "its trainer with wb.make_trainer (or wb.train, or the CLI)")
+        # (a population under torchrun: this rank's block of members, and the ranks it reports with)
+        self.members, self.ranks = population.rank_members(config, split, distributed)
+        self.rank = split.rank if split is not None else 0
         torch.manual_seed(config.seed)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(config.seed + 1)
@@ -132,10 +121,6 @@ class Trainer:
         self.iteration, self.env_steps, self.history = 0, 0, []
         self._interrupt: str | None = None
         self._warned_lr_floor = False
-        if self.device.type == "cpu":
-            # subnormal floats (the gradients of saturated tanh units, late in training) take the CPU's
-            # slow path, 4 to 30x slower per op; flushed to zero they change no update that matters
-            torch.set_flush_denormal(True)
         self.threads = learners.measure_threads(self) if self.device.type == "cpu" else None
         if distributed or (distributed is None and dist_mod.launched_by_torchrun()):
             self.join(dist_mod.init(env.target.name))
@@ -172,7 +157,7 @@ class Trainer:
         and the algorithm's update (replayed from the CUDA graph once captured); its statistics are
         summed on the device until `pull_metrics`. total_iterations: the annealing horizon (default:
         the budget's)."""
-        self._anneal(total_iterations or self.total_iterations())
+        learners.anneal(self, total_iterations or self.total_iterations())
         body = self._ddpg_iteration if self.algorithm == "ddpg" else self._on_policy_iteration
         self.graph.run(body, self.why_not_graphed())
         if self.algorithm == "ddpg":
@@ -236,23 +221,6 @@ class Trainer:
         """Copy every parameter and buffer of the learners into the rollout's bf16 copies (one kernel)."""
         if self._copy_pairs[0]:
             torch._foreach_copy_(*self._copy_pairs)
-
-    def _anneal(self, total_iters: int):
-        if not getattr(self.config, "anneal_lr", False):
-            return
-        frac = max(0.0, 1.0 - self.iteration / total_iters)  # past the budget the rate stays at 0
-        if frac == 0.0 and not self._warned_lr_floor:
-            self._warned_lr_floor = True
-            warnings.warn(f"training past total_env_steps={self.config.total_env_steps} with anneal_lr: the "
-                          f"learning rate has reached 0, so the policy no longer changes; raise total_env_steps "
-                          f"or set anneal_lr false", stacklevel=3)
-        if self.lr_tensors:
-            for tensor, base in self.lr_tensors:
-                tensor.copy_(base * frac) if isinstance(base, torch.Tensor) else tensor.fill_(frac * base)
-        else:
-            for opt in self.optimizers.values():
-                for group in opt.param_groups:
-                    group["lr"] = frac * self.config.lr
 
     # -- the loop -------------------------------------------------------------------------------
     @property
@@ -372,11 +340,7 @@ class Trainer:
 
     def load(self, path, *, restore_env: bool = True) -> "Trainer":
         """Resume from a checkpoint written by `save` for the same env and policy map."""
-        payload = ckpt.load(path)
-        if self.ranks is not None and (payload.get("population") or {}).get("members") == self.ranks.context.world_size * self.M:
-            start = self.members[0].index  # this rank's members of the whole population's checkpoint
-            payload = population.slice_payload(payload, start, start + self.M)
-        trainer_state.restore(self, payload, path, restore_env)
+        trainer_state.restore(self, ckpt.load(path), path, restore_env)
         return self
 
 

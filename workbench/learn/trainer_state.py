@@ -71,7 +71,11 @@ def load_member_adam(optimizer, saved: dict):
 
 
 def restore(tr, payload: dict, path, restore_env: bool = True):
-    """Put a checkpoint payload back into trainer `tr` (written for the same env and policy map)."""
+    """Put a checkpoint payload back into trainer `tr` (written for the same env and policy map); a
+    rank of a population split over ranks takes its own members out of the whole population's."""
+    if tr.ranks is not None and (payload.get("population") or {}).get("members") == tr.ranks.context.world_size * tr.M:
+        start = tr.members[0].index
+        payload = population.slice_payload(payload, start, start + tr.M)
     mine, theirs = signature(tr), payload["signature"]
     for key in mine:
         if mine[key] != theirs.get(key, {"centralised_critic": [], "members": 1}.get(key)):
