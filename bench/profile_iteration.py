@@ -87,7 +87,7 @@ def run(env, num_envs, T, compile_on):
             ON_POLICY[eager.algorithm].update(
                 eager.models[g.name], eager.optimizers[g.name], eager.buffers[g.name].batch(), eager.config,
                 chunk_size=eager.chunk_size[g.name], autocast=eager.autocast, stats=eager.metrics.sums[g.name],
-                loss_fn=eager.loss_fn, samples=eager.samples[g.name], hp=eager.hp)
+                loss_fn=eager.loss_fn, samples=eager.samples[g.name], hp=eager.hp, fused=eager.fused.get(g.name))
         torch.cuda.synchronize()
     phases["update"] = summarise(kernels(prof))
     for name, summary in phases.items():
