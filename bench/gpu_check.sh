@@ -4,6 +4,7 @@
 #     bash bench/gpu_check.sh tests check sanitize     # correctness
 #     bash bench/gpu_check.sh bench                    # speed
 #     bash bench/gpu_check.sh scaling                  # data-parallel training on every GPU here
+#     bash bench/gpu_check.sh population               # populations beside PureJaxRL (with .peers/ carried)
 # Results land in $OUT (default ./gpu_out): summary.md (the table, last), results.tar.gz (logs, JSON),
 # and from the tests stage gpu-record.md (commit, device, date, counts, failing tests): copy it to
 # docs/gpu-record.md and commit it (set WORKBENCH_COMMIT=<sha> when this tree has no .git).
@@ -128,6 +129,16 @@ for stage in $STAGES; do
           .whl-nb/*.whl && export PYTHONPATH=/tmp/site-nb${PYTHONPATH:+:$PYTHONPATH}
       fi
       timed notebooks_gpu python3 bench/notebook_timings.py --target cuda ;;
+    population)  # populations beside PureJaxRL's jit(vmap) seeds in the same run (needs .peers/), the torch path
+                 # for comparison, a Tag population against one member, and where a 1024-member iteration goes
+      if [ -f .peers/side_by_side.sh ]; then timed peer_seeds env SEEDS="1 16 256 1024" bash .peers/side_by_side.sh seeds; fi
+      timed population_fused python3 bench/bench_population.py --target cuda --members 1 16 256 1024 \
+        --out "$LOGS/population_fused.json"
+      timed population_torch python3 bench/bench_population.py --target cuda --members 256 1024 --set fused_kernels=false \
+        --out "$LOGS/population_torch.json"
+      timed population_tag python3 bench/bench_population.py --target cuda --tag 1 8
+      timed profile_population python3 bench/profile_iteration.py --env cartpole --num-envs 64 --rollout-length 64 \
+        --seeds 1024 --no-compile --top 20 ;;
     scaling)
       GPUS=$(python3 -c "import torch; print(torch.cuda.device_count())")
       for n in $(seq 1 "$GPUS"); do
@@ -137,7 +148,7 @@ for stage in $STAGES; do
           --env tag_continuous --num-envs 1000 --param num_taggers=10 --param num_runners=100 \
           --out "$LOGS/scaling_tag_continuous_${n}.json"
       done ;;
-    *) echo "unknown stage '$stage' (tests, check, sanitize, bench, learner, scaling)"; exit 2 ;;
+    *) echo "unknown stage '$stage' (tests, check, sanitize, bench, learner, population, notebooks, scaling)"; exit 2 ;;
   esac
 done
 
