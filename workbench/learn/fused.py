@@ -58,8 +58,9 @@ def unsupported(model, head, algorithm: str, device) -> str | None:
     """Why the fused kernels cannot compute this policy's gradients (None: they can)."""
     if device.type != "cuda" and not interpreted():
         return "the fused kernels run on GPUs"
-    if triton_missing():
-        return triton_missing()
+    missing = triton_missing()
+    if missing:
+        return missing
     if algorithm not in ("ppo", "a2c"):
         return f"the fused kernels compute PPO's and A2C's losses, not {algorithm}'s"
     if type(model) is not ActorCritic:
@@ -80,6 +81,12 @@ def unsupported(model, head, algorithm: str, device) -> str | None:
 
 def _pow2(n: int, least: int = 16) -> int:
     return max(least, 1 << (int(n) - 1).bit_length())
+
+
+def _sizes(layers) -> dict:
+    """The kernels' size arguments of an MLP's three linear layers (each padded to a power of two >= 16)."""
+    O, H1, H2, K = (layers[0].in_features, layers[0].out_features, layers[1].out_features, layers[2].out_features)
+    return dict(O=O, OP=_pow2(O), H1=H1, H1P=_pow2(H1), H2=H2, H2P=_pow2(H2), K=K, KP=_pow2(K))
 
 
 @functools.lru_cache(maxsize=1)
@@ -119,19 +126,18 @@ class FusedGradients:
             flat = self.grad[:, offset:offset + size] if self.grad.dim() == 2 else self.grad[offset:offset + size]
             self.grads.append(flat.view(p.shape))
             offset += size
-        self.grad_of = {id(p): g for p, g in zip(self.params, self.grads)}
+        grad_of = {id(p): g for p, g in zip(self.params, self.grads)}
+        # per network (the policy's, then the value function's): its sizes, parameters and their gradients
+        self.nets = []
+        for net in (model.actor, model.critic):
+            layers = _linear_layers(net)
+            params = [t for layer in layers for t in (layer.weight, layer.bias)]
+            self.nets.append((_sizes(layers), params, [grad_of[id(t)] for t in params]))
         coef = (lambda name: hp.per_member(name, device) if hasattr(hp, "per_member")
                 else torch.full((members,), float(getattr(hp, name)), device=device))
         self.coefs = torch.stack([coef("clip_coef") if self.algorithm == "ppo" else torch.zeros(members, device=device),
                                   coef("ent_coef"), coef("vf_coef")]).contiguous()
         self.sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
-
-    def _net(self, net):
-        layers = _linear_layers(net)
-        out = []
-        for layer in layers:
-            out += [layer.weight, layer.bias]
-        return layers, out
 
     def gradients(self, idx, count, adv_mean, adv_std, stats):
         """Write the gradient of the minibatch's loss into the optimizer's gradients and add its
@@ -149,15 +155,11 @@ class FusedGradients:
         splits = -(-tiles // per_program)
         f = self.fields
         moments = (adv_mean, adv_std) if adv_mean is not None else (count, count)
-        for value_net, net in enumerate((self.model.actor, self.model.critic)):
-            layers, (w1, b1, w2, b2, w3, b3) = self._net(net)
-            grads = [self.grad_of[id(t)] for t in (w1, b1, w2, b2, w3, b3)]
-            O, H1, H2, K = layers[0].in_features, layers[0].out_features, layers[1].out_features, layers[2].out_features
+        for value_net, (sizes, params, grads) in enumerate(self.nets):
             minibatch_grad[(M, splits)](
                 f["obs"], idx, idx.stride(0), f["actions"], f["logp"], f["values"], f["advantages"], f["returns"],
                 f["mask"], count, count.stride(0), moments[0], moments[1], moments[0].stride(0), self.coefs, M,
-                w1, b1, w2, b2, w3, b3, *grads, self.g_stride, stats, rows,
-                O=O, OP=_pow2(O), H1=H1, H1P=_pow2(H1), H2=H2, H2P=_pow2(H2), K=K, KP=_pow2(K), BLOCK=BLOCK,
+                *params, *grads, self.g_stride, stats, rows, **sizes, BLOCK=BLOCK,
                 STACKED=int(self.stacked), VALUE=bool(value_net), PPO=self.algorithm == "ppo",
                 NORM_ADV=self.normalize_advantages and adv_mean is not None,
                 CLIP_VALUE=self.clip_value, DOT=self.dot, TILES=per_program, num_warps=NUM_WARPS)
@@ -175,19 +177,17 @@ class FusedPolicyStep:
         self.model, self.members = model, members
         self.stacked = isinstance(model.actor[0], MemberLinear)
         self.dot = {"bf16": 0, "tf32": 1}.get(precision, 2)
-        self.actor, self.critic = (_linear_layers(net) for net in (model.actor, model.critic))
+        actor, critic = (_linear_layers(net) for net in (model.actor, model.critic))
+        self.sizes = _sizes(actor)
+        self.params = [t for layer in actor + critic for t in (layer.weight, layer.bias)]
 
     def __call__(self, obs, noise, actions_out, logp_out, values_out):
         """obs [N, O], noise [N, K] -> actions [N] (the buffer's own slot, returned), logp and values."""
         _, _, policy_step = _kernels()
         obs = obs.contiguous()  # (one agent of several per replica is a strided view)
         rows = obs.shape[0] // self.members
-        O, H1, H2, K = (self.actor[0].in_features, self.actor[0].out_features, self.actor[1].out_features,
-                        self.actor[2].out_features)
-        params = [t for layer in self.actor + self.critic for t in (layer.weight, layer.bias)]
         policy_step[(self.members, -(-rows // BLOCK))](
-            obs, noise, *params, actions_out, logp_out, values_out, rows,
-            O=O, OP=_pow2(O), H1=H1, H1P=_pow2(H1), H2=H2, H2P=_pow2(H2), K=K, KP=_pow2(K), BLOCK=BLOCK,
+            obs, noise, *self.params, actions_out, logp_out, values_out, rows, **self.sizes, BLOCK=BLOCK,
             STACKED=int(self.stacked), DOT=self.dot, num_warps=NUM_WARPS)
         return actions_out.reshape(-1)
 
