@@ -62,7 +62,7 @@ class Collector:
         self._fused_step = {name: fused.FusedPolicyStep(tr.rollout_models[name], tr.M, tr.precision)
                             for name in tr.fused}
         self._fused_gae = None
-        if tr.algorithm != "ddpg" and getattr(tr.config, "fused_kernels", False) and not fused.gae_unsupported(tr.device):
+        if tr.algorithm != "ddpg" and getattr(tr.config, "fused_kernels", False) and not fused.kernels_unsupported(tr.device):
             self._fused_gae = fused.FusedGAE(tr.hp.per_replica("gamma", tr.E_member),
                                              tr.hp.per_replica("gae_lambda", tr.E_member), tr.device)
 

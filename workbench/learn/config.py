@@ -63,7 +63,8 @@ class RunConfig:
                                "about 35 s (CartPole) to over 4 min (two Tag policies); pays off past ~1e9 env-steps.")
     fused_kernels: bool = _f(True, "On GPUs, run the default MLP policy's learner (PPO, A2C; discrete actions) "
                                    "with fused Triton kernels: a minibatch's gradient in one launch per network, a "
-                                   "rollout step's sampling in one, GAE in one; false: the torch path.")
+                                   "rollout step's sampling in one, GAE in one, a population's Adam step (any "
+                                   "model) in two; false: the torch path.")
     precision: str = _f("auto", "Learner arithmetic: fp32, tf32 (tensor-core matmuls) or bf16 (autocast, and "
                                 "rollout observations stored in bf16); auto: bf16 on a GPU, fp32 on the CPU.")
     learner_memory_gb: float = _f(2.0, "Bound on the learner's activations: a batch or minibatch needing more is "

@@ -30,6 +30,12 @@ BLOCK = 64  # rows per tile
 # Two warps: Triton then uses mma.sync, not Hopper's warpgroup MMA, whose code for this kernel's
 # several dots faulted (illegal memory access) with 4 or 8 warps on an H100 under Triton 3.6.
 NUM_WARPS = 2
+NUM_STAGES = None  # (Triton's default)
+PROGRAMS_PER_SM = 2  # a minibatch's rows split over programs until there are this many per SM
+
+
+def _launch_options() -> dict:
+    return dict(num_warps=NUM_WARPS) if NUM_STAGES is None else dict(num_warps=NUM_WARPS, num_stages=NUM_STAGES)
 
 
 # Tests and debugging: run the kernels for CPU tensors in Triton's interpreter (which needs
@@ -91,10 +97,10 @@ def _sizes(layers) -> dict:
 
 @functools.lru_cache(maxsize=1)
 def _kernels():
-    """(minibatch_grad, gae, policy_step): imported on first use, so that importing this module needs no
-    Triton and TRITON_INTERPRET set by then is honoured."""
+    """The kernels' module, imported on first use, so that importing this module needs no Triton and
+    TRITON_INTERPRET set by then is honoured."""
     from . import fused_kernels
-    return fused_kernels.minibatch_grad, fused_kernels.gae, fused_kernels.policy_step
+    return fused_kernels
 
 
 class FusedGradients:
@@ -143,14 +149,14 @@ class FusedGradients:
         """Write the gradient of the minibatch's loss into the optimizer's gradients and add its
         statistics to stats [len(STATS), M] (policy_loss, value_loss, entropy[, approx_kl,
         clip_fraction]). idx [M, rows]: each member's sample ids; count, adv_mean, adv_std: [M] (views)."""
-        minibatch_grad, _, _ = _kernels()
+        minibatch_grad = _kernels().minibatch_grad
         M, rows = idx.shape
         self.grad.zero_()
         if not isinstance(self.optimizer, MemberAdam):
             for p, g in zip(self.params, self.grads):
                 p.grad = g
         tiles = -(-rows // BLOCK)
-        splits = max(1, min(tiles, -(-2 * self.sms // M)))
+        splits = max(1, min(tiles, -(-PROGRAMS_PER_SM * self.sms // M)))
         per_program = -(-tiles // splits)
         splits = -(-tiles // per_program)
         f = self.fields
@@ -162,7 +168,7 @@ class FusedGradients:
                 *params, *grads, self.g_stride, stats, rows, **sizes, BLOCK=BLOCK,
                 STACKED=int(self.stacked), VALUE=bool(value_net), PPO=self.algorithm == "ppo",
                 NORM_ADV=self.normalize_advantages and adv_mean is not None,
-                CLIP_VALUE=self.clip_value, DOT=self.dot, TILES=per_program, num_warps=NUM_WARPS)
+                CLIP_VALUE=self.clip_value, DOT=self.dot, TILES=per_program, **_launch_options())
         if isinstance(self.optimizer, MemberAdam):
             self.optimizer.gradients_written()
 
@@ -183,16 +189,16 @@ class FusedPolicyStep:
 
     def __call__(self, obs, noise, actions_out, logp_out, values_out):
         """obs [N, O], noise [N, K] -> actions [N] (the buffer's own slot, returned), logp and values."""
-        _, _, policy_step = _kernels()
+        policy_step = _kernels().policy_step
         obs = obs.contiguous()  # (one agent of several per replica is a strided view)
         rows = obs.shape[0] // self.members
         policy_step[(self.members, -(-rows // BLOCK))](
             obs, noise, *self.params, actions_out, logp_out, values_out, rows, **self.sizes, BLOCK=BLOCK,
-            STACKED=int(self.stacked), DOT=self.dot, num_warps=NUM_WARPS)
+            STACKED=int(self.stacked), DOT=self.dot, **_launch_options())
         return actions_out.reshape(-1)
 
 
-def gae_unsupported(device) -> str | None:
+def kernels_unsupported(device) -> str | None:
     if device.type != "cuda" and not interpreted():
         return "the fused kernels run on GPUs"
     return triton_missing()
@@ -213,7 +219,7 @@ class FusedGAE:
 
     def __call__(self, buffer, next_value):
         """Advantages and returns of buffer ([T, E, n] tensors) into it; next_value [E, n] = V(s_T)."""
-        _, gae, _ = _kernels()
+        gae = _kernels().gae
         T, E, n = buffer.values.shape
         columns = E * n
         block = 128
@@ -222,3 +228,36 @@ class FusedGAE:
                                      buffer.advantages, buffer.returns, columns, n, T=T,
                                      PER_REPLICA=self.per_replica, BLOCK=block)
         return buffer.advantages, buffer.returns
+
+
+class FusedMemberAdam:
+    """MemberAdam's step (gradient clipping by each member's global norm, moments, parameters) over its
+    flat [M, P] buffers in two launches where eager torch takes about fifteen passes over them."""
+    BLOCK = 1024  # elements per chunk
+
+    def __init__(self, optimizer):
+        self.opt = optimizer
+        M, P = optimizer.flat.shape
+        device = optimizer.flat.device
+        sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+        chunks = -(-P // self.BLOCK)
+        splits = max(1, min(chunks, -(-4 * sms // M)))
+        self.chunks = -(-chunks // splits)  # per program
+        self.grid = (M, -(-chunks // self.chunks))
+        self.sq_norms = torch.zeros(M, device=device)
+
+    def step(self, max_norm):
+        """One step from the gathered gradients; max_norm: None (no clipping), a float or [M]."""
+        k = _kernels()
+        opt = self.opt
+        P = opt.flat.shape[1]
+        clip = max_norm is not None
+        per_member = isinstance(max_norm, torch.Tensor)
+        if per_member:
+            max_norm = max_norm.reshape(-1).float().contiguous()
+        if clip:
+            self.sq_norms.zero_()
+            k.member_sq_norms[self.grid](opt.grad, self.sq_norms, P, BLOCK=self.BLOCK, CHUNKS=self.chunks)
+        k.member_adam[self.grid](opt.flat, opt.grad, opt.exp_avg, opt.exp_avg_sq, opt.lr, self.sq_norms,
+                                 max_norm if clip else 0.0, opt.steps, P, opt.beta1, opt.beta2, opt.eps,
+                                 CLIP=clip, NORM_PER_MEMBER=per_member, BLOCK=self.BLOCK, CHUNKS=self.chunks)

@@ -271,3 +271,52 @@ def policy_step(
     tl.store(actions + row, action.to(tl.int64), mask=valid)
     tl.store(logp + row, chosen - lse, mask=valid)
     tl.store(values + row, value, mask=valid)
+
+
+@triton.jit
+def member_sq_norms(grad, sq_norms, P, BLOCK: tl.constexpr, CHUNKS: tl.constexpr):
+    """Adds the squares of member m's gradient chunks [split * CHUNKS * BLOCK, ...) of its row of
+    grad [M, P] to sq_norms [M] (zeroed by the caller)."""
+    m = tl.program_id(0).to(tl.int64)
+    start = tl.program_id(1) * CHUNKS * BLOCK
+    acc = tl.zeros((BLOCK,), tl.float32)
+    for c in range(CHUNKS):
+        o = start + c * BLOCK + tl.arange(0, BLOCK)
+        g = tl.load(grad + m * P + o, mask=o < P, other=0.0)
+        acc += g * g
+    tl.atomic_add(sq_norms + m, tl.sum(acc, 0))
+
+
+@triton.jit
+def member_adam(flat, grad, exp_avg, exp_avg_sq, lr, sq_norms, max_norm, steps, P, beta1, beta2, eps,
+                CLIP: tl.constexpr, NORM_PER_MEMBER: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr):
+    """One Adam step of member m's chunks of its row of flat [M, P] (members.MemberAdam.step is the
+    reference): the gradient scaled to global norm at most max_norm (CLIP; sq_norms [M] its squared
+    norms, max_norm [M] or a float), then the moments' and the parameters' updates at step `steps`."""
+    m = tl.program_id(0).to(tl.int64)
+    start = tl.program_id(1) * CHUNKS * BLOCK
+    scale = 1.0
+    if CLIP:
+        if NORM_PER_MEMBER:
+            bound = tl.load(max_norm + m)
+        else:
+            bound = max_norm
+        scale = tl.minimum(bound / (tl.sqrt(tl.load(sq_norms + m)) + 1e-6), 1.0)
+    t = tl.load(steps)
+    bias1 = 1.0 - tl.exp(t * tl.log(beta1))
+    bias2_sqrt = tl.sqrt(1.0 - tl.exp(t * tl.log(beta2)))
+    step_size = tl.load(lr + m) / bias1
+    for c in range(CHUNKS):
+        o = start + c * BLOCK + tl.arange(0, BLOCK)
+        ok = o < P
+        at = m * P + o
+        g = tl.load(grad + at, mask=ok, other=0.0) * scale
+        mean = tl.load(exp_avg + at, mask=ok, other=0.0)
+        sq = tl.load(exp_avg_sq + at, mask=ok, other=0.0)
+        mean = mean + (1.0 - beta1) * (g - mean)
+        sq = beta2 * sq + (1.0 - beta2) * g * g
+        w = tl.load(flat + at, mask=ok, other=0.0)
+        w = w - step_size * mean / (tl.sqrt(sq) / bias2_sqrt + eps)
+        tl.store(exp_avg + at, mean, mask=ok)
+        tl.store(exp_avg_sq + at, sq, mask=ok)
+        tl.store(flat + at, w, mask=ok)

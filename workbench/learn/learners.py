@@ -80,7 +80,8 @@ def build_on_policy(tr, g, model):
     model.head = head
     check_model(tr, g.name, model, head.out_dim)
     if member_count(model) > 1:
-        optimizer = MemberAdam(model, tr.hp.per_member("lr", tr.device), eps=1e-5)
+        optimizer = MemberAdam(model, tr.hp.per_member("lr", tr.device), eps=1e-5,
+                               fused=tr.config.fused_kernels)
         tr.lr_tensors.append((optimizer.lr, optimizer.lr.clone()))
     else:
         optimizer = adam(model.parameters(), tr.config.lr, tr.device, tr.lr_tensors)
@@ -106,7 +107,8 @@ def build_ddpg(tr, g, agent):
     agent = (agent or default_ddpg_agent(tr)).to(tr.device)
     check_model(tr, g.name, agent.actor, act_dim)
     if tr.M > 1:
-        optimizers = tuple(MemberAdam(net, tr.hp.per_member(lr, tr.device), eps=1e-5)
+        optimizers = tuple(MemberAdam(net, tr.hp.per_member(lr, tr.device), eps=1e-5,
+                                      fused=tr.config.fused_kernels)
                            for net, lr in ((agent.actor, "actor_lr"), (agent.critic, "critic_lr")))
         tr.lr_tensors.extend((opt.lr, opt.lr.clone()) for opt in optimizers)
     else:

@@ -128,10 +128,11 @@ class MemberAdam:
     own learning rate lr [M] (a device tensor that annealing rewrites in place) and its own gradient
     clipping by global norm. The parameters stay ordinary contiguous tensors (fast casts and
     gradient writes in the forward and backward passes); a step gathers them and their gradients
-    into flat [M, P] buffers (member k's row: all its parameters), clips and updates there in a few
-    kernels, and copies the parameters back: capturable in a CUDA graph."""
+    into flat [M, P] buffers (member k's row: all its parameters), clips and updates there (in two
+    fused kernels on GPUs, fused=True; in torch's otherwise), and copies the parameters back:
+    capturable in a CUDA graph."""
 
-    def __init__(self, model: nn.Module, lr, betas=(0.9, 0.999), eps: float = 1e-5):
+    def __init__(self, model: nn.Module, lr, betas=(0.9, 0.999), eps: float = 1e-5, fused: bool = True):
         params = [p for p in model.parameters() if p.requires_grad]
         members = params[0].shape[0]
         device = params[0].device
@@ -152,6 +153,9 @@ class MemberAdam:
         self.exp_avg_sq = torch.zeros_like(self.flat)
         self.steps = torch.zeros((), device=device)
         self.param_groups = [{"params": params}]
+        use_kernels = fused
+        from . import fused  # (fused imports this module)
+        self.fused = fused.FusedMemberAdam(self) if use_kernels and fused.kernels_unsupported(device) is None else None
 
     def zero_grad(self, set_to_none: bool = True):
         """Forget the gradients (the next backward pass writes them anew, whatever set_to_none says)."""
@@ -178,18 +182,28 @@ class MemberAdam:
             max_norm = max_norm.reshape(-1, 1)
         self.grad.mul_((max_norm / (norm + 1e-6)).clamp_(max=1.0))
 
-    def step(self):
-        """One Adam step of every member (from the parameters as they are now: a loaded checkpoint's)."""
+    def step(self, max_norm=None):
+        """One Adam step of every member (from the parameters as they are now: a loaded checkpoint's),
+        its gradient first clipped to global norm max_norm (a float or [M]) unless that is None."""
         if not self._gathered:
             self._gather()
         torch.cat([p.detach().reshape(self.members, -1) for p in self.params], dim=1, out=self.flat)
         self.steps.add_(1)
+        if self.fused is not None:  # on GPUs: clipping and the update in two launches
+            self.fused.step(max_norm)
+            self._copy_back()
+            return
+        if max_norm is not None:
+            self.clip(max_norm)
         self.exp_avg.lerp_(self.grad, 1 - self.beta1)
         self.exp_avg_sq.mul_(self.beta2).addcmul_(self.grad, self.grad, value=1 - self.beta2)
         bias1 = 1 - torch.pow(self.beta1, self.steps)
         bias2_sqrt = torch.sqrt(1 - torch.pow(self.beta2, self.steps))
         denom = (self.exp_avg_sq.sqrt() / bias2_sqrt).add_(self.eps)
         self.flat.addcdiv_(self.exp_avg * (self.lr / bias1), denom, value=-1.0)
+        self._copy_back()
+
+    def _copy_back(self):
         with torch.no_grad():
             torch._foreach_copy_([p.detach() for p in self.params], self._views)
         self._gathered = False
@@ -206,9 +220,10 @@ def clip_and_step(model, optimizer, max_grad_norm):
     """Clip the gradients by global norm (per member for a population; max_grad_norm a float, or
     [M] per member, <= 0 for none) and take the optimiser's step."""
     if isinstance(optimizer, MemberAdam):
-        if not isinstance(max_grad_norm, (int, float)) or max_grad_norm > 0:
-            optimizer.clip(max_grad_norm)
-    elif max_grad_norm > 0:
+        clipping = not isinstance(max_grad_norm, (int, float)) or max_grad_norm > 0
+        optimizer.step(max_grad_norm if clipping else None)
+        return
+    if max_grad_norm > 0:
         nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
     optimizer.step()
 
