@@ -1,5 +1,6 @@
 """The fused learner kernels' launch settings on this GPU: rows per tile, warps, stages, programs per
-SM and the MMA instructions, each timed at a population's sizes (CartPole's 4 observations, 64x64
+SM and the MMA instructions (block: a minibatch's rows per tile, step_block: the policy step's),
+each timed at a population's sizes (CartPole's 4 observations, 64x64
 tanh MLPs, 2 actions, 1024 rows per member and minibatch: the population benchmark's shape) and
 checked against the torch path's fp32 gradients; then MemberAdam's step, fused against torch's.
 
@@ -18,13 +19,13 @@ import statistics
 import subprocess
 import sys
 
-VARIANTS = ["block=64,warps=2", "block=64,warps=2,per_sm=8", "block=32,warps=2,per_sm=4",
-            "block=64,warps=2,stages=1", "block=64,warps=4,mma=2", "block=128,warps=4,mma=2",
-            "block=128,warps=8,mma=2", "block=64,warps=4,mma=2,per_sm=4", "block=128,warps=4,mma=3"]
+VARIANTS = ["block=32,warps=2", "block=64,warps=2", "block=32,warps=2,stages=1", "block=32,warps=2,per_sm=4",
+            "block=32,warps=4,mma=2", "block=64,warps=4,mma=2", "block=64,warps=2,stages=1",
+            "block=32,warps=2,step_block=32", "block=128,warps=4,mma=3"]
 
 
 def parse(spec: str) -> dict:
-    out = dict(block=64, warps=2, per_sm=2, stages=0, mma=3)
+    out = dict(block=32, step_block=64, warps=2, per_sm=2, stages=0, mma=3)
     for item in spec.split(","):
         key, value = item.split("=")
         out[key] = int(value)
@@ -80,7 +81,8 @@ def one(spec: str, members: list[int]):
     from workbench.learn.algorithms import ppo
     from workbench.learn.members import MemberAdam
     v = parse(spec)
-    fused.BLOCK, fused.NUM_WARPS, fused.PROGRAMS_PER_SM = v["block"], v["warps"], v["per_sm"]
+    fused.GRAD_BLOCK, fused.STEP_BLOCK = v["block"], v["step_block"]
+    fused.NUM_WARPS, fused.PROGRAMS_PER_SM = v["warps"], v["per_sm"]
     fused.NUM_STAGES = v["stages"] or None
     device = torch.device("cuda")
     for M in members:

@@ -145,6 +145,26 @@ def test_policy_step_matches_torch(M, K, rows):
     torch.testing.assert_close(got[2], want[2], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("M,A", [(1, 1), (3, 2)])
+def test_truncated_values_match_torch(M, A):
+    T, E_member, O = 5, 40, 4  # 40 * A rows per member and step: a partial tile
+    model = models(M, O, 3)
+    g = torch.Generator().manual_seed(1)
+    final_obs = torch.randn(T, M * E_member, A, O, generator=g).to(DEVICE)
+    truncated = (torch.rand(T, M * E_member, generator=g) < 0.1).float().to(DEVICE)
+    terminated = (torch.rand(T, M * E_member, generator=g) < 0.5).float().to(DEVICE)
+    truncated[1] = 0.0  # a step without truncations: its tiles skip the critic
+    out = torch.full((T, M * E_member, A), float("nan"), device=DEVICE)  # (stale values are overwritten)
+    fused.FusedPolicyStep(model, M, "fp32").truncated_values(final_obs, truncated, terminated, out)
+    with torch.no_grad():
+        rows = final_obs.view(T, M, -1, O).transpose(0, 1).reshape(-1, O)  # grouped by member
+        _, value = model(rows)
+        value = value.view(M, T, E_member, A).transpose(0, 1).reshape(T, -1, A)
+    expected = value * (truncated * (1 - terminated)).unsqueeze(2)
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
+    assert (out != 0).sum() > 0 and (out[1] == 0).all()
+
+
 def test_fused_gae_matches_reference():
     T, E, n = 9, 6, 2
     g = torch.Generator().manual_seed(1)
@@ -181,15 +201,15 @@ def test_trainer_with_fused_kernels_matches_torch_path(algorithm, seeds):
     results = []
     for on in (True, False):
         config = (wb.PPOConfig if algorithm == "ppo" else wb.A2CConfig)(env="cartpole", num_envs=8, rollout_length=16, total_env_steps=8 * 16 * 3,
-                               seeds=seeds, target=target, precision="fp32", fused_kernels=on, seed=5, **extra)
+                               seeds=seeds, target=target, precision="fp32", fused_kernels=on, seed=5,
+                               env_params={"max_steps": 12}, **extra)  # (truncations: final values)
         trainer = wb.make_trainer(config)
-        assert bool(trainer.fused) == on
+        assert bool(trainer.fused) == on and (trainer.collector._fused_final is not None) == on
         results.append(trainer.train(progress=False).history)
     for fused_row, torch_row in zip(*results):
         for fr, tr_ in zip(fused_row.get("members", [fused_row]), torch_row.get("members", [torch_row])):
-            for key in ("loss/policy_loss/shared", "loss/value_loss/shared", "loss/entropy/shared", "return/shared"):
-                if key in tr_:
-                    assert fr[key] == pytest.approx(tr_[key], rel=1e-3, abs=1e-5, nan_ok=True), key
+            for key in ("policy_loss/shared", "value_loss/shared", "entropy/shared", "return/shared"):
+                assert fr[key] == pytest.approx(tr_[key], rel=1e-3, abs=1e-5, nan_ok=True), key
 
 
 @pytest.mark.parametrize("max_norm", [None, 0.5, "per_member"])

@@ -61,6 +61,12 @@ class Collector:
         # the fused kernels serve the policies whose gradients they compute (learners.fused_gradients)
         self._fused_step = {name: fused.FusedPolicyStep(tr.rollout_models[name], tr.M, tr.precision)
                             for name in tr.fused}
+        # V(final observation) of the truncated replicas in one launch that skips the others: for one
+        # policy over all agents, with unnormalised observations and its own critic
+        only = tr.groups[0] if len(tr.groups) == 1 else None
+        self._fused_final = (self._fused_step[only.name] if self.final_obs is not None and only is not None
+                             and only.name in self._fused_step and only.n == env.num_agents
+                             and only.name not in tr.norms and not tr.central else None)
         self._fused_gae = None
         if tr.algorithm != "ddpg" and getattr(tr.config, "fused_kernels", False) and not fused.kernels_unsupported(tr.device):
             self._fused_gae = fused.FusedGAE(tr.hp.per_replica("gamma", tr.E_member),
@@ -196,6 +202,11 @@ class Collector:
         large kernels, not T times as many small ones), in chunks of whole steps within the learner's
         memory bound, each chunk's rows grouped by member (a population's models need them so)."""
         tr = self.trainer
+        if self._fused_final is not None:
+            g = tr.groups[0]
+            self._fused_final.truncated_values(self.final_obs, self.truncated, self.terminated,
+                                               tr.buffers[g.name].final_values)
+            return
         T, E, M, A, O = tr.T, tr.E, tr.M, tr.env.num_agents, tr.obs_dim
         by_member = self.final_obs.view(T, M, E // M, A, O).transpose(0, 1)  # [M, T, E / M, A, O]
         truncated_only = (self.truncated * (1 - self.terminated)).view(T, M, E // M, 1).transpose(0, 1)

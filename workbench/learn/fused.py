@@ -26,7 +26,11 @@ from .members import MemberAdam, MemberLinear
 from .policies import ActorCritic
 
 MAX_HIDDEN = 128
-BLOCK = 64  # rows per tile
+# Rows per tile. A minibatch's tile of 32 rows leaves room for more programs per SM than one of 64:
+# 1024 members' minibatch gradient 1.46 against 2.11 ms on an H100 (bench/tune_fused.py); the
+# policy step, with no gradients to hold, is fastest at 64.
+GRAD_BLOCK = 32
+STEP_BLOCK = 64
 # Two warps: Triton then uses mma.sync, not Hopper's warpgroup MMA, whose code for this kernel's
 # several dots faulted (illegal memory access) with 4 or 8 warps on an H100 under Triton 3.6.
 NUM_WARPS = 2
@@ -155,7 +159,7 @@ class FusedGradients:
         if not isinstance(self.optimizer, MemberAdam):
             for p, g in zip(self.params, self.grads):
                 p.grad = g
-        tiles = -(-rows // BLOCK)
+        tiles = -(-rows // GRAD_BLOCK)
         splits = max(1, min(tiles, -(-PROGRAMS_PER_SM * self.sms // M)))
         per_program = -(-tiles // splits)
         splits = -(-tiles // per_program)
@@ -165,7 +169,7 @@ class FusedGradients:
             minibatch_grad[(M, splits)](
                 f["obs"], idx, idx.stride(0), f["actions"], f["logp"], f["values"], f["advantages"], f["returns"],
                 f["mask"], count, count.stride(0), moments[0], moments[1], moments[0].stride(0), self.coefs, M,
-                *params, *grads, self.g_stride, stats, rows, **sizes, BLOCK=BLOCK,
+                *params, *grads, self.g_stride, stats, rows, **sizes, BLOCK=GRAD_BLOCK,
                 STACKED=int(self.stacked), VALUE=bool(value_net), PPO=self.algorithm == "ppo",
                 NORM_ADV=self.normalize_advantages and adv_mean is not None,
                 CLIP_VALUE=self.clip_value, DOT=self.dot, TILES=per_program, **_launch_options())
@@ -185,6 +189,7 @@ class FusedPolicyStep:
         self.dot = {"bf16": 0, "tf32": 1}.get(precision, 2)
         actor, critic = (_linear_layers(net) for net in (model.actor, model.critic))
         self.sizes = _sizes(actor)
+        self.critic_sizes = _sizes(critic)
         self.params = [t for layer in actor + critic for t in (layer.weight, layer.bias)]
 
     def __call__(self, obs, noise, actions_out, logp_out, values_out):
@@ -192,10 +197,25 @@ class FusedPolicyStep:
         policy_step = _kernels().policy_step
         obs = obs.contiguous()  # (one agent of several per replica is a strided view)
         rows = obs.shape[0] // self.members
-        policy_step[(self.members, -(-rows // BLOCK))](
-            obs, noise, *self.params, actions_out, logp_out, values_out, rows, **self.sizes, BLOCK=BLOCK,
+        policy_step[(self.members, -(-rows // STEP_BLOCK))](
+            obs, noise, *self.params, actions_out, logp_out, values_out, rows, **self.sizes, BLOCK=STEP_BLOCK,
             STACKED=int(self.stacked), DOT=self.dot, **_launch_options())
         return actions_out.reshape(-1)
+
+    def truncated_values(self, final_obs, truncated, terminated, final_values):
+        """final_obs [T, E, A, O] (E replicas grouped by member, all A agents this policy's), truncated,
+        terminated [T, E] -> final_values [T, E, A]: V(final observation) where a replica was
+        truncated and not terminated at step t, else 0 (collection.Collector._final_values is the
+        reference)."""
+        k = _kernels()
+        T, E, A, O = final_obs.shape
+        rows = E // self.members * A
+        critic = self.params[6:]
+        k.truncated_values[(self.members, T, -(-rows // STEP_BLOCK))](
+            final_obs, truncated, terminated, *critic, final_values, E, rows, AGENTS=A, O=O, OP=self.sizes["OP"],
+            H1=self.critic_sizes["H1"], H1P=self.critic_sizes["H1P"], H2=self.critic_sizes["H2"],
+            H2P=self.critic_sizes["H2P"], KP=self.critic_sizes["KP"], BLOCK=STEP_BLOCK, STACKED=int(self.stacked),
+            DOT=self.dot, **_launch_options())
 
 
 def kernels_unsupported(device) -> str | None:

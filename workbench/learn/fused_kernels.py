@@ -320,3 +320,33 @@ def member_adam(flat, grad, exp_avg, exp_avg_sq, lr, sq_norms, max_norm, steps, 
         tl.store(exp_avg + at, mean, mask=ok)
         tl.store(exp_avg_sq + at, sq, mask=ok)
         tl.store(flat + at, w, mask=ok)
+
+
+@triton.jit
+def truncated_values(final_obs, truncated, terminated, cw1, cb1, cw2, cb2, cw3, cb3, final_values, E, rows,
+                     AGENTS: tl.constexpr, O: tl.constexpr, OP: tl.constexpr, H1: tl.constexpr,
+                     H1P: tl.constexpr, H2: tl.constexpr, H2P: tl.constexpr, KP: tl.constexpr,
+                     BLOCK: tl.constexpr, STACKED: tl.constexpr, DOT: tl.constexpr):
+    """One program: BLOCK of member m's `rows` rows (replicas x agents) of rollout step t: the value
+    of the final observation final_obs [T, E * AGENTS, O] where the replica was truncated (and not
+    terminated) at t, else 0, into final_values [T, E * AGENTS]. The critic runs only for tiles
+    holding a truncation (a time limit is reached by few replicas per step)."""
+    m = tl.program_id(0)
+    t = tl.program_id(1)
+    r = tl.program_id(2) * BLOCK + tl.arange(0, BLOCK)
+    valid = r < rows
+    row = t * (E * AGENTS) + m * rows + r
+    replica = t * E + (m * rows + r) // AGENTS
+    trunc = tl.load(truncated + replica, mask=valid, other=0.0)
+    term = tl.load(terminated + replica, mask=valid, other=0.0)
+    flag = trunc * (1.0 - term)
+    value = tl.zeros((BLOCK,), tl.float32)
+    if tl.max(flag, 0) > 0:
+        o_in = tl.arange(0, OP)
+        cols = tl.arange(0, KP)
+        x = tl.load(final_obs + row[:, None] * O + o_in[None, :], mask=valid[:, None] & (o_in[None, :] < O),
+                    other=0.0).to(tl.float32)
+        W1, B1, W2, B2, W3, B3 = load_mlp(cw1, cb1, cw2, cb2, cw3, cb3, m, O, OP, H1, H1P, H2, H2P, 1, KP, STACKED)
+        out = mlp_out(x, W1, B1, W2, B2, W3, B3, DOT)
+        value = tl.sum(tl.where(cols[None, :] == 0, out, 0.0), 1) * flag
+    tl.store(final_values + row, value, mask=valid)
