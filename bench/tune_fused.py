@@ -115,13 +115,16 @@ def one(spec: str, members: list[int]):
 
 def adam(members: list[int]):
     import torch
+    from workbench.learn import fused
     from workbench.learn.members import MemberAdam
     device = torch.device("cuda")
     for M in members:
         model, *_ = problem(M, device, per_member=1, rows=1)
         P = sum(p[0].numel() for p in model.parameters())
         for fused_on in (True, False):
-            optimizer = MemberAdam(model, torch.full((M,), 1e-3, device=device), fused=fused_on)
+            optimizer = MemberAdam(model, torch.full((M,), 1e-3, device=device))
+            if fused_on:
+                optimizer.fused = fused.FusedMemberAdam(optimizer)
             for p in model.parameters():
                 p.grad = torch.randn_like(p) * 1e-2
             ms = timed(lambda: optimizer.step(0.5), device)

@@ -27,6 +27,15 @@ def adam(params, lr: float, device, lr_tensors: list):
     return torch.optim.Adam(params, lr=lr, eps=1e-5)
 
 
+def member_adam(tr, model, lr_name: str):
+    """A population's MemberAdam with its members' learning rates (hyperparameter lr_name); its steps
+    in the fused kernels on GPUs unless fused_kernels is off."""
+    optimizer = MemberAdam(model, tr.hp.per_member(lr_name, tr.device), eps=1e-5)
+    if tr.config.fused_kernels and fused.kernels_unsupported(tr.device) is None:
+        optimizer.fused = fused.FusedMemberAdam(optimizer)
+    return optimizer
+
+
 def check_model(tr, name, model, out_dim):
     """A clear error when a model's action output does not fit the env's action space."""
     with torch.no_grad():
@@ -80,8 +89,7 @@ def build_on_policy(tr, g, model):
     model.head = head
     check_model(tr, g.name, model, head.out_dim)
     if member_count(model) > 1:
-        optimizer = MemberAdam(model, tr.hp.per_member("lr", tr.device), eps=1e-5,
-                               fused=tr.config.fused_kernels)
+        optimizer = member_adam(tr, model, "lr")
         tr.lr_tensors.append((optimizer.lr, optimizer.lr.clone()))
     else:
         optimizer = adam(model.parameters(), tr.config.lr, tr.device, tr.lr_tensors)
@@ -107,8 +115,7 @@ def build_ddpg(tr, g, agent):
     agent = (agent or default_ddpg_agent(tr)).to(tr.device)
     check_model(tr, g.name, agent.actor, act_dim)
     if tr.M > 1:
-        optimizers = tuple(MemberAdam(net, tr.hp.per_member(lr, tr.device), eps=1e-5,
-                                      fused=tr.config.fused_kernels)
+        optimizers = tuple(member_adam(tr, net, lr)
                            for net, lr in ((agent.actor, "actor_lr"), (agent.critic, "critic_lr")))
         tr.lr_tensors.extend((opt.lr, opt.lr.clone()) for opt in optimizers)
     else:

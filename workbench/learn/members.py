@@ -129,10 +129,10 @@ class MemberAdam:
     clipping by global norm. The parameters stay ordinary contiguous tensors (fast casts and
     gradient writes in the forward and backward passes); a step gathers them and their gradients
     into flat [M, P] buffers (member k's row: all its parameters), clips and updates there (in two
-    fused kernels on GPUs, fused=True; in torch's otherwise), and copies the parameters back:
+    fused kernels with `fused` set, in torch's otherwise), and copies the parameters back:
     capturable in a CUDA graph."""
 
-    def __init__(self, model: nn.Module, lr, betas=(0.9, 0.999), eps: float = 1e-5, fused: bool = True):
+    def __init__(self, model: nn.Module, lr, betas=(0.9, 0.999), eps: float = 1e-5):
         params = [p for p in model.parameters() if p.requires_grad]
         members = params[0].shape[0]
         device = params[0].device
@@ -153,9 +153,7 @@ class MemberAdam:
         self.exp_avg_sq = torch.zeros_like(self.flat)
         self.steps = torch.zeros((), device=device)
         self.param_groups = [{"params": params}]
-        use_kernels = fused
-        from . import fused  # (fused imports this module)
-        self.fused = fused.FusedMemberAdam(self) if use_kernels and fused.kernels_unsupported(device) is None else None
+        self.fused = None  # a fused.FusedMemberAdam, when the caller gives one, takes the steps
 
     def zero_grad(self, set_to_none: bool = True):
         """Forget the gradients (the next backward pass writes them anew, whatever set_to_none says)."""

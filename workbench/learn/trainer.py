@@ -260,9 +260,11 @@ class Trainer:
         previous = interrupts.install(self)
         try:
             while self.iteration < stop_at:
-                compiling = self.graph.state == "eager-first" and getattr(self.loss_fn, "compiled", None) is not None
+                compiling = self.graph.state == "eager-first" and (
+                    getattr(self.loss_fn, "compiled", None) is not None or bool(self.fused))
                 if bar is not None and compiling:
-                    bar.bar.set_description("first iteration: compiling (compile=false skips it)")
+                    bar.bar.set_description("first iteration: compiling (compile=false skips it)" if not self.fused else
+                                            "first iteration: fused kernels compile once per shape (then cached)")
                 warming = self.device.type == "cuda" and self.graph.warming() and self.why_not_graphed() is None
                 iteration_start = time.perf_counter()
                 self.run_iteration(total_iters)
