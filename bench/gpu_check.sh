@@ -137,6 +137,7 @@ for stage in $STAGES; do
       timed population_torch python3 bench/bench_population.py --target cuda --members 256 1024 --set fused_kernels=false \
         --out "$LOGS/population_torch.json"
       timed population_tag python3 bench/bench_population.py --target cuda --tag 1 8
+      timed tune_fused python3 bench/tune_fused.py --members 256 1024
       timed profile_population python3 bench/profile_iteration.py --env cartpole --num-envs 64 --rollout-length 64 \
         --seeds 1024 --no-compile --top 20 ;;
     scaling)
