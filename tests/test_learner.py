@@ -499,3 +499,17 @@ def test_load_restores_the_thread_counts_the_run_measured(tmp_path, monkeypatch)
     assert applied[-1]["env"] == 2 and applied[-1]["learner"] == 2
     assert (resumed.threads["env"], resumed.threads["learner"]) == (2, 2)
     assert resumed.threads["how"] == "restored from the checkpoint"
+
+
+def test_cpu_tanh_matches_torch_tanh_in_values_and_gradients():
+    from workbench.learn.policies import Tanh
+    x = torch.cat([torch.linspace(-30, 30, 20001), torch.tensor([0.0, 1e-6, -1e-6, 1e-30])]).requires_grad_()
+    ref = x.detach().clone().requires_grad_()
+    y, y_ref = Tanh()(x), torch.tanh(ref)
+    assert isinstance(Tanh(), torch.nn.Tanh)  # (the fused kernels and checkpoints see the same module type)
+    torch.testing.assert_close(y, y_ref, rtol=0, atol=2e-7)
+    g = torch.randn(x.shape, generator=torch.Generator().manual_seed(0))
+    y.backward(g)
+    y_ref.backward(g)
+    torch.testing.assert_close(x.grad, ref.grad, rtol=0, atol=2e-6)
+    assert float(Tanh()(torch.tensor([40.0]))) == 1.0 and float(Tanh()(torch.tensor([-40.0]))) == -1.0

@@ -15,7 +15,34 @@ from ..errors import WorkbenchError
 from .members import member_log_std
 
 
-def mlp(sizes, activation=nn.Tanh, out_gain=1.0) -> nn.Sequential:
+class _SigmoidTanh(torch.autograd.Function):
+    """tanh(x) = 2 sigmoid(2x) - 1, with tanh's own backward from the output."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = (x * 2.0).sigmoid_().mul_(2.0).sub_(1.0)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        (y,) = ctx.saved_tensors
+        return torch.ops.aten.tanh_backward(grad, y)
+
+
+class Tanh(nn.Tanh):
+    """nn.Tanh, computed on the CPU as 2 sigmoid(2x) - 1 (the fused GPU kernels' formula): torch's CPU
+    tanh kernel takes about 4 ns per element on AVX2 machines against about 1 ns for its sigmoid, and
+    the hidden layers' tanh is the largest cost of a CPU population's update. Same values to within
+    1e-7 (absolute), same gradients."""
+
+    def forward(self, x):
+        if x.device.type == "cpu":
+            return _SigmoidTanh.apply(x)
+        return torch.tanh(x)
+
+
+def mlp(sizes, activation=Tanh, out_gain=1.0) -> nn.Sequential:
     layers = []
     for i in range(len(sizes) - 1):
         linear = nn.Linear(sizes[i], sizes[i + 1])
