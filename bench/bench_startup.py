@@ -1,0 +1,64 @@
+"""Start-up: a new Python process from its first line to the end of its first training iterations,
+against torch's own import. Each measurement is a fresh process; the first run of each target fills
+the caches (the env's compiled kernels, Triton's), the runs after it are timed with them warm.
+
+    python bench/bench_startup.py --target cpu
+    python bench/bench_startup.py --target cuda --runs 3
+
+Prints RESULT lines (JSON): torch_import_s, then the workbench's import, make_trainer and the first
+`--iterations` iterations (configs/cartpole.yaml), and `over_torch_s`, everything after torch's import.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+
+from _common import ROOT
+
+PROBE = """
+import json, sys, time
+start = time.perf_counter()
+import torch
+torch_done = time.perf_counter()
+import workbench as wb
+from workbench.learn import config as cfg
+from workbench.learn.trainer import make_trainer
+imported = time.perf_counter()
+config = cfg.replace(cfg.load_yaml("configs/cartpole.yaml"), target=sys.argv[1], log_every=10**9, run_dir=None)
+trainer = make_trainer(config)
+made = time.perf_counter()
+trainer.train(num_iterations=int(sys.argv[2]), progress=False)
+if trainer.device.type == "cuda":
+    torch.cuda.synchronize()
+done = time.perf_counter()
+print("RESULT " + json.dumps({"torch_import_s": round(torch_done - start, 3), "workbench_import_s": round(imported - torch_done, 3),
+                              "make_trainer_s": round(made - imported, 3), "iterations_s": round(done - made, 3),
+                              "over_torch_s": round(done - torch_done, 3), "total_s": round(done - start, 3)}))
+"""
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default="cpu")
+    parser.add_argument("--iterations", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5, help="timed runs after the one that warms the caches")
+    args = parser.parse_args()
+    rows = []
+    for run in range(args.runs + 1):
+        out = subprocess.run([sys.executable, "-c", PROBE, args.target, str(args.iterations)], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout
+        row = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
+        row["caches"] = "warming" if run == 0 else "warm"
+        print("RESULT " + json.dumps({"target": args.target, **row}), flush=True)
+        if run:
+            rows.append(row)
+    keys = ("torch_import_s", "workbench_import_s", "make_trainer_s", "iterations_s", "over_torch_s", "total_s")
+    print("RESULT " + json.dumps({"target": args.target, "median_of": len(rows),
+                                  **{k: round(statistics.median(r[k] for r in rows), 3) for k in keys}}))
+
+
+if __name__ == "__main__":
+    main()
