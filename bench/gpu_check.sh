@@ -5,6 +5,7 @@
 #     bash bench/gpu_check.sh bench                    # speed
 #     bash bench/gpu_check.sh scaling                  # data-parallel training on every GPU here
 #     bash bench/gpu_check.sh population               # populations beside PureJaxRL (with .peers/ carried)
+#     bash bench/gpu_check.sh startup                  # a new process to its first iterations
 # Results land in $OUT (default ./gpu_out): summary.md (the table, last), results.tar.gz (logs, JSON),
 # and from the tests stage gpu-record.md (commit, device, date, counts, failing tests): copy it to
 # docs/gpu-record.md and commit it (set WORKBENCH_COMMIT=<sha> when this tree has no .git).
@@ -140,6 +141,8 @@ for stage in $STAGES; do
       timed tune_fused python3 bench/tune_fused.py --members 256 1024
       timed profile_population python3 bench/profile_iteration.py --env cartpole --num-envs 64 --rollout-length 64 \
         --seeds 1024 --no-compile --top 20 ;;
+    startup)  # a new process to its first iterations, caches warm, against torch's own import (issue: <= 5 s)
+      timed startup_cuda python3 bench/bench_startup.py --target cuda --runs 3 ;;
     scaling)
       GPUS=$(python3 -c "import torch; print(torch.cuda.device_count())")
       for n in $(seq 1 "$GPUS"); do
@@ -149,7 +152,7 @@ for stage in $STAGES; do
           --env tag_continuous --num-envs 1000 --param num_taggers=10 --param num_runners=100 \
           --out "$LOGS/scaling_tag_continuous_${n}.json"
       done ;;
-    *) echo "unknown stage '$stage' (tests, check, sanitize, bench, learner, population, notebooks, scaling)"; exit 2 ;;
+    *) echo "unknown stage '$stage' (tests, check, sanitize, bench, learner, population, notebooks, startup, scaling)"; exit 2 ;;
   esac
 done
 
