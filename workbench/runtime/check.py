@@ -50,8 +50,10 @@ def _contract(env, name):
 
 
 def check_env(name_or_env, targets=None, *, num_envs: int = 8, steps: int = 64, seed: int = 0, rtol: float = 1e-4,
-              atol: float = 1e-5, **params) -> CheckReport:
+              atol: float = 1e-5, replicas_per_seed: int | None = None, **params) -> CheckReport:
     """Run one env on each of `targets` in lockstep and compare every array after every step.
+    replicas_per_seed: seed the replicas in blocks, as a population's env is (default: one block, or
+    a given Env's own blocks when they divide num_envs).
 
     Each step starts every target from the first target's state (so float32 rounding cannot
     accumulate into a different trajectory), applies the same actions, and compares all arrays.
@@ -65,6 +67,9 @@ def check_env(name_or_env, targets=None, *, num_envs: int = 8, steps: int = 64, 
     if isinstance(name_or_env, Env):
         name, params = name_or_env.name, {**name_or_env.definition.params, **params}
         base_target = name_or_env.target.name
+        own = name_or_env.replicas_per_seed
+        if replicas_per_seed is None and own != name_or_env.num_envs and num_envs % own == 0:
+            replicas_per_seed = own
     else:
         name, base_target = name_or_env, None
     if targets is None:
@@ -73,7 +78,8 @@ def check_env(name_or_env, targets=None, *, num_envs: int = 8, steps: int = 64, 
             targets.insert(0, base_target)
     targets = tuple(targets)
     # debug kernels: bounds checked where the target can, an out-of-bounds access named by array, index and line
-    envs = [make(name, num_envs=num_envs, target=t, seed=seed, debug=True, **params) for t in targets]
+    envs = [make(name, num_envs=num_envs, target=t, seed=seed, debug=True, replicas_per_seed=replicas_per_seed,
+                 **params) for t in targets]
     ref = envs[0]
     names = list(ref.store)
     worst = {arr: 0.0 for arr in names if ref.store[arr].dtype.is_floating_point} if len(targets) > 1 else {}
