@@ -8,7 +8,8 @@
 #     bash bench/gpu_check.sh startup                  # a new process to its first iterations
 # Results land in $OUT (default ./gpu_out): summary.md (the table, last), results.tar.gz (logs, JSON),
 # and from the tests stage gpu-record.md (commit, device, date, counts, failing tests): copy it to
-# docs/gpu-record.md and commit it (set WORKBENCH_COMMIT=<sha> when this tree has no .git).
+# docs/gpu-record.md and commit it (set WORKBENCH_COMMIT=<sha> when this tree is a copy: its .git may be
+# stale, and a HEAD the files differ from is recorded as <sha>+changes).
 # Needs no network: wheels missing from the machine's image are taken from .whl/ when present. The
 # image lacks gymnasium (reference checks) and IPython (the magic's tests); fill .whl/ beforehand with
 #     pip download gymnasium ipython --python-version 3.12 --only-binary=:all: --platform manylinux2014_x86_64 -d .whl
@@ -75,7 +76,12 @@ for stage in $STAGES; do
         $(ls tests/test_tag_grid_search.py 2>/dev/null)
       grep -E "passed|failed" "$LOGS/pytest_gpu.log" | tail -n 1 | sed 's/^/    /'
       # The record of this run: into $OUT (this tree may be a copy; commit it from there) and docs/.
-      COMMIT=${WORKBENCH_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}  # a copied tree may carry a stale .git
+      # a copied tree may carry a stale .git: a HEAD its files differ from is marked, not recorded as theirs
+      HEAD_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+      if [ "$HEAD_COMMIT" != unknown ] && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null | head -n 1)" ]; then
+        HEAD_COMMIT="$HEAD_COMMIT+changes"
+      fi
+      COMMIT=${WORKBENCH_COMMIT:-$HEAD_COMMIT}
       python3 bench/gpu_record.py write "$LOGS/pytest_gpu.log" --commit "$COMMIT" --device "$DEVICE" \
         --out "$OUT/gpu-record.md" --out docs/gpu-record.md > /dev/null ;;
     check)
