@@ -1,5 +1,6 @@
 """The fused learner kernels' launch settings on this GPU: rows per tile, warps, stages, programs per
-SM and the MMA instructions (block: a minibatch's rows per tile, step_block: the policy step's),
+SM, the MMA instructions and the tanh (block: a minibatch's rows per tile, step_block: the policy
+step's; mma=2: mma.sync, fused.MMA_SYNC; tanh=0: 2 sigmoid(2x) - 1 instead of tanh.approx),
 each timed at a population's sizes (CartPole's 4 observations, 64x64
 tanh MLPs, 2 actions, 1024 rows per member and minibatch: the population benchmark's shape) and
 checked against the torch path's fp32 gradients; then MemberAdam's step, fused against torch's.
@@ -7,25 +8,23 @@ checked against the torch path's fp32 gradients; then MemberAdam's step, fused a
     python bench/tune_fused.py --members 256 1024
     python bench/tune_fused.py --members 1024 --variants block=64,warps=2 block=128,warps=4,mma=2
 
-Each variant runs in its own process (mma=2 sets DISABLE_MMA_V3, which Triton reads as it
-compiles: mma.sync instead of Hopper's warpgroup MMA). Prints RESULT lines (JSON).
+Each variant runs in its own process (its own compiled kernels). Prints RESULT lines (JSON).
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
 
-VARIANTS = ["block=32,warps=2", "block=64,warps=2", "block=32,warps=2,stages=1", "block=32,warps=2,per_sm=4",
-            "block=32,warps=4,mma=2", "block=64,warps=4,mma=2", "block=64,warps=2,stages=1",
-            "block=32,warps=2,step_block=32", "block=128,warps=4,mma=3"]
+VARIANTS = ["block=32,warps=2", "block=32,warps=2,tanh=0", "block=64,warps=2", "block=32,warps=2,stages=1",
+            "block=64,warps=2,stages=1", "block=32,warps=4,mma=2", "block=64,warps=4,mma=2",
+            "block=64,warps=4,mma=2,stages=1", "block=64,warps=4,mma=2,per_sm=4", "block=32,warps=2,step_block=32"]
 
 
 def parse(spec: str) -> dict:
-    out = dict(block=32, step_block=64, warps=2, per_sm=2, stages=0, mma=3)
+    out = dict(block=32, step_block=64, warps=2, per_sm=2, stages=0, mma=3, tanh=1)
     for item in spec.split(","):
         key, value = item.split("=")
         out[key] = int(value)
@@ -84,6 +83,7 @@ def one(spec: str, members: list[int]):
     fused.GRAD_BLOCK, fused.STEP_BLOCK = v["block"], v["step_block"]
     fused.NUM_WARPS, fused.PROGRAMS_PER_SM = v["warps"], v["per_sm"]
     fused.NUM_STAGES = v["stages"] or None
+    fused.TANH_APPROX, fused.MMA_SYNC = bool(v["tanh"]), v["mma"] == 2
     device = torch.device("cuda")
     for M in members:
         model, fields, idx, count, mean, std = problem(M, device)
@@ -146,11 +146,8 @@ def main():
     if args.adam_only:
         return
     for spec in args.variants:
-        env = dict(os.environ)
-        if parse(spec)["mma"] == 2:
-            env["DISABLE_MMA_V3"] = "1"
         run = subprocess.run([sys.executable, __file__, "--one", spec, "--members", *map(str, args.members)],
-                             env=env, capture_output=True, text=True, timeout=300)
+                             capture_output=True, text=True, timeout=300)
         lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT")]
         print("\n".join(lines), flush=True)
         if run.returncode != 0:

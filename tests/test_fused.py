@@ -122,6 +122,48 @@ def test_minibatch_gradients_match_torch(algorithm, clip_value, normalize, M, K,
         assert all(p.grad is g for p, g in zip(params, got))
 
 
+@pytest.mark.skipif(not GPU, reason="bf16 dots and tanh.approx.f32 are the GPU's (the interpreter has neither)")
+@pytest.mark.parametrize("tanh_approx", [True, False])
+def test_bf16_kernels_close_to_fp32(monkeypatch, tanh_approx):
+    """The GPUs' default precision: bf16 dots (and tanh.approx.f32) against the fp32 torch path."""
+    monkeypatch.setattr(fused, "TANH_APPROX", tanh_approx)
+    assert fused._tanh_mode(0) == int(tanh_approx) and fused._tanh_mode(2) == 0
+    M, O, K, rows = 4, 7, 3, 512
+    cfg = Cfg("ppo")
+    fields = rollout_fields(M * 600, O, K)
+    model = models(M, O, K)
+    g = torch.Generator().manual_seed(5)
+    idx = torch.stack([torch.randperm(600, generator=g)[:rows] + 600 * k for k in range(M)]).to(DEVICE)
+    live = fields["mask"][idx]
+    count = live.sum(1).clamp_min(1)
+    adv = fields["advantages"][idx]
+    mean = (adv * live).sum(1) / count
+    std = ((((adv - mean[:, None]) * live) ** 2).sum(1) / (count - 1)).sqrt()
+    ref_grads, ref_stats = torch_reference(copy.deepcopy(model), fields, idx, cfg, M, count, mean, std)
+    grads = fused.FusedGradients(model, MemberAdam(model, torch.full((M,), 1e-3, device=DEVICE)), fields, cfg, cfg,
+                                 M, "bf16")
+    stats = torch.zeros((len(ref_stats), M), device=DEVICE)
+    grads.gradients(idx, count, mean, std, stats)
+    for (name, _), ref, mine in zip(model.named_parameters(), ref_grads, grads.grads):
+        err = float((mine - ref).abs().max() / ref.abs().max())
+        assert err < 0.04, f"{name}: bf16 gradient off by {err:.3f} of its largest element"
+    torch.testing.assert_close(stats[:5], ref_stats[:5].reshape(5, M), rtol=0.02, atol=2e-3)
+
+    obs = torch.randn(M * 256, O, generator=g).to(DEVICE)
+    noise = torch.rand(M * 256, K, generator=g).to(DEVICE)
+    from workbench.learn.compiled import act_and_record
+    want = [torch.zeros(M * 256, dtype=torch.long, device=DEVICE), torch.zeros(M * 256, device=DEVICE),
+            torch.zeros(M * 256, device=DEVICE)]
+    with torch.no_grad():
+        act_and_record(model, model.head, obs, None, noise, False, *want)
+    got = [torch.zeros_like(w) for w in want]
+    fused.FusedPolicyStep(model, M, "bf16")(obs, noise, *got)
+    assert (got[0] == want[0]).float().mean() > 0.98  # (near-ties may break the other way)
+    same = got[0] == want[0]
+    torch.testing.assert_close(got[1][same], want[1][same], rtol=0.02, atol=0.02)
+    torch.testing.assert_close(got[2], want[2], rtol=0.03, atol=0.02)
+
+
 @pytest.mark.parametrize("M,K,rows", [(1, 2, 70), (3, 5, 64)])
 def test_policy_step_matches_torch(M, K, rows):
     from workbench.learn.compiled import act_and_record

@@ -16,6 +16,7 @@ the reference the tests hold these kernels to. With TRITON_INTERPRET=1 the kerne
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 
@@ -36,10 +37,37 @@ STEP_BLOCK = 64
 NUM_WARPS = 2
 NUM_STAGES = None  # (Triton's default)
 PROGRAMS_PER_SM = 2  # a minibatch's rows split over programs until there are this many per SM
+# Under bf16 the hidden layers' tanh is the hardware's tanh.approx.f32 (one instruction; relative
+# error about 2^-11, below the bf16 dots' own): fp32 and tf32 keep 2 sigmoid(2x) - 1
+TANH_APPROX = True
+# Compile the kernels for mma.sync instead of Hopper's warpgroup MMA (Triton's DISABLE_MMA_V3, a
+# compile-time switch set only while these kernels launch, and part of Triton's cache key)
+MMA_SYNC = False
 
 
 def _launch_options() -> dict:
     return dict(num_warps=NUM_WARPS) if NUM_STAGES is None else dict(num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+
+
+def _tanh_mode(dot: int) -> int:
+    return int(TANH_APPROX and dot == 0 and not interpreted())
+
+
+@contextlib.contextmanager
+def _compile_switches():
+    """The compile-time switches of this module's settings, around a launch (which may compile)."""
+    if not MMA_SYNC:
+        yield
+        return
+    before = os.environ.get("DISABLE_MMA_V3")
+    os.environ["DISABLE_MMA_V3"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["DISABLE_MMA_V3"]
+        else:
+            os.environ["DISABLE_MMA_V3"] = before
 
 
 # Tests and debugging: run the kernels for CPU tensors in Triton's interpreter (which needs
@@ -166,13 +194,14 @@ class FusedGradients:
         f = self.fields
         moments = (adv_mean, adv_std) if adv_mean is not None else (count, count)
         for value_net, (sizes, params, grads) in enumerate(self.nets):
-            minibatch_grad[(M, splits)](
-                f["obs"], idx, idx.stride(0), f["actions"], f["logp"], f["values"], f["advantages"], f["returns"],
-                f["mask"], count, count.stride(0), moments[0], moments[1], moments[0].stride(0), self.coefs, M,
-                *params, *grads, self.g_stride, stats, rows, **sizes, BLOCK=GRAD_BLOCK,
-                STACKED=int(self.stacked), VALUE=bool(value_net), PPO=self.algorithm == "ppo",
-                NORM_ADV=self.normalize_advantages and adv_mean is not None,
-                CLIP_VALUE=self.clip_value, DOT=self.dot, TILES=per_program, **_launch_options())
+            with _compile_switches():
+                minibatch_grad[(M, splits)](
+                    f["obs"], idx, idx.stride(0), f["actions"], f["logp"], f["values"], f["advantages"], f["returns"],
+                    f["mask"], count, count.stride(0), moments[0], moments[1], moments[0].stride(0), self.coefs, M,
+                    *params, *grads, self.g_stride, stats, rows, **sizes, BLOCK=GRAD_BLOCK,
+                    STACKED=int(self.stacked), VALUE=bool(value_net), PPO=self.algorithm == "ppo",
+                    NORM_ADV=self.normalize_advantages and adv_mean is not None, CLIP_VALUE=self.clip_value,
+                    DOT=self.dot, TILES=per_program, TANH=_tanh_mode(self.dot), **_launch_options())
         if isinstance(self.optimizer, MemberAdam):
             self.optimizer.gradients_written()
 
@@ -197,9 +226,10 @@ class FusedPolicyStep:
         policy_step = _kernels().policy_step
         obs = obs.contiguous()  # (one agent of several per replica is a strided view)
         rows = obs.shape[0] // self.members
-        policy_step[(self.members, -(-rows // STEP_BLOCK))](
-            obs, noise, *self.params, actions_out, logp_out, values_out, rows, **self.sizes, BLOCK=STEP_BLOCK,
-            STACKED=int(self.stacked), DOT=self.dot, **_launch_options())
+        with _compile_switches():
+            policy_step[(self.members, -(-rows // STEP_BLOCK))](
+                obs, noise, *self.params, actions_out, logp_out, values_out, rows, **self.sizes, BLOCK=STEP_BLOCK,
+                STACKED=int(self.stacked), DOT=self.dot, TANH=_tanh_mode(self.dot), **_launch_options())
         return actions_out.reshape(-1)
 
     def truncated_values(self, final_obs, truncated, terminated, final_values):
@@ -211,11 +241,12 @@ class FusedPolicyStep:
         T, E, A, O = final_obs.shape
         rows = E // self.members * A
         critic = self.params[6:]
-        k.truncated_values[(self.members, T, -(-rows // STEP_BLOCK))](
-            final_obs, truncated, terminated, *critic, final_values, E, rows, AGENTS=A, O=O, OP=self.sizes["OP"],
-            H1=self.critic_sizes["H1"], H1P=self.critic_sizes["H1P"], H2=self.critic_sizes["H2"],
-            H2P=self.critic_sizes["H2P"], KP=self.critic_sizes["KP"], BLOCK=STEP_BLOCK, STACKED=int(self.stacked),
-            DOT=self.dot, **_launch_options())
+        with _compile_switches():
+            k.truncated_values[(self.members, T, -(-rows // STEP_BLOCK))](
+                final_obs, truncated, terminated, *critic, final_values, E, rows, AGENTS=A, O=O, OP=self.sizes["OP"],
+                H1=self.critic_sizes["H1"], H1P=self.critic_sizes["H1P"], H2=self.critic_sizes["H2"],
+                H2P=self.critic_sizes["H2P"], KP=self.critic_sizes["KP"], BLOCK=STEP_BLOCK,
+                STACKED=int(self.stacked), DOT=self.dot, TANH=_tanh_mode(self.dot), **_launch_options())
 
 
 def kernels_unsupported(device) -> str | None:

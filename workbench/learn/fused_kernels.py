@@ -15,6 +15,26 @@ def dot(a, b, DOT: tl.constexpr):
 
 
 @triton.jit
+def tanh(x, APPROX: tl.constexpr):
+    """tanh: the hardware's tanh.approx.f32 (max relative error about 2^-11, under bf16 dots whose
+    error is larger) or 2 sigmoid(2x) - 1 (the torch path's CPU form; Triton's interpreter)."""
+    if APPROX:
+        return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,
+                                         is_pure=True, pack=1)
+    else:
+        return 2.0 * tl.sigmoid(2.0 * x) - 1.0
+
+
+@triton.jit
+def operand(w, DOT: tl.constexpr):
+    """A weight tile in the dots' input type (bf16 under DOT 0), cast once outside a program's loop."""
+    if DOT == 0:
+        return w.to(tl.bfloat16)
+    else:
+        return w
+
+
+@triton.jit
 def weight_offsets(m, IN: tl.constexpr, OUT: tl.constexpr, INP: tl.constexpr, OUTP: tl.constexpr,
                    STACKED: tl.constexpr):
     i = tl.arange(0, INP)[:, None]
@@ -46,7 +66,7 @@ def minibatch_grad(
         O: tl.constexpr, OP: tl.constexpr, H1: tl.constexpr, H1P: tl.constexpr, H2: tl.constexpr,
         H2P: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr, STACKED: tl.constexpr,
         VALUE: tl.constexpr, PPO: tl.constexpr, NORM_ADV: tl.constexpr, CLIP_VALUE: tl.constexpr,
-        DOT: tl.constexpr, TILES: tl.constexpr):
+        DOT: tl.constexpr, TILES: tl.constexpr, TANH: tl.constexpr):
     """One program: tiles [split * TILES, (split + 1) * TILES) of member m's `rows` minibatch rows,
     through the policy's (VALUE=0) or the value function's (VALUE=1) MLP, loss and backward;
     adds the weight gradients to g* and the loss statistics to stats [6, members]."""
@@ -57,6 +77,12 @@ def minibatch_grad(
     h1c = tl.arange(0, H1P)
     h2c = tl.arange(0, H2P)
     W1, B1, W2, B2, W3, B3 = load_mlp(w1, b1, w2, b2, w3, b3, m, O, OP, H1, H1P, H2, H2P, K, KP, STACKED)
+    # the weights in the dots' type and the backward pass's transposes, made once, not per tile
+    W1 = operand(W1, DOT)
+    W2 = operand(W2, DOT)
+    W3 = operand(W3, DOT)
+    W2T = tl.trans(W2)
+    W3T = tl.trans(W3)
     clip = tl.load(coefs + m)
     ent_coef = tl.load(coefs + members + m)
     vf_coef = tl.load(coefs + 2 * members + m)
@@ -84,8 +110,8 @@ def minibatch_grad(
         sid = tl.load(idx + m * idx_stride + r, mask=valid, other=0)
         x = tl.load(obs + sid[:, None] * O + o_in[None, :], mask=valid[:, None] & (o_in[None, :] < O),
                     other=0.0).to(tl.float32)
-        h1 = 2.0 * tl.sigmoid(2.0 * (dot(x, W1, DOT) + B1[None, :])) - 1.0
-        h2 = 2.0 * tl.sigmoid(2.0 * (dot(h1, W2, DOT) + B2[None, :])) - 1.0
+        h1 = tanh(dot(x, W1, DOT) + B1[None, :], TANH)
+        h2 = tanh(dot(h1, W2, DOT) + B2[None, :], TANH)
         out = dot(h2, W3, DOT) + B3[None, :]
         mk = tl.load(mask + sid, mask=valid, other=0.0)
         live = mk > 0
@@ -147,10 +173,10 @@ def minibatch_grad(
         # backward through the MLP, the tile's activations still in registers
         G3 += dot(tl.trans(h2), d_out, DOT)
         GB3 += tl.sum(d_out, 0)
-        d2 = dot(d_out, tl.trans(W3), DOT) * (1.0 - h2 * h2)
+        d2 = dot(d_out, W3T, DOT) * (1.0 - h2 * h2)
         G2 += dot(tl.trans(h1), d2, DOT)
         GB2 += tl.sum(d2, 0)
-        d1 = dot(d2, tl.trans(W2), DOT) * (1.0 - h1 * h1)
+        d1 = dot(d2, W2T, DOT) * (1.0 - h1 * h1)
         G1 += dot(tl.trans(x), d1, DOT)
         GB1 += tl.sum(d1, 0)
 
@@ -230,10 +256,10 @@ def load_mlp(w1, b1, w2, b2, w3, b3, m, O: tl.constexpr, OP: tl.constexpr, H1: t
 
 
 @triton.jit
-def mlp_out(x, W1, B1, W2, B2, W3, B3, DOT: tl.constexpr):
+def mlp_out(x, W1, B1, W2, B2, W3, B3, DOT: tl.constexpr, TANH: tl.constexpr):
     """x [rows, OP] through linear, tanh, linear, tanh, linear -> [rows, KP]."""
-    h1 = 2.0 * tl.sigmoid(2.0 * (dot(x, W1, DOT) + B1[None, :])) - 1.0
-    h2 = 2.0 * tl.sigmoid(2.0 * (dot(h1, W2, DOT) + B2[None, :])) - 1.0
+    h1 = tanh(dot(x, W1, DOT) + B1[None, :], TANH)
+    h2 = tanh(dot(h1, W2, DOT) + B2[None, :], TANH)
     return dot(h2, W3, DOT) + B3[None, :]
 
 
@@ -242,7 +268,7 @@ def policy_step(
         obs, noise, aw1, ab1, aw2, ab2, aw3, ab3, cw1, cb1, cw2, cb2, cw3, cb3, actions, logp, values, rows,
         O: tl.constexpr, OP: tl.constexpr, H1: tl.constexpr, H1P: tl.constexpr, H2: tl.constexpr,
         H2P: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr, STACKED: tl.constexpr,
-        DOT: tl.constexpr):
+        DOT: tl.constexpr, TANH: tl.constexpr):
     """One program: BLOCK of member m's `rows` rollout rows (rows grouped by member): the policy's
     logits, an action by the Gumbel-max trick on the uniform `noise` [N, K], its log-probability and
     the value, written into actions, logp and values [N]."""
@@ -255,7 +281,7 @@ def policy_step(
     x = tl.load(obs + row[:, None] * O + o_in[None, :], mask=valid[:, None] & (o_in[None, :] < O),
                 other=0.0).to(tl.float32)
     W1, B1, W2, B2, W3, B3 = load_mlp(aw1, ab1, aw2, ab2, aw3, ab3, m, O, OP, H1, H1P, H2, H2P, K, KP, STACKED)
-    out = mlp_out(x, W1, B1, W2, B2, W3, B3, DOT)
+    out = mlp_out(x, W1, B1, W2, B2, W3, B3, DOT, TANH)
     ok_k = cols[None, :] < K
     logits = tl.where(ok_k, out, -1e30)
     u = tl.load(noise + row[:, None] * K + cols[None, :], mask=valid[:, None] & ok_k, other=0.5)
@@ -267,7 +293,7 @@ def policy_step(
     lse = top + tl.log(tl.sum(tl.exp(logits - top[:, None]), 1))
     chosen = tl.sum(tl.where(cols[None, :] == action[:, None], logits, 0.0), 1)
     W1, B1, W2, B2, W3, B3 = load_mlp(cw1, cb1, cw2, cb2, cw3, cb3, m, O, OP, H1, H1P, H2, H2P, 1, KP, STACKED)
-    value = tl.sum(tl.where(cols[None, :] == 0, mlp_out(x, W1, B1, W2, B2, W3, B3, DOT), 0.0), 1)
+    value = tl.sum(tl.where(cols[None, :] == 0, mlp_out(x, W1, B1, W2, B2, W3, B3, DOT, TANH), 0.0), 1)
     tl.store(actions + row, action.to(tl.int64), mask=valid)
     tl.store(logp + row, chosen - lse, mask=valid)
     tl.store(values + row, value, mask=valid)
@@ -326,7 +352,7 @@ def member_adam(flat, grad, exp_avg, exp_avg_sq, lr, sq_norms, max_norm, steps, 
 def truncated_values(final_obs, truncated, terminated, cw1, cb1, cw2, cb2, cw3, cb3, final_values, E, rows,
                      AGENTS: tl.constexpr, O: tl.constexpr, OP: tl.constexpr, H1: tl.constexpr,
                      H1P: tl.constexpr, H2: tl.constexpr, H2P: tl.constexpr, KP: tl.constexpr,
-                     BLOCK: tl.constexpr, STACKED: tl.constexpr, DOT: tl.constexpr):
+                     BLOCK: tl.constexpr, STACKED: tl.constexpr, DOT: tl.constexpr, TANH: tl.constexpr):
     """One program: BLOCK of member m's `rows` rows (replicas x agents) of rollout step t: the value
     of the final observation final_obs [T, E * AGENTS, O] where the replica was truncated (and not
     terminated) at t, else 0, into final_values [T, E * AGENTS]. The critic runs only for tiles
@@ -347,6 +373,6 @@ def truncated_values(final_obs, truncated, terminated, cw1, cb1, cw2, cb2, cw3, 
         x = tl.load(final_obs + row[:, None] * O + o_in[None, :], mask=valid[:, None] & (o_in[None, :] < O),
                     other=0.0).to(tl.float32)
         W1, B1, W2, B2, W3, B3 = load_mlp(cw1, cb1, cw2, cb2, cw3, cb3, m, O, OP, H1, H1P, H2, H2P, 1, KP, STACKED)
-        out = mlp_out(x, W1, B1, W2, B2, W3, B3, DOT)
+        out = mlp_out(x, W1, B1, W2, B2, W3, B3, DOT, TANH)
         value = tl.sum(tl.where(cols[None, :] == 0, out, 0.0), 1) * flag
     tl.store(final_values + row, value, mask=valid)
