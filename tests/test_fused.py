@@ -164,7 +164,7 @@ def test_bf16_kernels_close_to_fp32(monkeypatch, tanh_approx):
     torch.testing.assert_close(got[2], want[2], rtol=0.03, atol=0.02)
 
 
-@pytest.mark.parametrize("M,K,rows", [(1, 2, 70), (3, 5, 64)])
+@pytest.mark.parametrize("M,K,rows", [(1, 2, 70), (3, 5, 64)])  # (even rows: pairs of agents)
 def test_policy_step_matches_torch(M, K, rows):
     from workbench.learn.compiled import act_and_record
     O = 6
@@ -185,6 +185,17 @@ def test_policy_step_matches_torch(M, K, rows):
     assert torch.equal(got[0], want[0])
     torch.testing.assert_close(got[1], want[1], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(got[2], want[2], rtol=1e-5, atol=1e-5)
+    # recording: the observations into the rollout buffer (bf16 here) and the actions into agents 1..2 of an
+    # env's [replicas, 4] action array, rows being (replica, agent) pairs of the group's 2 agents
+    obs_out = torch.zeros(M * rows, O, dtype=torch.bfloat16, device=DEVICE)
+    env_action = torch.full((M * rows // 2, 4), -1, dtype=torch.int32, device=DEVICE)
+    fused.FusedPolicyStep(model, M, "fp32")(obs, noise, *[torch.zeros_like(w) for w in want], obs_out=obs_out,
+                                            env_action=env_action, agents=slice(1, 3))
+    if GPU:  # (the interpreter casts to bf16 by truncation, the GPU to nearest even, as torch does)
+        assert torch.equal(obs_out, obs.to(torch.bfloat16))
+    torch.testing.assert_close(obs_out.float(), obs, rtol=2 ** -7, atol=0)
+    assert torch.equal(env_action[:, 1:3].reshape(-1), want[0].int())
+    assert (env_action[:, [0, 3]] == -1).all()
 
 
 @pytest.mark.parametrize("M,A", [(1, 1), (3, 2)])
@@ -246,13 +257,16 @@ def test_trainer_with_fused_kernels_matches_torch_path(algorithm, seeds):
                                seeds=seeds, target=target, precision="fp32", fused_kernels=on, seed=5,
                                env_params={"max_steps": 12}, **extra)  # (truncations: final values)
         trainer = wb.make_trainer(config)
-        assert bool(trainer.fused) == on and (trainer.collector._fused_final is not None) == on
+        c = trainer.collector
+        assert bool(trainer.fused) == on and (c._fused_final is not None) == on
+        assert (c._fused_record is not None) == on and bool(c._fused_sends) == on  # the step's bookkeeping too
         if seeds > 1:
             assert all((opt.fused is not None) == on for opt in trainer.optimizers.values())
         results.append(trainer.train(progress=False).history)
     for fused_row, torch_row in zip(*results):
         for fr, tr_ in zip(fused_row.get("members", [fused_row]), torch_row.get("members", [torch_row])):
-            for key in ("policy_loss/shared", "value_loss/shared", "entropy/shared", "return/shared"):
+            for key in ("policy_loss/shared", "value_loss/shared", "entropy/shared", "return/shared",
+                        "episode_length", "episodes"):
                 assert fr[key] == pytest.approx(tr_[key], rel=1e-3, abs=1e-5, nan_ok=True), key
 
 

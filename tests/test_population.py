@@ -163,6 +163,10 @@ def test_member_adam_equals_torch_adam_per_member():
     stacked = stack_members(models)
     lrs = torch.tensor([1e-3, 1e-2, 3e-2])
     opt = MemberAdam(stacked, lrs)
+    # the parameters are views of the optimiser's flat buffer: its step moves them, nothing is copied back
+    params = list(stacked.parameters())
+    assert all(p.untyped_storage().data_ptr() == opt.flat.untyped_storage().data_ptr() for p in params)
+    assert torch.equal(torch.cat([p.detach().reshape(3, -1) for p in params], 1), opt.flat)
     singles = [torch.optim.Adam(m.parameters(), lr=float(lr), eps=1e-5) for m, lr in zip(copies, lrs)]
     obs = torch.randn(3 * 5, 4)
     for _ in range(3):
@@ -180,6 +184,9 @@ def test_member_adam_equals_torch_adam_per_member():
     for k, model in enumerate(copies):
         for key, value in model.state_dict().items():
             assert torch.allclose(member_state(stacked, k)[key], value, atol=1e-6), (k, key)
+    stacked.to(torch.float64)  # (replaces the parameters' storage)
+    with pytest.raises(RuntimeError, match="make the optimiser after moving"):
+        opt.step()
 
 
 def test_streams_are_uniform_normal_and_independent_of_the_others():

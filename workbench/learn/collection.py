@@ -61,12 +61,24 @@ class Collector:
         # the fused kernels serve the policies whose gradients they compute (learners.fused_gradients)
         self._fused_step = {name: fused.FusedPolicyStep(tr.rollout_models[name], tr.M, tr.precision)
                             for name in tr.fused}
+        # the fused steps that also store the observations and send the actions: groups of contiguous
+        # agents, without a joint state, acting into an integer action array of one entry per agent
+        action = self.store["action"]
+        self._fused_sends = {name for name in self._fused_step
+                             if tr.buffers[name].state is None and tr.head.kind == "discrete"
+                             and next(g for g in tr.groups if g.name == name).slice is not None
+                             and action.dim() == 2 and action.is_contiguous() and not action.is_floating_point()
+                             and tr.buffers[name].obs.is_contiguous()} if tr.algorithm != "ddpg" else set()
         # V(final observation) of the truncated replicas in one launch that skips the others: for one
         # policy over all agents, with unnormalised observations and its own critic
         only = tr.groups[0] if len(tr.groups) == 1 else None
         self._fused_final = (self._fused_step[only.name] if self.final_obs is not None and only is not None
                              and only.name in self._fused_step and only.n == env.num_agents
                              and only.name not in tr.norms and not tr.central else None)
+        # the step's bookkeeping in one launch, where the fused kernels serve the policy
+        self._fused_record = (fused.FusedStepRecord(self.store, tr.episode_stats, tr.M)
+                              if tr.algorithm != "ddpg" and self._fused_step
+                              and fused.FusedStepRecord.applies(tr, tr.groups, tr.episode_stats) else None)
         self._fused_gae = None
         if tr.algorithm != "ddpg" and getattr(tr.config, "fused_kernels", False) and not fused.kernels_unsupported(tr.device):
             self._fused_gae = fused.FusedGAE(tr.hp.per_replica("gamma", tr.E_member),
@@ -128,14 +140,17 @@ class Collector:
             state = self.joint_obs(group_obs) if tr.central else None
             for g in tr.groups:
                 buf, obs = tr.buffers[g.name], group_obs[g.name]
+                if g.name in self._fused_sends:  # the fused step stores the observations and sends the actions
+                    self._policy_step(g, obs, state, t, record=True)
+                    continue
                 buf.obs[t].copy_(obs)
                 if buf.state is not None:
                     buf.state[t].copy_(state)
                 self.send(g, self._policy_step(g, obs, state, t))
             tr.env.step()
-            self._record_outcome(self.terminated[t], self.truncated[t],
-                                 self.final_obs[t] if self.final_obs is not None else None,
-                                 [tr.buffers[g.name].rewards[t] for g in tr.groups])
+            (self._fused_record or self._record_outcome)(
+                self.terminated[t], self.truncated[t], self.final_obs[t] if self.final_obs is not None else None,
+                [tr.buffers[g.name].rewards[t] for g in tr.groups])
             if per_step_final_values:
                 self._final_values_of_step(t)
         if self.active is not None:
@@ -156,17 +171,19 @@ class Collector:
         block = draw((b, per_member), site, offset=t * per_member)  # [M, b, per_member]
         buffer.view(b, M, per_member).copy_(block.transpose(0, 1))
 
-    def _policy_step(self, g, obs, state, t):
+    def _policy_step(self, g, obs, state, t, record: bool = False):
         """Sample the group's actions for obs [E, n, O] into its buffer's step t (actions, logp,
-        values) with the rollout's copy of the model; returns the actions [E * n, ...]."""
+        values) with the rollout's copy of the model; returns the actions [E * n, ...]. record (the
+        fused step): also store obs in the buffer and the actions in the env's action array."""
         tr = self.trainer
         buf = tr.buffers[g.name]
         if t % self.noise_block == 0:
             self._draw_noise(g, t)
         noise = self.noise[g.name][t % self.noise_block]
         if g.name in self._fused_step:
+            recorded = dict(obs_out=buf.obs[t], env_action=self.store["action"], agents=g.slice) if record else {}
             return self._fused_step[g.name](obs.reshape(-1, tr.obs_dim), noise, buf.actions[t], buf.logp[t],
-                                            buf.values[t])
+                                            buf.values[t], **recorded)
         with tr.autocast():
             return self._act_and_record(tr.rollout_models[g.name], tr.head, obs.reshape(-1, tr.obs_dim), state,
                                         noise, g.name in tr.central, buf.actions[t], buf.logp[t], buf.values[t])

@@ -117,6 +117,13 @@ def unsupported(model, head, algorithm: str, device) -> str | None:
     return None
 
 
+def _member_strides(params, device) -> torch.Tensor:
+    """The member strides of a stacked MLP's tensors (w1, b1, w2, b2, w3, b3, ...) for the kernels:
+    a MemberAdam's parameters are views of its flat [M, P] buffer (stride P), a rollout copy's are
+    tensors of their own."""
+    return torch.tensor([t.stride(0) if t.dim() > 1 else 0 for t in params], dtype=torch.int64, device=device)
+
+
 def _pow2(n: int, least: int = 16) -> int:
     return max(least, 1 << (int(n) - 1).bit_length())
 
@@ -170,7 +177,8 @@ class FusedGradients:
         for net in (model.actor, model.critic):
             layers = _linear_layers(net)
             params = [t for layer in layers for t in (layer.weight, layer.bias)]
-            self.nets.append((_sizes(layers), params, [grad_of[id(t)] for t in params]))
+            self.nets.append((_sizes(layers), params, _member_strides(params, device),
+                              [grad_of[id(t)] for t in params]))
         coef = (lambda name: hp.per_member(name, device) if hasattr(hp, "per_member")
                 else torch.full((members,), float(getattr(hp, name)), device=device))
         self.coefs = torch.stack([coef("clip_coef") if self.algorithm == "ppo" else torch.zeros(members, device=device),
@@ -193,12 +201,12 @@ class FusedGradients:
         splits = -(-tiles // per_program)
         f = self.fields
         moments = (adv_mean, adv_std) if adv_mean is not None else (count, count)
-        for value_net, (sizes, params, grads) in enumerate(self.nets):
+        for value_net, (sizes, params, strides, grads) in enumerate(self.nets):
             with _compile_switches():
                 minibatch_grad[(M, splits)](
                     f["obs"], idx, idx.stride(0), f["actions"], f["logp"], f["values"], f["advantages"], f["returns"],
                     f["mask"], count, count.stride(0), moments[0], moments[1], moments[0].stride(0), self.coefs, M,
-                    *params, *grads, self.g_stride, stats, rows, **sizes, BLOCK=GRAD_BLOCK,
+                    *params, strides, *grads, self.g_stride, stats, rows, **sizes, BLOCK=GRAD_BLOCK,
                     STACKED=int(self.stacked), VALUE=bool(value_net), PPO=self.algorithm == "ppo",
                     NORM_ADV=self.normalize_advantages and adv_mean is not None, CLIP_VALUE=self.clip_value,
                     DOT=self.dot, TILES=per_program, TANH=_tanh_mode(self.dot), **_launch_options())
@@ -220,16 +228,26 @@ class FusedPolicyStep:
         self.sizes = _sizes(actor)
         self.critic_sizes = _sizes(critic)
         self.params = [t for layer in actor + critic for t in (layer.weight, layer.bias)]
+        self.strides = _member_strides(self.params, self.params[0].device)
 
-    def __call__(self, obs, noise, actions_out, logp_out, values_out):
-        """obs [N, O], noise [N, K] -> actions [N] (the buffer's own slot, returned), logp and values."""
+    def __call__(self, obs, noise, actions_out, logp_out, values_out, obs_out=None, env_action=None, agents=None):
+        """obs [N, O], noise [N, K] -> actions [N] (the buffer's own slot, returned), logp and values.
+        With obs_out [N, O] (the rollout buffer's step) the observations are stored there too, and the
+        actions into env_action [E, A] (the env's action array) at the agents `agents` (a slice: the
+        group's ids) of each replica."""
         policy_step = _kernels().policy_step
         obs = obs.contiguous()  # (one agent of several per replica is a strided view)
         rows = obs.shape[0] // self.members
+        record = obs_out is not None
+        if record:
+            n, total, first = agents.stop - agents.start, env_action.shape[1], agents.start
+        else:
+            obs_out, env_action, n, total, first = obs, actions_out, 1, 1, 0
         with _compile_switches():
             policy_step[(self.members, -(-rows // STEP_BLOCK))](
-                obs, noise, *self.params, actions_out, logp_out, values_out, rows, **self.sizes, BLOCK=STEP_BLOCK,
-                STACKED=int(self.stacked), DOT=self.dot, TANH=_tanh_mode(self.dot), **_launch_options())
+                obs, noise, *self.params, self.strides, actions_out, logp_out, values_out, rows, obs_out, env_action,
+                n, total, first, **self.sizes, BLOCK=STEP_BLOCK, STACKED=int(self.stacked), DOT=self.dot,
+                TANH=_tanh_mode(self.dot), RECORD=record, **_launch_options())
         return actions_out.reshape(-1)
 
     def truncated_values(self, final_obs, truncated, terminated, final_values):
@@ -243,9 +261,9 @@ class FusedPolicyStep:
         critic = self.params[6:]
         with _compile_switches():
             k.truncated_values[(self.members, T, -(-rows // STEP_BLOCK))](
-                final_obs, truncated, terminated, *critic, final_values, E, rows, AGENTS=A, O=O, OP=self.sizes["OP"],
-                H1=self.critic_sizes["H1"], H1P=self.critic_sizes["H1P"], H2=self.critic_sizes["H2"],
-                H2P=self.critic_sizes["H2P"], KP=self.critic_sizes["KP"], BLOCK=STEP_BLOCK,
+                final_obs, truncated, terminated, *critic, self.strides[6:], final_values, E, rows, AGENTS=A, O=O,
+                OP=self.sizes["OP"], H1=self.critic_sizes["H1"], H1P=self.critic_sizes["H1P"],
+                H2=self.critic_sizes["H2"], H2P=self.critic_sizes["H2P"], KP=self.critic_sizes["KP"], BLOCK=STEP_BLOCK,
                 STACKED=int(self.stacked), DOT=self.dot, TANH=_tanh_mode(self.dot), **_launch_options())
 
 
@@ -312,3 +330,41 @@ class FusedMemberAdam:
         k.member_adam[self.grid](opt.flat, opt.grad, opt.exp_avg, opt.exp_avg_sq, opt.lr, self.sq_norms,
                                  max_norm if clip else 0.0, opt.steps, P, opt.beta1, opt.beta2, opt.eps,
                                  CLIP=clip, NORM_PER_MEMBER=per_member, BLOCK=self.BLOCK, CHUNKS=self.chunks)
+
+
+class FusedStepRecord:
+    """The rollout's bookkeeping after an env step in one launch, where eager torch takes about ten
+    (Collector.step_outcome with EpisodeStats.after_step is the reference): terminations,
+    truncations, rewards and the ended episodes' final observations into the rollout's step, and
+    the ended episodes' return, length and count into the episode statistics' sums.
+
+    Serves one policy over all of the env's agents, when the env has no evaluation metrics (those
+    are torch functions of the store: `applies` says whether this run is served)."""
+    BLOCK = 128
+
+    def __init__(self, store, stats, members: int):
+        self.store, self.stats, self.members = store, stats, members
+        E, A = store["reward"].shape[:2]
+        self.E, self.A = E, A
+        self.O = store["final_obs"][0].numel() // A
+        self.sums_stride = stats.sums.shape[-1] if members > 1 else 0
+
+    @staticmethod
+    def applies(trainer, groups, stats) -> bool:
+        store = trainer.env.store
+        A = trainer.env.num_agents
+        return (len(groups) == 1 and groups[0].slice == slice(0, A) and not stats.env_metrics
+                and stats.sums.shape[-1] == 3 and store["reward"].dtype == torch.float32
+                and store["last_return"].dtype == torch.float32 and store["final_obs"].dtype == torch.float32
+                and all(store[k].is_contiguous() for k in ("reward", "last_return", "final_obs", "done",
+                                                            "terminated", "truncated", "last_length")))
+
+    def __call__(self, terminated, truncated, final_obs, rewards: list):
+        """terminated, truncated [E], final_obs [E, A, O] or None, rewards [[E, A]]: the rollout's step t."""
+        s, reward = self.store, rewards[0]
+        per_member = self.E // self.members
+        _kernels().step_record[(self.members, -(-per_member // self.BLOCK))](
+            s["done"], s["terminated"], s["truncated"], s["final_obs"], s["reward"], s["last_return"],
+            s["last_length"], terminated, truncated, final_obs if final_obs is not None else terminated, reward,
+            self.stats.sums, per_member, self.sums_stride, A=self.A, AP=_pow2(self.A, 1), O=self.O,
+            OP=_pow2(self.O, 1), FINAL=final_obs is not None, BLOCK=self.BLOCK)

@@ -35,12 +35,12 @@ def operand(w, DOT: tl.constexpr):
 
 
 @triton.jit
-def weight_offsets(m, IN: tl.constexpr, OUT: tl.constexpr, INP: tl.constexpr, OUTP: tl.constexpr,
+def weight_offsets(m, stride, IN: tl.constexpr, OUT: tl.constexpr, INP: tl.constexpr, OUTP: tl.constexpr,
                    STACKED: tl.constexpr):
     i = tl.arange(0, INP)[:, None]
     o = tl.arange(0, OUTP)[None, :]
-    if STACKED:  # MemberLinear: [M, in, out]
-        off = m * (IN * OUT) + i * OUT + o
+    if STACKED:  # MemberLinear: [M, in, out], members `stride` elements apart
+        off = m * stride + i * OUT + o
     else:  # nn.Linear: [out, in]
         off = o * IN + i
     return off, (i < IN) & (o < OUT)
@@ -62,7 +62,7 @@ def grad_offsets(m, g_stride, IN: tl.constexpr, OUT: tl.constexpr, INP: tl.const
 def minibatch_grad(
         obs, idx, idx_stride, actions, logp_old, values_old, advantages, returns, mask,
         count, count_stride, adv_mean, adv_std, moment_stride, coefs, members,
-        w1, b1, w2, b2, w3, b3, g1, gb1, g2, gb2, g3, gb3, g_stride, stats, rows,
+        w1, b1, w2, b2, w3, b3, strides, g1, gb1, g2, gb2, g3, gb3, g_stride, stats, rows,
         O: tl.constexpr, OP: tl.constexpr, H1: tl.constexpr, H1P: tl.constexpr, H2: tl.constexpr,
         H2P: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr, STACKED: tl.constexpr,
         VALUE: tl.constexpr, PPO: tl.constexpr, NORM_ADV: tl.constexpr, CLIP_VALUE: tl.constexpr,
@@ -76,7 +76,8 @@ def minibatch_grad(
     cols = tl.arange(0, KP)
     h1c = tl.arange(0, H1P)
     h2c = tl.arange(0, H2P)
-    W1, B1, W2, B2, W3, B3 = load_mlp(w1, b1, w2, b2, w3, b3, m, O, OP, H1, H1P, H2, H2P, K, KP, STACKED)
+    W1, B1, W2, B2, W3, B3 = load_mlp(w1, b1, w2, b2, w3, b3, strides, m, O, OP, H1, H1P, H2, H2P, K, KP,
+                                      STACKED)
     # the weights in the dots' type and the backward pass's transposes, made once, not per tile
     W1 = operand(W1, DOT)
     W2 = operand(W2, DOT)
@@ -237,21 +238,24 @@ def gae(rewards, values, final_values, mask, terminated, truncated, next_value, 
 
 
 @triton.jit
-def load_mlp(w1, b1, w2, b2, w3, b3, m, O: tl.constexpr, OP: tl.constexpr, H1: tl.constexpr, H1P: tl.constexpr,
-             H2: tl.constexpr, H2P: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, STACKED: tl.constexpr):
-    """Member m's three linear layers (weights [in, out] and biases) as float32 tiles, zero-padded."""
-    off, ok = weight_offsets(m, O, H1, OP, H1P, STACKED)
+def load_mlp(w1, b1, w2, b2, w3, b3, strides, m, O: tl.constexpr, OP: tl.constexpr, H1: tl.constexpr,
+             H1P: tl.constexpr, H2: tl.constexpr, H2P: tl.constexpr, K: tl.constexpr, KP: tl.constexpr,
+             STACKED: tl.constexpr):
+    """Member m's three linear layers (weights [in, out] and biases) as float32 tiles, zero-padded.
+    strides [6]: the member strides of w1, b1, w2, b2, w3, b3 (views of an optimiser's flat
+    buffer, or tensors of their own)."""
+    off, ok = weight_offsets(m, tl.load(strides), O, H1, OP, H1P, STACKED)
     W1 = tl.load(w1 + off, mask=ok, other=0.0).to(tl.float32)
-    off, ok = weight_offsets(m, H1, H2, H1P, H2P, STACKED)
+    off, ok = weight_offsets(m, tl.load(strides + 2), H1, H2, H1P, H2P, STACKED)
     W2 = tl.load(w2 + off, mask=ok, other=0.0).to(tl.float32)
-    off, ok = weight_offsets(m, H2, K, H2P, KP, STACKED)
+    off, ok = weight_offsets(m, tl.load(strides + 4), H2, K, H2P, KP, STACKED)
     W3 = tl.load(w3 + off, mask=ok, other=0.0).to(tl.float32)
     h1c = tl.arange(0, H1P)
     h2c = tl.arange(0, H2P)
     cols = tl.arange(0, KP)
-    B1 = tl.load(b1 + m * (H1 * STACKED) + h1c, mask=h1c < H1, other=0.0).to(tl.float32)
-    B2 = tl.load(b2 + m * (H2 * STACKED) + h2c, mask=h2c < H2, other=0.0).to(tl.float32)
-    B3 = tl.load(b3 + m * (K * STACKED) + cols, mask=cols < K, other=0.0).to(tl.float32)
+    B1 = tl.load(b1 + m * tl.load(strides + 1) * STACKED + h1c, mask=h1c < H1, other=0.0).to(tl.float32)
+    B2 = tl.load(b2 + m * tl.load(strides + 3) * STACKED + h2c, mask=h2c < H2, other=0.0).to(tl.float32)
+    B3 = tl.load(b3 + m * tl.load(strides + 5) * STACKED + cols, mask=cols < K, other=0.0).to(tl.float32)
     return W1, B1, W2, B2, W3, B3
 
 
@@ -265,13 +269,16 @@ def mlp_out(x, W1, B1, W2, B2, W3, B3, DOT: tl.constexpr, TANH: tl.constexpr):
 
 @triton.jit
 def policy_step(
-        obs, noise, aw1, ab1, aw2, ab2, aw3, ab3, cw1, cb1, cw2, cb2, cw3, cb3, actions, logp, values, rows,
+        obs, noise, aw1, ab1, aw2, ab2, aw3, ab3, cw1, cb1, cw2, cb2, cw3, cb3, strides, actions, logp, values, rows,
+        obs_out, env_action, n, agents, first,
         O: tl.constexpr, OP: tl.constexpr, H1: tl.constexpr, H1P: tl.constexpr, H2: tl.constexpr,
         H2P: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr, STACKED: tl.constexpr,
-        DOT: tl.constexpr, TANH: tl.constexpr):
+        DOT: tl.constexpr, TANH: tl.constexpr, RECORD: tl.constexpr):
     """One program: BLOCK of member m's `rows` rollout rows (rows grouped by member): the policy's
     logits, an action by the Gumbel-max trick on the uniform `noise` [N, K], its log-probability and
-    the value, written into actions, logp and values [N]."""
+    the value, written into actions, logp and values [N]. RECORD: also the observations into obs_out
+    [N, O] (the rollout buffer's step, in its type) and the actions into the env's action array
+    env_action [E, agents] (row r: agent first + r % n of replica r // n)."""
     m = tl.program_id(0)
     r = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     valid = r < rows
@@ -280,7 +287,8 @@ def policy_step(
     cols = tl.arange(0, KP)
     x = tl.load(obs + row[:, None] * O + o_in[None, :], mask=valid[:, None] & (o_in[None, :] < O),
                 other=0.0).to(tl.float32)
-    W1, B1, W2, B2, W3, B3 = load_mlp(aw1, ab1, aw2, ab2, aw3, ab3, m, O, OP, H1, H1P, H2, H2P, K, KP, STACKED)
+    W1, B1, W2, B2, W3, B3 = load_mlp(aw1, ab1, aw2, ab2, aw3, ab3, strides, m, O, OP, H1, H1P, H2, H2P, K, KP,
+                                      STACKED)
     out = mlp_out(x, W1, B1, W2, B2, W3, B3, DOT, TANH)
     ok_k = cols[None, :] < K
     logits = tl.where(ok_k, out, -1e30)
@@ -292,11 +300,17 @@ def policy_step(
     top = tl.max(logits, 1)
     lse = top + tl.log(tl.sum(tl.exp(logits - top[:, None]), 1))
     chosen = tl.sum(tl.where(cols[None, :] == action[:, None], logits, 0.0), 1)
-    W1, B1, W2, B2, W3, B3 = load_mlp(cw1, cb1, cw2, cb2, cw3, cb3, m, O, OP, H1, H1P, H2, H2P, 1, KP, STACKED)
+    W1, B1, W2, B2, W3, B3 = load_mlp(cw1, cb1, cw2, cb2, cw3, cb3, strides + 6, m, O, OP, H1, H1P, H2, H2P, 1, KP,
+                                      STACKED)
     value = tl.sum(tl.where(cols[None, :] == 0, mlp_out(x, W1, B1, W2, B2, W3, B3, DOT, TANH), 0.0), 1)
     tl.store(actions + row, action.to(tl.int64), mask=valid)
     tl.store(logp + row, chosen - lse, mask=valid)
     tl.store(values + row, value, mask=valid)
+    if RECORD:
+        tl.store(obs_out + row[:, None] * O + o_in[None, :], x.to(obs_out.dtype.element_ty, fp_downcast_rounding="rtne"),
+                 mask=valid[:, None] & (o_in[None, :] < O))
+        tl.store(env_action + (row // n) * agents + first + row % n, action.to(env_action.dtype.element_ty),
+                 mask=valid)
 
 
 @triton.jit
@@ -349,7 +363,7 @@ def member_adam(flat, grad, exp_avg, exp_avg_sq, lr, sq_norms, max_norm, steps, 
 
 
 @triton.jit
-def truncated_values(final_obs, truncated, terminated, cw1, cb1, cw2, cb2, cw3, cb3, final_values, E, rows,
+def truncated_values(final_obs, truncated, terminated, cw1, cb1, cw2, cb2, cw3, cb3, strides, final_values, E, rows,
                      AGENTS: tl.constexpr, O: tl.constexpr, OP: tl.constexpr, H1: tl.constexpr,
                      H1P: tl.constexpr, H2: tl.constexpr, H2P: tl.constexpr, KP: tl.constexpr,
                      BLOCK: tl.constexpr, STACKED: tl.constexpr, DOT: tl.constexpr, TANH: tl.constexpr):
@@ -372,7 +386,40 @@ def truncated_values(final_obs, truncated, terminated, cw1, cb1, cw2, cb2, cw3, 
         cols = tl.arange(0, KP)
         x = tl.load(final_obs + row[:, None] * O + o_in[None, :], mask=valid[:, None] & (o_in[None, :] < O),
                     other=0.0).to(tl.float32)
-        W1, B1, W2, B2, W3, B3 = load_mlp(cw1, cb1, cw2, cb2, cw3, cb3, m, O, OP, H1, H1P, H2, H2P, 1, KP, STACKED)
+        W1, B1, W2, B2, W3, B3 = load_mlp(cw1, cb1, cw2, cb2, cw3, cb3, strides, m, O, OP, H1, H1P, H2, H2P, 1, KP,
+                                          STACKED)
         out = mlp_out(x, W1, B1, W2, B2, W3, B3, DOT, TANH)
         value = tl.sum(tl.where(cols[None, :] == 0, out, 0.0), 1) * flag
     tl.store(final_values + row, value, mask=valid)
+
+
+@triton.jit
+def step_record(done, terminated, truncated, final_obs, reward, last_return, last_length,
+                terminated_out, truncated_out, final_obs_out, reward_out, sums, per_member, sums_stride,
+                A: tl.constexpr, AP: tl.constexpr, O: tl.constexpr, OP: tl.constexpr, FINAL: tl.constexpr,
+                BLOCK: tl.constexpr):
+    """One program: BLOCK of member m's `per_member` replicas after an env step (collection's
+    Collector.step_outcome and EpisodeStats.after_step are the reference): the step's terminations
+    and truncations [E] (as floats), rewards [E, A] and, where the episode ended (FINAL), the final
+    observations [E, A, O] into the rollout's step; the ended episodes' mean return over the agents,
+    length and count added to the member's row of sums [M, 3]."""
+    m = tl.program_id(0)
+    e = m * per_member + tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    ok = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK) < per_member
+    ended = tl.load(done + e, mask=ok, other=0).to(tl.float32)
+    tl.store(terminated_out + e, tl.load(terminated + e, mask=ok, other=0).to(tl.float32), mask=ok)
+    tl.store(truncated_out + e, tl.load(truncated + e, mask=ok, other=0).to(tl.float32), mask=ok)
+    a = tl.arange(0, AP)
+    here = ok[:, None] & (a[None, :] < A)
+    at = e[:, None] * A + a[None, :]
+    tl.store(reward_out + at, tl.load(reward + at, mask=here, other=0.0), mask=here)
+    returns = tl.sum(tl.load(last_return + at, mask=here, other=0.0), 1) / A
+    length = tl.load(last_length + e, mask=ok, other=0).to(tl.float32)
+    tl.atomic_add(sums + m * sums_stride, tl.sum(ended * returns, 0))
+    tl.atomic_add(sums + m * sums_stride + 1, tl.sum(ended * length, 0))
+    tl.atomic_add(sums + m * sums_stride + 2, tl.sum(ended, 0))
+    if FINAL:  # (rows of episodes that did not end keep stale, finite values the critic's pass multiplies by 0)
+        o = tl.arange(0, OP)
+        rows = (e[:, None] * A + a[None, :])[:, :, None] * O + o[None, None, :]
+        where = (here & (ended[:, None] > 0))[:, :, None] & (o[None, None, :] < O)
+        tl.store(final_obs_out + rows, tl.load(final_obs + rows, mask=where, other=0.0), mask=where)

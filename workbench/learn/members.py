@@ -126,10 +126,10 @@ def member_log_std(log_std, rows: int):
 class MemberAdam:
     """Adam (Kingma and Ba 2015, torch's defaults but eps=1e-5) for a stacked model, each member with its
     own learning rate lr [M] (a device tensor that annealing rewrites in place) and its own gradient
-    clipping by global norm. The parameters stay ordinary contiguous tensors (fast casts and
-    gradient writes in the forward and backward passes); a step gathers them and their gradients
-    into flat [M, P] buffers (member k's row: all its parameters), clips and updates there (in two
-    fused kernels with `fused` set, in torch's otherwise), and copies the parameters back:
+    clipping by global norm. The parameters become views of one flat [M, P] buffer (member k's row:
+    all its parameters; a parameter's member stride is then P), so a step updates them in place;
+    it gathers their gradients into a buffer of the same shape (the fused kernels write them there
+    directly), clips and updates (in two fused kernels with `fused` set, in torch's otherwise):
     capturable in a CUDA graph."""
 
     def __init__(self, model: nn.Module, lr, betas=(0.9, 0.999), eps: float = 1e-5):
@@ -140,11 +140,12 @@ class MemberAdam:
         self.members = members
         self.flat = torch.cat([p.detach().reshape(members, -1) for p in params], dim=1)
         self.grad = torch.zeros_like(self.flat)
-        self._views, offset = [], 0
-        for p in params:
-            size = p[0].numel()
-            self._views.append(self.flat[:, offset:offset + size].view(p.shape))
-            offset += size
+        offset = 0
+        with torch.no_grad():
+            for p in params:
+                size = p[0].numel()
+                p.data = self.flat[:, offset:offset + size].view(p.shape)
+                offset += size
         self._no_grad = [torch.zeros_like(p) for p in params]  # (a parameter a backward pass did not reach)
         self._gathered = False
         self.lr = torch.as_tensor(lr, dtype=torch.float32, device=device).reshape(members, 1).clone()
@@ -185,11 +186,11 @@ class MemberAdam:
         its gradient first clipped to global norm max_norm (a float or [M]) unless that is None."""
         if not self._gathered:
             self._gather()
-        torch.cat([p.detach().reshape(self.members, -1) for p in self.params], dim=1, out=self.flat)
+        self._check_views()
         self.steps.add_(1)
         if self.fused is not None:  # on GPUs: clipping and the update in two launches
             self.fused.step(max_norm)
-            self._copy_back()
+            self._gathered = False
             return
         if max_norm is not None:
             self.clip(max_norm)
@@ -199,12 +200,13 @@ class MemberAdam:
         bias2_sqrt = torch.sqrt(1 - torch.pow(self.beta2, self.steps))
         denom = (self.exp_avg_sq.sqrt() / bias2_sqrt).add_(self.eps)
         self.flat.addcdiv_(self.exp_avg * (self.lr / bias1), denom, value=-1.0)
-        self._copy_back()
-
-    def _copy_back(self):
-        with torch.no_grad():
-            torch._foreach_copy_([p.detach() for p in self.params], self._views)
         self._gathered = False
+
+    def _check_views(self):
+        if self.params[0].data_ptr() != self.flat.data_ptr():
+            raise RuntimeError("MemberAdam: the model's parameters were replaced (model.to(), or a load with "
+                               "assign=True) after the optimiser was made; make the optimiser after moving "
+                               "or loading the model")
 
     def state_dict(self):
         return {"exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq, "steps": self.steps, "lr": self.lr}
