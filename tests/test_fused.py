@@ -294,3 +294,18 @@ def test_member_adam_step_matches_torch(max_norm):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-6, msg=lambda m: f"{name}: {m}")
     moved = [(p - q).abs().max() for p, q in zip(model.parameters(), models(M, 5, 3, (16, 24)).parameters())]
     assert max(moved) > 1e-3  # (the steps did move the weights)
+
+
+def test_fused_uniform_draws_the_streams_numbers_bit_for_bit():
+    from workbench.learn.streams import MemberStreams
+    seeds = [0, 1, 2**40 + 7, 123456789]
+    torch_draws, fused_draws = MemberStreams(seeds, DEVICE), MemberStreams(seeds, DEVICE)
+    fused_draws.fused = fused.FusedUniform()
+    for step in range(3):
+        for shape, site, offset in (((5000,), 1, 0), ((3, 700), 1000, 2100), ((1,), 2**31 + 5, 0)):
+            want = torch_draws.uniform(shape, site, offset)
+            got = fused_draws.uniform(shape, site, offset)
+            assert got.shape == want.shape and torch.equal(got, want), (step, shape, site, offset)
+        assert torch.equal(fused_draws.normal((999,), 7), torch_draws.normal((999,), 7))
+        torch_draws.advance()
+        fused_draws.advance()

@@ -368,3 +368,16 @@ class FusedStepRecord:
             s["last_length"], terminated, truncated, final_obs if final_obs is not None else terminated, reward,
             self.stats.sums, per_member, self.sums_stride, A=self.A, AP=_pow2(self.A, 1), O=self.O,
             OP=_pow2(self.O, 1), FINAL=final_obs is not None, BLOCK=self.BLOCK)
+
+
+class FusedUniform:
+    """MemberStreams.uniform in one launch (the torch ops hash [M, n] int64 tensors in about 30
+    elementwise passes): the same numbers, bit for bit."""
+    BLOCK = 1024
+
+    def __call__(self, streams, n: int, site_term: int, offset: int):
+        """[M, n] float32 uniforms of `streams` (site_term: the call site's hashed term)."""
+        out = torch.empty((streams.members, n), dtype=torch.float32, device=streams.device)
+        _kernels().member_uniform[(streams.members, -(-n // self.BLOCK))](
+            streams.keys, streams.counter, out, n, offset, site_term, BLOCK=self.BLOCK)
+        return out

@@ -423,3 +423,26 @@ def step_record(done, terminated, truncated, final_obs, reward, last_return, las
         rows = (e[:, None] * A + a[None, :])[:, :, None] * O + o[None, None, :]
         where = (here & (ended[:, None] > 0))[:, :, None] & (o[None, None, :] < O)
         tl.store(final_obs_out + rows, tl.load(final_obs + rows, mask=where, other=0.0), mask=where)
+
+
+@triton.jit
+def mix32(x):
+    """streams._mix on int64 values in [0, 2**32)."""
+    x = ((x ^ (x >> 16)) * 0x21F0AAAD) & 0xFFFFFFFF
+    x = ((x ^ (x >> 15)) * 0x735A2D97) & 0xFFFFFFFF
+    return x ^ (x >> 15)
+
+
+@triton.jit
+def member_uniform(keys, counter, out, n, offset, site_term, BLOCK: tl.constexpr):
+    """out [M, n]: element offset + i of member m's uniform stream at the counter's iteration and the
+    call site (site_term: the site's hashed term), the same bits and floats as
+    streams.MemberStreams.uniform's torch ops (its reference) in one pass."""
+    m = tl.program_id(0).to(tl.int64)
+    i = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    ok = i < n
+    call = mix32((tl.load(counter) * 0x9E3779B9 + site_term) & 0xFFFFFFFF)
+    member = mix32(tl.load(keys + m) ^ call)
+    index = ((i + offset).to(tl.int64) * 0x9E3779B9) & 0xFFFFFFFF
+    bits = mix32((member + index) & 0xFFFFFFFF)
+    tl.store(out + m * n + i, ((bits >> 8).to(tl.float32) + 0.5) * 5.9604644775390625e-08, mask=ok)

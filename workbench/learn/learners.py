@@ -15,6 +15,7 @@ from ..compiler.envdef import Box
 from .members import MemberAdam, MemberLinear, MemberNorm, PopulationError, member_count, stack_members
 from .policies import ActorCritic, CentralisedActorCritic, DeterministicActor, QCritic
 from .rollout import PolicyMapError, RolloutBuffer, RunningNorm
+from .streams import MemberStreams
 
 
 def adam(params, lr: float, device, lr_tensors: list):
@@ -153,6 +154,15 @@ def rollout_copies(models: dict, bf16: bool):
                 sources.append(theirs[key].detach())
         copies[name] = shadow
     return copies, (shadows, sources)
+
+
+def member_streams(tr, seeds) -> MemberStreams:
+    """The learner's random streams for `seeds` (one per member); on GPUs their uniforms are drawn
+    in one fused launch each unless fused_kernels is off."""
+    streams = MemberStreams(seeds, tr.device)
+    if getattr(tr.config, "fused_kernels", False) and fused.kernels_unsupported(tr.device) is None:
+        streams.fused = fused.FusedUniform()
+    return streams
 
 
 def fused_gradients(tr):

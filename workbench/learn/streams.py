@@ -39,6 +39,10 @@ def _mix_int(x: int) -> int:
     return x ^ (x >> 15)
 
 
+def _site_term(site: int) -> int:
+    return int(site) * 0x632BE5AB & _MASK
+
+
 def seed_key(seed: int) -> int:
     """A member's 32-bit key from a seed of any size."""
     seed = int(seed) & 0xFFFFFFFFFFFFFFFF
@@ -55,6 +59,7 @@ class MemberStreams:
                                  device=self.device).reshape(-1, 1)
         self.counter = torch.zeros((), dtype=torch.int64, device=self.device)
         self._index: dict = {}
+        self.fused = None  # a fused.FusedUniform, when the caller gives one, draws the uniforms
 
     @property
     def members(self) -> int:
@@ -70,13 +75,15 @@ class MemberStreams:
         if index is None:
             index = self._index[(n, offset)] = (torch.arange(offset, offset + n, dtype=torch.int64,
                                                              device=self.device) * _GOLDEN) & _MASK
-        call = _mix((self.counter * _GOLDEN + (int(site) * 0x632BE5AB & _MASK)) & _MASK)
+        call = _mix((self.counter * _GOLDEN + _site_term(site)) & _MASK)
         return _mix((_mix(self.keys ^ call) + index) & _MASK)
 
     def uniform(self, shape, site: int, offset: int = 0):
         """Uniform in (0, 1), float32 [M, *shape]; `offset` shifts the element index (a block of a
         larger draw gives the numbers the whole draw would have there)."""
         n = math.prod(shape)
+        if self.fused is not None:
+            return self.fused(self, n, _site_term(site), offset).reshape(self.members, *shape)
         bits = self._bits(n, site, offset)
         return ((bits >> 8).to(torch.float32) + 0.5).mul_(2.0 ** -24).reshape(self.members, *shape)
 

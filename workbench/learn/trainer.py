@@ -31,7 +31,6 @@ from .members import MemberSamples
 from .metrics import Metrics, append_csv, nonfinite_error, weights_finite
 from .policies import ActionHead
 from .rollout import PolicyMapError, build_groups
-from .streams import MemberStreams
 
 ON_POLICY = {"ppo": ppo, "a2c": a2c}
 
@@ -82,7 +81,7 @@ class Trainer:
         self.E_member = self.E // self.M
         cfg.check_against_env(config, env, self.groups, members=self.M)
         self.hp = population.Hyper(config, self.members, self.device)
-        self.streams = MemberStreams([m.seed + 1 for m in self.members], self.device)
+        self.streams = learners.member_streams(self, [m.seed + 1 for m in self.members])
         self.precision = resolve_precision(config.precision, self.device)
         if self.device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = self.precision in ("tf32", "bf16")
@@ -133,7 +132,7 @@ class Trainer:
         self.rank, self.world_size = context.rank, context.world_size
         self.metrics.world_size = context.world_size
         self.generator.manual_seed(dist_mod.rank_seed(self.config.seed + 1, self.rank))
-        self.streams = MemberStreams([dist_mod.rank_seed(self.config.seed + 1, self.rank)], self.device)
+        self.streams = learners.member_streams(self, [dist_mod.rank_seed(self.config.seed + 1, self.rank)])
         for name, samples in self.samples.items():
             samples.streams = self.streams
         for model in self.models.values():
