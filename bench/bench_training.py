@@ -78,6 +78,7 @@ def main():
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--no-graph-too", action="store_true", help="also time without the CUDA graph")
     parser.add_argument("--no-compile-too", action="store_true", help="also time without torch.compile")
+    parser.add_argument("--no-compile", action="store_true", help="time without torch.compile only (the default settings)")
     parser.add_argument("--solve", action="store_true")
     parser.add_argument("--solve-repeats", type=int, default=1)
     parser.add_argument("--precisions", nargs="*", default=["auto"], help="fp32 tf32 bf16 auto")
@@ -88,7 +89,7 @@ def main():
     rows = []
     for n in args.num_envs:
         for precision in args.precisions:
-            rows.append(throughput(args.target, n, args.iterations, precision=precision))
+            rows.append(throughput(args.target, n, args.iterations, precision=precision, compile=not args.no_compile))
             print(rows[-1], flush=True)
         if args.no_compile_too and args.target != "cpu":
             rows.append(throughput(args.target, n, args.iterations, compile=False))

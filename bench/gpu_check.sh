@@ -5,6 +5,7 @@
 #     bash bench/gpu_check.sh bench                    # speed
 #     bash bench/gpu_check.sh scaling                  # data-parallel training on every GPU here
 #     bash bench/gpu_check.sh population               # populations beside PureJaxRL (with .peers/ carried)
+#     bash bench/gpu_check.sh training                 # CartPole PPO, default settings, beside PureJaxRL (.peers/)
 #     bash bench/gpu_check.sh startup                  # a new process to its first iterations
 # Results land in $OUT (default ./gpu_out): summary.md (the table, last), results.tar.gz (logs, JSON),
 # and from the tests stage gpu-record.md (commit, device, date, counts, failing tests): copy it to
@@ -127,7 +128,7 @@ for stage in $STAGES; do
     learner)
       timed learner_parity python3 bench/bench_learner.py parity
       timed bench_training python3 bench/bench_training.py --target cuda --num-envs 1000 10000 100000 1000000 \
-        --iterations 5 --precisions bf16 tf32 --solve --solve-repeats 3 --out "$LOGS/bench_training.json"
+        --iterations 5 --no-compile --solve --solve-repeats 3 --out "$LOGS/bench_training.json"
       timed learner_tag python3 bench/bench_learner.py tag 100:250 1000:100 --precisions bf16 tf32
       timed learner_tag_big python3 bench/bench_learner.py big 2000:20 2000:100 ;;
     notebooks)
@@ -147,6 +148,16 @@ for stage in $STAGES; do
       timed tune_fused python3 bench/tune_fused.py --members 256 1024
       timed profile_population python3 bench/profile_iteration.py --env cartpole --num-envs 64 --rollout-length 64 \
         --seeds 1024 --no-compile --top 20 ;;
+    training)  # CartPole PPO with the default settings beside PureJaxRL in the same run (needs .peers/):
+               # env-steps/s at 1k to 1M replicas and seconds of training to 475
+      if [ -f .peers/purejaxrl_bench.py ]; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/pj .peers/wheels/gymnax-*.whl \
+          .peers/wheels/gymnasium-*.whl .peers/wheels/farama_notifications-*.whl > /dev/null 2>&1
+        timed peer_cartpole_train env PYTHONPATH=/tmp/pj python3 .peers/purejaxrl_bench.py train 1000 10000 100000 1000000
+        timed peer_cartpole_solve env PYTHONPATH=/tmp/pj python3 .peers/purejaxrl_bench.py solve
+      fi
+      timed training_defaults python3 bench/bench_training.py --target cuda --num-envs 1000 10000 100000 1000000 \
+        --iterations 5 --no-compile --solve --solve-repeats 3 --out "$LOGS/training_defaults.json" ;;
     startup)  # a new process to its first iterations, caches warm, against torch's own import (issue: <= 5 s)
       timed startup_cuda python3 bench/bench_startup.py --target cuda --runs 3 ;;
     scaling)
@@ -158,7 +169,7 @@ for stage in $STAGES; do
           --env tag_continuous --num-envs 1000 --param num_taggers=10 --param num_runners=100 \
           --out "$LOGS/scaling_tag_continuous_${n}.json"
       done ;;
-    *) echo "unknown stage '$stage' (tests, check, sanitize, bench, learner, population, notebooks, startup, scaling)"; exit 2 ;;
+    *) echo "unknown stage '$stage' (tests, check, sanitize, bench, learner, population, training, notebooks, startup, scaling)"; exit 2 ;;
   esac
 done
 
