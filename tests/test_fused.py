@@ -209,10 +209,15 @@ def test_truncated_values_match_torch(M, A):
     truncated[1] = 0.0  # a step without truncations: its tiles skip the critic
     out = torch.full((T, M * E_member, A), float("nan"), device=DEVICE)  # (stale values are overwritten)
     fused.FusedPolicyStep(model, M, "fp32").truncated_values(final_obs, truncated, terminated, out)
-    with torch.no_grad():
-        rows = final_obs.view(T, M, -1, O).transpose(0, 1).reshape(-1, O)  # grouped by member
-        _, value = model(rows)
-        value = value.view(M, T, E_member, A).transpose(0, 1).reshape(T, -1, A)
+    tf32 = torch.backends.cuda.matmul.allow_tf32  # (a trainer made earlier in the process may have set it)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        with torch.no_grad():
+            rows = final_obs.view(T, M, -1, O).transpose(0, 1).reshape(-1, O)  # grouped by member
+            _, value = model(rows)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    value = value.view(M, T, E_member, A).transpose(0, 1).reshape(T, -1, A)
     expected = value * (truncated * (1 - terminated)).unsqueeze(2)
     torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
     assert (out != 0).sum() > 0 and (out[1] == 0).all()

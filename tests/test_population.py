@@ -108,7 +108,10 @@ def test_members_differ_and_seeds_are_consecutive():
 def test_population_on_the_cuda_target_equals_standalone(target):
     if target != "cuda":
         pytest.skip("the cpu target is covered above")
-    config = small("a2c", "cartpole", {}, target="cuda", num_envs=2, T=4, iterations=2, seeds=2)
+    # fp32: under the GPU's default bf16 the rollout rounds weights to bf16, so the last-bit differences
+    # between MemberAdam's and torch's Adam steps (and the gradient kernel's atomic sums, split over
+    # more programs for one member) become bf16 steps, and the runs part by about 0.2% within 2 iterations
+    config = small("a2c", "cartpole", {}, target="cuda", num_envs=2, T=4, iterations=2, seeds=2, precision="fp32")
     result = make_trainer(config).train()
     for k in range(2):
         alone = make_trainer(population.member_config(config, k)).train()
