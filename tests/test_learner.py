@@ -320,7 +320,7 @@ def test_annealed_learning_rate_stops_at_zero_past_the_budget(env):
     trainer = wb.Trainer(env, cartpole(anneal_lr=True))
     with pytest.warns(UserWarning, match="learning rate has reached 0"):
         trainer.train(num_iterations=4)
-    lrs = [group["lr"] for group in trainer.optimizers["shared"].param_groups]
+    lrs = [float(group["lr"]) for group in trainer.optimizers["shared"].param_groups]
     assert lrs == [0.0]
 
 

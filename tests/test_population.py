@@ -4,6 +4,7 @@ member k of a population learns exactly what a standalone run of `member_config(
 discrete and continuous actions, on the cpu target and (tiny) on the cuda target."""
 from __future__ import annotations
 
+import copy
 import csv
 import math
 
@@ -279,3 +280,30 @@ def test_cli_trains_a_sweep_and_writes_its_ranking(tmp_path, capsys):
     assert sorted(float(r["lr"]) for r in rows) == [1e-3, 3e-3] and all(int(r["members"]) == 2 for r in rows)
     assert main(["train", "cartpole", "--sweep", "lr=fast", "--target", "cpu"]) == 2
     assert "--sweep takes NAME=V1,V2" in capsys.readouterr().err
+
+
+def test_a_single_runs_member_adam_steps_as_torch_adam_and_loads_its_state():
+    """A single run's optimiser is a MemberAdam of one member: torch Adam's steps (clipping included),
+    and a torch Adam state (a checkpoint written before) loads into it."""
+    torch.manual_seed(0)
+    model = ActorCritic(4, Discrete(2), (8, 8))
+    twin = copy.deepcopy(model)
+    mine = MemberAdam(model, torch.tensor([1e-2]), members=1)
+    theirs = torch.optim.Adam(twin.parameters(), lr=1e-2, eps=1e-5)
+    assert all(p.untyped_storage().data_ptr() == mine.flat.untyped_storage().data_ptr() for p in model.parameters())
+    obs = torch.randn(16, 4)
+    for _ in range(3):
+        for net, opt in ((model, mine), (twin, theirs)):
+            opt.zero_grad()
+            logits, value = net(obs)
+            (logits.square().sum() + value.sum()).backward()
+        mine.step(0.5)
+        torch.nn.utils.clip_grad_norm_(twin.parameters(), 0.5)
+        theirs.step()
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=lambda m: f"{name}: {m}")
+    fresh = MemberAdam(copy.deepcopy(twin), torch.tensor([0.0]), members=1)
+    fresh.load_state_dict(theirs.state_dict())
+    torch.testing.assert_close(fresh.exp_avg, mine.exp_avg, rtol=1e-5, atol=1e-8)
+    torch.testing.assert_close(fresh.exp_avg_sq, mine.exp_avg_sq, rtol=1e-5, atol=1e-10)
+    assert float(fresh.steps) == 3.0 and float(fresh.lr) == pytest.approx(1e-2)

@@ -192,9 +192,8 @@ class FusedGradients:
         minibatch_grad = _kernels().minibatch_grad
         M, rows = idx.shape
         self.grad.zero_()
-        if not isinstance(self.optimizer, MemberAdam):
-            for p, g in zip(self.params, self.grads):
-                p.grad = g
+        for p, g in zip(self.params, self.grads):  # (what a data-parallel run all-reduces)
+            p.grad = g
         tiles = -(-rows // GRAD_BLOCK)
         splits = max(1, min(tiles, -(-PROGRAMS_PER_SM * self.sms // M)))
         per_program = -(-tiles // splits)

@@ -28,10 +28,11 @@ def adam(params, lr: float, device, lr_tensors: list):
     return torch.optim.Adam(params, lr=lr, eps=1e-5)
 
 
-def member_adam(tr, model, lr_name: str):
-    """A population's MemberAdam with its members' learning rates (hyperparameter lr_name); its steps
-    in the fused kernels on GPUs unless fused_kernels is off."""
-    optimizer = MemberAdam(model, tr.hp.per_member(lr_name, tr.device), eps=1e-5)
+def member_adam(tr, model, lr_name: str, members: int | None = None):
+    """A population's MemberAdam with its members' learning rates (hyperparameter lr_name), or a
+    single run's (members=1, an unstacked model); its steps in the fused kernels on GPUs unless
+    fused_kernels is off."""
+    optimizer = MemberAdam(model, tr.hp.per_member(lr_name, tr.device), eps=1e-5, members=members)
     if tr.config.fused_kernels and fused.kernels_unsupported(tr.device) is None:
         optimizer.fused = fused.FusedMemberAdam(optimizer)
     return optimizer
@@ -89,11 +90,8 @@ def build_on_policy(tr, g, model):
     model = model.to(tr.device)
     model.head = head
     check_model(tr, g.name, model, head.out_dim)
-    if member_count(model) > 1:
-        optimizer = member_adam(tr, model, "lr")
-        tr.lr_tensors.append((optimizer.lr, optimizer.lr.clone()))
-    else:
-        optimizer = adam(model.parameters(), tr.config.lr, tr.device, tr.lr_tensors)
+    optimizer = member_adam(tr, model, "lr", members=None if member_count(model) > 1 else 1)
+    tr.lr_tensors.append((optimizer.lr, optimizer.lr.clone()))
     act_dtype = torch.float32 if head.kind == "gaussian" else torch.long
     buffer = RolloutBuffer(tr.T, tr.E, g.n, (tr.obs_dim,), head.act_shape, act_dtype, tr.device,
                            obs_dtype=tr.obs_dtype, state_dim=tr.state_dim if central else 0)

@@ -3,9 +3,10 @@
 A population stacks the M members' copies of each policy into one module whose linear layers are
 batched matmuls: rows [M * N, ...] grouped by member (member k owns rows [k * N, (k + 1) * N)) go in,
 rows in the same order come out, and no member's output depends on another's weights. Every
-parameter has the member as its leading dimension; an optimiser step gathers them (and their
-gradients) into one flat [M, P] buffer, so that per-member gradient clipping and Adam with a
-per-member learning rate are a handful of kernels whatever the model's size.
+parameter has the member as its leading dimension; MemberAdam keeps them (and their gradients) in
+flat [M, P] buffers, so that per-member gradient clipping and Adam with a per-member learning rate
+are a handful of kernels whatever the model's size. A single run's optimiser is a MemberAdam of
+one member (`members=1`, an unstacked model).
 
     model = stack_members([ActorCritic(...) for each member's seed])   # same structure, any weights
     optimizer = MemberAdam(model, lr=torch.tensor([3e-4, 1e-3]))
@@ -15,6 +16,7 @@ per-member learning rate are a handful of kernels whatever the model's size.
 """
 from __future__ import annotations
 
+import collections
 import copy
 
 import torch
@@ -130,11 +132,16 @@ class MemberAdam:
     all its parameters; a parameter's member stride is then P), so a step updates them in place;
     it gathers their gradients into a buffer of the same shape (the fused kernels write them there
     directly), clips and updates (in two fused kernels with `fused` set, in torch's otherwise):
-    capturable in a CUDA graph."""
+    capturable in a CUDA graph. members=1: an unstacked model (a single run's), one member.
 
-    def __init__(self, model: nn.Module, lr, betas=(0.9, 0.999), eps: float = 1e-5):
+    (Single runs use it instead of torch.optim.Adam, whose first step imports torch._dynamo: 2.9 s
+    of a CPU run's start-up. It has torch optimisers' param_groups, defaults and state, which
+    Lightning's loop reads; its moments are in its own buffers, not in `state`.)"""
+
+    def __init__(self, model: nn.Module, lr, betas=(0.9, 0.999), eps: float = 1e-5, members: int | None = None):
         params = [p for p in model.parameters() if p.requires_grad]
-        members = params[0].shape[0]
+        stacked = members is None
+        members = params[0].shape[0] if stacked else members
         device = params[0].device
         self.params = params
         self.members = members
@@ -143,7 +150,7 @@ class MemberAdam:
         offset = 0
         with torch.no_grad():
             for p in params:
-                size = p[0].numel()
+                size = p.numel() // members
                 p.data = self.flat[:, offset:offset + size].view(p.shape)
                 offset += size
         self._no_grad = [torch.zeros_like(p) for p in params]  # (a parameter a backward pass did not reach)
@@ -153,7 +160,9 @@ class MemberAdam:
         self.exp_avg = torch.zeros_like(self.flat)
         self.exp_avg_sq = torch.zeros_like(self.flat)
         self.steps = torch.zeros((), device=device)
-        self.param_groups = [{"params": params}]
+        self.param_groups = [{"params": params, "lr": self.lr}]
+        self.defaults = {"lr": self.lr, "betas": betas, "eps": eps}
+        self.state = collections.defaultdict(dict)
         self.fused = None  # a fused.FusedMemberAdam, when the caller gives one, takes the steps
 
     def zero_grad(self, set_to_none: bool = True):
@@ -211,7 +220,26 @@ class MemberAdam:
     def state_dict(self):
         return {"exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq, "steps": self.steps, "lr": self.lr}
 
+    def load_moments(self, step: float, lr: float, exp_avg: list, exp_avg_sq: list):
+        """One member's Adam state given per parameter, in order (an exported member's, or a torch
+        Adam's): members=1 only."""
+        if self.members != 1:
+            raise ValueError("MemberAdam.load_moments loads one member's moments (members=1)")
+        with torch.no_grad():
+            for flat, parts in ((self.exp_avg, exp_avg), (self.exp_avg_sq, exp_avg_sq)):
+                torch.cat([part.to(flat.device).reshape(1, -1) for part in parts], dim=1, out=flat)
+            self.steps.fill_(float(step))
+            self.lr.fill_(float(lr))
+
     def load_state_dict(self, state):
+        if "param_groups" in state:  # torch.optim.Adam's (single runs' checkpoints before MemberAdam served them)
+            entries = [state["state"].get(i, {}) for i in range(len(self.params))]
+            zeros = [torch.zeros_like(p) for p in self.params]
+            step = next((float(e["step"]) for e in entries if "step" in e), 0.0)
+            self.load_moments(step, float(state["param_groups"][0]["lr"]),
+                              [e.get("exp_avg", z) for e, z in zip(entries, zeros)],
+                              [e.get("exp_avg_sq", z) for e, z in zip(entries, zeros)])
+            return
         for key in ("exp_avg", "exp_avg_sq", "steps", "lr"):
             getattr(self, key).copy_(state[key])
 

@@ -57,7 +57,11 @@ def state(tr) -> dict:
 
 def load_member_adam(optimizer, saved: dict):
     """Put an exported member's Adam moments (population.member_payload) into a standalone trainer's
-    torch Adam, whatever its implementation (fused and capturable on a GPU, plain on the CPU)."""
+    optimiser: a MemberAdam of one member, or (DDPG's) torch Adam, whatever its implementation (fused
+    and capturable on a GPU, plain on the CPU)."""
+    if isinstance(optimizer, MemberAdam):
+        optimizer.load_moments(saved["step"], saved["lr"], saved["exp_avg"], saved["exp_avg_sq"])
+        return
     group = optimizer.param_groups[0]
     for p, exp_avg, exp_avg_sq in zip(group["params"], saved["exp_avg"], saved["exp_avg_sq"]):
         on_device = group.get("fused") or group.get("capturable")
