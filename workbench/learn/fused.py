@@ -312,7 +312,7 @@ class FusedMemberAdam:
         splits = max(1, min(chunks, -(-4 * sms // M)))
         self.chunks = -(-chunks // splits)  # per program
         self.grid = (M, -(-chunks // self.chunks))
-        self.sq_norms = torch.zeros(M, device=device)
+        self.partials = torch.zeros(self.grid, device=device)  # parts of each member's squared gradient norm
 
     def step(self, max_norm):
         """One step from the gathered gradients; max_norm: None (no clipping), a float or [M]."""
@@ -323,12 +323,14 @@ class FusedMemberAdam:
         per_member = isinstance(max_norm, torch.Tensor)
         if per_member:
             max_norm = max_norm.reshape(-1).float().contiguous()
+        splits = self.grid[1]
         if clip:
-            self.sq_norms.zero_()
-            k.member_sq_norms[self.grid](opt.grad, self.sq_norms, P, BLOCK=self.BLOCK, CHUNKS=self.chunks)
-        k.member_adam[self.grid](opt.flat, opt.grad, opt.exp_avg, opt.exp_avg_sq, opt.lr, self.sq_norms,
+            k.member_sq_norms[self.grid](opt.grad, self.partials, P, SPLITS=splits, BLOCK=self.BLOCK,
+                                         CHUNKS=self.chunks)
+        k.member_adam[self.grid](opt.flat, opt.grad, opt.exp_avg, opt.exp_avg_sq, opt.lr, self.partials,
                                  max_norm if clip else 0.0, opt.steps, P, opt.beta1, opt.beta2, opt.eps,
-                                 CLIP=clip, NORM_PER_MEMBER=per_member, BLOCK=self.BLOCK, CHUNKS=self.chunks)
+                                 CLIP=clip, NORM_PER_MEMBER=per_member, SPLITS=splits, SPLITS_P=_pow2(splits, 1),
+                                 BLOCK=self.BLOCK, CHUNKS=self.chunks)
 
 
 class FusedStepRecord:

@@ -314,25 +314,29 @@ def policy_step(
 
 
 @triton.jit
-def member_sq_norms(grad, sq_norms, P, BLOCK: tl.constexpr, CHUNKS: tl.constexpr):
-    """Adds the squares of member m's gradient chunks [split * CHUNKS * BLOCK, ...) of its row of
-    grad [M, P] to sq_norms [M] (zeroed by the caller)."""
+def member_sq_norms(grad, partials, P, SPLITS: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr):
+    """The sum of squares of member m's gradient chunks [split * CHUNKS * BLOCK, ...) of its row of
+    grad [M, P] into partials [M, SPLITS] (summed by member_adam in a fixed order: no atomics, so a
+    step is the same from run to run)."""
     m = tl.program_id(0).to(tl.int64)
-    start = tl.program_id(1) * CHUNKS * BLOCK
+    split = tl.program_id(1)
+    start = split * CHUNKS * BLOCK
     acc = tl.zeros((BLOCK,), tl.float32)
     for c in range(CHUNKS):
         o = start + c * BLOCK + tl.arange(0, BLOCK)
         g = tl.load(grad + m * P + o, mask=o < P, other=0.0)
         acc += g * g
-    tl.atomic_add(sq_norms + m, tl.sum(acc, 0))
+    tl.store(partials + m * SPLITS + split, tl.sum(acc, 0))
 
 
 @triton.jit
-def member_adam(flat, grad, exp_avg, exp_avg_sq, lr, sq_norms, max_norm, steps, P, beta1, beta2, eps,
-                CLIP: tl.constexpr, NORM_PER_MEMBER: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr):
+def member_adam(flat, grad, exp_avg, exp_avg_sq, lr, partials, max_norm, steps, P, beta1, beta2, eps,
+                CLIP: tl.constexpr, NORM_PER_MEMBER: tl.constexpr, SPLITS: tl.constexpr, SPLITS_P: tl.constexpr,
+                BLOCK: tl.constexpr, CHUNKS: tl.constexpr):
     """One Adam step of member m's chunks of its row of flat [M, P] (members.MemberAdam.step is the
-    reference): the gradient scaled to global norm at most max_norm (CLIP; sq_norms [M] its squared
-    norms, max_norm [M] or a float), then the moments' and the parameters' updates at step `steps`."""
+    reference): the gradient scaled to global norm at most max_norm (CLIP; partials [M, SPLITS] the
+    parts of its squared norm, max_norm [M] or a float), then the moments' and the parameters'
+    updates at step `steps`."""
     m = tl.program_id(0).to(tl.int64)
     start = tl.program_id(1) * CHUNKS * BLOCK
     scale = 1.0
@@ -341,7 +345,9 @@ def member_adam(flat, grad, exp_avg, exp_avg_sq, lr, sq_norms, max_norm, steps, 
             bound = tl.load(max_norm + m)
         else:
             bound = max_norm
-        scale = tl.minimum(bound / (tl.sqrt(tl.load(sq_norms + m)) + 1e-6), 1.0)
+        s = tl.arange(0, SPLITS_P)
+        sq_norm = tl.sum(tl.load(partials + m * SPLITS + s, mask=s < SPLITS, other=0.0), 0)
+        scale = tl.minimum(bound / (tl.sqrt(sq_norm) + 1e-6), 1.0)
     t = tl.load(steps)
     bias1 = 1.0 - tl.exp(t * tl.log(beta1))
     bias2_sqrt = tl.sqrt(1.0 - tl.exp(t * tl.log(beta2)))
