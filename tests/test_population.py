@@ -307,3 +307,28 @@ def test_a_single_runs_member_adam_steps_as_torch_adam_and_loads_its_state():
     torch.testing.assert_close(fresh.exp_avg, mine.exp_avg, rtol=1e-5, atol=1e-8)
     torch.testing.assert_close(fresh.exp_avg_sq, mine.exp_avg_sq, rtol=1e-5, atol=1e-10)
     assert float(fresh.steps) == 3.0 and float(fresh.lr) == pytest.approx(1e-2)
+
+
+def test_a_single_runs_optimiser_state_moves_between_member_adam_and_torch_adam():
+    """A CPU run's checkpoint (MemberAdam of one member) resumes into torch's Adam (a GPU run's), and back."""
+    from workbench.learn.trainer_state import load_member_adam
+    torch.manual_seed(1)
+    model = ActorCritic(4, Discrete(2), (8,))
+    mine = MemberAdam(model, torch.tensor([3e-3]), members=1)
+    for _ in range(2):
+        mine.zero_grad()
+        logits, value = model(torch.randn(6, 4))
+        (logits.square().sum() + value.sum()).backward()
+        mine.step(0.5)
+    saved = mine.state_dict()
+    assert saved["member_adam"] and saved["step"] == 2.0 and len(saved["exp_avg"]) == len(list(model.parameters()))
+    twin = copy.deepcopy(model)
+    theirs = torch.optim.Adam(twin.parameters(), lr=1.0, eps=1e-5)
+    load_member_adam(theirs, saved)
+    for p, part in zip(twin.parameters(), saved["exp_avg"]):
+        assert torch.equal(theirs.state[p]["exp_avg"], part)
+    assert theirs.param_groups[0]["lr"] == pytest.approx(3e-3)
+    again = MemberAdam(copy.deepcopy(twin), torch.tensor([0.0]), members=1)
+    again.load_state_dict(theirs.state_dict())
+    assert torch.equal(again.exp_avg, mine.exp_avg) and torch.equal(again.exp_avg_sq, mine.exp_avg_sq)
+    assert float(again.steps) == 2.0 and float(again.lr) == pytest.approx(3e-3)

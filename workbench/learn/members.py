@@ -134,14 +134,15 @@ class MemberAdam:
     directly), clips and updates (in two fused kernels with `fused` set, in torch's otherwise):
     capturable in a CUDA graph. members=1: an unstacked model (a single run's), one member.
 
-    (Single runs use it instead of torch.optim.Adam, whose first step imports torch._dynamo: 2.9 s
-    of a CPU run's start-up. It has torch optimisers' param_groups, defaults and state, which
-    Lightning's loop reads; its moments are in its own buffers, not in `state`.)"""
+    (Single on-policy runs on the CPU use it instead of torch.optim.Adam, whose first step imports
+    torch._dynamo: 2.9 s of a CPU run's start-up. It has torch optimisers' param_groups, defaults
+    and state, which Lightning's loop reads; its moments are in its own buffers, not in `state`.)"""
 
     def __init__(self, model: nn.Module, lr, betas=(0.9, 0.999), eps: float = 1e-5, members: int | None = None):
         params = [p for p in model.parameters() if p.requires_grad]
         stacked = members is None
         members = params[0].shape[0] if stacked else members
+        self.single = not stacked
         device = params[0].device
         self.params = params
         self.members = members
@@ -218,6 +219,14 @@ class MemberAdam:
                                "or loading the model")
 
     def state_dict(self):
+        """A population's flat buffers; a single run's (members=1) moments per parameter in the exported
+        member's format (population.member_payload), which torch Adam loads too
+        (trainer_state.load_member_adam): a run's checkpoint resumes on either target."""
+        if self.single:
+            moments = {key: [part.reshape(p.shape).clone() for part, p in
+                             zip(getattr(self, key)[0].split([p.numel() for p in self.params]), self.params)]
+                       for key in ("exp_avg", "exp_avg_sq")}
+            return {"member_adam": True, "step": float(self.steps), "lr": float(self.lr), **moments}
         return {"exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq, "steps": self.steps, "lr": self.lr}
 
     def load_moments(self, step: float, lr: float, exp_avg: list, exp_avg_sq: list):
@@ -232,6 +241,9 @@ class MemberAdam:
             self.lr.fill_(float(lr))
 
     def load_state_dict(self, state):
+        if state.get("member_adam"):  # one member's moments per parameter (a single run's, or an exported member's)
+            self.load_moments(state["step"], state["lr"], state["exp_avg"], state["exp_avg_sq"])
+            return
         if "param_groups" in state:  # torch.optim.Adam's (single runs' checkpoints before MemberAdam served them)
             entries = [state["state"].get(i, {}) for i in range(len(self.params))]
             zeros = [torch.zeros_like(p) for p in self.params]
