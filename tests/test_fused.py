@@ -58,6 +58,19 @@ def models(M, O, K, hidden=(64, 64)):
     return model
 
 
+def minibatch(fields, M, per_member, rows, seed):
+    """Each member's `rows` sample ids out of its own `per_member` (rows grouped by member, as
+    MemberSamples gives them), and the minibatch's live counts and advantage moments [M]."""
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.stack([torch.randperm(per_member, generator=g)[:rows] + per_member * k for k in range(M)]).to(DEVICE)
+    live = fields["mask"][idx]
+    count = live.sum(1).clamp_min(1)
+    adv = fields["advantages"][idx]
+    mean = (adv * live).sum(1) / count
+    std = ((((adv - mean[:, None]) * live) ** 2).sum(1) / (count - 1)).sqrt()
+    return idx, count, mean, std
+
+
 def torch_reference(model, fields, idx, cfg, M, count, mean, std):
     """Gradients [per parameter] and statistics of the torch path on the same minibatch, in full fp32
     (a trainer run earlier in the process may have left TF32 matmuls on)."""
@@ -92,14 +105,7 @@ def test_minibatch_gradients_match_torch(algorithm, clip_value, normalize, M, K,
     cfg = Cfg(algorithm, clip_value=clip_value, normalize_advantages=normalize)
     fields = rollout_fields(M * 200, O, K)
     model = models(M, O, K, hidden)
-    g = torch.Generator().manual_seed(3)
-    # member k's sample ids are its own (rows grouped by member, as MemberSamples gives them)
-    idx = torch.stack([torch.randperm(200, generator=g)[:rows] + 200 * k for k in range(M)]).to(DEVICE)
-    live = fields["mask"][idx]
-    count = live.sum(1).clamp_min(1)
-    adv = fields["advantages"][idx]
-    mean = (adv * live).sum(1) / count
-    std = ((((adv - mean[:, None]) * live) ** 2).sum(1) / (count - 1)).sqrt()
+    idx, count, mean, std = minibatch(fields, M, 200, rows, seed=3)
     if not normalize:
         mean = std = None
     ref_grads, ref_stats = torch_reference(copy.deepcopy(model), fields, idx, cfg, M, count, mean, std)
@@ -132,13 +138,7 @@ def test_bf16_kernels_close_to_fp32(monkeypatch, tanh_approx):
     cfg = Cfg("ppo")
     fields = rollout_fields(M * 600, O, K)
     model = models(M, O, K)
-    g = torch.Generator().manual_seed(5)
-    idx = torch.stack([torch.randperm(600, generator=g)[:rows] + 600 * k for k in range(M)]).to(DEVICE)
-    live = fields["mask"][idx]
-    count = live.sum(1).clamp_min(1)
-    adv = fields["advantages"][idx]
-    mean = (adv * live).sum(1) / count
-    std = ((((adv - mean[:, None]) * live) ** 2).sum(1) / (count - 1)).sqrt()
+    idx, count, mean, std = minibatch(fields, M, 600, rows, seed=5)
     ref_grads, ref_stats = torch_reference(copy.deepcopy(model), fields, idx, cfg, M, count, mean, std)
     grads = fused.FusedGradients(model, MemberAdam(model, torch.full((M,), 1e-3, device=DEVICE)), fields, cfg, cfg,
                                  M, "bf16")
@@ -149,6 +149,7 @@ def test_bf16_kernels_close_to_fp32(monkeypatch, tanh_approx):
         assert err < 0.04, f"{name}: bf16 gradient off by {err:.3f} of its largest element"
     torch.testing.assert_close(stats[:5], ref_stats[:5].reshape(5, M), rtol=0.02, atol=2e-3)
 
+    g = torch.Generator().manual_seed(6)
     obs = torch.randn(M * 256, O, generator=g).to(DEVICE)
     noise = torch.rand(M * 256, K, generator=g).to(DEVICE)
     from workbench.learn.compiled import act_and_record
