@@ -5,8 +5,8 @@ batched matmuls: rows [M * N, ...] grouped by member (member k owns rows [k * N,
 rows in the same order come out, and no member's output depends on another's weights. Every
 parameter has the member as its leading dimension; MemberAdam keeps them (and their gradients) in
 flat [M, P] buffers, so that per-member gradient clipping and Adam with a per-member learning rate
-are a handful of kernels whatever the model's size. A single run's optimiser is a MemberAdam of
-one member (`members=1`, an unstacked model).
+are a handful of kernels whatever the model's size. A single on-policy run on the CPU steps with a
+MemberAdam of one member (`members=1`, an unstacked model).
 
     model = stack_members([ActorCritic(...) for each member's seed])   # same structure, any weights
     optimizer = MemberAdam(model, lr=torch.tensor([3e-4, 1e-3]))
