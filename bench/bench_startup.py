@@ -6,7 +6,8 @@ the caches (the env's compiled kernels, Triton's), the runs after it are timed w
     python bench/bench_startup.py --target cuda --runs 3
 
 Prints RESULT lines (JSON): torch_import_s, then the workbench's import, make_trainer and the first
-`--iterations` iterations (configs/cartpole.yaml), and `over_torch_s`, everything after torch's import.
+`--iterations` iterations (configs/cartpole.yaml), `first_iteration_total_s` (the process's first line to
+the end of its first iteration), and `over_torch_s`, everything after torch's import.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 
 from _common import ROOT
 
@@ -30,12 +32,17 @@ imported = time.perf_counter()
 config = cfg.replace(cfg.load_yaml("configs/cartpole.yaml"), target=sys.argv[1], log_every=10**9, run_dir=None)
 trainer = make_trainer(config)
 made = time.perf_counter()
-trainer.train(num_iterations=int(sys.argv[2]), progress=False)
+trainer.train(num_iterations=1, progress=False)
+if trainer.device.type == "cuda":
+    torch.cuda.synchronize()
+first = time.perf_counter()
+trainer.train(num_iterations=int(sys.argv[2]) - 1, progress=False)
 if trainer.device.type == "cuda":
     torch.cuda.synchronize()
 done = time.perf_counter()
 print("RESULT " + json.dumps({"torch_import_s": round(torch_done - start, 3), "workbench_import_s": round(imported - torch_done, 3),
-                              "make_trainer_s": round(made - imported, 3), "iterations_s": round(done - made, 3),
+                              "make_trainer_s": round(made - imported, 3), "first_iteration_total_s": round(first - start, 3),
+                              "iterations_s": round(done - made, 3),
                               "over_torch_s": round(done - torch_done, 3), "total_s": round(done - start, 3)}))
 """
 
@@ -45,6 +52,8 @@ def main():
     parser.add_argument("--target", default="cpu")
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--runs", type=int, default=5, help="timed runs after the one that warms the caches")
+    parser.add_argument("--profile", type=int, default=0, metavar="LINES",
+                        help="then one more process under cProfile: print its LINES top functions by cumulative time")
     args = parser.parse_args()
     rows = []
     for run in range(args.runs + 1):
@@ -55,9 +64,16 @@ def main():
         print("RESULT " + json.dumps({"target": args.target, **row}), flush=True)
         if run:
             rows.append(row)
-    keys = ("torch_import_s", "workbench_import_s", "make_trainer_s", "iterations_s", "over_torch_s", "total_s")
+    keys = ("torch_import_s", "workbench_import_s", "make_trainer_s", "first_iteration_total_s", "iterations_s",
+            "over_torch_s", "total_s")
     print("RESULT " + json.dumps({"target": args.target, "median_of": len(rows),
                                   **{k: round(statistics.median(r[k] for r in rows), 3) for k in keys}}))
+    if args.profile:
+        with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as probe:
+            probe.write(PROBE)
+        out = subprocess.run([sys.executable, "-m", "cProfile", "-s", "cumulative", probe.name, args.target,
+                              str(args.iterations)], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+        print("\n".join(out.splitlines()[:args.profile + 10]))
 
 
 if __name__ == "__main__":

@@ -94,14 +94,19 @@ def _torch_reference(model, fields, idx, cfg, M, count, mean, std):
     return [p.grad.clone() for p in model.parameters()], stats
 
 
-@pytest.mark.parametrize("algorithm,clip_value,normalize,M,K,hidden", [
-    ("ppo", False, True, 1, 2, (64, 64)),
-    ("ppo", True, True, 3, 5, (64, 64)),
-    ("ppo", False, False, 2, 3, (32, 48)),
-    ("a2c", False, True, 2, 4, (64, 64)),
+@pytest.mark.parametrize("algorithm,clip_value,normalize,M,K,hidden,single_adam,rows", [
+    ("ppo", False, True, 1, 2, (64, 64), False, 150),
+    ("ppo", False, True, 1, 3, (64, 64), True, 150),
+    ("ppo", False, True, 1, 3, (64, 64), True, 20),  # one program: gradients written in place
+    ("ppo", True, True, 3, 5, (64, 64), False, 150),
+    ("ppo", False, False, 2, 3, (32, 48), False, 150),
+    ("a2c", False, True, 2, 4, (64, 64), False, 150),
+    ("a2c", False, True, 1, 4, (64, 64), True, 150),
 ])
-def test_minibatch_gradients_match_torch(algorithm, clip_value, normalize, M, K, hidden):
-    O, rows = 7, 150  # rows per member: a partial last tile
+def test_minibatch_gradients_match_torch(algorithm, clip_value, normalize, M, K, hidden, single_adam, rows):
+    """Gradients and statistics against the torch path's, a member's rows split over several
+    programs (150 rows: a partial last tile) or one (20 rows); the same bits when computed again."""
+    O = 7
     cfg = Cfg(algorithm, clip_value=clip_value, normalize_advantages=normalize)
     fields = rollout_fields(M * 200, O, K)
     model = models(M, O, K, hidden)
@@ -111,21 +116,50 @@ def test_minibatch_gradients_match_torch(algorithm, clip_value, normalize, M, K,
     ref_grads, ref_stats = torch_reference(copy.deepcopy(model), fields, idx, cfg, M, count, mean, std)
 
     params = [p for p in model.parameters()]
-    optimizer = MemberAdam(model, torch.full((M,), 1e-3, device=DEVICE)) if M > 1 else \
-        torch.optim.Adam(params, lr=1e-3)
+    optimizer = (MemberAdam(model, torch.full((M,), 1e-3, device=DEVICE)) if M > 1 else
+                 MemberAdam(model, 1e-3, members=1) if single_adam else torch.optim.Adam(params, lr=1e-3))
     grads = fused.FusedGradients(model, optimizer, fields, cfg, cfg, M, "fp32")
-    stats = torch.zeros((len(ref_stats), M), device=DEVICE)
+    stats = torch.full((len(ref_stats), M), 0.5, device=DEVICE)
     grads.gradients(idx, count, mean, std, stats)
-    got = grads.grads
+    got = [g.clone() for g in grads.grads]
+    again = torch.zeros_like(stats)
+    grads.gradients(idx, count, mean, std, again)
+    assert all(torch.equal(a, b) for a, b in zip(got, grads.grads))  # no atomics: the same bits again
+    torch.testing.assert_close(stats - 0.5, again)  # statistics are added to what stats held
     for (name, _), ref, mine in zip(model.named_parameters(), ref_grads, got):
         torch.testing.assert_close(mine, ref, rtol=1e-4, atol=1e-6, msg=lambda m: f"{name}: {m}")
     n_stats = 5 if algorithm == "ppo" else 3
-    torch.testing.assert_close(stats[:n_stats], ref_stats[:n_stats].reshape(n_stats, M), rtol=1e-4, atol=1e-6)
-    if M > 1:
+    torch.testing.assert_close(again[:n_stats], ref_stats[:n_stats].reshape(n_stats, M), rtol=1e-4, atol=1e-6)
+    assert not again[n_stats:].any()  # (the row after them, nonfinite, is the caller's)
+    if isinstance(optimizer, MemberAdam):
         assert optimizer._gathered  # the optimiser steps from the gradients written
-        torch.testing.assert_close(optimizer.grad[:, :got[0][0].numel()], got[0].reshape(M, -1))
-    else:
-        assert all(p.grad is g for p, g in zip(params, got))
+        width = got[0].numel() // M
+        torch.testing.assert_close(optimizer.grad[:, :width], got[0].reshape(M, -1))
+    if M == 1:
+        assert all(p.grad is g for p, g in zip(params, grads.grads))
+
+
+@pytest.mark.parametrize("moments", [True, False])
+def test_minibatch_moments_match_the_torch_path(moments):
+    """An epoch's minibatch counts and advantage moments in one launch, against rollout.masked_moments."""
+    from workbench.learn.rollout import masked_moments
+    M, J, mb, per_member = 3, 4, 1500, 6100  # (more rows than a block: several passes)
+    fields = rollout_fields(M * per_member, 5, 2, seed=4)
+    fields["mask"][:per_member] = 0.0  # a member with no live sample: count 1, as the torch path
+    grads = fused.FusedGradients(models(M, 5, 2), MemberAdam(models(M, 5, 2), torch.full((M,), 1e-3, device=DEVICE)),
+                                 fields, Cfg(), Cfg(), M, "fp32")
+    g = torch.Generator().manual_seed(5)
+    order = torch.stack([torch.randperm(per_member, generator=g) + k * per_member for k in range(M)]).to(DEVICE)
+    minibatches = order[:, :J * mb].view(M, J, mb)
+    got = grads.minibatch_moments(minibatches, moments)
+    ref = masked_moments(fields["advantages"][minibatches], fields["mask"][minibatches], dim=2, moments=moments)
+    for mine, theirs in zip(got, ref):
+        if theirs is None:
+            assert mine is None
+        else:
+            torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-6)
+    assert grads.minibatch_moments(order.view(M, 1, per_member).expand(M, 1, per_member), moments) is not None
+    assert grads.minibatch_moments(order.view(M, 1, -1).repeat(1, 1, 11), moments) is None  # (too many rows)
 
 
 @pytest.mark.skipif(not GPU, reason="bf16 dots and tanh.approx.f32 are the GPU's (the interpreter has neither)")
@@ -293,6 +327,7 @@ def test_member_adam_step_matches_torch(max_norm):
             q.grad = p.grad.clone()
         kernels.step(max_norm)
         reference.step(max_norm)
+    assert float(kernels.steps) == float(reference.steps) == 4  # (the kernels count the steps)
     # (fp32 rounding: the kernel's fused multiply-adds against torch's separate passes, over 4 steps)
     torch.testing.assert_close(kernels.exp_avg, reference.exp_avg, rtol=1e-4, atol=1e-7)
     torch.testing.assert_close(kernels.exp_avg_sq, reference.exp_avg_sq, rtol=1e-4, atol=1e-9)

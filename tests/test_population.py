@@ -109,9 +109,10 @@ def test_members_differ_and_seeds_are_consecutive():
 def test_population_on_the_cuda_target_equals_standalone(target):
     if target != "cuda":
         pytest.skip("the cpu target is covered above")
-    # fp32: under the GPU's default bf16 the rollout rounds weights to bf16, so the last-bit differences
-    # between MemberAdam's and torch's Adam steps (and the gradient kernel's atomic sums, split over
-    # more programs for one member) become bf16 steps, and the runs part by about 0.2% within 2 iterations
+    # fp32: under the GPU's default bf16 the rollout rounds weights to bf16, so last-bit differences
+    # (the gradient kernel splits one member's rows over more programs than a population's member's,
+    # and so sums them in another order) become bf16 steps, and the runs part by about 0.2% within 2
+    # iterations
     config = small("a2c", "cartpole", {}, target="cuda", num_envs=2, T=4, iterations=2, seeds=2, precision="fp32")
     result = make_trainer(config).train()
     for k in range(2):
@@ -310,7 +311,8 @@ def test_a_single_runs_member_adam_steps_as_torch_adam_and_loads_its_state():
 
 
 def test_a_single_runs_optimiser_state_moves_between_member_adam_and_torch_adam():
-    """A CPU run's checkpoint (MemberAdam of one member) resumes into torch's Adam (a GPU run's), and back."""
+    """A single run's checkpoint (MemberAdam of one member) loads into torch's Adam (what single runs
+    on GPUs stepped with before), and back."""
     from workbench.learn.trainer_state import load_member_adam
     torch.manual_seed(1)
     model = ActorCritic(4, Discrete(2), (8,))

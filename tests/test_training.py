@@ -242,6 +242,19 @@ def test_whole_iteration_graph_replays_what_eager_computes(make_config):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("num_envs", [1000, 4])  # a member's rows split over many programs, and over one
+def test_a_seed_trains_to_the_same_bits_twice_on_the_gpu(num_envs):
+    """Two runs of one seed with the GPU defaults (graphs, bf16, fused kernels, MemberAdam) end with
+    the same weights, bit for bit: no atomic sums on the learner's path."""
+    weights = []
+    for _ in range(2):
+        trainer = wb.make_trainer(ppo_cartpole(target="cuda", num_envs=num_envs, rollout_length=32, log_every=10**6))
+        trainer.train(num_iterations=4)
+        weights.append([p.detach().clone() for p in trainer.models["shared"].parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*weights))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_learner_memory_stays_within_its_bound_on_the_gpu():
     """A2C on Tag with a small learner_memory_gb: the batch is processed in chunks and the peak of an
     iteration stays within the rollout buffers plus the bound (and a fixed allowance)."""

@@ -37,6 +37,7 @@ STEP_BLOCK = 64
 NUM_WARPS = 2
 NUM_STAGES = None  # (Triton's default)
 PROGRAMS_PER_SM = 2  # a minibatch's rows split over programs until there are this many per SM
+MIN_TILES = 1  # ... each program taking at least this many tiles of GRAD_BLOCK rows
 # Under bf16 the hidden layers' tanh is the hardware's tanh.approx.f32 (one instruction; relative
 # error about 2^-11, below the bf16 dots' own): fp32 and tf32 keep 2 sigmoid(2x) - 1
 TANH_APPROX = True
@@ -161,54 +162,99 @@ class FusedGradients:
         self.stacked = isinstance(model.actor[0], MemberLinear)
         if isinstance(optimizer, MemberAdam):
             self.grad = optimizer.grad
-            self.g_stride = self.grad.shape[1]
         else:
-            self.grad = torch.zeros(sum(p.numel() for p in self.params), device=device)
-            self.g_stride = 0
-        self.grads, offset = [], 0
-        for p in self.params:
-            size = p[0].numel() if self.stacked else p.numel()
-            flat = self.grad[:, offset:offset + size] if self.grad.dim() == 2 else self.grad[offset:offset + size]
-            self.grads.append(flat.view(p.shape))
-            offset += size
-        grad_of = {id(p): g for p, g in zip(self.params, self.grads)}
-        # per network (the policy's, then the value function's): its sizes, parameters and their gradients
+            self.grad = torch.zeros((1, sum(p.numel() for p in self.params)), device=device)
+        self.grads = self._views(self.grad)
+        # per network (the policy's, then the value function's): its sizes, parameters, and their
+        # places among the flat gradient's views
         self.nets = []
+        where = {id(p): i for i, p in enumerate(self.params)}
         for net in (model.actor, model.critic):
             layers = _linear_layers(net)
             params = [t for layer in layers for t in (layer.weight, layer.bias)]
-            self.nets.append((_sizes(layers), params, _member_strides(params, device),
-                              [grad_of[id(t)] for t in params]))
+            self.nets.append((_sizes(layers), params, _member_strides(params, device), [where[id(t)] for t in params]))
+        if sorted(i for net in self.nets for i in net[3]) != list(range(len(self.params))):
+            raise ValueError("FusedGradients: the model has parameters outside its actor's and critic's linear "
+                             "layers (fused.unsupported should have ruled it out)")
+        self.parts = None  # [M * splits, P] partial gradients and [M * splits, 5] statistics, made on first use
+        self.moments_out = None  # [3, M, minibatches]: minibatch_moments' count, mean and std
         coef = (lambda name: hp.per_member(name, device) if hasattr(hp, "per_member")
                 else torch.full((members,), float(getattr(hp, name)), device=device))
         self.coefs = torch.stack([coef("clip_coef") if self.algorithm == "ppo" else torch.zeros(members, device=device),
                                   coef("ent_coef"), coef("vf_coef")]).contiguous()
         self.sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
 
+    def _views(self, flat):
+        """The parameters' gradients as views of a flat gradient buffer [rows, P] (its first M rows;
+        the kernels take only where each starts, and the rows' stride)."""
+        views, offset = [], 0
+        for p in self.params:
+            size = p[0].numel() if self.stacked else p.numel()
+            views.append(flat[:self.members, offset:offset + size].view(p.shape) if self.stacked
+                         else flat[0, offset:offset + size].view(p.shape))
+            offset += size
+        return views
+
+    # a program sums one member's minibatch: beyond this many rows the torch path's reductions,
+    # spread over the GPU, are faster
+    MOMENTS_MAX_ROWS = 1 << 16
+
+    def minibatch_moments(self, minibatches, moments: bool):
+        """(count, mean, std) [M, minibatches] of every minibatch of an epoch (minibatches [M, J, mb]:
+        sample ids) in one launch, as rollout.masked_moments computes them (mean and std None
+        without `moments`); None where the torch path should (large minibatches)."""
+        M, J, mb = minibatches.shape
+        if mb > self.MOMENTS_MAX_ROWS or minibatches.stride(2) != 1 or minibatches.stride(1) != mb:
+            return None
+        if self.moments_out is None or self.moments_out.shape[1:] != (M, J):
+            self.moments_out = torch.empty((3, M, J), device=minibatches.device)
+        count, mean, std = self.moments_out
+        _kernels().minibatch_moments[(M, J)](minibatches, minibatches.stride(0), self.fields["advantages"],
+                                             self.fields["mask"], count, mean, std, MB=mb, MINIBATCHES=J,
+                                             MOMENTS=moments, BLOCK=1024)
+        return (count, mean, std) if moments else (count, None, None)
+
     def gradients(self, idx, count, adv_mean, adv_std, stats):
         """Write the gradient of the minibatch's loss into the optimizer's gradients and add its
         statistics to stats [len(STATS), M] (policy_loss, value_loss, entropy[, approx_kl,
-        clip_fraction]). idx [M, rows]: each member's sample ids; count, adv_mean, adv_std: [M] (views)."""
-        minibatch_grad = _kernels().minibatch_grad
+        clip_fraction]). idx [M, rows]: each member's sample ids; count, adv_mean, adv_std: [M] (views).
+
+        A member's rows are split over several programs where the members alone leave the GPU's
+        SMs idle; each writes its partial gradient, and one more launch sums them in a fixed order
+        (atomic adds would make the sum, and so the run, differ from one run to the next)."""
+        k = _kernels()
         M, rows = idx.shape
-        self.grad.zero_()
         for p, g in zip(self.params, self.grads):  # (what a data-parallel run all-reduces)
             p.grad = g
         tiles = -(-rows // GRAD_BLOCK)
-        splits = max(1, min(tiles, -(-PROGRAMS_PER_SM * self.sms // M)))
+        splits = max(1, min(tiles // MIN_TILES, -(-PROGRAMS_PER_SM * self.sms // M)))
         per_program = -(-tiles // splits)
         splits = -(-tiles // per_program)
+        P = self.grad.shape[1]
+        if splits > 1:
+            if self.parts is None or self.parts[0].shape[0] != M * splits:
+                self.parts = (torch.empty((M * splits, P), device=self.grad.device),
+                              torch.empty((M * splits, 5), device=self.grad.device))
+            out, stat_parts = self.parts
+        else:
+            out, stat_parts = self.grad, stats
         f = self.fields
         moments = (adv_mean, adv_std) if adv_mean is not None else (count, count)
-        for value_net, (sizes, params, strides, grads) in enumerate(self.nets):
+        flat = self._views(out)
+        for value_net, (sizes, params, strides, at) in enumerate(self.nets):
             with _compile_switches():
-                minibatch_grad[(M, splits)](
+                k.minibatch_grad[(M, splits)](
                     f["obs"], idx, idx.stride(0), f["actions"], f["logp"], f["values"], f["advantages"], f["returns"],
                     f["mask"], count, count.stride(0), moments[0], moments[1], moments[0].stride(0), self.coefs, M,
-                    *params, strides, *grads, self.g_stride, stats, rows, **sizes, BLOCK=GRAD_BLOCK,
-                    STACKED=int(self.stacked), VALUE=bool(value_net), PPO=self.algorithm == "ppo",
+                    *params, strides, *(flat[i] for i in at), P, stats, stat_parts, rows, **sizes,
+                    BLOCK=GRAD_BLOCK, STACKED=int(self.stacked), VALUE=bool(value_net), PPO=self.algorithm == "ppo",
                     NORM_ADV=self.normalize_advantages and adv_mean is not None, CLIP_VALUE=self.clip_value,
-                    DOT=self.dot, TILES=per_program, TANH=_tanh_mode(self.dot), **_launch_options())
+                    DOT=self.dot, TILES=per_program, TANH=_tanh_mode(self.dot), SPLITS=splits, **_launch_options())
+        if splits > 1:
+            block = 512
+            k.split_sum[(M, -(-P // block))](out, self.grad, stat_parts, stats, M, P, SPLITS=splits,
+                                             SB=min(32, _pow2(splits, 1)), BLOCK=block,
+                                             STATS=5 if self.algorithm == "ppo" else 3)
         if isinstance(self.optimizer, MemberAdam):
             self.optimizer.gradients_written()
 
@@ -315,7 +361,8 @@ class FusedMemberAdam:
         self.partials = torch.zeros(self.grid, device=device)  # parts of each member's squared gradient norm
 
     def step(self, max_norm):
-        """One step from the gathered gradients; max_norm: None (no clipping), a float or [M]."""
+        """One step (counted in opt.steps) from the gathered gradients; max_norm: None (no clipping), a
+        float or [M]."""
         k = _kernels()
         opt = self.opt
         P = opt.flat.shape[1]
@@ -324,9 +371,11 @@ class FusedMemberAdam:
         if per_member:
             max_norm = max_norm.reshape(-1).float().contiguous()
         splits = self.grid[1]
-        if clip:
-            k.member_sq_norms[self.grid](opt.grad, self.partials, P, SPLITS=splits, BLOCK=self.BLOCK,
+        if clip:  # (it counts the step too)
+            k.member_sq_norms[self.grid](opt.grad, self.partials, opt.steps, P, SPLITS=splits, BLOCK=self.BLOCK,
                                          CHUNKS=self.chunks)
+        else:
+            opt.steps.add_(1)
         k.member_adam[self.grid](opt.flat, opt.grad, opt.exp_avg, opt.exp_avg_sq, opt.lr, self.partials,
                                  max_norm if clip else 0.0, opt.steps, P, opt.beta1, opt.beta2, opt.eps,
                                  CLIP=clip, NORM_PER_MEMBER=per_member, SPLITS=splits, SPLITS_P=_pow2(splits, 1),

@@ -47,14 +47,16 @@ def weight_offsets(m, stride, IN: tl.constexpr, OUT: tl.constexpr, INP: tl.const
 
 
 @triton.jit
-def grad_offsets(m, g_stride, IN: tl.constexpr, OUT: tl.constexpr, INP: tl.constexpr, OUTP: tl.constexpr,
+def grad_offsets(base, IN: tl.constexpr, OUT: tl.constexpr, INP: tl.constexpr, OUTP: tl.constexpr,
                  STACKED: tl.constexpr):
+    """A weight gradient's offsets in a flat gradient row starting at `base` (MemberLinear's [in, out]
+    layout, or nn.Linear's [out, in])."""
     i = tl.arange(0, INP)[:, None]
     o = tl.arange(0, OUTP)[None, :]
     if STACKED:
-        off = m * g_stride + i * OUT + o
+        off = base + i * OUT + o
     else:
-        off = o * IN + i
+        off = base + o * IN + i
     return off, (i < IN) & (o < OUT)
 
 
@@ -62,14 +64,19 @@ def grad_offsets(m, g_stride, IN: tl.constexpr, OUT: tl.constexpr, INP: tl.const
 def minibatch_grad(
         obs, idx, idx_stride, actions, logp_old, values_old, advantages, returns, mask,
         count, count_stride, adv_mean, adv_std, moment_stride, coefs, members,
-        w1, b1, w2, b2, w3, b3, strides, g1, gb1, g2, gb2, g3, gb3, g_stride, stats, rows,
+        w1, b1, w2, b2, w3, b3, strides, g1, gb1, g2, gb2, g3, gb3, g_stride, stats, stat_parts, rows,
         O: tl.constexpr, OP: tl.constexpr, H1: tl.constexpr, H1P: tl.constexpr, H2: tl.constexpr,
         H2P: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr, STACKED: tl.constexpr,
         VALUE: tl.constexpr, PPO: tl.constexpr, NORM_ADV: tl.constexpr, CLIP_VALUE: tl.constexpr,
-        DOT: tl.constexpr, TILES: tl.constexpr, TANH: tl.constexpr):
+        DOT: tl.constexpr, TILES: tl.constexpr, TANH: tl.constexpr, SPLITS: tl.constexpr):
     """One program: tiles [split * TILES, (split + 1) * TILES) of member m's `rows` minibatch rows,
-    through the policy's (VALUE=0) or the value function's (VALUE=1) MLP, loss and backward;
-    adds the weight gradients to g* and the loss statistics to stats [6, members]."""
+    through the policy's (VALUE=0) or the value function's (VALUE=1) MLP, loss and backward.
+
+    With one program per member (SPLITS 1) it writes the weight gradients into row m of the flat
+    gradients g* (rows g_stride apart) and adds the loss statistics to stats [6, members]; with
+    several, into row m * SPLITS + split of a buffer of partial gradients and its statistics into
+    stat_parts [members * SPLITS, 5], which split_sum adds up in a fixed order. No atomics: a
+    minibatch's gradient is the same bits from run to run."""
     m = tl.program_id(0)
     split = tl.program_id(1)
     o_in = tl.arange(0, OP)
@@ -181,23 +188,70 @@ def minibatch_grad(
         G1 += dot(tl.trans(x), d1, DOT)
         GB1 += tl.sum(d1, 0)
 
-    off, ok = grad_offsets(m, g_stride, O, H1, OP, H1P, STACKED)
-    tl.atomic_add(g1 + off, G1, mask=ok)
-    off, ok = grad_offsets(m, g_stride, H1, H2, H1P, H2P, STACKED)
-    tl.atomic_add(g2 + off, G2, mask=ok)
-    off, ok = grad_offsets(m, g_stride, H2, K, H2P, KP, STACKED)
-    tl.atomic_add(g3 + off, G3, mask=ok)
-    tl.atomic_add(gb1 + m * g_stride * STACKED + h1c, GB1, mask=h1c < H1)
-    tl.atomic_add(gb2 + m * g_stride * STACKED + h2c, GB2, mask=h2c < H2)
-    tl.atomic_add(gb3 + m * g_stride * STACKED + cols, GB3, mask=cols < K)
-    if VALUE:
-        tl.atomic_add(stats + members + m, tl.sum(s_v, 0))
+    row = m * SPLITS + split
+    base = row.to(tl.int64) * g_stride
+    off, ok = grad_offsets(base, O, H1, OP, H1P, STACKED)
+    tl.store(g1 + off, G1, mask=ok)
+    off, ok = grad_offsets(base, H1, H2, H1P, H2P, STACKED)
+    tl.store(g2 + off, G2, mask=ok)
+    off, ok = grad_offsets(base, H2, K, H2P, KP, STACKED)
+    tl.store(g3 + off, G3, mask=ok)
+    tl.store(gb1 + base + h1c, GB1, mask=h1c < H1)
+    tl.store(gb2 + base + h2c, GB2, mask=h2c < H2)
+    tl.store(gb3 + base + cols, GB3, mask=cols < K)
+    # (the policy's and the value function's programs write different statistics: no two programs
+    # write one place)
+    if SPLITS == 1:
+        if VALUE:
+            add_stat(stats + members + m, tl.sum(s_v, 0))
+        else:
+            add_stat(stats + m, tl.sum(s_pg, 0))
+            add_stat(stats + 2 * members + m, tl.sum(s_ent, 0))
+            if PPO:
+                add_stat(stats + 3 * members + m, tl.sum(s_kl, 0))
+                add_stat(stats + 4 * members + m, tl.sum(s_cf, 0))
     else:
-        tl.atomic_add(stats + m, tl.sum(s_pg, 0))
-        tl.atomic_add(stats + 2 * members + m, tl.sum(s_ent, 0))
-        if PPO:
-            tl.atomic_add(stats + 3 * members + m, tl.sum(s_kl, 0))
-            tl.atomic_add(stats + 4 * members + m, tl.sum(s_cf, 0))
+        if VALUE:
+            tl.store(stat_parts + row * 5 + 1, tl.sum(s_v, 0))
+        else:
+            tl.store(stat_parts + row * 5, tl.sum(s_pg, 0))
+            tl.store(stat_parts + row * 5 + 2, tl.sum(s_ent, 0))
+            tl.store(stat_parts + row * 5 + 3, tl.sum(s_kl, 0))
+            tl.store(stat_parts + row * 5 + 4, tl.sum(s_cf, 0))
+
+
+@triton.jit
+def add_stat(at, value):
+    tl.store(at, tl.load(at) + value)
+
+
+@triton.jit
+def split_sum(parts, grad, stat_parts, stats, members, P, SPLITS: tl.constexpr, SB: tl.constexpr,
+              BLOCK: tl.constexpr, STATS: tl.constexpr):
+    """Member m's gradient: the sum over its SPLITS rows of partial gradients parts [M * SPLITS, P],
+    in a fixed order, into grad [M, P] (columns [c * BLOCK, (c + 1) * BLOCK) in program (m, c));
+    program (m, 0) also adds the sums of stat_parts [M * SPLITS, 5] to stats [5, members] (its
+    first STATS rows)."""
+    m = tl.program_id(0).to(tl.int64)
+    col = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    s = tl.arange(0, SB)
+    acc = tl.zeros((BLOCK,), tl.float32)
+    for first in range(0, SPLITS, SB):
+        rows = first + s
+        part = tl.load(parts + (m * SPLITS + rows[:, None]) * P + col[None, :],
+                       mask=(rows[:, None] < SPLITS) & (col[None, :] < P), other=0.0)
+        acc += tl.sum(part, 0)
+    tl.store(grad + m * P + col, acc, mask=col < P)
+    if tl.program_id(1) == 0:
+        k = tl.arange(0, 8)
+        total = tl.zeros((8,), tl.float32)
+        for first in range(0, SPLITS, SB):
+            rows = first + s
+            part = tl.load(stat_parts + (m * SPLITS + rows[:, None]) * 5 + k[None, :],
+                           mask=(rows[:, None] < SPLITS) & (k[None, :] < STATS), other=0.0)
+            total += tl.sum(part, 0)
+        at = stats + k * members + m
+        tl.store(at, tl.load(at, mask=k < STATS, other=0.0) + total, mask=k < STATS)
 
 
 @triton.jit
@@ -314,10 +368,11 @@ def policy_step(
 
 
 @triton.jit
-def member_sq_norms(grad, partials, P, SPLITS: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr):
+def member_sq_norms(grad, partials, steps, P, SPLITS: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr):
     """The sum of squares of member m's gradient chunks [split * CHUNKS * BLOCK, ...) of its row of
     grad [M, P] into partials [M, SPLITS] (summed by member_adam in a fixed order: no atomics, so a
-    step is the same from run to run)."""
+    step is the same from run to run); program (0, 0) also counts the step (steps += 1, which
+    member_adam, launched next, reads)."""
     m = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
     start = split * CHUNKS * BLOCK
@@ -327,6 +382,44 @@ def member_sq_norms(grad, partials, P, SPLITS: tl.constexpr, BLOCK: tl.constexpr
         g = tl.load(grad + m * P + o, mask=o < P, other=0.0)
         acc += g * g
     tl.store(partials + m * SPLITS + split, tl.sum(acc, 0))
+    if (m == 0) & (split == 0):
+        tl.store(steps, tl.load(steps) + 1.0)
+
+
+@triton.jit
+def minibatch_moments(order, order_stride, advantages, mask, count, mean, std, MB: tl.constexpr,
+                      MINIBATCHES: tl.constexpr, MOMENTS: tl.constexpr, BLOCK: tl.constexpr):
+    """Member m's minibatch j (sample ids order[m, j * MB:(j + 1) * MB]): its live count (at least 1)
+    and, with MOMENTS, its advantages' mean and unbiased std over the live samples, into count,
+    mean, std [M, MINIBATCHES] (rollout.masked_moments is the reference; two passes, as there)."""
+    m = tl.program_id(0).to(tl.int64)
+    j = tl.program_id(1)
+    ids = order + m * order_stride + j * MB
+    acc_n = tl.zeros((BLOCK,), tl.float32)
+    acc_x = tl.zeros((BLOCK,), tl.float32)
+    for first in range(0, MB, BLOCK):
+        r = first + tl.arange(0, BLOCK)
+        ok = r < MB
+        sid = tl.load(ids + r, mask=ok, other=0)
+        w = tl.load(mask + sid, mask=ok, other=0.0)
+        acc_n += w
+        if MOMENTS:
+            acc_x += tl.load(advantages + sid, mask=ok, other=0.0) * w
+    n = tl.maximum(tl.sum(acc_n, 0), 1.0)
+    out = m * MINIBATCHES + j
+    tl.store(count + out, n)
+    if MOMENTS:
+        mu = tl.sum(acc_x, 0) / n
+        acc_v = tl.zeros((BLOCK,), tl.float32)
+        for first in range(0, MB, BLOCK):
+            r = first + tl.arange(0, BLOCK)
+            ok = r < MB
+            sid = tl.load(ids + r, mask=ok, other=0)
+            w = tl.load(mask + sid, mask=ok, other=0.0)
+            d = (tl.load(advantages + sid, mask=ok, other=0.0) - mu) * w
+            acc_v += d * d
+        tl.store(mean + out, mu)
+        tl.store(std + out, tl.sqrt(tl.sum(acc_v, 0) / tl.maximum(n - 1.0, 1.0)))
 
 
 @triton.jit

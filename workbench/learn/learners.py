@@ -90,16 +90,10 @@ def build_on_policy(tr, g, model):
     model = model.to(tr.device)
     model.head = head
     check_model(tr, g.name, model, head.out_dim)
-    if member_count(model) > 1:
-        optimizer = member_adam(tr, model, "lr")
-        tr.lr_tensors.append((optimizer.lr, optimizer.lr.clone()))
-    elif tr.device.type == "cpu":  # (torch Adam's first step imports torch._dynamo: 2.9 s of a CPU start-up)
-        optimizer = member_adam(tr, model, "lr", members=1)
-        tr.lr_tensors.append((optimizer.lr, optimizer.lr.clone()))
-    else:
-        # (on GPUs a single run's MemberAdam drifted between graph-replayed and eager runs in the GPU
-        # suite: torch's fused Adam stays until that is understood)
-        optimizer = adam(model.parameters(), tr.config.lr, tr.device, tr.lr_tensors)
+    # A single run steps with a MemberAdam of one member too: torch Adam's first step imports
+    # torch._dynamo (about 3 s of a start-up), and on GPUs its fused step takes two launches
+    optimizer = member_adam(tr, model, "lr", members=None if member_count(model) > 1 else 1)
+    tr.lr_tensors.append((optimizer.lr, optimizer.lr.clone()))
     act_dtype = torch.float32 if head.kind == "gaussian" else torch.long
     buffer = RolloutBuffer(tr.T, tr.E, g.n, (tr.obs_dim,), head.act_shape, act_dtype, tr.device,
                            obs_dtype=tr.obs_dtype, state_dim=tr.state_dim if central else 0)

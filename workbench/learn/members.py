@@ -134,7 +134,7 @@ class MemberAdam:
     directly), clips and updates (in two fused kernels with `fused` set, in torch's otherwise):
     capturable in a CUDA graph. members=1: an unstacked model (a single run's), one member.
 
-    (Single on-policy runs on the CPU use it instead of torch.optim.Adam, whose first step imports
+    (Single on-policy runs use it instead of torch.optim.Adam, whose first step imports
     torch._dynamo: 2.9 s of a CPU run's start-up. It has torch optimisers' param_groups, defaults
     and state, which Lightning's loop reads; its moments are in its own buffers, not in `state`.)"""
 
@@ -197,11 +197,11 @@ class MemberAdam:
         if not self._gathered:
             self._gather()
         self._check_views()
-        self.steps.add_(1)
-        if self.fused is not None:  # on GPUs: clipping and the update in two launches
+        if self.fused is not None:  # on GPUs: counting the step, clipping and the update in two launches
             self.fused.step(max_norm)
             self._gathered = False
             return
+        self.steps.add_(1)
         if max_norm is not None:
             self.clip(max_norm)
         self.exp_avg.lerp_(self.grad, 1 - self.beta1)

@@ -57,8 +57,8 @@ def state(tr) -> dict:
 
 def load_member_adam(optimizer, saved: dict):
     """Put an exported member's Adam moments (population.member_payload) into a standalone trainer's
-    optimiser: a MemberAdam of one member (on-policy runs on the CPU), or torch Adam (on GPUs, and
-    DDPG's), whatever its implementation (fused and capturable on a GPU, plain on the CPU)."""
+    optimiser: a MemberAdam of one member (on-policy runs), or torch Adam (DDPG's), whatever its
+    implementation (fused and capturable on a GPU, plain on the CPU)."""
     if isinstance(optimizer, MemberAdam):
         optimizer.load_moments(saved["step"], saved["lr"], saved["exp_avg"], saved["exp_avg_sq"])
         return

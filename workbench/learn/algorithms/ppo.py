@@ -110,9 +110,14 @@ def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int
         # every minibatch's live count and advantage moments at once (not one reduction chain per
         # minibatch), over all ranks' samples; each rank's loss divides by count / world so that the
         # averaged gradients are those of the global minibatch's mean
-        count, adv_mean, adv_std = masked_moments(batch["advantages"][minibatches], batch["mask"][minibatches], dim=2,
-                                                  sync=sync, moments=config.normalize_advantages)
-        count = count / world
+        found = (fused.minibatch_moments(minibatches, config.normalize_advantages)
+                 if fused is not None and sync is None else None)
+        if found is not None:  # (one launch)
+            count, adv_mean, adv_std = found
+        else:
+            count, adv_mean, adv_std = masked_moments(batch["advantages"][minibatches], batch["mask"][minibatches],
+                                                      dim=2, sync=sync, moments=config.normalize_advantages)
+            count = count / world
         for m in range(config.num_minibatches):
             idx = minibatches[:, m]
             moments = (adv_mean[:, m], adv_std[:, m]) if adv_mean is not None else (None, None)
