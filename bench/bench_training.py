@@ -83,8 +83,16 @@ def main():
     parser.add_argument("--solve-repeats", type=int, default=1)
     parser.add_argument("--precisions", nargs="*", default=["auto"], help="fp32 tf32 bf16 auto")
     parser.add_argument("--solve-set", nargs="*", default=[], help="config overrides for --solve, KEY=VALUE")
+    parser.add_argument("--fused-set", nargs="*", default=[],
+                        help="settings of workbench.learn.fused to try, NAME=VALUE (MIN_TILES=4, PROGRAMS_PER_SM=1)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    from workbench.learn import fused
+    for item in args.fused_set:
+        name, value = item.split("=", 1)
+        if not hasattr(fused, name):
+            parser.error(f"--fused-set: workbench.learn.fused has no setting {name!r}")
+        setattr(fused, name, yaml.safe_load(value))
     device = torch.cuda.get_device_name() if args.target != "cpu" else platform.processor() or platform.machine()
     rows = []
     for n in args.num_envs:
