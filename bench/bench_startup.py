@@ -8,6 +8,11 @@ the caches (the env's compiled kernels, Triton's), the runs after it are timed w
 Prints RESULT lines (JSON): torch_import_s, then the workbench's import, make_trainer and the first
 `--iterations` iterations (configs/cartpole.yaml), `first_iteration_total_s` (the process's first line to
 the end of its first iteration), and `over_torch_s`, everything after torch's import.
+
+Python's bytecode cache counts among the warm caches: with PYTHONDONTWRITEBYTECODE set (some
+container images set it) every process compiles torch's sources again, about a second more; the
+summary's `bytecode_cache` says which was measured. `PYTHONPYCACHEPREFIX=/tmp/pyc` with that
+variable unset gives a read-only install a cache.
 """
 from __future__ import annotations
 
@@ -29,6 +34,8 @@ import workbench as wb
 from workbench.learn import config as cfg
 from workbench.learn.trainer import make_trainer
 imported = time.perf_counter()
+from workbench.learn import trainer as trainer_module
+trainer_module.WARM_UP_IN_BACKGROUND = sys.argv[3] == "1"
 config = cfg.replace(cfg.load_yaml("configs/cartpole.yaml"), target=sys.argv[1], log_every=10**9, run_dir=None)
 trainer = make_trainer(config)
 made = time.perf_counter()
@@ -52,27 +59,32 @@ def main():
     parser.add_argument("--target", default="cpu")
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--runs", type=int, default=5, help="timed runs after the one that warms the caches")
+    parser.add_argument("--no-warm-up", action="store_true",
+                        help="without the GPU warm-up thread (trainer.WARM_UP_IN_BACKGROUND), for comparison")
     parser.add_argument("--profile", type=int, default=0, metavar="LINES",
                         help="then one more process under cProfile: print its LINES top functions by cumulative time")
     args = parser.parse_args()
+    warm = "0" if args.no_warm_up else "1"
     rows = []
     for run in range(args.runs + 1):
-        out = subprocess.run([sys.executable, "-c", PROBE, args.target, str(args.iterations)], cwd=ROOT,
+        out = subprocess.run([sys.executable, "-c", PROBE, args.target, str(args.iterations), warm], cwd=ROOT,
                              capture_output=True, text=True, check=True).stdout
         row = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
         row["caches"] = "warming" if run == 0 else "warm"
-        print("RESULT " + json.dumps({"target": args.target, **row}), flush=True)
+        print("RESULT " + json.dumps({"target": args.target, "warm_up_thread": not args.no_warm_up, **row}), flush=True)
         if run:
             rows.append(row)
     keys = ("torch_import_s", "workbench_import_s", "make_trainer_s", "first_iteration_total_s", "iterations_s",
             "over_torch_s", "total_s")
-    print("RESULT " + json.dumps({"target": args.target, "median_of": len(rows),
-                                  **{k: round(statistics.median(r[k] for r in rows), 3) for k in keys}}))
+    if rows:
+        print("RESULT " + json.dumps({"target": args.target, "warm_up_thread": not args.no_warm_up, "median_of": len(rows),
+                                      "bytecode_cache": not sys.flags.dont_write_bytecode,
+                                      **{k: round(statistics.median(r[k] for r in rows), 3) for k in keys}}))
     if args.profile:
         with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as probe:
             probe.write(PROBE)
         out = subprocess.run([sys.executable, "-m", "cProfile", "-s", "cumulative", probe.name, args.target,
-                              str(args.iterations)], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+                              str(args.iterations), warm], cwd=ROOT, capture_output=True, text=True, check=True).stdout
         print("\n".join(out.splitlines()[:args.profile + 10]))
 
 

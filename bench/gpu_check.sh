@@ -159,7 +159,11 @@ for stage in $STAGES; do
       timed training_defaults python3 bench/bench_training.py --target cuda --num-envs 1000 10000 100000 1000000 \
         --iterations 5 --no-compile --solve --solve-repeats 3 --out "$LOGS/training_defaults.json" ;;
     startup)  # a new process to its first iterations, caches warm, against torch's own import (issue: <= 5 s)
-      timed startup_cuda python3 bench/bench_startup.py --target cuda --runs 3 --profile 45 ;;
+      timed startup_cuda env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=/tmp/pycache python3 bench/bench_startup.py \
+        --target cuda --runs 3 --profile 45
+      timed startup_cuda_no_warm_up env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=/tmp/pycache python3 \
+        bench/bench_startup.py --target cuda --runs 3 --no-warm-up
+      timed startup_cuda_no_bytecode_cache env PYTHONDONTWRITEBYTECODE=1 python3 bench/bench_startup.py --target cuda --runs 3 ;;
     scaling)
       GPUS=$(python3 -c "import torch; print(torch.cuda.device_count())")
       for n in $(seq 1 "$GPUS"); do

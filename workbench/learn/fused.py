@@ -143,6 +143,22 @@ def _kernels():
     return fused_kernels
 
 
+@functools.lru_cache(maxsize=1)
+def _rollout_kernels():
+    from . import fused_rollout_kernels
+    return fused_rollout_kernels
+
+
+def warm_up():
+    """Import Triton and the kernels' module and compute Triton's cache key (it hashes its 400 MB
+    library: about 0.4 s, the reads and the hashing free of the GIL), which the first launch would
+    do; a GPU run's start-up does it on a thread (trainer.warm_up_in_background)."""
+    if triton_missing() is None:
+        _rollout_kernels()
+        from triton.runtime.cache import triton_key
+        triton_key()
+
+
 class FusedGradients:
     """Computes one policy's minibatch gradient with the fused kernels (see the module's docstring).
 
@@ -280,7 +296,7 @@ class FusedPolicyStep:
         With obs_out [N, O] (the rollout buffer's step) the observations are stored there too, and the
         actions into env_action [E, A] (the env's action array) at the agents `agents` (a slice: the
         group's ids) of each replica."""
-        policy_step = _kernels().policy_step
+        policy_step = _rollout_kernels().policy_step
         obs = obs.contiguous()  # (one agent of several per replica is a strided view)
         rows = obs.shape[0] // self.members
         record = obs_out is not None
@@ -300,7 +316,7 @@ class FusedPolicyStep:
         terminated [T, E] -> final_values [T, E, A]: V(final observation) where a replica was
         truncated and not terminated at step t, else 0 (collection.Collector._final_values is the
         reference)."""
-        k = _kernels()
+        k = _rollout_kernels()
         T, E, A, O = final_obs.shape
         rows = E // self.members * A
         critic = self.params[6:]
@@ -413,7 +429,7 @@ class FusedStepRecord:
         """terminated, truncated [E], final_obs [E, A, O] or None, rewards [[E, A]]: the rollout's step t."""
         s, reward = self.store, rewards[0]
         per_member = self.E // self.members
-        _kernels().step_record[(self.members, -(-per_member // self.BLOCK))](
+        _rollout_kernels().step_record[(self.members, -(-per_member // self.BLOCK))](
             s["done"], s["terminated"], s["truncated"], s["final_obs"], s["reward"], s["last_return"],
             s["last_length"], terminated, truncated, final_obs if final_obs is not None else terminated, reward,
             self.stats.sums, per_member, self.sums_stride, A=self.A, AP=_pow2(self.A, 1), O=self.O,
@@ -428,6 +444,6 @@ class FusedUniform:
     def __call__(self, streams, n: int, site_term: int, offset: int):
         """[M, n] float32 uniforms of `streams` (site_term: the call site's hashed term)."""
         out = torch.empty((streams.members, n), dtype=torch.float32, device=streams.device)
-        _kernels().member_uniform[(streams.members, -(-n // self.BLOCK))](
+        _rollout_kernels().member_uniform[(streams.members, -(-n // self.BLOCK))](
             streams.keys, streams.counter, out, n, offset, site_term, BLOCK=self.BLOCK)
         return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ import torch
 from . import checkpoint as ckpt
 from . import config as cfg
 from . import distributed as dist_mod
-from . import interrupts, learners, population, trainer_state
+from . import fused, interrupts, learners, population, trainer_state
 from .algorithms import a2c, ddpg, ppo
 from .collection import Collector
 from .compiled import MaybeCompiled
@@ -345,12 +346,31 @@ class Trainer:
         return self
 
 
+WARM_UP_IN_BACKGROUND = True
+
+
+def warm_up_in_background(triton: bool):
+    """Create the CUDA context and warm Triton (fused.warm_up) on a thread while make_trainer builds
+    the env, whose numba kernels load meanwhile: both are start-up costs, the first mostly in the
+    driver. torch's lazy initialisation is locked, so the env's first CUDA call waits for it."""
+    def warm():
+        try:
+            torch.cuda.init()
+            if triton:
+                fused.warm_up()
+        except Exception:  # noqa: BLE001 - (the main thread then meets the same error, and reports it)
+            pass
+    threading.Thread(target=warm, name="workbench-gpu-warm-up", daemon=True).start()
+
+
 def make_trainer(config, policies=None, models=None, env=None, distributed: bool | None = None) -> Trainer:
     """Build the env named in `config` (on its target) and a trainer for it. Under torchrun
     (or distributed=True) this joins the process group first, so the env lands on this rank's GPU."""
     from ..runtime.env import make
     from ..compiler.targets import best_target
     target = best_target() if config.target == "auto" else config.target
+    if target != "cpu" and WARM_UP_IN_BACKGROUND and torch.cuda.is_available():
+        warm_up_in_background(getattr(config, "fused_kernels", False))
     seed = config.seed
     members, split = population.size(config), None
     if distributed or (distributed is None and dist_mod.launched_by_torchrun()):

@@ -5,6 +5,7 @@ A target is one small object (see `Target`); env code never names a target, so a
 """
 from __future__ import annotations
 
+import importlib
 from typing import Protocol
 
 import torch
@@ -35,21 +36,22 @@ class Target(Protocol):
     def compile(self, defn) -> Kernels: ...
 
 
-def _registry() -> dict:
-    from .cpu import CpuTarget
-    from .cuda import CudaTarget
-    from .cuda_c import CudaCTarget
-    return {"cpu": CpuTarget(), "cuda": CudaTarget(), "cuda-c": CudaCTarget()}
+# name -> (module, class): a target's module is imported when the target is first asked for (the
+# cpu target's numba machinery costs a GPU run's start-up about 0.4 s it has no use for)
+_CLASSES = {"cpu": (".cpu", "CpuTarget"), "cuda": (".cuda", "CudaTarget"), "cuda-c": (".cuda_c", "CudaCTarget")}
+_TARGETS: dict = {}
 
 
-_TARGETS: dict | None = None
+def target_named(name: str) -> Target:
+    """The target object `name` (one of _CLASSES), made on first use; no availability check."""
+    if name not in _TARGETS:
+        module, cls = _CLASSES[name]
+        _TARGETS[name] = getattr(importlib.import_module(module, __package__), cls)()
+    return _TARGETS[name]
 
 
 def all_targets() -> dict:
-    global _TARGETS
-    if _TARGETS is None:
-        _TARGETS = _registry()
-    return _TARGETS
+    return {name: target_named(name) for name in _CLASSES}
 
 
 def available_targets() -> list:
@@ -58,19 +60,18 @@ def available_targets() -> list:
 
 def get_target(name: str) -> Target:
     """The target called `name`, or a clear error naming the ones usable here."""
-    targets = all_targets()
-    if name not in targets:
-        raise TargetUnavailableError(f"unknown target '{name}'; targets are {list(targets)}")
-    reason = targets[name].availability()
+    if name not in _CLASSES:
+        raise TargetUnavailableError(f"unknown target '{name}'; targets are {list(_CLASSES)}")
+    reason = target_named(name).availability()
     if reason is not None:
         raise TargetUnavailableError(f"target '{name}' is not available: {reason}. "
                                      f"Available here: {available_targets()}")
-    return targets[name]
+    return target_named(name)
 
 
 def best_target() -> str:
     """'cuda' where a real GPU is present, else 'cpu'."""
     from .cuda import simulator_enabled
-    if not simulator_enabled() and all_targets()["cuda"].availability() is None:
+    if not simulator_enabled() and target_named("cuda").availability() is None:
         return "cuda"
     return "cpu"
