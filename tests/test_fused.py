@@ -162,6 +162,30 @@ def test_minibatch_moments_match_the_torch_path(moments):
     assert grads.minibatch_moments(order.view(M, 1, -1).repeat(1, 1, 11), moments) is None  # (too many rows)
 
 
+@pytest.mark.parametrize("nvec,dtype", [((5,), torch.float32), ((21, 21), torch.bfloat16), ((3, 7, 2), torch.float32)])
+def test_head_sample_matches_the_torch_path(nvec, dtype):
+    """Discrete and MultiDiscrete sampling in one launch: the torch path's actions (the Gumbel-max
+    trick on the same noise) and log-probabilities."""
+    from workbench.compiler.envdef import MultiDiscrete
+    from workbench.learn.compiled import policy_step
+    head = ActionHead(Discrete(nvec[0]) if len(nvec) == 1 else MultiDiscrete(list(nvec))).to(DEVICE)
+    N, D = 300, sum(nvec)  # (a partial last block)
+    g = torch.Generator().manual_seed(6)
+    out = (3 * torch.randn(N, D, generator=g)).to(DEVICE, dtype)
+    noise = torch.rand(N, D, generator=g).to(DEVICE)
+    noise[0, 0] = 0.0  # (kept off 0, as the torch path does)
+
+    class Fixed(torch.nn.Module):
+        def forward(self, obs):
+            return out, torch.zeros(N, device=DEVICE)
+    ref_actions, ref_logp, _ = policy_step(Fixed(), head, None, None, noise, False)
+    actions = torch.full((N,) + head.act_shape, -1, dtype=torch.long, device=DEVICE)
+    logp = torch.zeros(N, device=DEVICE)
+    fused.FusedHeadSample(head, DEVICE)(out, noise, actions, logp)
+    assert torch.equal(actions, ref_actions.reshape(actions.shape))
+    torch.testing.assert_close(logp, ref_logp, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.skipif(not GPU, reason="bf16 dots and tanh.approx.f32 are the GPU's (the interpreter has neither)")
 @pytest.mark.parametrize("tanh_approx", [True, False])
 def test_bf16_kernels_close_to_fp32(monkeypatch, tanh_approx):
@@ -308,6 +332,28 @@ def test_trainer_with_fused_kernels_matches_torch_path(algorithm, seeds):
             for key in ("policy_loss/shared", "value_loss/shared", "entropy/shared", "return/shared",
                         "episode_length", "episodes"):
                 assert fr[key] == pytest.approx(tr_[key], rel=1e-3, abs=1e-5, nan_ok=True), key
+
+
+def test_tag_trainer_with_the_head_kernel_matches_torch_path():
+    """Two policies with MultiDiscrete heads (outside the fused policy step): their sampling in one
+    launch learns what the torch path learns."""
+    import workbench as wb
+    results = []
+    for on in (True, False):
+        config = wb.A2CConfig(env="tag_continuous", target="cuda" if GPU else "cpu", num_envs=4, rollout_length=8,
+                              total_env_steps=4 * 8 * 3, hidden_sizes=(16, 16), precision="fp32", fused_kernels=on,
+                              seed=3, env_params=dict(num_taggers=2, num_runners=3, num_other_agents_observed=2,
+                                                      episode_length=10))
+        trainer = wb.make_trainer(config)
+        assert (trainer.collector._head_sample is not None) == on and not trainer.fused
+        results.append(trainer.train(progress=False).history)
+    compared = set()
+    for fused_row, torch_row in zip(*results):
+        for key, value in fused_row.items():
+            if key.split("/")[0] in ("policy_loss", "value_loss", "entropy", "return"):
+                assert value == pytest.approx(torch_row[key], rel=1e-4, abs=1e-6, nan_ok=True), key
+                compared.add(key)
+    assert {"policy_loss/taggers", "policy_loss/runners"} <= compared
 
 
 @pytest.mark.parametrize("max_norm", [None, 0.5, "per_member"])

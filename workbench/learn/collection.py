@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from . import fused
-from .compiled import MaybeCompiled, act_and_record, value_step
+from .compiled import MaybeCompiled, act_and_record, forward, value_step
 from .members import member_rows
 from .rollout import advantages, chunks, gae
 
@@ -79,8 +79,12 @@ class Collector:
         self._fused_record = (fused.FusedStepRecord(self.store, tr.episode_stats, tr.M)
                               if tr.algorithm != "ddpg" and self._fused_step
                               and fused.FusedStepRecord.applies(tr, tr.groups, tr.episode_stats) else None)
+        # the other policies' sampling in one launch, when torch.compile does not fuse it already
+        kernels = getattr(tr.config, "fused_kernels", False) and not fused.kernels_unsupported(tr.device)
+        self._head_sample = (fused.FusedHeadSample(tr.head, tr.device) if kernels and not compile_on
+                             and tr.algorithm != "ddpg" and fused.FusedHeadSample.serves(tr.head) else None)
         self._fused_gae = None
-        if tr.algorithm != "ddpg" and getattr(tr.config, "fused_kernels", False) and not fused.kernels_unsupported(tr.device):
+        if tr.algorithm != "ddpg" and kernels:
             self._fused_gae = fused.FusedGAE(tr.hp.per_replica("gamma", tr.E_member),
                                              tr.hp.per_replica("gae_lambda", tr.E_member), tr.device)
 
@@ -184,9 +188,16 @@ class Collector:
             recorded = dict(obs_out=buf.obs[t], env_action=self.store["action"], agents=g.slice) if record else {}
             return self._fused_step[g.name](obs.reshape(-1, tr.obs_dim), noise, buf.actions[t], buf.logp[t],
                                             buf.values[t], **recorded)
+        model, central = tr.rollout_models[g.name], g.name in tr.central
+        if self._head_sample is not None:
+            with tr.autocast():
+                out, value = forward(model, obs.reshape(-1, tr.obs_dim), state, central)
+            self._head_sample(out, noise, buf.actions[t], buf.logp[t])
+            buf.values[t].copy_(value.reshape(buf.values[t].shape))
+            return buf.actions[t].reshape((-1,) + tr.head.act_shape)
         with tr.autocast():
-            return self._act_and_record(tr.rollout_models[g.name], tr.head, obs.reshape(-1, tr.obs_dim), state,
-                                        noise, g.name in tr.central, buf.actions[t], buf.logp[t], buf.values[t])
+            return self._act_and_record(model, tr.head, obs.reshape(-1, tr.obs_dim), state, noise, central,
+                                        buf.actions[t], buf.logp[t], buf.values[t])
 
     def step_outcome(self, terminated, truncated, final_obs, rewards: list):
         """After an env step: its terminations and truncations [E], final observations [E, A, O] (when

@@ -33,21 +33,25 @@ class MaybeCompiled:
         return self.fn(*args, **kwargs)
 
 
+def forward(model, obs, state, central: bool):
+    """The policy's head output [N, D] and the values ([N], or [E, n] from the joint states [E, S]
+    of a centralised critic) of obs [N, O]."""
+    if central:
+        return model.actor(obs), model.values(state)
+    return model(obs)
+
+
 def policy_step(model, head, obs, state, noise, central: bool):
     """One policy step for a group: obs [N, O] (state [E, S] for a centralised critic), noise [N, D]
     (uniform for discrete heads, normal for Gaussian ones) -> actions [N, ...], log pi(a|s) [N],
     values ([N] or [E, n])."""
-    if central:
-        out, value = model.actor(obs), model.values(state)
-    else:
-        out, value = model(obs)
+    out, value = forward(model, obs, state, central)
     out = out.float()
     log_std = getattr(model, "log_std", None)
     if head.kind != "gaussian":
         noise = noise.clamp(1e-10, 1.0)  # uniform draws for the Gumbel trick: log(-log(0)) is inf
     actions = head.sample(out, log_std, noise)
-    logp, _ = head.log_prob_entropy(out, log_std, actions)
-    return actions, logp, value.float()
+    return actions, head.log_prob(out, log_std, actions), value.float()
 
 
 def act_and_record(model, head, obs, state, noise, central: bool, actions_out, logp_out, values_out):

@@ -328,6 +328,36 @@ class FusedPolicyStep:
                 STACKED=int(self.stacked), DOT=self.dot, TANH=_tanh_mode(self.dot), **_launch_options())
 
 
+class FusedHeadSample:
+    """The sampling of a discrete or MultiDiscrete head in one launch where the torch path takes
+    about twenty (the Gumbel noise, each head's argmax and log-softmax, their sums, the copies into
+    the rollout buffer): for policies outside FusedPolicyStep's scope (wider layers, a custom
+    model, several heads), whose forward pass stays torch's."""
+    BLOCK = 64
+
+    def __init__(self, head, device):
+        splits = head.splits if head.kind == "multi" else [head.out_dim]
+        self.heads, self.D = len(splits), head.out_dim
+        bounds = [0]
+        for n in splits:
+            bounds.append(bounds[-1] + n)
+        self.starts = torch.tensor(bounds, dtype=torch.int32, device=device)
+
+    @staticmethod
+    def serves(head) -> bool:
+        return head.kind in ("discrete", "multi") and head.out_dim <= 1024
+
+    def __call__(self, out, noise, actions_out, logp_out):
+        """out [N, D] head outputs, noise [N, D] uniform -> actions into actions_out (N x heads int64
+        elements, contiguous) and log pi(a|s) into logp_out (N, contiguous)."""
+        rows = out.shape[0]
+        if out.stride(1) != 1:
+            out = out.contiguous()
+        _rollout_kernels().head_sample[(-(-rows // self.BLOCK),)](
+            out, out.stride(0), noise, self.starts, actions_out, logp_out, rows, HEADS=self.heads, D=self.D,
+            DP=_pow2(self.D, 1), BLOCK=self.BLOCK)
+
+
 def kernels_unsupported(device) -> str | None:
     if device.type != "cuda" and not interpreted():
         return "the fused kernels run on GPUs"

@@ -137,3 +137,36 @@ def member_uniform(keys, counter, out, n, offset, site_term, BLOCK: tl.constexpr
     index = ((i + offset).to(tl.int64) * 0x9E3779B9) & 0xFFFFFFFF
     bits = mix32((member + index) & 0xFFFFFFFF)
     tl.store(out + m * n + i, ((bits >> 8).to(tl.float32) + 0.5) * 5.9604644775390625e-08, mask=ok)
+
+
+@triton.jit
+def head_sample(out, out_stride, noise, starts, actions, logp, rows, HEADS: tl.constexpr, D: tl.constexpr,
+                DP: tl.constexpr, BLOCK: tl.constexpr):
+    """Discrete and MultiDiscrete heads: for rows [BLOCK] of head outputs out [N, D] (any float
+    type) and uniform noise [N, D], each head h's action (columns [starts[h], starts[h + 1])) by
+    the Gumbel-max trick, its index within the head into actions [N, HEADS], and log pi(a|s) summed
+    over the heads into logp [N] (compiled.policy_step with ActionHead.sample and log_prob is the
+    reference)."""
+    r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    valid = r < rows
+    cols = tl.arange(0, DP)
+    ok = valid[:, None] & (cols[None, :] < D)
+    x = tl.load(out + r[:, None].to(tl.int64) * out_stride + cols[None, :], mask=ok, other=0.0).to(tl.float32)
+    u = tl.load(noise + r[:, None].to(tl.int64) * D + cols[None, :], mask=ok, other=0.5)
+    u = tl.minimum(tl.maximum(u, 1e-10), 1.0)
+    perturbed = x - tl.log(-tl.log(u))
+    total = tl.zeros((BLOCK,), tl.float32)
+    for h in tl.static_range(HEADS):
+        first = tl.load(starts + h)
+        last = tl.load(starts + h + 1)
+        inside = (cols[None, :] >= first) & (cols[None, :] < last)
+        p = tl.where(inside, perturbed, -float("inf"))
+        best = tl.max(p, 1)
+        action = tl.min(tl.where(inside & (p == best[:, None]), cols[None, :], DP), 1)  # the first maximum
+        logits = tl.where(inside, x, -float("inf"))
+        top = tl.max(logits, 1)
+        lse = top + tl.log(tl.sum(tl.where(inside, tl.exp(logits - top[:, None]), 0.0), 1))
+        chosen = tl.sum(tl.where(cols[None, :] == action[:, None], x, 0.0), 1)
+        total += chosen - lse
+        tl.store(actions + r.to(tl.int64) * HEADS + h, (action - first).to(tl.int64), mask=valid)
+    tl.store(logp + r, total, mask=valid)

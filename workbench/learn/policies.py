@@ -95,6 +95,15 @@ class ActionHead:
             return torch.stack([p.argmax(-1) for p in out.split(self.splits, dim=-1)], -1)
         return out
 
+    def log_prob(self, out, log_std, actions):
+        """log pi(a|s) [N] of `actions` under head output `out` (the rollout's: no entropy)."""
+        if self.kind == "discrete":
+            return torch.log_softmax(out, dim=-1).gather(-1, actions.long().reshape(-1, 1)).squeeze(-1)
+        if self.kind == "multi":
+            return sum(torch.log_softmax(part, dim=-1).gather(-1, actions[:, i].long().reshape(-1, 1)).squeeze(-1)
+                       for i, part in enumerate(out.split(self.splits, dim=-1)))
+        return self.log_prob_entropy(out, log_std, actions)[0]
+
     def log_prob_entropy(self, out, log_std, actions):
         """log pi(a|s) [N] and entropy [N] of `actions` under head output `out`."""
         if self.kind == "discrete":
