@@ -255,6 +255,20 @@ def test_a_seed_trains_to_the_same_bits_twice_on_the_gpu(num_envs):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_tf32_is_on_only_while_a_bf16_trainer_computes():
+    """torch's TF32 flags are the process's: a bf16 trainer turns them on for its own iterations and
+    leaves the user's setting as it was (fp32 work elsewhere in the process stays fp32)."""
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    trainer = wb.make_trainer(ppo_cartpole(target="cuda", num_envs=64, precision="bf16", log_every=10**6))
+    seen = []
+    rollout = trainer.collector.rollout
+    trainer.collector.rollout = lambda: (seen.append(torch.backends.cuda.matmul.allow_tf32), rollout())[1]
+    trainer.train(num_iterations=3)  # eager, captured, replayed
+    assert seen and all(seen)
+    assert torch.backends.cuda.matmul.allow_tf32 is False and torch.backends.cudnn.allow_tf32 is False
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_learner_memory_stays_within_its_bound_on_the_gpu():
     """A2C on Tag with a small learner_memory_gb: the batch is processed in chunks and the peak of an
     iteration stays within the rollout buffers plus the bound (and a fixed allowance)."""

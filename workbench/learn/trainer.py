@@ -84,9 +84,6 @@ class Trainer:
         self.hp = population.Hyper(config, self.members, self.device)
         self.streams = learners.member_streams(self, [m.seed + 1 for m in self.members])
         self.precision = resolve_precision(config.precision, self.device)
-        if self.device.type == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = self.precision in ("tf32", "bf16")
-            torch.backends.cudnn.allow_tf32 = self.precision in ("tf32", "bf16")
         self.obs_dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32
         self._set_centralised_critics(config.centralised_critic)
         self.head = ActionHead(env.action_space).to(self.device)
@@ -152,6 +149,20 @@ class Trainer:
         self.state_dim = self.obs_dim * self.env.num_agents if self.central else 0
 
     # -- one iteration ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def math_mode(self):
+        """TF32 matmuls (fp32 ones, beside bf16 autocast's) for tf32 and bf16 runs on GPUs, only while
+        the trainer computes: torch's flags are the whole process's, so the user's stand outside."""
+        if self.device.type != "cuda":
+            yield
+            return
+        before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = self.precision in ("tf32", "bf16")
+        try:
+            yield
+        finally:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
     def run_iteration(self, total_iterations: int | None = None):
         """One training iteration: the learning rate's annealing step, then collection, advantages
         and the algorithm's update (replayed from the CUDA graph once captured); its statistics are
@@ -159,7 +170,8 @@ class Trainer:
         the budget's)."""
         learners.anneal(self, total_iterations or self.total_iterations())
         body = self._ddpg_iteration if self.algorithm == "ddpg" else self._on_policy_iteration
-        self.graph.run(body, self.why_not_graphed())
+        with self.math_mode():
+            self.graph.run(body, self.why_not_graphed())
         if self.algorithm == "ddpg":
             for g in self.groups:
                 self.buffers[g.name].advance_host_size(self.T)
