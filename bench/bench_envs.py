@@ -1,7 +1,8 @@
 """Env-steps/s against num_envs for each target and env, with gymnasium's vector envs as the baseline.
 
 Each cell: make the env (compile time reported apart), warm up, then `--repeats` timed batches of
-(random actions sampled on the device with env.sample_actions() + env.step()), each batch
+(random actions sampled on the device with env.sample_actions() + env.step(); `--actions graph`:
+env.random_steps(), blocks of those steps replayed from one CUDA graph), each batch
 bracketed by a device synchronisation; the median is reported. An env-step is one replica step
 (all its agents); agent-steps/s = env-steps/s x num_agents.
 
@@ -38,9 +39,15 @@ def bench_workbench(name, target, num_envs, args, params) -> dict:
     env = wb.make(name, num_envs=num_envs, target=target, seed=0, **params)
     row["make_s"] = time.perf_counter() - start  # includes the kernel compile on first use
     row["num_agents"] = env.num_agents
+    per_call = 1
     if args.actions == "sample":
         def step():
             env.step(env.sample_actions())
+    elif args.actions == "graph":  # blocks of random steps replayed from one CUDA graph, as a jit'd scan runs them
+        per_call = env.RANDOM_BLOCK
+
+        def step():
+            env.random_steps(per_call)
     else:
         env.sample_actions()
 
@@ -50,7 +57,8 @@ def bench_workbench(name, target, num_envs, args, params) -> dict:
         step()
     inner = C.calls_for(step, env.device, args.min_time, args.max_steps, floor=3)
     median, times = C.median_seconds(step, env.device, args.repeats, inner)
-    row.update(steps_per_repeat=inner, s_per_step=median, all_s_per_step=times,
+    median, times = median / per_call, [t / per_call for t in times]
+    row.update(actions=args.actions, steps_per_repeat=inner * per_call, s_per_step=median, all_s_per_step=times,
                env_steps_per_s=num_envs / median, agent_steps_per_s=num_envs * env.num_agents / median)
     del env
     gc.collect()
@@ -98,8 +106,10 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--min-time", type=float, default=0.2, help="seconds per timed batch (steps are chosen to fill it)")
     parser.add_argument("--max-steps", type=int, default=2000, help="at most this many steps per timed batch")
-    parser.add_argument("--actions", choices=("sample", "fixed"), default="sample",
-                        help="sample: env.sample_actions() every step (default); fixed: the step kernel alone")
+    parser.add_argument("--actions", choices=("sample", "graph", "fixed"), default="sample",
+                        help="sample: env.sample_actions() then env.step() from Python every step (default); graph: "
+                             "env.random_steps(), the same steps replayed in blocks from one CUDA graph; fixed: "
+                             "the step kernel alone")
     parser.add_argument("--param", action="append", metavar="KEY=VALUE", help="env parameter override")
     parser.add_argument("--gym-num-envs", nargs="*", type=C.count, default=[16, 256],
                         help="gymnasium vector env sizes (empty: no baseline)")

@@ -7,6 +7,7 @@
 #     bash bench/gpu_check.sh population               # populations beside PureJaxRL (with .peers/ carried)
 #     bash bench/gpu_check.sh training                 # CartPole PPO, default settings, beside PureJaxRL (.peers/)
 #     bash bench/gpu_check.sh startup                  # a new process to its first iterations
+#     bash bench/gpu_check.sh envonly                  # env-only CartPole beside gymnax (.peers/)
 # Results land in $OUT (default ./gpu_out): summary.md (the table, last), results.tar.gz (logs, JSON),
 # and from the tests stage gpu-record.md (commit, device, date, counts, failing tests): copy it to
 # docs/gpu-record.md and commit it (set WORKBENCH_COMMIT=<sha> when this tree is a copy: its .git may be
@@ -158,6 +159,18 @@ for stage in $STAGES; do
       fi
       timed training_defaults python3 bench/bench_training.py --target cuda --num-envs 1000 10000 100000 1000000 \
         --iterations 5 --no-compile --solve --solve-repeats 3 --out "$LOGS/training_defaults.json" ;;
+    envonly)  # env-only CartPole (random actions, auto-reset) beside gymnax's jit'd scan in the same run
+              # (needs .peers/): ours from Python step by step, and env.random_steps' graphs of steps
+      if [ -f .peers/purejaxrl_bench.py ]; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/pj .peers/wheels/gymnax-*.whl \
+          .peers/wheels/gymnasium-*.whl .peers/wheels/farama_notifications-*.whl > /dev/null 2>&1
+        timed peer_gymnax_envonly env PYTHONPATH=/tmp/pj python3 .peers/purejaxrl_bench.py envonly 1000 10000 100000 \
+          1000000 10000000
+      fi
+      timed envonly_graph python3 bench/bench_envs.py --envs cartpole --targets cuda --num-envs 1e3 1e4 1e5 1e6 1e7 \
+        --actions graph --gym-num-envs --out "$LOGS/envonly_graph.json"
+      timed envonly_sample python3 bench/bench_envs.py --envs cartpole --targets cuda --num-envs 1e3 1e4 1e5 1e6 1e7 \
+        --gym-num-envs --out "$LOGS/envonly_sample.json" ;;
     startup)  # a new process to its first iterations, caches warm, against torch's own import (issue: <= 5 s)
       timed startup_cuda env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=/tmp/pycache python3 bench/bench_startup.py \
         --target cuda --runs 3 --profile 45
@@ -173,7 +186,7 @@ for stage in $STAGES; do
           --env tag_continuous --num-envs 1000 --param num_taggers=10 --param num_runners=100 \
           --out "$LOGS/scaling_tag_continuous_${n}.json"
       done ;;
-    *) echo "unknown stage '$stage' (tests, check, sanitize, bench, learner, population, training, notebooks, startup, scaling)"; exit 2 ;;
+    *) echo "unknown stage '$stage' (tests, check, sanitize, bench, learner, population, training, notebooks, startup, envonly, scaling)"; exit 2 ;;
   esac
 done
 

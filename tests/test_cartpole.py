@@ -57,3 +57,22 @@ def test_same_seed_same_start_different_seed_differs():
     assert torch.equal(a.data["theta"], b.data["theta"])
     assert not torch.equal(a.data["theta"], c.data["theta"])
     assert len(set(a.data["theta"].tolist())) == 16  # every replica starts from its own state
+
+
+@pytest.mark.parametrize("env_name", ["cartpole", "pendulum"])  # integer and continuous draws
+def test_random_steps_take_the_steps_a_loop_takes(target, env_name):
+    """Env.random_steps (on a GPU: blocks of steps replayed from one CUDA graph) leaves every array as
+    the loop `step(sample_actions())` does, from the same seed."""
+    n, steps = tiny(256, 4), wb.Env.RANDOM_BLOCK * 2 + 5
+    mine = wb.make(env_name, num_envs=n, target=target, seed=3)
+    theirs = wb.make(env_name, num_envs=n, target=target, seed=3)
+    obs, reward, done, info = mine.random_steps(steps)
+    for _ in range(steps):
+        theirs.step(theirs.sample_actions())
+    for key, value in mine.store.items():
+        assert torch.equal(value, theirs.store[key]), key
+    assert obs is mine.store["obs"] and done.dtype == torch.bool
+    mine.random_steps(1)
+    assert not torch.equal(mine.store["obs"], theirs.store["obs"])  # (it stepped)
+    with pytest.raises(ValueError, match="random_steps: steps must be a positive integer, got 0"):
+        mine.random_steps(0)

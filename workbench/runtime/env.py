@@ -76,6 +76,7 @@ class Env:
             "episode_length": self.store["last_length"],
         }
         self._step_graph = None  # ((seed, span), CUDAGraph) of one step launch, GPU targets only
+        self._random_graph = None  # ((seed, span), CUDAGraph) of RANDOM_BLOCK random steps (random_steps)
         self._generator = torch.Generator(device=self.device)
         self._generator.manual_seed(self.seed)
         self._uniform = None
@@ -197,20 +198,60 @@ class Env:
         if isinstance(space, Discrete):
             torch.randint(0, space.n, buf.shape, generator=self._generator, out=buf, device=self.device)
             return buf
-        if self._uniform is None:
-            self._uniform = torch.empty(buf.shape, dtype=torch.float32, device=self.device)
-            if isinstance(space, MultiDiscrete):
-                self._scale = torch.tensor(space.nvec, dtype=torch.float32, device=self.device)
-                self._offset = torch.zeros_like(self._scale)
-            else:
-                low, high = _finite_bounds(space, self.device)
-                self._scale, self._offset = high - low, low
+        self._sampling_buffers()
         torch.rand(buf.shape, generator=self._generator, out=self._uniform, device=self.device)
         self._uniform.mul_(self._scale).add_(self._offset)
         if isinstance(space, MultiDiscrete):
             self._uniform.floor_()
         buf.copy_(self._uniform)
         return buf
+
+    def _sampling_buffers(self):
+        """sample_actions' uniforms and the space's scale and offset, made on first use."""
+        if self._uniform is not None or isinstance(self.action_space, Discrete):
+            return
+        space = self.action_space
+        self._uniform = torch.empty(self.store["action"].shape, dtype=torch.float32, device=self.device)
+        if isinstance(space, MultiDiscrete):
+            self._scale = torch.tensor(space.nvec, dtype=torch.float32, device=self.device)
+            self._offset = torch.zeros_like(self._scale)
+        else:
+            low, high = _finite_bounds(space, self.device)
+            self._scale, self._offset = high - low, low
+
+    RANDOM_BLOCK = 32  # random steps per CUDA graph replay (random_steps)
+
+    def random_steps(self, steps: int):
+        """`steps` steps of every replica with uniformly random actions (sample_actions, then step):
+        a random policy's rollout, for baselines and benchmarks. On GPUs, blocks of RANDOM_BLOCK
+        steps replay one CUDA graph, so a step costs its two kernels' device time rather than two
+        launches from Python; the same numbers as the loop. Returns step()'s (obs, reward, done,
+        info) after the last step."""
+        if int(steps) != steps or steps < 1:
+            raise ValueError(f"random_steps: steps must be a positive integer, got {steps!r}")
+        block, left = self.RANDOM_BLOCK, int(steps)
+        graphed = (self.step_graphs and self.device.type == "cuda" and self.recorder is None and not self.debug
+                   and not torch.cuda.is_current_stream_capturing())
+        if graphed and left >= block:
+            if self._action_check.pending:
+                self._action_check.report()
+            key = (self.seed, self.replicas_per_seed)
+            if self._random_graph is None or self._random_graph[0] != key:
+                self._sampling_buffers()  # (made before the capture, without drawing)
+                graph = torch.cuda.CUDAGraph()
+                graph.register_generator_state(self._generator)
+                with torch.cuda.graph(graph):
+                    for _ in range(block):
+                        self.sample_actions()
+                        self.kernels.step(*self._scalars(), self._views)
+                self._random_graph = (key, graph)
+            while left >= block:
+                self._random_graph[1].replay()
+                self._clock += block
+                left -= block
+        for _ in range(left):
+            self.step(self.sample_actions())
+        return self.store["obs"], self.store["reward"], self._done, self.info
 
     def _accept_actions(self, actions):
         buf = self.store["action"]
@@ -269,7 +310,7 @@ class Env:
         else:
             if self.terminal.assign(recorder.distinct):
                 self._views = self._kernel_views()
-                self._step_graph = None
+                self._step_graph = self._random_graph = None
             self._detached = None
         self._recorder = recorder
 
