@@ -149,20 +149,6 @@ class Trainer:
         self.state_dim = self.obs_dim * self.env.num_agents if self.central else 0
 
     # -- one iteration ------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def math_mode(self):
-        """TF32 matmuls (fp32 ones, beside bf16 autocast's) for tf32 and bf16 runs on GPUs, only while
-        the trainer computes: torch's flags are the whole process's, so the user's stand outside."""
-        if self.device.type != "cuda":
-            yield
-            return
-        before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = self.precision in ("tf32", "bf16")
-        try:
-            yield
-        finally:
-            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
-
     def run_iteration(self, total_iterations: int | None = None):
         """One training iteration: the learning rate's annealing step, then collection, advantages
         and the algorithm's update (replayed from the CUDA graph once captured); its statistics are
@@ -170,7 +156,7 @@ class Trainer:
         the budget's)."""
         learners.anneal(self, total_iterations or self.total_iterations())
         body = self._ddpg_iteration if self.algorithm == "ddpg" else self._on_policy_iteration
-        with self.math_mode():
+        with tf32_while_computing(self.device, self.precision):
             self.graph.run(body, self.why_not_graphed())
         if self.algorithm == "ddpg":
             for g in self.groups:
@@ -356,6 +342,21 @@ class Trainer:
         """Resume from a checkpoint written by `save` for the same env and policy map."""
         trainer_state.restore(self, ckpt.load(path), path, restore_env)
         return self
+
+
+@contextlib.contextmanager
+def tf32_while_computing(device, precision: str):
+    """TF32 matmuls (fp32 ones, beside bf16 autocast's) for tf32 and bf16 runs on GPUs, only while a
+    trainer computes: torch's flags are the whole process's, so the user's stand outside."""
+    if device.type != "cuda":
+        yield
+        return
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = precision in ("tf32", "bf16")
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
 WARM_UP_IN_BACKGROUND = True

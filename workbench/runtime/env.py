@@ -8,6 +8,7 @@ import torch
 
 from ..compiler.envdef import Box, Discrete, EnvDefinition, MultiDiscrete
 from ..errors import ActionError, NonFiniteError, WorkbenchError
+from .random_actions import RandomActions
 from .recorder import TerminalCopies, TrajectoryRecorder
 from .store import DataStore, check_fits
 from ..compiler.targets import get_target
@@ -76,10 +77,9 @@ class Env:
             "episode_length": self.store["last_length"],
         }
         self._step_graph = None  # ((seed, span), CUDAGraph) of one step launch, GPU targets only
-        self._random_graph = None  # ((seed, span), CUDAGraph) of RANDOM_BLOCK random steps (random_steps)
         self._generator = torch.Generator(device=self.device)
         self._generator.manual_seed(self.seed)
-        self._uniform = None
+        self._random = RandomActions(self)
         self._action_check = ActionCheck(defn.action, tuple(self.store["action"].shape), self.device,
                                          deferred=self.device.type == "cuda" and not debug)
         self._recorder: TrajectoryRecorder | None = None
@@ -193,33 +193,9 @@ class Env:
 
     def sample_actions(self) -> torch.Tensor:
         """Uniformly random actions for every agent, drawn on the device into the action array."""
-        buf = self.store["action"]
-        space = self.action_space
-        if isinstance(space, Discrete):
-            torch.randint(0, space.n, buf.shape, generator=self._generator, out=buf, device=self.device)
-            return buf
-        self._sampling_buffers()
-        torch.rand(buf.shape, generator=self._generator, out=self._uniform, device=self.device)
-        self._uniform.mul_(self._scale).add_(self._offset)
-        if isinstance(space, MultiDiscrete):
-            self._uniform.floor_()
-        buf.copy_(self._uniform)
-        return buf
+        return self._random.draw()
 
-    def _sampling_buffers(self):
-        """sample_actions' uniforms and the space's scale and offset, made on first use."""
-        if self._uniform is not None or isinstance(self.action_space, Discrete):
-            return
-        space = self.action_space
-        self._uniform = torch.empty(self.store["action"].shape, dtype=torch.float32, device=self.device)
-        if isinstance(space, MultiDiscrete):
-            self._scale = torch.tensor(space.nvec, dtype=torch.float32, device=self.device)
-            self._offset = torch.zeros_like(self._scale)
-        else:
-            low, high = _finite_bounds(space, self.device)
-            self._scale, self._offset = high - low, low
-
-    RANDOM_BLOCK = 32  # random steps per CUDA graph replay (random_steps)
+    RANDOM_BLOCK = RandomActions.BLOCK  # random steps per CUDA graph replay (random_steps)
 
     def random_steps(self, steps: int):
         """`steps` steps of every replica with uniformly random actions (sample_actions, then step):
@@ -227,31 +203,7 @@ class Env:
         steps replay one CUDA graph, so a step costs its two kernels' device time rather than two
         launches from Python; the same numbers as the loop. Returns step()'s (obs, reward, done,
         info) after the last step."""
-        if int(steps) != steps or steps < 1:
-            raise ValueError(f"random_steps: steps must be a positive integer, got {steps!r}")
-        block, left = self.RANDOM_BLOCK, int(steps)
-        graphed = (self.step_graphs and self.device.type == "cuda" and self.recorder is None and not self.debug
-                   and not torch.cuda.is_current_stream_capturing())
-        if graphed and left >= block:
-            if self._action_check.pending:
-                self._action_check.report()
-            key = (self.seed, self.replicas_per_seed)
-            if self._random_graph is None or self._random_graph[0] != key:
-                self._sampling_buffers()  # (made before the capture, without drawing)
-                graph = torch.cuda.CUDAGraph()
-                graph.register_generator_state(self._generator)
-                with torch.cuda.graph(graph):
-                    for _ in range(block):
-                        self.sample_actions()
-                        self.kernels.step(*self._scalars(), self._views)
-                self._random_graph = (key, graph)
-            while left >= block:
-                self._random_graph[1].replay()
-                self._clock += block
-                left -= block
-        for _ in range(left):
-            self.step(self.sample_actions())
-        return self.store["obs"], self.store["reward"], self._done, self.info
+        return self._random.steps(steps)
 
     def _accept_actions(self, actions):
         buf = self.store["action"]
@@ -310,7 +262,7 @@ class Env:
         else:
             if self.terminal.assign(recorder.distinct):
                 self._views = self._kernel_views()
-                self._step_graph = self._random_graph = None
+                self._step_graph = self._random.graph = None
             self._detached = None
         self._recorder = recorder
 
@@ -469,15 +421,6 @@ def _replicas_per_seed(value, num_envs: int) -> int:
         raise WorkbenchError(f"replicas_per_seed must divide num_envs={num_envs}, got {value!r}; "
                              f"use a divisor of num_envs or num_envs = blocks * replicas_per_seed")
     return int(value)
-
-
-def _finite_bounds(space: Box, device) -> tuple:
-    """(low, high) as device tensors broadcastable to [E, A, n]."""
-    low = np.broadcast_to(np.asarray(space.low, dtype=np.float32), space.shape)
-    high = np.broadcast_to(np.asarray(space.high, dtype=np.float32), space.shape)
-    if not (np.isfinite(low).all() and np.isfinite(high).all()):
-        raise WorkbenchError("random continuous actions need finite Box bounds")
-    return torch.tensor(low.copy(), device=device), torch.tensor(high.copy(), device=device)
 
 
 def make(name: str, num_envs: int = 1, *, target: str | None = None, seed: int = 0, debug: bool = False,

@@ -1,0 +1,85 @@
+"""Uniformly random actions on the device (Env.sample_actions), and a random policy's steps
+(Env.random_steps), on GPUs replayed in blocks from one CUDA graph."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..compiler.envdef import Box, Discrete, MultiDiscrete
+from ..errors import WorkbenchError
+
+
+class RandomActions:
+    """An env's random actions, drawn from its own generator (env._generator, which checkpoints and
+    evaluation save and restore) into its action array."""
+    BLOCK = 32  # random steps per CUDA graph replay
+
+    def __init__(self, env):
+        self.env = env
+        self.uniform = self.scale = self.offset = None  # a Box's or MultiDiscrete's, made on first use
+        self.graph = None  # ((seed, span), CUDAGraph) of BLOCK random steps; None after the env's arrays move
+
+    def _buffers(self):
+        env, space = self.env, self.env.action_space
+        if self.uniform is not None or isinstance(space, Discrete):
+            return
+        self.uniform = torch.empty(env.store["action"].shape, dtype=torch.float32, device=env.device)
+        if isinstance(space, MultiDiscrete):
+            self.scale = torch.tensor(space.nvec, dtype=torch.float32, device=env.device)
+            self.offset = torch.zeros_like(self.scale)
+        else:
+            low, high = finite_bounds(space, env.device)
+            self.scale, self.offset = high - low, low
+
+    def draw(self) -> torch.Tensor:
+        """Uniformly random actions for every agent into the env's action array (returned)."""
+        env, space = self.env, self.env.action_space
+        buf = env.store["action"]
+        if isinstance(space, Discrete):
+            torch.randint(0, space.n, buf.shape, generator=env._generator, out=buf, device=env.device)
+            return buf
+        self._buffers()
+        torch.rand(buf.shape, generator=env._generator, out=self.uniform, device=env.device)
+        self.uniform.mul_(self.scale).add_(self.offset)
+        if isinstance(space, MultiDiscrete):
+            self.uniform.floor_()
+        buf.copy_(self.uniform)
+        return buf
+
+    def steps(self, steps: int):
+        """Env.random_steps."""
+        env = self.env
+        if int(steps) != steps or steps < 1:
+            raise ValueError(f"random_steps: steps must be a positive integer, got {steps!r}")
+        left = int(steps)
+        graphed = (env.step_graphs and env.device.type == "cuda" and env.recorder is None and not env.debug
+                   and not torch.cuda.is_current_stream_capturing())
+        if graphed and left >= self.BLOCK:
+            if env._action_check.pending:
+                env._action_check.report()
+            key = (env.seed, env.replicas_per_seed)
+            if self.graph is None or self.graph[0] != key:
+                self._buffers()  # (made before the capture, without drawing)
+                graph = torch.cuda.CUDAGraph()
+                graph.register_generator_state(env._generator)
+                with torch.cuda.graph(graph):
+                    for _ in range(self.BLOCK):
+                        self.draw()
+                        env.kernels.step(*env._scalars(), env._views)
+                self.graph = (key, graph)
+            while left >= self.BLOCK:
+                self.graph[1].replay()
+                env._clock += self.BLOCK
+                left -= self.BLOCK
+        for _ in range(left):
+            env.step(self.draw())
+        return env.store["obs"], env.store["reward"], env._done, env.info
+
+
+def finite_bounds(space: Box, device) -> tuple:
+    """(low, high) as device tensors broadcastable to [E, A, n]."""
+    low = np.broadcast_to(np.asarray(space.low, dtype=np.float32), space.shape)
+    high = np.broadcast_to(np.asarray(space.high, dtype=np.float32), space.shape)
+    if not (np.isfinite(low).all() and np.isfinite(high).all()):
+        raise WorkbenchError("random continuous actions need finite Box bounds")
+    return torch.tensor(low.copy(), device=device), torch.tensor(high.copy(), device=device)
