@@ -334,9 +334,9 @@ def test_trainer_with_fused_kernels_matches_torch_path(algorithm, seeds):
                 assert fr[key] == pytest.approx(tr_[key], rel=1e-3, abs=1e-5, nan_ok=True), key
 
 
-def test_tag_trainer_with_the_head_kernel_matches_torch_path():
-    """Two policies with MultiDiscrete heads (outside the fused policy step): their sampling in one
-    launch learns what the torch path learns."""
+def test_tag_trainer_with_the_wide_step_matches_torch_path():
+    """Two policies with MultiDiscrete heads (outside the narrow kernels): their policy step in one
+    launch each (fused_wide) learns what the torch path learns, actions going straight to the env."""
     import workbench as wb
     results = []
     for on in (True, False):
@@ -346,6 +346,8 @@ def test_tag_trainer_with_the_head_kernel_matches_torch_path():
                                                       episode_length=10))
         trainer = wb.make_trainer(config)
         assert (trainer.collector._head_sample is not None) == on and not trainer.fused
+        # (on a GPU the wide step computes in bf16 only: test_fused_wide.py trains Tag with it there)
+        assert trainer.collector._fused_sends == ({"taggers", "runners"} if on and not GPU else set())
         results.append(trainer.train(progress=False).history)
     compared = set()
     for fused_row, torch_row in zip(*results):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from . import fused
+from . import fused, fused_wide
 from .compiled import MaybeCompiled, act_and_record, forward, value_step
 from .members import member_rows
 from .rollout import advantages, chunks, gae
@@ -61,26 +61,40 @@ class Collector:
         # the fused kernels serve the policies whose gradients they compute (learners.fused_gradients)
         self._fused_step = {name: fused.FusedPolicyStep(tr.rollout_models[name], tr.M, tr.precision)
                             for name in tr.fused}
+        # the other default policies (wider layers, MultiDiscrete heads) act in one launch too
+        kernels = getattr(tr.config, "fused_kernels", False) and not fused.kernels_unsupported(tr.device)
+        for g in tr.groups if kernels and tr.algorithm != "ddpg" else ():
+            model = tr.rollout_models[g.name]
+            if (g.name not in self._fused_step and g.name not in tr.central
+                    and tr.buffers[g.name].actions.is_contiguous()
+                    and fused_wide.unsupported(model, tr.head, tr.device, tr.precision) is None):
+                self._fused_step[g.name] = fused_wide.FusedWidePolicyStep(model, tr.head, tr.M, tr.precision)
         # the fused steps that also store the observations and send the actions: groups of contiguous
-        # agents, without a joint state, acting into an integer action array of one entry per agent
+        # agents, without a joint state, acting into an integer action array of one entry per agent (and head)
         action = self.store["action"]
         self._fused_sends = {name for name in self._fused_step
-                             if tr.buffers[name].state is None and tr.head.kind == "discrete"
+                             if tr.buffers[name].state is None and tr.head.kind in ("discrete", "multi")
                              and next(g for g in tr.groups if g.name == name).slice is not None
-                             and action.dim() == 2 and action.is_contiguous() and not action.is_floating_point()
+                             and action.dim() == 2 + len(tr.head.act_shape) and action.is_contiguous()
+                             and not action.is_floating_point()
                              and tr.buffers[name].obs.is_contiguous()} if tr.algorithm != "ddpg" else set()
+        # ... and, step by step, V(final observation) of their truncated replicas (contiguous agents,
+        # unnormalised observations, their own critic)
+        self._wide_final = {name: step for name, step in self._fused_step.items()
+                            if isinstance(step, fused_wide.FusedWidePolicyStep) and name not in tr.norms
+                            and next(g for g in tr.groups if g.name == name).slice is not None
+                            and self.store["final_obs"].is_contiguous()}
         # V(final observation) of the truncated replicas in one launch that skips the others: for one
         # policy over all agents, with unnormalised observations and its own critic
         only = tr.groups[0] if len(tr.groups) == 1 else None
         self._fused_final = (self._fused_step[only.name] if self.final_obs is not None and only is not None
-                             and only.name in self._fused_step and only.n == env.num_agents
+                             and only.name in tr.fused and only.n == env.num_agents
                              and only.name not in tr.norms and not tr.central else None)
         # the step's bookkeeping in one launch, where the fused kernels serve the policy
         self._fused_record = (fused.FusedStepRecord(self.store, tr.episode_stats, tr.M)
                               if tr.algorithm != "ddpg" and self._fused_step
                               and fused.FusedStepRecord.applies(tr, tr.groups, tr.episode_stats) else None)
         # the other policies' sampling in one launch, when torch.compile does not fuse it already
-        kernels = getattr(tr.config, "fused_kernels", False) and not fused.kernels_unsupported(tr.device)
         self._head_sample = (fused.FusedHeadSample(tr.head, tr.device) if kernels and not compile_on
                              and tr.algorithm != "ddpg" and fused.FusedHeadSample.serves(tr.head) else None)
         self._fused_gae = None
@@ -217,10 +231,18 @@ class Collector:
         """V(final observation) of the replicas truncated at step t, when the rollout's final
         observations are too large to keep for one batched pass."""
         tr = self.trainer
+        for g in tr.groups:
+            if g.name in self._wide_final:
+                self._wide_final[g.name].truncated_values(self.store["final_obs"], self.truncated[t],
+                                                          self.terminated[t], tr.buffers[g.name].final_values[t],
+                                                          g.slice)
+        groups = [g for g in tr.groups if g.name not in self._wide_final]
+        if not groups:
+            return
         truncated_only = (self.truncated[t] * (1 - self.terminated[t])).unsqueeze(1)
         final_obs = {g.name: self.observe(g, self.store["final_obs"]) for g in tr.groups}
         state = self.joint_obs(final_obs) if tr.central else None
-        for g in tr.groups:
+        for g in groups:
             final = self.values(g, tr.rollout_models[g.name], final_obs[g.name], state)
             tr.buffers[g.name].final_values[t].copy_(final * truncated_only)
 

@@ -4,7 +4,7 @@ fused.FusedPolicyStep, FusedStepRecord and FusedUniform launch them; read those 
 import triton
 import triton.language as tl
 
-from .fused_kernels import load_mlp, mlp_out
+from .fused_kernels import dot, load_mlp, mlp_out, operand, tanh
 
 
 @triton.jit
@@ -140,22 +140,16 @@ def member_uniform(keys, counter, out, n, offset, site_term, BLOCK: tl.constexpr
 
 
 @triton.jit
-def head_sample(out, out_stride, noise, starts, actions, logp, rows, HEADS: tl.constexpr, D: tl.constexpr,
-                DP: tl.constexpr, BLOCK: tl.constexpr):
-    """Discrete and MultiDiscrete heads: for rows [BLOCK] of head outputs out [N, D] (any float
-    type) and uniform noise [N, D], each head h's action (columns [starts[h], starts[h + 1])) by
-    the Gumbel-max trick, its index within the head into actions [N, HEADS], and log pi(a|s) summed
-    over the heads into logp [N] (compiled.policy_step with ActionHead.sample and log_prob is the
-    reference)."""
-    r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    valid = r < rows
+def sample_heads(x, u, valid, starts, actions, r, env_action, slot, HEADS: tl.constexpr, DP: tl.constexpr,
+                 SEND: tl.constexpr):
+    """Head outputs x [BLOCK, DP] (float32) and uniform noise u [BLOCK, DP] of rows r: each head h's
+    action (columns [starts[h], starts[h + 1])) by the Gumbel-max trick, its index within the head
+    stored into actions [N, HEADS] (and with SEND into env_action at slot + h); returns log pi(a|s)
+    summed over the heads [BLOCK]."""
     cols = tl.arange(0, DP)
-    ok = valid[:, None] & (cols[None, :] < D)
-    x = tl.load(out + r[:, None].to(tl.int64) * out_stride + cols[None, :], mask=ok, other=0.0).to(tl.float32)
-    u = tl.load(noise + r[:, None].to(tl.int64) * D + cols[None, :], mask=ok, other=0.5)
     u = tl.minimum(tl.maximum(u, 1e-10), 1.0)
     perturbed = x - tl.log(-tl.log(u))
-    total = tl.zeros((BLOCK,), tl.float32)
+    total = tl.zeros((x.shape[0],), tl.float32)
     for h in tl.static_range(HEADS):
         first = tl.load(starts + h)
         last = tl.load(starts + h + 1)
@@ -169,4 +163,131 @@ def head_sample(out, out_stride, noise, starts, actions, logp, rows, HEADS: tl.c
         chosen = tl.sum(tl.where(cols[None, :] == action[:, None], x, 0.0), 1)
         total += chosen - lse
         tl.store(actions + r.to(tl.int64) * HEADS + h, (action - first).to(tl.int64), mask=valid)
-    tl.store(logp + r, total, mask=valid)
+        if SEND:
+            tl.store(env_action + slot + h, (action - first).to(env_action.dtype.element_ty), mask=valid)
+    return total
+
+
+@triton.jit
+def head_sample(out, out_stride, noise, starts, actions, logp, rows, HEADS: tl.constexpr, D: tl.constexpr,
+                DP: tl.constexpr, BLOCK: tl.constexpr):
+    """Discrete and MultiDiscrete heads: for rows [BLOCK] of head outputs out [N, D] (any float
+    type) and uniform noise [N, D], each head's action and log pi(a|s) summed over the heads
+    (sample_heads) into actions [N, HEADS] and logp [N] (compiled.policy_step with
+    ActionHead.sample and log_prob is the reference)."""
+    r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    valid = r < rows
+    cols = tl.arange(0, DP)
+    ok = valid[:, None] & (cols[None, :] < D)
+    x = tl.load(out + r[:, None].to(tl.int64) * out_stride + cols[None, :], mask=ok, other=0.0).to(tl.float32)
+    u = tl.load(noise + r[:, None].to(tl.int64) * D + cols[None, :], mask=ok, other=0.5)
+    tl.store(logp + r, sample_heads(x, u, valid, starts, actions, r, actions, r, HEADS, DP, False), mask=valid)
+
+
+@triton.jit
+def tile_offsets(m, stride, IN: tl.constexpr, OUT: tl.constexpr, r0, c0, R: tl.constexpr, C: tl.constexpr,
+                 STACKED: tl.constexpr):
+    """Offsets and bounds of the tile [r0:r0 + R, c0:c0 + C] of member m's weight as [in, out]
+    (MemberLinear's [M, in, out], members `stride` elements apart, or nn.Linear's [out, in])."""
+    i = r0 + tl.arange(0, R)[:, None]
+    o = c0 + tl.arange(0, C)[None, :]
+    if STACKED:
+        off = m * stride + i * OUT + o
+    else:
+        off = o * IN + i
+    return off, (i < IN) & (o < OUT)
+
+
+@triton.jit
+def wide_mlp(obs, row, valid, w1, b1, w2, b2, w3, b3, strides, m, O: tl.constexpr, OP: tl.constexpr,
+             H1: tl.constexpr, H1P: tl.constexpr, H2: tl.constexpr, H2P: tl.constexpr, K: tl.constexpr,
+             KP: tl.constexpr, KC: tl.constexpr, NC: tl.constexpr, BLOCK: tl.constexpr, STACKED: tl.constexpr,
+             DOT: tl.constexpr, TANH: tl.constexpr):
+    """Rows `row` of obs [N, O] through linear, tanh, linear, tanh, linear -> [BLOCK, KP] float32,
+    for layers too wide to hold whole (mlp_out): the first layer takes the observations KC features
+    at a time, the second hidden layer is made NC units at a time and each chunk goes straight into
+    the output layer's dot, so no weight matrix is ever whole in registers (the tiles come from
+    L2) and no activation leaves the program. The loops are not unrolled: unrolled, the compiler
+    hoists every tile's loads and runs out of registers."""
+    h1c = tl.arange(0, H1P)
+    acc = tl.zeros((BLOCK, H1P), tl.float32)
+    for k0 in range(0, OP, KC):
+        f = k0 + tl.arange(0, KC)
+        x = tl.load(obs + row[:, None] * O + f[None, :], mask=valid[:, None] & (f[None, :] < O), other=0.0)
+        off, ok = tile_offsets(m, tl.load(strides), O, H1, k0, 0, KC, H1P, STACKED)
+        acc += dot(operand(x.to(tl.float32), DOT), operand(tl.load(w1 + off, mask=ok, other=0.0), DOT), DOT)
+    B1 = tl.load(b1 + m * tl.load(strides + 1) * STACKED + h1c, mask=h1c < H1, other=0.0).to(tl.float32)
+    h1 = operand(tanh(acc + B1[None, :], TANH), DOT)
+    out = tl.zeros((BLOCK, KP), tl.float32)
+    for n0 in range(0, H2P, NC):
+        off, ok = tile_offsets(m, tl.load(strides + 2), H1, H2, 0, n0, H1P, NC, STACKED)
+        W2 = operand(tl.load(w2 + off, mask=ok, other=0.0), DOT)
+        c = n0 + tl.arange(0, NC)
+        B2 = tl.load(b2 + m * tl.load(strides + 3) * STACKED + c, mask=c < H2, other=0.0).to(tl.float32)
+        h2 = operand(tanh(dot(h1, W2, DOT) + B2[None, :], TANH), DOT)
+        off, ok = tile_offsets(m, tl.load(strides + 4), H2, K, n0, 0, NC, KP, STACKED)
+        out += dot(h2, operand(tl.load(w3 + off, mask=ok, other=0.0), DOT), DOT)
+    kc = tl.arange(0, KP)
+    B3 = tl.load(b3 + m * tl.load(strides + 5) * STACKED + kc, mask=kc < K, other=0.0).to(tl.float32)
+    return out + B3[None, :]
+
+
+@triton.jit
+def wide_policy_step(
+        obs, noise, aw1, ab1, aw2, ab2, aw3, ab3, cw1, cb1, cw2, cb2, cw3, cb3, strides, starts, actions, logp,
+        values, rows, obs_out, env_action, n, agents, first,
+        O: tl.constexpr, OP: tl.constexpr, H1: tl.constexpr, H1P: tl.constexpr, H2: tl.constexpr,
+        H2P: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, C1: tl.constexpr, C1P: tl.constexpr,
+        C2: tl.constexpr, C2P: tl.constexpr, HEADS: tl.constexpr, KC: tl.constexpr, NC: tl.constexpr,
+        BLOCK: tl.constexpr,
+        STACKED: tl.constexpr, DOT: tl.constexpr, TANH: tl.constexpr, RECORD: tl.constexpr):
+    """policy_step for wide layers (wide_mlp) and discrete or MultiDiscrete heads (sample_heads):
+    one program takes BLOCK of member m's `rows` rows; actions [N, HEADS], logp and values [N].
+    RECORD: also the observations into obs_out [N, O] and the actions into the env's action array
+    env_action [E, agents, HEADS] (row r: agent first + r % n of replica r // n)."""
+    m = tl.program_id(0)
+    r = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    valid = r < rows
+    row = m.to(tl.int64) * rows + r
+    cols = tl.arange(0, KP)
+    out = wide_mlp(obs, row, valid, aw1, ab1, aw2, ab2, aw3, ab3, strides, m, O, OP, H1, H1P, H2, H2P, K, KP, KC,
+                   NC, BLOCK, STACKED, DOT, TANH)
+    u = tl.load(noise + row[:, None] * K + cols[None, :], mask=valid[:, None] & (cols[None, :] < K), other=0.5)
+    slot = ((row // n) * agents + first + row % n) * HEADS  # (with RECORD) the env's action entries
+    chosen = sample_heads(out, u, valid, starts, actions, row, env_action, slot, HEADS, KP, RECORD)
+    v = wide_mlp(obs, row, valid, cw1, cb1, cw2, cb2, cw3, cb3, strides + 6, m, O, OP, C1, C1P, C2, C2P, 1, 16, KC,
+                 NC, BLOCK, STACKED, DOT, TANH)
+    value = tl.sum(tl.where(tl.arange(0, 16)[None, :] == 0, v, 0.0), 1)
+    tl.store(logp + row, chosen, mask=valid)
+    tl.store(values + row, value, mask=valid)
+    if RECORD:
+        for k0 in range(0, OP, KC):
+            f = k0 + tl.arange(0, KC)
+            here = valid[:, None] & (f[None, :] < O)
+            x = tl.load(obs + row[:, None] * O + f[None, :], mask=here, other=0.0)
+            tl.store(obs_out + row[:, None] * O + f[None, :],
+                     x.to(tl.float32).to(obs_out.dtype.element_ty, fp_downcast_rounding="rtne"), mask=here)
+
+
+@triton.jit
+def wide_truncated_values(final_obs, truncated, terminated, cw1, cb1, cw2, cb2, cw3, cb3, strides, out, rows, n,
+                          agents, first, O: tl.constexpr, OP: tl.constexpr, C1: tl.constexpr, C1P: tl.constexpr,
+                          C2: tl.constexpr, C2P: tl.constexpr, KC: tl.constexpr, NC: tl.constexpr,
+                          BLOCK: tl.constexpr, STACKED: tl.constexpr, DOT: tl.constexpr, TANH: tl.constexpr):
+    """truncated_values of one step for a group's wide critic: rows r of member m's `rows` (replica
+    r // n, agent first + r % n of the env's `agents`) get V(final_obs [E, agents, O]) where their
+    replica was truncated and not terminated (truncated, terminated [E] floats), else 0, into
+    out [E * n]. Tiles without a truncation skip the critic (most steps have none)."""
+    m = tl.program_id(0)
+    r = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    valid = r < rows
+    row = m.to(tl.int64) * rows + r
+    replica = row // n
+    flag = tl.load(truncated + replica, mask=valid, other=0.0) * (1.0 - tl.load(terminated + replica, mask=valid,
+                                                                                other=0.0))
+    value = tl.zeros((BLOCK,), tl.float32)
+    if tl.max(flag, 0) > 0:
+        v = wide_mlp(final_obs, replica * agents + first + row % n, valid, cw1, cb1, cw2, cb2, cw3, cb3, strides, m,
+                     O, OP, C1, C1P, C2, C2P, 1, 16, KC, NC, BLOCK, STACKED, DOT, TANH)
+        value = tl.sum(tl.where(tl.arange(0, 16)[None, :] == 0, v, 0.0), 1) * flag
+    tl.store(out + row, value, mask=valid)

@@ -1,0 +1,112 @@
+"""The rollout's policy step in one launch for default actor-critics wider than fused.py's kernels
+hold (hidden layers of up to 256 units, WarpDrive's Tag config among them) and for MultiDiscrete
+heads: the actor's and the critic's forward passes, the heads' Gumbel-max sampling and summed
+log-probabilities, and the value, where the torch path takes about fifty kernels per policy and
+writes every [rows, hidden] activation to memory and reads it back.
+
+Its kernel (fused_rollout_kernels.wide_policy_step) keeps a tile's first hidden layer in registers
+and makes the second NC units at a time, each chunk going straight into the output layer, so no
+activation leaves the program; the weights' tiles are read from L2. The gradients stay torch's
+(the learner's chunks); `unsupported` names what rules a policy out.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import fused
+from .members import MemberLinear
+from .policies import ActorCritic
+
+MAX_HIDDEN = 256
+MAX_OBS = 256
+MAX_OUT = 128
+# Rows per program and its warps, tuned on an H100 for Tag's 256-wide MLPs and 21 x 21 heads (one
+# step of 100 k rows: 249 us at 128 rows and 8 warps, 319 at 64 and 4, 352 at 64 and 8, 499 for the
+# torch path with the head kernel); NC: units of the second hidden layer made at a time (32: 402 us)
+BLOCK = 128
+NUM_WARPS = 8
+NC = 64
+KC = 32  # observation features taken at a time by the first layer
+
+
+def unsupported(model, head, device, precision: str = "bf16") -> str | None:
+    """Why the wide policy step cannot act for this policy (None: it can)."""
+    why = fused.kernels_unsupported(device)
+    if why:
+        return why
+    if precision != "bf16" and not fused.interpreted():
+        return f"the wide policy step computes in bf16, not {precision} (its tf32 tiles exceed shared memory)"
+    if type(model) is not ActorCritic:
+        return "the wide policy step runs the default ActorCritic, not a custom model"
+    if head.kind not in ("discrete", "multi") or head.out_dim > MAX_OUT:
+        return f"the wide policy step samples discrete and MultiDiscrete heads of at most {MAX_OUT} logits"
+    for net in (model.actor, model.critic):
+        layers = fused._linear_layers(net)
+        tanh = [m for m in net if isinstance(m, torch.nn.Tanh)]
+        if len(layers) != 3 or len(tanh) != 2 or len(net) != 5:
+            return "the wide policy step runs MLPs of two tanh hidden layers"
+        if max(layers[0].out_features, layers[1].out_features) > MAX_HIDDEN:
+            return f"the wide policy step runs hidden layers of at most {MAX_HIDDEN} units"
+        if layers[0].in_features > MAX_OBS:
+            return f"the wide policy step takes at most {MAX_OBS} observation features"
+    return None
+
+
+class FusedWidePolicyStep:
+    """One launch per rollout step of a policy: for obs [N, O] (rows grouped by member) the actions
+    (a Gumbel-max sample of each head from the uniform noise [N, D]), their summed log-probability and
+    the value into the rollout buffer's step (compiled.act_and_record is the reference). model: the
+    rollout's copy of the (stacked) ActorCritic (bf16 weights under bf16)."""
+
+    def __init__(self, model, head, members: int, precision: str):
+        self.members = members
+        self.stacked = isinstance(model.actor[0], MemberLinear)
+        self.dot = {"bf16": 0, "tf32": 1}.get(precision, 2)
+        actor, critic = (fused._linear_layers(net) for net in (model.actor, model.critic))
+        sizes, c = fused._sizes(actor), fused._sizes(critic)
+        self.sizes = dict(sizes, C1=c["H1"], C1P=c["H1P"], C2=c["H2"], C2P=c["H2P"],
+                          KC=min(KC, sizes["OP"]), NC=min(NC, sizes["H2P"], c["H2P"]))
+        self.params = [t for layer in actor + critic for t in (layer.weight, layer.bias)]
+        device = self.params[0].device
+        self.strides = fused._member_strides(self.params, device)
+        splits = head.splits if head.kind == "multi" else [head.out_dim]
+        self.heads = len(splits)
+        self.starts = torch.tensor([sum(splits[:h]) for h in range(len(splits) + 1)], dtype=torch.int32, device=device)
+
+    def __call__(self, obs, noise, actions_out, logp_out, values_out, obs_out=None, env_action=None, agents=None):
+        """obs [N, O], noise [N, D] -> actions_out [N, heads] (int64; returned as [N] for one head),
+        logp_out and values_out [N]. With obs_out [N, O] (the rollout buffer's step) the observations
+        are stored there too, and the actions into env_action [E, A(, heads)] (the env's action array)
+        at the agents `agents` (a slice: the group's ids) of each replica."""
+        kernel = fused._rollout_kernels().wide_policy_step
+        obs = obs.contiguous()
+        rows = obs.shape[0] // self.members
+        record = obs_out is not None
+        if record:
+            n, total, first = agents.stop - agents.start, env_action.shape[1], agents.start
+        else:
+            obs_out, env_action, n, total, first = obs, actions_out, 1, 1, 0
+        with fused._compile_switches():
+            kernel[(self.members, -(-rows // BLOCK))](
+                obs, noise, *self.params, self.strides, self.starts, actions_out, logp_out, values_out, rows,
+                obs_out, env_action, n, total, first, **self.sizes, HEADS=self.heads, BLOCK=BLOCK,
+                STACKED=int(self.stacked), DOT=self.dot, TANH=fused._tanh_mode(self.dot), RECORD=record,
+                num_warps=NUM_WARPS)
+        return actions_out.reshape(-1) if self.heads == 1 else actions_out.reshape(-1, self.heads)
+
+    def truncated_values(self, final_obs, truncated, terminated, out, agents: slice):
+        """V(final observation) of one rollout step for this policy's agents `agents` (a slice) of
+        final_obs [E, A, O] where the replica was truncated and not terminated (truncated,
+        terminated [E] floats), else 0, into out [E, n] (collection.Collector._final_values_of_step
+        is the reference)."""
+        kernel = fused._rollout_kernels().wide_truncated_values
+        E, A, O = final_obs.shape
+        n = agents.stop - agents.start
+        rows = E // self.members * n
+        s = self.sizes
+        with fused._compile_switches():
+            kernel[(self.members, -(-rows // BLOCK))](
+                final_obs, truncated, terminated, *self.params[6:], self.strides[6:], out, rows, n, A, agents.start,
+                O=O, OP=s["OP"], C1=s["C1"], C1P=s["C1P"], C2=s["C2"], C2P=s["C2P"], KC=s["KC"], NC=s["NC"],
+                BLOCK=BLOCK, STACKED=int(self.stacked), DOT=self.dot, TANH=fused._tanh_mode(self.dot),
+                num_warps=NUM_WARPS)
