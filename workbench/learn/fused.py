@@ -55,9 +55,10 @@ def _tanh_mode(dot: int) -> int:
 
 
 @contextlib.contextmanager
-def _compile_switches():
-    """The compile-time switches of this module's settings, around a launch (which may compile)."""
-    if not MMA_SYNC:
+def _compile_switches(mma_sync: bool | None = None):
+    """The compile-time switches of this module's settings (or mma_sync for a kernel of its own),
+    around a launch (which may compile)."""
+    if not (MMA_SYNC if mma_sync is None else mma_sync):
         yield
         return
     before = os.environ.get("DISABLE_MMA_V3")

@@ -20,13 +20,18 @@ from .policies import ActorCritic
 MAX_HIDDEN = 256
 MAX_OBS = 256
 MAX_OUT = 128
-# Rows per program and its warps, tuned on an H100 for Tag's 256-wide MLPs and 21 x 21 heads (one
-# step of 100 k rows: 249 us at 128 rows and 8 warps, 319 at 64 and 4, 352 at 64 and 8, 499 for the
-# torch path with the head kernel); NC: units of the second hidden layer made at a time (32: 402 us)
+# Rows per program and its warps, tuned on an H100 for Tag's 256-wide MLPs and 21 x 21 heads: one
+# step of 100 k rows took 308 us at 128 rows and 8 warps, 441 at 64 rows (with the warpgroup MMA:
+# 249 at 128, 319 at 64 and 4 warps, 352 at 64 and 8; the torch path with the head kernel 499); NC:
+# units of the second hidden layer made at a time (32: 402 us against 352)
 BLOCK = 128
 NUM_WARPS = 8
 NC = 64
 KC = 32  # observation features taken at a time by the first layer
+# mma.sync rather than Hopper's warpgroup MMA: under Triton 3.6 a test of this kernel (fp32 weights,
+# 48 x 200 layers) read out of bounds on an H100 with the warpgroup code, as fused.py's kernels did;
+# the warpgroup code was faster where it ran (Tag, 100 k rows: 257 us against 308)
+MMA_SYNC = True
 
 
 def unsupported(model, head, device, precision: str = "bf16") -> str | None:
@@ -86,7 +91,7 @@ class FusedWidePolicyStep:
             n, total, first = agents.stop - agents.start, env_action.shape[1], agents.start
         else:
             obs_out, env_action, n, total, first = obs, actions_out, 1, 1, 0
-        with fused._compile_switches():
+        with fused._compile_switches(MMA_SYNC):
             kernel[(self.members, -(-rows // BLOCK))](
                 obs, noise, *self.params, self.strides, self.starts, actions_out, logp_out, values_out, rows,
                 obs_out, env_action, n, total, first, **self.sizes, HEADS=self.heads, BLOCK=BLOCK,
@@ -104,7 +109,7 @@ class FusedWidePolicyStep:
         n = agents.stop - agents.start
         rows = E // self.members * n
         s = self.sizes
-        with fused._compile_switches():
+        with fused._compile_switches(MMA_SYNC):
             kernel[(self.members, -(-rows // BLOCK))](
                 final_obs, truncated, terminated, *self.params[6:], self.strides[6:], out, rows, n, A, agents.start,
                 O=O, OP=s["OP"], C1=s["C1"], C1P=s["C1P"], C2=s["C2"], C2P=s["C2P"], KC=s["KC"], NC=s["NC"],
