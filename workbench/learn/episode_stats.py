@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from .evaluate import env_metrics
+from .evaluate import DERIVED_METRICS, env_metrics
 
 # evaluate's names for Tag metrics -> the names the panel, CSV and captions use
 RENAMED = {"runner_survival": "survival"}
@@ -44,10 +44,16 @@ class EpisodeStats:
         self.index = [torch.as_tensor(list(ids), dtype=torch.long, device=device) for ids in groups.values()]
         self.gathered = [torch.empty((E, len(ids)), dtype=store["last_return"].dtype, device=device)
                          for ids in groups.values()]
-        self.env_metrics = env_metrics(env)
+        metrics = env_metrics(env)
         self.params = env.definition.params
-        self.keys = ([f"return/{n}" for n in self.names] + ["episode_length"]
-                     + [RENAMED.get(k, k) for k in self.env_metrics])
+        # (Tag's tag rate and survival from its runners tagged: one pass over the final observations a step)
+        self.derived = {RENAMED.get(k, k): (RENAMED.get(DERIVED_METRICS[k][0], DERIVED_METRICS[k][0]),
+                                            DERIVED_METRICS[k][1])
+                        for k in metrics if k in DERIVED_METRICS and DERIVED_METRICS[k][0] in metrics}
+        self.env_metrics = {k: fn for k, fn in metrics.items() if RENAMED.get(k, k) not in self.derived}
+        self.order = ([f"return/{n}" for n in self.names] + ["episode_length"]
+                      + [RENAMED.get(k, k) for k in metrics])  # (the keys pull gives, in this order)
+        self.keys = [k for k in self.order if k not in self.derived]
         self.rows = torch.zeros((len(self.keys) + 1, E), dtype=torch.float32, device=device)
         self.rows[-1].fill_(1.0)
         self.done = torch.zeros(E, dtype=torch.float32, device=device)
@@ -92,7 +98,10 @@ class EpisodeStats:
         out = []
         for row in ([host] if self.members == 1 else host):
             episodes = row[-1]
-            stats = {key: (value / episodes if episodes > 0 else math.nan) for key, value in zip(self.keys, row)}
+            means = {key: (value / episodes if episodes > 0 else math.nan) for key, value in zip(self.keys, row)}
+            for key, (source, fn) in self.derived.items():
+                means[key] = fn(means[source], self.params) if episodes > 0 else math.nan
+            stats = {key: means[key] for key in self.order}
             stats["episodes"] = episodes
             out.append(stats)
         return out

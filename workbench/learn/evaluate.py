@@ -54,6 +54,12 @@ TAG_METRICS = {
     "tag_rate": lambda store, p: _runners_tagged(store, p) / p["num_runners"],
     "runner_survival": lambda store, p: 1.0 - _runners_tagged(store, p) / p["num_runners"],
 }
+# metrics that are an affine function of another's per-episode value: their mean over episodes is that
+# function of the other's mean, so a training run's statistics compute only the other at every step
+DERIVED_METRICS = {
+    "tag_rate": ("runners_tagged", lambda mean, p: mean / p["num_runners"]),
+    "runner_survival": ("runners_tagged", lambda mean, p: 1.0 - mean / p["num_runners"]),
+}
 
 
 def env_metrics(env) -> dict:
