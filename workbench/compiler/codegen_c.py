@@ -242,8 +242,11 @@ def c_program(defn: EnvDefinition, layout: Layout) -> str:
     head += ["", f"#line 1 {c_file}"]
     source = defn.c_source if defn.c_source.endswith("\n") else defn.c_source + "\n"
 
-    params = ",\n".join([f"    {c_type(s.dtype)}* {s.name}" for s in defn.arrays.values()] + ["    int* wb_slot"]
-                        + [f"    {c_type(s.dtype)}* {arg}" for arg, s in c_terminal_arrays(defn)])
+    # __restrict__: the store's arrays never overlap, so a write to one need not reload the others (CartPole
+    # at 10M replicas: 500 against 578 us a step on an H100)
+    params = ",\n".join([f"    {c_type(s.dtype)}* __restrict__ {s.name}" for s in defn.arrays.values()]
+                        + ["    int* __restrict__ wb_slot"]
+                        + [f"    {c_type(s.dtype)}* __restrict__ {arg}" for arg, s in c_terminal_arrays(defn)])
     kernels = [_RESYNC]
     for kernel, body in (("wb_reset", _reset_body), ("wb_step", _step_body)):
         w = _Writer(defn, layout, c_file)
