@@ -12,6 +12,7 @@ from torch import nn
 
 from ..compiler.envdef import Box, Discrete, MultiDiscrete
 from ..errors import WorkbenchError
+from . import linear_tanh
 from .members import member_log_std
 
 
@@ -42,6 +43,28 @@ class Tanh(nn.Tanh):
         return torch.tanh(x)
 
 
+class MLP(nn.Sequential):
+    """nn.Sequential of linear layers and activations whose (nn.Linear, Tanh) pairs run as one
+    linear_tanh.LinearTanh on GPUs while gradients are recorded (the same values; a backward pass
+    with one kernel where torch takes three passes); elsewhere, layer by layer."""
+
+    def forward(self, x):
+        if not linear_tanh.serves(x):
+            return super().forward(x)
+        layers = list(self)
+        i = 0
+        while i < len(layers):
+            layer = layers[i]
+            if (type(layer) is nn.Linear and i + 1 < len(layers) and isinstance(layers[i + 1], nn.Tanh)
+                    and layer.bias is not None):
+                x = linear_tanh.LinearTanh.apply(x, layer.weight, layer.bias)
+                i += 2
+            else:
+                x = layer(x)
+                i += 1
+        return x
+
+
 def mlp(sizes, activation=Tanh, out_gain=1.0) -> nn.Sequential:
     layers = []
     for i in range(len(sizes) - 1):
@@ -52,7 +75,7 @@ def mlp(sizes, activation=Tanh, out_gain=1.0) -> nn.Sequential:
         layers.append(linear)
         if not last:
             layers.append(activation())
-    return nn.Sequential(*layers)
+    return MLP(*layers)
 
 
 class ActionHead:

@@ -1,0 +1,77 @@
+"""linear_tanh.LinearTanh against nn.Linear + tanh: the same output and the same gradients of the
+input, weight and bias (fp32; and in bf16 autocast on a GPU), and policies.MLP taking it on GPUs
+while gradients are recorded. Without a GPU its kernel runs in Triton's interpreter."""
+import os
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton", reason="the fused kernels need Triton (pip install triton)")
+
+from workbench.learn import fused, linear_tanh  # noqa: E402
+from workbench.learn.policies import mlp  # noqa: E402
+
+GPU = torch.cuda.is_available()
+DEVICE = torch.device("cuda" if GPU else "cpu")
+
+
+@pytest.fixture(autouse=True)
+def _interpreter(monkeypatch):
+    if not GPU:
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            pytest.skip("without a GPU the kernels run in Triton's interpreter: TRITON_INTERPRET=1 (tests/conftest.py)")
+        monkeypatch.setattr(fused, "INTERPRET_ON_CPU", True)
+
+
+def _grads(fn, x, layer, upstream):
+    x = x.clone().requires_grad_(True)
+    layer.zero_grad(set_to_none=True)
+    y = fn(x)
+    (y.float() * upstream).sum().backward()
+    return y.detach().float(), x.grad.float(), layer.weight.grad.clone(), layer.bias.grad.clone()
+
+
+@pytest.mark.parametrize("rows,features,units", [(70, 13, 24), (200, 78, 256)])
+def test_linear_tanh_matches_torch(rows, features, units):
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(features, units).to(DEVICE)
+    x = torch.randn(rows, features, device=DEVICE)
+    upstream = torch.randn(rows, units, device=DEVICE)
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        want = _grads(lambda v: torch.tanh(layer(v)), x, layer, upstream)
+        got = _grads(lambda v: linear_tanh.LinearTanh.apply(v, layer.weight, layer.bias), x, layer, upstream)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    for name, g, w in zip(("output", "input grad", "weight grad", "bias grad"), got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5, msg=name)
+    assert got[3].dtype == torch.float32 and got[2].dtype == torch.float32
+
+
+@pytest.mark.skipif(not GPU, reason="bf16 autocast is the GPU's")
+def test_linear_tanh_in_bf16_and_inside_mlp():
+    torch.manual_seed(1)
+    net = mlp([78, 256, 256, 42]).to(DEVICE)
+    x = torch.randn(1000, 78, device=DEVICE)
+    upstream = torch.randn(1000, 42, device=DEVICE)
+    grads = []
+    for fused_on in (True, False):
+        net.zero_grad(set_to_none=True)
+        original = linear_tanh.serves
+        if not fused_on:
+            linear_tanh.serves = lambda v: False
+        try:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                out = net(x)
+            (out.float() * upstream).sum().backward()
+        finally:
+            linear_tanh.serves = original
+        grads.append([p.grad.clone() for p in net.parameters()])
+    for (name, _), mine, ref in zip(net.named_parameters(), *grads):
+        assert mine.dtype == torch.float32
+        err = float((mine - ref).abs().max() / ref.abs().max())
+        assert err < 0.03, f"{name}: bf16 gradient off by {err:.3f} of its largest element"
+    assert linear_tanh.serves(x.requires_grad_(False)) and not linear_tanh.serves(x.cpu())
+    with torch.no_grad():
+        assert not linear_tanh.serves(x)
