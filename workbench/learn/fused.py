@@ -475,6 +475,6 @@ class FusedUniform:
     def __call__(self, streams, n: int, site_term: int, offset: int):
         """[M, n] float32 uniforms of `streams` (site_term: the call site's hashed term)."""
         out = torch.empty((streams.members, n), dtype=torch.float32, device=streams.device)
-        _rollout_kernels().member_uniform[(streams.members, -(-n // self.BLOCK))](
+        _rollout_kernels().member_uniform[(-(-n // self.BLOCK), streams.members)](
             streams.keys, streams.counter, out, n, offset, site_term, BLOCK=self.BLOCK)
         return out

@@ -129,8 +129,8 @@ def member_uniform(keys, counter, out, n, offset, site_term, BLOCK: tl.constexpr
     """out [M, n]: element offset + i of member m's uniform stream at the counter's iteration and the
     call site (site_term: the site's hashed term), the same bits and floats as
     streams.MemberStreams.uniform's torch ops (its reference) in one pass."""
-    m = tl.program_id(0).to(tl.int64)
-    i = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    m = tl.program_id(1).to(tl.int64)
+    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     ok = i < n
     call = mix32((tl.load(counter) * 0x9E3779B9 + site_term) & 0xFFFFFFFF)
     member = mix32(tl.load(keys + m) ^ call)
@@ -242,11 +242,12 @@ def wide_policy_step(
         BLOCK: tl.constexpr,
         STACKED: tl.constexpr, DOT: tl.constexpr, TANH: tl.constexpr, RECORD: tl.constexpr):
     """policy_step for wide layers (wide_mlp) and discrete or MultiDiscrete heads (sample_heads):
-    one program takes BLOCK of member m's `rows` rows; actions [N, HEADS], logp and values [N].
+    program (tile, m) takes BLOCK of member m's `rows` rows (tiles on the grid's first axis, which
+    holds 2^31 - 1 programs where the others hold 65535); actions [N, HEADS], logp and values [N].
     RECORD: also the observations into obs_out [N, O] and the actions into the env's action array
     env_action [E, agents, HEADS] (row r: agent first + r % n of replica r // n)."""
-    m = tl.program_id(0)
-    r = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    m = tl.program_id(1)
+    r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     valid = r < rows
     row = m.to(tl.int64) * rows + r
     cols = tl.arange(0, KP)
@@ -277,9 +278,9 @@ def wide_truncated_values(final_obs, truncated, terminated, cw1, cb1, cw2, cb2, 
     """truncated_values of one step for a group's wide critic: rows r of member m's `rows` (replica
     r // n, agent first + r % n of the env's `agents`) get V(final_obs [E, agents, O]) where their
     replica was truncated and not terminated (truncated, terminated [E] floats), else 0, into
-    out [E * n]. Tiles without a truncation skip the critic (most steps have none)."""
-    m = tl.program_id(0)
-    r = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    out [E * n]. Tiles without a truncation skip the critic (most steps have none). Grid: (tiles, M)."""
+    m = tl.program_id(1)
+    r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     valid = r < rows
     row = m.to(tl.int64) * rows + r
     replica = row // n

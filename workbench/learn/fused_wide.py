@@ -92,7 +92,7 @@ class FusedWidePolicyStep:
         else:
             obs_out, env_action, n, total, first = obs, actions_out, 1, 1, 0
         with fused._compile_switches(MMA_SYNC):
-            kernel[(self.members, -(-rows // BLOCK))](
+            kernel[(-(-rows // BLOCK), self.members)](
                 obs, noise, *self.params, self.strides, self.starts, actions_out, logp_out, values_out, rows,
                 obs_out, env_action, n, total, first, **self.sizes, HEADS=self.heads, BLOCK=BLOCK,
                 STACKED=int(self.stacked), DOT=self.dot, TANH=fused._tanh_mode(self.dot), RECORD=record,
@@ -110,7 +110,7 @@ class FusedWidePolicyStep:
         rows = E // self.members * n
         s = self.sizes
         with fused._compile_switches(MMA_SYNC):
-            kernel[(self.members, -(-rows // BLOCK))](
+            kernel[(-(-rows // BLOCK), self.members)](
                 final_obs, truncated, terminated, *self.params[6:], self.strides[6:], out, rows, n, A, agents.start,
                 O=O, OP=s["OP"], C1=s["C1"], C1P=s["C1P"], C2=s["C2"], C2P=s["C2P"], KC=s["KC"], NC=s["NC"],
                 BLOCK=BLOCK, STACKED=int(self.stacked), DOT=self.dot, TANH=fused._tanh_mode(self.dot),
