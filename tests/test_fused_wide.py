@@ -59,7 +59,9 @@ def reference(model, obs, noise):
     (2, Discrete(4), (48, 200), 64),
     (1, MultiDiscrete([21, 21]), (256, 256), 40),  # Tag's heads and WarpDrive's layers
 ])
-def test_wide_policy_step_matches_torch(M, space, hidden, rows):
+@pytest.mark.parametrize("tiles", ["small", "large"])  # (both programs' shapes: 64 rows and 4 warps, 128 and 8)
+def test_wide_policy_step_matches_torch(M, space, hidden, rows, tiles, monkeypatch):
+    monkeypatch.setattr(fused_wide, "SMALL_ROWS", 1 << 30 if tiles == "small" else 0)
     O = 13
     model = policy(M, O, space, hidden)
     assert fused_wide.unsupported(model, model.head, DEVICE) is None

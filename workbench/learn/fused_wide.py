@@ -20,18 +20,25 @@ from .policies import ActorCritic
 MAX_HIDDEN = 256
 MAX_OBS = 256
 MAX_OUT = 128
-# Rows per program and its warps, tuned on an H100 for Tag's 256-wide MLPs and 21 x 21 heads: one
-# step of 100 k rows took 308 us at 128 rows and 8 warps, 441 at 64 rows (with the warpgroup MMA:
-# 249 at 128, 319 at 64 and 4 warps, 352 at 64 and 8; the torch path with the head kernel 499); NC:
-# units of the second hidden layer made at a time (32: 402 us against 352)
+# Rows per program and its warps, tuned on an H100 (mma.sync, below) for Tag's 256-wide MLPs and
+# 21 x 21 heads: one step of 100 k rows took 308 us at 128 rows and 8 warps against 441 at 64 rows
+# and 8 warps; of 10 k rows 49.6 us at 64 rows and 4 warps against 88.6 (128, 8) and 61.0 (32, 4);
+# of 1 k rows 45.3 against 50.3 (128, 8). The torch path with the head kernel: 499 us at 100 k rows.
 BLOCK = 128
 NUM_WARPS = 8
+SMALL_STEP = (64, 4)  # (rows, warps) a program for steps of at most SMALL_ROWS rows
+SMALL_ROWS = 32768
 NC = 64
 KC = 32  # observation features taken at a time by the first layer
 # mma.sync rather than Hopper's warpgroup MMA: under Triton 3.6 a test of this kernel (fp32 weights,
 # 48 x 200 layers) read out of bounds on an H100 with the warpgroup code, as fused.py's kernels did;
 # the warpgroup code was faster where it ran (Tag, 100 k rows: 257 us against 308)
 MMA_SYNC = True
+
+
+def _tiles(rows: int) -> tuple:
+    """(rows, warps) of a program for a launch over `rows` rows in all."""
+    return SMALL_STEP if rows <= SMALL_ROWS else (BLOCK, NUM_WARPS)
 
 
 def unsupported(model, head, device, precision: str = "bf16") -> str | None:
@@ -91,12 +98,13 @@ class FusedWidePolicyStep:
             n, total, first = agents.stop - agents.start, env_action.shape[1], agents.start
         else:
             obs_out, env_action, n, total, first = obs, actions_out, 1, 1, 0
+        block, warps = _tiles(rows * self.members)
         with fused._compile_switches(MMA_SYNC):
-            kernel[(-(-rows // BLOCK), self.members)](
+            kernel[(-(-rows // block), self.members)](
                 obs, noise, *self.params, self.strides, self.starts, actions_out, logp_out, values_out, rows,
-                obs_out, env_action, n, total, first, **self.sizes, HEADS=self.heads, BLOCK=BLOCK,
+                obs_out, env_action, n, total, first, **self.sizes, HEADS=self.heads, BLOCK=block,
                 STACKED=int(self.stacked), DOT=self.dot, TANH=fused._tanh_mode(self.dot), RECORD=record,
-                num_warps=NUM_WARPS)
+                num_warps=warps)
         return actions_out.reshape(-1) if self.heads == 1 else actions_out.reshape(-1, self.heads)
 
     def truncated_values(self, final_obs, truncated, terminated, out, agents: slice):
@@ -109,9 +117,10 @@ class FusedWidePolicyStep:
         n = agents.stop - agents.start
         rows = E // self.members * n
         s = self.sizes
+        block, warps = _tiles(rows * self.members)
         with fused._compile_switches(MMA_SYNC):
-            kernel[(-(-rows // BLOCK), self.members)](
+            kernel[(-(-rows // block), self.members)](
                 final_obs, truncated, terminated, *self.params[6:], self.strides[6:], out, rows, n, A, agents.start,
                 O=O, OP=s["OP"], C1=s["C1"], C1P=s["C1P"], C2=s["C2"], C2P=s["C2P"], KC=s["KC"], NC=s["NC"],
-                BLOCK=BLOCK, STACKED=int(self.stacked), DOT=self.dot, TANH=fused._tanh_mode(self.dot),
-                num_warps=NUM_WARPS)
+                BLOCK=block, STACKED=int(self.stacked), DOT=self.dot, TANH=fused._tanh_mode(self.dot),
+                num_warps=warps)
