@@ -63,12 +63,7 @@ class Collector:
                             for name in tr.fused}
         # the other default policies (wider layers, MultiDiscrete heads) act in one launch too
         kernels = getattr(tr.config, "fused_kernels", False) and not fused.kernels_unsupported(tr.device)
-        for g in tr.groups if kernels and tr.algorithm != "ddpg" else ():
-            model = tr.rollout_models[g.name]
-            if (g.name not in self._fused_step and g.name not in tr.central
-                    and tr.buffers[g.name].actions.is_contiguous()
-                    and fused_wide.unsupported(model, tr.head, tr.device, tr.precision) is None):
-                self._fused_step[g.name] = fused_wide.FusedWidePolicyStep(model, tr.head, tr.M, tr.precision)
+        self._fused_step.update(fused_wide.policy_steps(tr, served=self._fused_step) if kernels else {})
         # the fused steps that also store the observations and send the actions: groups of contiguous
         # agents, without a joint state, acting into an integer action array of one entry per agent (and head)
         action = self.store["action"]
@@ -76,14 +71,9 @@ class Collector:
                              if tr.buffers[name].state is None and tr.head.kind in ("discrete", "multi")
                              and next(g for g in tr.groups if g.name == name).slice is not None
                              and action.dim() == 2 + len(tr.head.act_shape) and action.is_contiguous()
-                             and not action.is_floating_point()
-                             and tr.buffers[name].obs.is_contiguous()} if tr.algorithm != "ddpg" else set()
-        # ... and, step by step, V(final observation) of their truncated replicas (contiguous agents,
-        # unnormalised observations, their own critic)
-        self._wide_final = {name: step for name, step in self._fused_step.items()
-                            if isinstance(step, fused_wide.FusedWidePolicyStep) and name not in tr.norms
-                            and next(g for g in tr.groups if g.name == name).slice is not None
-                            and self.store["final_obs"].is_contiguous()}
+                             and not action.is_floating_point() and tr.buffers[name].obs.is_contiguous()
+                             } if tr.algorithm != "ddpg" else set()
+        self._wide_final = fused_wide.final_value_steps(tr, self._fused_step)
         # V(final observation) of the truncated replicas in one launch that skips the others: for one
         # policy over all agents, with unnormalised observations and its own critic
         only = tr.groups[0] if len(tr.groups) == 1 else None
@@ -231,13 +221,10 @@ class Collector:
         """V(final observation) of the replicas truncated at step t, when the rollout's final
         observations are too large to keep for one batched pass."""
         tr = self.trainer
-        for g in tr.groups:
-            if g.name in self._wide_final:
-                self._wide_final[g.name].truncated_values(self.store["final_obs"], self.truncated[t],
-                                                          self.terminated[t], tr.buffers[g.name].final_values[t],
-                                                          g.slice)
-        groups = [g for g in tr.groups if g.name not in self._wide_final]
-        if not groups:
+        for name, step in self._wide_final.items():  # (the wide steps' groups, in one launch each)
+            step.truncated_values(self.store["final_obs"], self.truncated[t], self.terminated[t],
+                                  tr.buffers[name].final_values[t])
+        if not (groups := [g for g in tr.groups if g.name not in self._wide_final]):
             return
         truncated_only = (self.truncated[t] * (1 - self.terminated[t])).unsqueeze(1)
         final_obs = {g.name: self.observe(g, self.store["final_obs"]) for g in tr.groups}

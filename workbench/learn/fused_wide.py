@@ -64,14 +64,35 @@ def unsupported(model, head, device, precision: str = "bf16") -> str | None:
     return None
 
 
+def policy_steps(tr, served) -> dict:
+    """{group: FusedWidePolicyStep} for a trainer's groups the wide step can act for (not in
+    `served`, the narrow kernels' steps; no joint-state critic; contiguous action buffers; not DDPG)."""
+    steps = {}
+    for g in tr.groups if tr.algorithm != "ddpg" else ():
+        model = tr.rollout_models[g.name]
+        if (g.name not in served and g.name not in tr.central and tr.buffers[g.name].actions.is_contiguous()
+                and unsupported(model, tr.head, tr.device, tr.precision) is None):
+            steps[g.name] = FusedWidePolicyStep(model, tr.head, tr.M, tr.precision, g.slice)
+    return steps
+
+
+def final_value_steps(tr, steps: dict) -> dict:
+    """The wide steps among `steps` that can also value their group's truncated replicas step by
+    step (FusedWidePolicyStep.truncated_values): contiguous agents, unnormalised observations."""
+    return {name: step for name, step in steps.items()
+            if isinstance(step, FusedWidePolicyStep) and step.agents is not None and name not in tr.norms
+            and tr.env.store["final_obs"].is_contiguous()}
+
+
 class FusedWidePolicyStep:
     """One launch per rollout step of a policy: for obs [N, O] (rows grouped by member) the actions
     (a Gumbel-max sample of each head from the uniform noise [N, D]), their summed log-probability and
     the value into the rollout buffer's step (compiled.act_and_record is the reference). model: the
-    rollout's copy of the (stacked) ActorCritic (bf16 weights under bf16)."""
+    rollout's copy of the (stacked) ActorCritic (bf16 weights under bf16); agents: the group's agent
+    ids (a slice, or None when not contiguous), which truncated_values reads."""
 
-    def __init__(self, model, head, members: int, precision: str):
-        self.members = members
+    def __init__(self, model, head, members: int, precision: str, agents: slice | None = None):
+        self.members, self.agents = members, agents
         self.stacked = isinstance(model.actor[0], MemberLinear)
         self.dot = {"bf16": 0, "tf32": 1}.get(precision, 2)
         actor, critic = (fused._linear_layers(net) for net in (model.actor, model.critic))
@@ -107,12 +128,13 @@ class FusedWidePolicyStep:
                 num_warps=warps)
         return actions_out.reshape(-1) if self.heads == 1 else actions_out.reshape(-1, self.heads)
 
-    def truncated_values(self, final_obs, truncated, terminated, out, agents: slice):
-        """V(final observation) of one rollout step for this policy's agents `agents` (a slice) of
-        final_obs [E, A, O] where the replica was truncated and not terminated (truncated,
-        terminated [E] floats), else 0, into out [E, n] (collection.Collector._final_values_of_step
-        is the reference)."""
+    def truncated_values(self, final_obs, truncated, terminated, out, agents: slice | None = None):
+        """V(final observation) of one rollout step for this policy's agents (`agents`, a slice, or
+        the group's) of final_obs [E, A, O] where the replica was truncated and not terminated
+        (truncated, terminated [E] floats), else 0, into out [E, n]
+        (collection.Collector._final_values_of_step is the reference)."""
         kernel = fused._rollout_kernels().wide_truncated_values
+        agents = agents or self.agents
         E, A, O = final_obs.shape
         n = agents.stop - agents.start
         rows = E // self.members * n
