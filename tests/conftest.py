@@ -42,3 +42,14 @@ def target(request):
 def tiny(n_gpu: int, n_sim: int) -> int:
     """Replica count: full size on a GPU, tiny under the CUDA simulator."""
     return n_gpu if HAS_GPU else n_sim
+
+
+@pytest.fixture
+def triton_kernels(monkeypatch):
+    """The fused Triton kernels on this machine: compiled on a GPU, else in Triton's interpreter for
+    CPU tensors (which needs TRITON_INTERPRET=1 before Triton loads, as set above)."""
+    if not HAS_GPU:
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            pytest.skip("without a GPU the kernels run in Triton's interpreter: TRITON_INTERPRET=1 (tests/conftest.py)")
+        from workbench.learn import fused
+        monkeypatch.setattr(fused, "INTERPRET_ON_CPU", True)

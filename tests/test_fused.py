@@ -3,7 +3,6 @@ for PPO (with and without value clipping and advantage normalisation) and A2C, o
 population's stacked members; GAE against rollout.advantages; a trainer with the kernels on matches
 one with them off. On a GPU the kernels compile; elsewhere they run in Triton's interpreter (CPU)."""
 import copy
-import os
 
 import pytest
 import torch
@@ -22,11 +21,8 @@ DEVICE = torch.device("cuda" if GPU else "cpu")
 
 
 @pytest.fixture(autouse=True)
-def _interpreter(monkeypatch):
-    if not GPU:
-        if os.environ.get("TRITON_INTERPRET") != "1":
-            pytest.skip("without a GPU the kernels run in Triton's interpreter: TRITON_INTERPRET=1 (tests/conftest.py)")
-        monkeypatch.setattr(fused, "INTERPRET_ON_CPU", True)
+def _kernels(triton_kernels):
+    """Every test here runs the kernels (conftest.triton_kernels)."""
 
 
 class Cfg:
@@ -398,3 +394,31 @@ def test_fused_uniform_draws_the_streams_numbers_bit_for_bit():
         assert torch.equal(fused_draws.normal((999,), 7), torch_draws.normal((999,), 7))
         torch_draws.advance()
         fused_draws.advance()
+
+
+@pytest.mark.skipif(not GPU, reason="a launch of more than 65535 programs on one axis is the GPU's limit")
+def test_rollout_kernels_launch_past_the_grids_second_axis():
+    """Steps of more rows than 65535 programs of a grid's second (or third) axis take: the tiles go
+    on the first axis (2^31 - 1). One member, 4.2 M rows: the policy step writes its last rows, and a
+    draw of 80 M uniforms (Tag at 2000 x 1000 agents) is the streams' numbers."""
+    from workbench.compiler.envdef import MultiDiscrete
+    from workbench.learn import fused_wide
+    from workbench.learn.streams import MemberStreams
+    rows = 65536 * fused.STEP_BLOCK + 5
+    g = torch.Generator(device=DEVICE).manual_seed(0)
+    obs = torch.randn(rows, 4, device=DEVICE, generator=g)
+    noise = torch.rand(rows, 3, device=DEVICE, generator=g)
+    out = [torch.full((rows,), -1, dtype=torch.long, device=DEVICE), torch.full((rows,), float("nan"), device=DEVICE),
+           torch.full((rows,), float("nan"), device=DEVICE)]
+    model = models(1, 4, 3)
+    fused.FusedPolicyStep(model, 1, "bf16")(obs, noise, *out)
+    assert bool((out[0] >= 0).all()) and bool(out[1].isfinite().all()) and bool(out[2].isfinite().all())
+    wide = ActorCritic(4, MultiDiscrete([3, 2]), (256, 256)).to(DEVICE)
+    head = ActionHead(MultiDiscrete([3, 2])).to(DEVICE)
+    actions = torch.full((rows, 2), -1, dtype=torch.long, device=DEVICE)
+    fused_wide.FusedWidePolicyStep(wide, head, 1, "bf16")(obs, torch.rand(rows, 5, device=DEVICE), actions, *out[1:])
+    assert bool((actions >= 0).all()) and bool(out[2].isfinite().all())
+    torch_draws, fused_draws = MemberStreams([3], DEVICE), MemberStreams([3], DEVICE)
+    fused_draws.fused = fused.FusedUniform()
+    n = 80_000_000
+    assert torch.equal(fused_draws.uniform((n,), 1)[-1000:], torch_draws.uniform((n,), 1)[-1000:])

@@ -2,7 +2,6 @@
 log-probabilities and values for discrete and MultiDiscrete heads, hidden layers wider than the
 narrow kernels hold, one policy and a population's stacked members; a Tag trainer with it learns
 what the torch path learns. On a GPU the kernel compiles; elsewhere it runs in Triton's interpreter."""
-import os
 
 import pytest
 import torch
@@ -21,11 +20,8 @@ PRECISION = "bf16" if GPU else "fp32"  # (the interpreter's dots are fp32 ones)
 
 
 @pytest.fixture(autouse=True)
-def _interpreter(monkeypatch):
-    if not GPU:
-        if os.environ.get("TRITON_INTERPRET") != "1":
-            pytest.skip("without a GPU the kernels run in Triton's interpreter: TRITON_INTERPRET=1 (tests/conftest.py)")
-        monkeypatch.setattr(fused, "INTERPRET_ON_CPU", True)
+def _kernels(triton_kernels):
+    """Every test here runs the kernels (conftest.triton_kernels)."""
 
 
 def policy(M, O, space, hidden):

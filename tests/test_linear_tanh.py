@@ -1,7 +1,6 @@
 """linear_tanh.LinearTanh against nn.Linear + tanh: the same output and the same gradients of the
 input, weight and bias (fp32; and in bf16 autocast on a GPU), and policies.MLP taking it on GPUs
 while gradients are recorded. Without a GPU its kernel runs in Triton's interpreter."""
-import os
 
 import pytest
 import torch
@@ -16,11 +15,8 @@ DEVICE = torch.device("cuda" if GPU else "cpu")
 
 
 @pytest.fixture(autouse=True)
-def _interpreter(monkeypatch):
-    if not GPU:
-        if os.environ.get("TRITON_INTERPRET") != "1":
-            pytest.skip("without a GPU the kernels run in Triton's interpreter: TRITON_INTERPRET=1 (tests/conftest.py)")
-        monkeypatch.setattr(fused, "INTERPRET_ON_CPU", True)
+def _kernels(triton_kernels):
+    """Every test here runs the kernels (conftest.triton_kernels)."""
 
 
 def _grads(fn, x, layer, upstream):

@@ -276,6 +276,17 @@ class FusedGradients:
             self.optimizer.gradients_written()
 
 
+def step_arguments(obs, members: int, actions_out, obs_out, env_action, agents) -> tuple:
+    """A policy step kernel's (obs, rows per member, (obs_out, env_action, n, agents, first)): obs made
+    contiguous (one agent of several per replica is a strided view); without recording (obs_out
+    None) placeholders the kernel never writes."""
+    obs = obs.contiguous()
+    if obs_out is None:
+        return obs, obs.shape[0] // members, (obs, actions_out, 1, 1, 0)
+    return obs, obs.shape[0] // members, (obs_out, env_action, agents.stop - agents.start, env_action.shape[1],
+                                          agents.start)
+
+
 class FusedPolicyStep:
     """The rollout's policy step in one launch: for obs [N, O] (rows grouped by member), the policy's
     logits, a Gumbel-max sample from the uniform noise [N, K], its log-probability and the value,
@@ -298,18 +309,12 @@ class FusedPolicyStep:
         actions into env_action [E, A] (the env's action array) at the agents `agents` (a slice: the
         group's ids) of each replica."""
         policy_step = _rollout_kernels().policy_step
-        obs = obs.contiguous()  # (one agent of several per replica is a strided view)
-        rows = obs.shape[0] // self.members
-        record = obs_out is not None
-        if record:
-            n, total, first = agents.stop - agents.start, env_action.shape[1], agents.start
-        else:
-            obs_out, env_action, n, total, first = obs, actions_out, 1, 1, 0
+        obs, rows, recording = step_arguments(obs, self.members, actions_out, obs_out, env_action, agents)
         with _compile_switches():
-            policy_step[(self.members, -(-rows // STEP_BLOCK))](
-                obs, noise, *self.params, self.strides, actions_out, logp_out, values_out, rows, obs_out, env_action,
-                n, total, first, **self.sizes, BLOCK=STEP_BLOCK, STACKED=int(self.stacked), DOT=self.dot,
-                TANH=_tanh_mode(self.dot), RECORD=record, **_launch_options())
+            policy_step[(-(-rows // STEP_BLOCK), self.members)](
+                obs, noise, *self.params, self.strides, actions_out, logp_out, values_out, rows, *recording,
+                **self.sizes, BLOCK=STEP_BLOCK, STACKED=int(self.stacked), DOT=self.dot, TANH=_tanh_mode(self.dot),
+                RECORD=obs_out is not None, **_launch_options())
         return actions_out.reshape(-1)
 
     def truncated_values(self, final_obs, truncated, terminated, final_values):
@@ -322,7 +327,7 @@ class FusedPolicyStep:
         rows = E // self.members * A
         critic = self.params[6:]
         with _compile_switches():
-            k.truncated_values[(self.members, T, -(-rows // STEP_BLOCK))](
+            k.truncated_values[(-(-rows // STEP_BLOCK), T, self.members)](
                 final_obs, truncated, terminated, *critic, self.strides[6:], final_values, E, rows, AGENTS=A, O=O,
                 OP=self.sizes["OP"], H1=self.critic_sizes["H1"], H1P=self.critic_sizes["H1P"],
                 H2=self.critic_sizes["H2"], H2P=self.critic_sizes["H2P"], KP=self.critic_sizes["KP"], BLOCK=STEP_BLOCK,
@@ -460,7 +465,7 @@ class FusedStepRecord:
         """terminated, truncated [E], final_obs [E, A, O] or None, rewards [[E, A]]: the rollout's step t."""
         s, reward = self.store, rewards[0]
         per_member = self.E // self.members
-        _rollout_kernels().step_record[(self.members, -(-per_member // self.BLOCK))](
+        _rollout_kernels().step_record[(-(-per_member // self.BLOCK), self.members)](
             s["done"], s["terminated"], s["truncated"], s["final_obs"], s["reward"], s["last_return"],
             s["last_length"], terminated, truncated, final_obs if final_obs is not None else terminated, reward,
             self.stats.sums, per_member, self.sums_stride, A=self.A, AP=_pow2(self.A, 1), O=self.O,

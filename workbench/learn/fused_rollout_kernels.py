@@ -18,11 +18,12 @@ def policy_step(
     logits, an action by the Gumbel-max trick on the uniform `noise` [N, K], its log-probability and
     the value, written into actions, logp and values [N]. RECORD: also the observations into obs_out
     [N, O] (the rollout buffer's step, in its type) and the actions into the env's action array
-    env_action [E, agents] (row r: agent first + r % n of replica r // n)."""
-    m = tl.program_id(0)
-    r = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    env_action [E, agents] (row r: agent first + r % n of replica r // n). Grid: (tiles, M), the tiles
+    on the first axis, which holds 2^31 - 1 programs where the others hold 65535."""
+    m = tl.program_id(1)
+    r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     valid = r < rows
-    row = m * rows + r
+    row = m.to(tl.int64) * rows + r
     o_in = tl.arange(0, OP)
     cols = tl.arange(0, KP)
     x = tl.load(obs + row[:, None] * O + o_in[None, :], mask=valid[:, None] & (o_in[None, :] < O),
@@ -61,10 +62,10 @@ def truncated_values(final_obs, truncated, terminated, cw1, cb1, cw2, cb2, cw3, 
     """One program: BLOCK of member m's `rows` rows (replicas x agents) of rollout step t: the value
     of the final observation final_obs [T, E * AGENTS, O] where the replica was truncated (and not
     terminated) at t, else 0, into final_values [T, E * AGENTS]. The critic runs only for tiles
-    holding a truncation (a time limit is reached by few replicas per step)."""
-    m = tl.program_id(0)
-    t = tl.program_id(1)
-    r = tl.program_id(2) * BLOCK + tl.arange(0, BLOCK)
+    holding a truncation (a time limit is reached by few replicas per step). Grid: (tiles, T, M)."""
+    m = tl.program_id(2).to(tl.int64)
+    t = tl.program_id(1).to(tl.int64)
+    r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     valid = r < rows
     row = t * (E * AGENTS) + m * rows + r
     replica = t * E + (m * rows + r) // AGENTS
@@ -93,10 +94,10 @@ def step_record(done, terminated, truncated, final_obs, reward, last_return, las
     Collector.step_outcome and EpisodeStats.after_step are the reference): the step's terminations
     and truncations [E] (as floats), rewards [E, A] and, where the episode ended (FINAL), the final
     observations [E, A, O] into the rollout's step; the ended episodes' mean return over the agents,
-    length and count added to the member's row of sums [M, 3]."""
-    m = tl.program_id(0)
-    e = m * per_member + tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    ok = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK) < per_member
+    length and count added to the member's row of sums [M, 3]. Grid: (tiles, M)."""
+    m = tl.program_id(1)
+    e = m.to(tl.int64) * per_member + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK) < per_member
     ended = tl.load(done + e, mask=ok, other=0).to(tl.float32)
     tl.store(terminated_out + e, tl.load(terminated + e, mask=ok, other=0).to(tl.float32), mask=ok)
     tl.store(truncated_out + e, tl.load(truncated + e, mask=ok, other=0).to(tl.float32), mask=ok)

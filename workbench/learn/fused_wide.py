@@ -112,20 +112,13 @@ class FusedWidePolicyStep:
         are stored there too, and the actions into env_action [E, A(, heads)] (the env's action array)
         at the agents `agents` (a slice: the group's ids) of each replica."""
         kernel = fused._rollout_kernels().wide_policy_step
-        obs = obs.contiguous()
-        rows = obs.shape[0] // self.members
-        record = obs_out is not None
-        if record:
-            n, total, first = agents.stop - agents.start, env_action.shape[1], agents.start
-        else:
-            obs_out, env_action, n, total, first = obs, actions_out, 1, 1, 0
+        obs, rows, recording = fused.step_arguments(obs, self.members, actions_out, obs_out, env_action, agents)
         block, warps = _tiles(rows * self.members)
         with fused._compile_switches(MMA_SYNC):
             kernel[(-(-rows // block), self.members)](
                 obs, noise, *self.params, self.strides, self.starts, actions_out, logp_out, values_out, rows,
-                obs_out, env_action, n, total, first, **self.sizes, HEADS=self.heads, BLOCK=block,
-                STACKED=int(self.stacked), DOT=self.dot, TANH=fused._tanh_mode(self.dot), RECORD=record,
-                num_warps=warps)
+                *recording, **self.sizes, HEADS=self.heads, BLOCK=block, STACKED=int(self.stacked), DOT=self.dot,
+                TANH=fused._tanh_mode(self.dot), RECORD=obs_out is not None, num_warps=warps)
         return actions_out.reshape(-1) if self.heads == 1 else actions_out.reshape(-1, self.heads)
 
     def truncated_values(self, final_obs, truncated, terminated, out, agents: slice | None = None):
