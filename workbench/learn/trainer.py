@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import signal
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -368,6 +369,8 @@ def warm_up_in_background(triton: bool):
     driver. torch's lazy initialisation is locked, so the env's first CUDA call waits for it."""
     def warm():
         try:
+            if dist_mod.launched_by_torchrun():  # (a thread's current device is its own: this rank's GPU, not GPU 0)
+                torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
             torch.cuda.init()
             if triton:
                 fused.warm_up()
