@@ -19,7 +19,7 @@ import json
 import subprocess
 import sys
 
-import _common as C  # noqa: F401  (puts the checkout on sys.path)
+import _common as C  # (also puts the checkout on sys.path)
 
 VARIANTS = ["128,8,sync", "64,8,sync", "64,4,sync", "32,4,sync", "128,8,wgmma"]
 SHAPES = ["1:1000", "1:10000", "1:100000", "8:10000"]  # members:rows per member

@@ -8,7 +8,7 @@ import torch
 
 triton = pytest.importorskip("triton", reason="the fused kernels need Triton (pip install triton)")
 
-from workbench.compiler.envdef import Discrete, MultiDiscrete  # noqa: E402
+from workbench.compiler.envdef import Box, Discrete, MultiDiscrete  # noqa: E402
 from workbench.learn import fused, fused_wide  # noqa: E402
 from workbench.learn.compiled import act_and_record  # noqa: E402
 from workbench.learn.members import stack_members  # noqa: E402
@@ -98,7 +98,7 @@ def test_wide_step_refuses_what_it_cannot_run():
     assert "at most 256 units" in fused_wide.unsupported(model, model.head, DEVICE)
     if GPU:
         assert "bf16" in fused_wide.unsupported(policy(1, 5, Discrete(3), (64, 64)), model.head, DEVICE, "tf32")
-    gaussian = ActorCritic(5, __import__("workbench").envdef.Box(shape=(2,)), (64, 64)).to(DEVICE)
+    gaussian = ActorCritic(5, Box(shape=(2,)), (64, 64)).to(DEVICE)
     assert "MultiDiscrete" in fused_wide.unsupported(gaussian, ActionHead(gaussian.head.space), DEVICE)
 
 
