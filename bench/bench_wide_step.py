@@ -58,7 +58,7 @@ def one(members: int, rows: int, block: int, warps: int, mma: str, repeats: int 
         sample(logits, noise, out[0], out[1])
         out[2].copy_(value.reshape(-1))
 
-    fused_wide.BLOCK, fused_wide.NUM_WARPS, fused_wide.SMALL_ROWS = block, warps, 0
+    fused_wide._tiles = lambda rows, members: (block, warps)
     fused_wide.MMA_SYNC = mma == "sync"
     step = fused_wide.FusedWidePolicyStep(rollout, head, members, "bf16")
     row = dict(task="wide_step", members=members, rows=rows, block=block, warps=warps, mma=mma)

@@ -167,9 +167,9 @@ for stage in $STAGES; do
         timed peer_gymnax_envonly env PYTHONPATH=/tmp/pj python3 .peers/purejaxrl_bench.py envonly 1000 10000 100000 \
           1000000 10000000
       fi
-      timed envonly_graph python3 bench/bench_envs.py --envs cartpole --targets cuda --num-envs 1e3 1e4 1e5 1e6 1e7 \
+      timed envonly_graph python3 bench/bench_envs.py --envs cartpole --targets cuda cuda-c --num-envs 1e3 1e4 1e5 1e6 1e7 \
         --actions graph --gym-num-envs --out "$LOGS/envonly_graph.json"
-      timed envonly_sample python3 bench/bench_envs.py --envs cartpole --targets cuda --num-envs 1e3 1e4 1e5 1e6 1e7 \
+      timed envonly_sample python3 bench/bench_envs.py --envs cartpole --targets cuda cuda-c --num-envs 1e3 1e4 1e5 1e6 1e7 \
         --gym-num-envs --out "$LOGS/envonly_sample.json" ;;
     startup)  # a new process to its first iterations, caches warm, against torch's own import (issue: <= 5 s)
       timed startup_cuda env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=/tmp/pycache python3 bench/bench_startup.py \

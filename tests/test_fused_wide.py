@@ -55,9 +55,9 @@ def reference(model, obs, noise):
     (2, Discrete(4), (48, 200), 64),
     (1, MultiDiscrete([21, 21]), (256, 256), 40),  # Tag's heads and WarpDrive's layers
 ])
-@pytest.mark.parametrize("tiles", ["small", "large"])  # (both programs' shapes: 64 rows and 4 warps, 128 and 8)
+@pytest.mark.parametrize("tiles", ["TINY_STEP", "SMALL_STEP", "LARGE_STEP"])  # (each program shape _tiles picks)
 def test_wide_policy_step_matches_torch(M, space, hidden, rows, tiles, monkeypatch):
-    monkeypatch.setattr(fused_wide, "SMALL_ROWS", 1 << 30 if tiles == "small" else 0)
+    monkeypatch.setattr(fused_wide, "_tiles", lambda rows, members, shape=getattr(fused_wide, tiles): shape)
     O = 13
     model = policy(M, O, space, hidden)
     assert fused_wide.unsupported(model, model.head, DEVICE) is None

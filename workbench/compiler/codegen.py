@@ -20,9 +20,13 @@ from dataclasses import dataclass
 from .envdef import EnvDefinition
 
 # {stream}: the agent slot of the key (stream_of); _wb_seed, _wb_e: the replica's seed and index in its block
-STEP_KEY = "make_key(_wb_seed, _wb_e, {stream}, episode[e], t[e])"
 RESET_KEY = "make_key(_wb_seed, _wb_e, {stream}, episode[e] + 1, RESET_STEP)"
 OBSERVE_KEY = "make_key(_wb_seed, _wb_e, {stream}, episode[e], _wb_np.uint64(t[e]) + OBSERVE_STEP)"
+# the step driver's keys come from the replica's clock as read at its start (_wb_t, _wb_ep), not from reloads
+STEP_KEY = "make_key(_wb_seed, _wb_e, {stream}, _wb_ep, _wb_t)"
+FINAL_OBSERVE_KEY = "make_key(_wb_seed, _wb_e, {stream}, _wb_ep, _wb_np.uint64(_wb_t + 1) + OBSERVE_STEP)"
+STEP_RESET_KEY = "make_key(_wb_seed, _wb_e, {stream}, _wb_ep + 1, RESET_STEP)"
+NEXT_OBSERVE_KEY = "make_key(_wb_seed, _wb_e, {stream}, _wb_next_ep, _wb_np.uint64(_wb_next_t) + OBSERVE_STEP)"
 
 
 @dataclass(frozen=True)
@@ -84,9 +88,9 @@ def stream_of(defn: EnvDefinition, index: str | None) -> str:
     return f"{(list(defn.entities).index(index) + 1) * ENTITY_STREAM} + a"
 
 
-def _call(fn, key_expr: str, defn: EnvDefinition) -> tuple:
+def _call(fn, key_expr: str, defn: EnvDefinition, rename: dict | None = None) -> tuple:
     index = defn.phase_index(fn)
-    names = {"env": "e", "key": "key"}
+    names = {"env": "e", "key": "key", **(rename or {})}
     if index is not None:
         names[index] = "a"
     args = [names.get(p, p) for p in fn.__code__.co_varnames[:fn.__code__.co_argcount]]
@@ -113,28 +117,18 @@ class _Writer:
         self.emit(depth, f"if {guard}:", "    a = lane", f"    while a < {count}:")
         self.emit(depth + 2, *body, "a += TPE")
 
-    def phase(self, depth: int, defn: EnvDefinition, fn, key_expr: str, guard: str = "active"):
+    def phase(self, depth: int, defn: EnvDefinition, fn, key_expr: str, guard: str = "active",
+              rename: dict | None = None):
         """One phase over what it runs on: the agents, an entity's instances (strided over the
-        replica's lanes as agents are), or the replica once (its first lane)."""
+        replica's lanes as agents are), or the replica once (its first lane); `rename` binds a
+        parameter to another array (the final observation: obs -> final_obs)."""
         index = defn.phase_index(fn)
-        body = _call(fn, key_expr, defn)
+        body = _call(fn, key_expr, defn, rename)
         if index is None:
             self.emit(depth, f"if {guard} and lane == 0:")
             self.emit(depth + 1, *body)
         else:
             self.agent_loop(depth, body, guard, "NUM_AGENTS" if index == "agent" else str(defn.entities[index]))
-
-
-def _copy_obs(defn: EnvDefinition) -> tuple:
-    dims = defn.obs_shape
-    idx = ", ".join(f"i{k}" for k in range(len(dims)))
-    lines, depth = [], 0
-    for k, d in enumerate(dims):
-        lines.append("    " * depth + f"for i{k} in range({d}):")
-        depth += 1
-    sub = f"e, a, {idx}" if idx else "e, a"
-    lines.append("    " * depth + f"final_obs[{sub}] = obs[{sub}]")
-    return tuple(lines)
 
 
 def _copy(dst: str, dst_lead: str, src: str, src_lead: str, shape: tuple) -> tuple:
@@ -148,7 +142,7 @@ def _copy_terminal(w: _Writer, defn: EnvDefinition, d: int):
     between the step phases' barrier and the next, where no phase writes state; `_wb_t`, read before
     `t` advances, tells a time limit; observe phases may still rewrite scratch state after it."""
     # the slot is read only where an episode ends: the other replicas' steps move no extra bytes
-    ending = f"active and (terminated[e] != 0 or _wb_t + 1 >= MAX_STEPS) and {SLOT}[e] != 0"
+    ending = f"_wb_done and {SLOT}[e] != 0"
     agent_copies, env_copies = (), ()
     for arg, spec in terminal_arrays(defn):
         if spec.layout == "agent":
@@ -163,31 +157,37 @@ def _copy_terminal(w: _Writer, defn: EnvDefinition, d: int):
 
 
 def _step_body(w: _Writer, defn: EnvDefinition, d: int):
-    w.emit(d, "_wb_t = t[e] if active else 0")
+    """The step, then for replicas whose episode ended the final observation (observe into final_obs),
+    bookkeeping and reset, then every replica's observation. The replica's clock and return are read
+    once: each array is read and written once where no episode ends."""
+    w.emit(d, "_wb_t = t[e] if active else 0", "_wb_ep = episode[e] if active else 0")
     w.agent_loop(d, ("reward[e, a] = 0",))
     w.emit(d, "if active and lane == 0:", "    terminated[e] = 0", "    truncated[e] = 0")
     w.barrier(d)
     for fn in defn.step_phases:
         w.phase(d, defn, fn, STEP_KEY)
         w.barrier(d)
+    w.emit(d, "_wb_done = active and (terminated[e] != 0 or truncated[e] != 0 or _wb_t + 1 >= MAX_STEPS)",
+           "_wb_next_t = 0 if _wb_done else _wb_t + 1  # the clock that the next observation sees",
+           "_wb_next_ep = _wb_ep + 1 if _wb_done else _wb_ep")
     _copy_terminal(w, defn, d)
-    w.agent_loop(d, ("episode_return[e, a] += reward[e, a]",))
-    w.emit(d, "if active and lane == 0:", "    t[e] += 1", "    if t[e] >= MAX_STEPS:", "        truncated[e] = 1",
-           "    done[e] = 1 if (terminated[e] != 0 or truncated[e] != 0) else 0")
+    w.agent_loop(d, ("_wb_return = episode_return[e, a] + reward[e, a]", "if _wb_done:",
+                     "    last_return[e, a] = _wb_return", "    episode_return[e, a] = 0", "else:",
+                     "    episode_return[e, a] = _wb_return"))
+    w.emit(d, "if active and lane == 0:", "    t[e] = _wb_t + 1", "    if _wb_t + 1 >= MAX_STEPS:",
+           "        truncated[e] = 1", "    done[e] = 1 if _wb_done else 0")
     w.barrier(d)
     for fn in defn.observe_phases:
-        w.phase(d, defn, fn, OBSERVE_KEY)
+        w.phase(d, defn, fn, FINAL_OBSERVE_KEY, guard="_wb_done", rename={"obs": "final_obs"})
         w.barrier(d)
-    finished = "active and done[e] != 0"
-    w.agent_loop(d, _copy_obs(defn) + ("last_return[e, a] = episode_return[e, a]", "episode_return[e, a] = 0"),
-                 guard=finished)
     for fn in defn.reset_phases:
-        w.phase(d, defn, fn, RESET_KEY, guard=finished)
+        w.phase(d, defn, fn, STEP_RESET_KEY, guard="_wb_done")
         w.barrier(d)
-    w.emit(d, f"if {finished} and lane == 0:", "    last_length[e] = t[e]", "    t[e] = 0", "    episode[e] += 1")
+    w.emit(d, "if _wb_done and lane == 0:", "    last_length[e] = _wb_t + 1", "    t[e] = 0",
+           "    episode[e] = _wb_ep + 1")
     w.barrier(d)
     for fn in defn.observe_phases:
-        w.phase(d, defn, fn, OBSERVE_KEY, guard=finished)
+        w.phase(d, defn, fn, NEXT_OBSERVE_KEY)
         w.barrier(d)
 
 

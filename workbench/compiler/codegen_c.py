@@ -33,7 +33,11 @@ _C_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double", np.dt
 _RESYNC = "\0resync"  # placeholder line: becomes `#line <its successor's line> DRIVER_FILE`
 
 # {stream}: the agent slot of the key; wb_seed, wb_e: the replica's seed and index in its block (codegen)
-STEP_KEY = "wb_make_key(wb_seed, wb_e, {stream}, episode[e], t[e])"
+# the step kernel's keys come from the replica's clock as read at its start (wb_t, wb_ep: registers, not reloads)
+STEP_KEY = "wb_make_key(wb_seed, wb_e, {stream}, wb_ep, wb_t)"
+FINAL_OBSERVE_KEY = "wb_make_key(wb_seed, wb_e, {stream}, wb_ep, (wb_u64)wb_t + 1 + WB_OBSERVE_STEP)"
+STEP_RESET_KEY = "wb_make_key(wb_seed, wb_e, {stream}, (long long)wb_ep + 1, WB_RESET_STEP)"
+NEXT_OBSERVE_KEY = "wb_make_key(wb_seed, wb_e, {stream}, wb_next_ep, (wb_u64)wb_next_t + WB_OBSERVE_STEP)"
 RESET_KEY = "wb_make_key(wb_seed, wb_e, {stream}, (long long)episode[e] + 1, WB_RESET_STEP)"
 OBSERVE_KEY = "wb_make_key(wb_seed, wb_e, {stream}, episode[e], (wb_u64)t[e] + WB_OBSERVE_STEP)"
 
@@ -115,9 +119,9 @@ class _Writer:
         return phase_index(self.defn.name, f"{phase.name}() (line {phase.line})", phase.args, self.defn.entities,
                            phase.line)
 
-    def call(self, phase, key_expr: str) -> tuple:
+    def call(self, phase, key_expr: str, rename: dict | None = None) -> tuple:
         index = self.index(phase)
-        names = {"env": "e", "key": "key"}
+        names = {"env": "e", "key": "key", **(rename or {})}
         if index is not None:
             names[index] = "a"
         if index is None:
@@ -131,15 +135,16 @@ class _Writer:
                   f"{phase.name}({', '.join(names.get(p, p) for p in phase.args)});", _RESYNC]
         return tuple(lines)
 
-    def phase(self, depth: int, phase, key_expr: str, guard: str = "active"):
+    def phase(self, depth: int, phase, key_expr: str, guard: str = "active", rename: dict | None = None):
         """One phase over the agents, an entity's instances (strided over the lanes as agents are)
-        or the replica once (its first lane), as codegen._Writer.phase."""
+        or the replica once (its first lane), as codegen._Writer.phase; `rename` binds a parameter
+        to another array (the final observation: obs -> final_obs)."""
         index = self.index(phase)
         if index is None:
-            self.lane0(depth, guard, *self.call(phase, key_expr))
+            self.lane0(depth, guard, *self.call(phase, key_expr, rename))
         else:
             count = "NUM_AGENTS" if index == "agent" else str(self.defn.entities[index])
-            self.agent_loop(depth, self.call(phase, key_expr), guard, count)
+            self.agent_loop(depth, self.call(phase, key_expr, rename), guard, count)
 
     def lane0(self, depth: int, guard: str, *body: str):
         self.emit(depth, f"if ({guard} && lane == 0) {{")
@@ -159,7 +164,7 @@ def c_terminal_arrays(defn: EnvDefinition) -> list:
 def _copy_terminal(w: _Writer, d: int):
     """As codegen._copy_terminal: a recorded replica whose episode ends in this step keeps its state."""
     # the slot is read only where an episode ends: the other replicas' steps move no extra bytes
-    ending = "active && (terminated[e] != 0 || wb_t + 1 >= MAX_STEPS) && wb_slot[e] != 0"
+    ending = "wb_done && wb_slot[e] != 0"
     agent_copies, env_copies = [], []
     for arg, spec in c_terminal_arrays(w.defn):
         size = int(np.prod(spec.shape, dtype=np.int64))
@@ -175,33 +180,37 @@ def _copy_terminal(w: _Writer, d: int):
 
 
 def _step_body(w: _Writer, phases: dict, d: int):
-    obs_size = int(np.prod(w.defn.obs_shape, dtype=np.int64))
-    w.emit(d, "const int wb_t = active ? t[e] : 0;  // t before this step: a time limit ends the episode")
+    """The step, then for replicas whose episode ended the final observation (observe into final_obs),
+    bookkeeping and reset, then every replica's observation. The replica's clock and return stay in
+    registers from their first load: each array is read and written once where no episode ends."""
+    w.emit(d, "const int wb_t = active ? t[e] : 0;  // t before this step: a time limit ends the episode",
+           "const int wb_ep = active ? episode[e] : 0;")
     w.agent_loop(d, ("reward[(long long)e * NUM_AGENTS + a] = 0;",))
     w.lane0(d, "active", "terminated[e] = 0;", "truncated[e] = 0;")
     w.barrier(d)
     for phase in phases["step"]:
         w.phase(d, phase, STEP_KEY)
         w.barrier(d)
+    w.emit(d, "const bool wb_done = active && (terminated[e] != 0 || truncated[e] != 0 || wb_t + 1 >= MAX_STEPS);",
+           "const int wb_next_t = wb_done ? 0 : wb_t + 1;  // the clock that the next observation sees",
+           "const int wb_next_ep = wb_done ? wb_ep + 1 : wb_ep;")
     _copy_terminal(w, d)
-    w.agent_loop(d, (EA, "episode_return[ea] += reward[ea];"))
-    w.lane0(d, "active", "t[e] += 1;", "if (t[e] >= MAX_STEPS)", "    truncated[e] = 1;",
-            "done[e] = (terminated[e] != 0 || truncated[e] != 0) ? 1 : 0;")
+    w.agent_loop(d, (EA, "const float wb_return = episode_return[ea] + reward[ea];",
+                     "if (wb_done)", "    last_return[ea] = wb_return;",
+                     "episode_return[ea] = wb_done ? 0.0f : wb_return;"))
+    w.lane0(d, "active", "t[e] = wb_t + 1;", "if (wb_t + 1 >= MAX_STEPS)", "    truncated[e] = 1;",
+            "done[e] = wb_done ? 1 : 0;")
     w.barrier(d)
     for phase in phases["observe"]:
-        w.phase(d, phase, OBSERVE_KEY)
+        w.phase(d, phase, FINAL_OBSERVE_KEY, guard="wb_done", rename={"obs": "final_obs"})
         w.barrier(d)
-    finished = "active && done[e] != 0"
-    w.agent_loop(d, (EA, f"for (long long i = 0; i < {obs_size}; ++i)",
-                     f"    final_obs[ea * {obs_size} + i] = obs[ea * {obs_size} + i];",
-                     "last_return[ea] = episode_return[ea];", "episode_return[ea] = 0;"), guard=finished)
     for phase in phases["reset"]:
-        w.phase(d, phase, RESET_KEY, guard=finished)
+        w.phase(d, phase, STEP_RESET_KEY, guard="wb_done")
         w.barrier(d)
-    w.lane0(d, finished, "last_length[e] = t[e];", "t[e] = 0;", "episode[e] += 1;")
+    w.lane0(d, "wb_done", "last_length[e] = wb_t + 1;", "t[e] = 0;", "episode[e] = wb_ep + 1;")
     w.barrier(d)
     for phase in phases["observe"]:
-        w.phase(d, phase, OBSERVE_KEY, guard=finished)
+        w.phase(d, phase, NEXT_OBSERVE_KEY)
         w.barrier(d)
 
 

@@ -20,13 +20,17 @@ from .policies import ActorCritic
 MAX_HIDDEN = 256
 MAX_OBS = 256
 MAX_OUT = 128
-# Rows per program and its warps, tuned on an H100 (mma.sync, below) for Tag's 256-wide MLPs and
-# 21 x 21 heads: one step of 100 k rows took 308 us at 128 rows and 8 warps against 441 at 64 rows
-# and 8 warps; of 10 k rows 49.6 us at 64 rows and 4 warps against 88.6 (128, 8) and 61.0 (32, 4);
-# of 1 k rows 45.3 against 50.3 (128, 8). The torch path with the head kernel: 499 us at 100 k rows.
-BLOCK = 128
-NUM_WARPS = 8
-SMALL_STEP = (64, 4)  # (rows, warps) a program for steps of at most SMALL_ROWS rows
+# Rows per program and its warps, from bench/bench_wide_step.py on an H100 (mma.sync, below) for Tag's
+# 256-wide MLPs and 21 x 21 heads, microseconds a step (docs/benchmarks.md):
+#   rows               32 rows, 4 warps   64, 4   128, 8   torch path
+#   1 k                24.9               33.2    46.9     48.2
+#   10 k               56.8               46.3    48.8     86.1
+#   100 k              395.2              268.2   302.3    493.7
+#   8 members x 10 k   432.9              453.4   379.9    654.0
+TINY_ROWS = 4096  # at most: 32 rows a program (fewer programs than SMs at 64 rows)
+TINY_STEP = (32, 4)
+SMALL_STEP = (64, 4)
+LARGE_STEP = (128, 8)  # stacked members of more than SMALL_ROWS rows in all
 SMALL_ROWS = 32768
 NC = 64
 KC = 32  # observation features taken at a time by the first layer
@@ -36,9 +40,11 @@ KC = 32  # observation features taken at a time by the first layer
 MMA_SYNC = True
 
 
-def _tiles(rows: int) -> tuple:
-    """(rows, warps) of a program for a launch over `rows` rows in all."""
-    return SMALL_STEP if rows <= SMALL_ROWS else (BLOCK, NUM_WARPS)
+def _tiles(rows: int, members: int) -> tuple:
+    """(rows, warps) of a program for a launch over `rows` rows of each of `members` members."""
+    if rows * members <= TINY_ROWS:
+        return TINY_STEP
+    return SMALL_STEP if members == 1 or rows * members <= SMALL_ROWS else LARGE_STEP
 
 
 def unsupported(model, head, device, precision: str = "bf16") -> str | None:
@@ -113,7 +119,7 @@ class FusedWidePolicyStep:
         at the agents `agents` (a slice: the group's ids) of each replica."""
         kernel = fused._rollout_kernels().wide_policy_step
         obs, rows, recording = fused.step_arguments(obs, self.members, actions_out, obs_out, env_action, agents)
-        block, warps = _tiles(rows * self.members)
+        block, warps = _tiles(rows, self.members)
         with fused._compile_switches(MMA_SYNC):
             kernel[(-(-rows // block), self.members)](
                 obs, noise, *self.params, self.strides, self.starts, actions_out, logp_out, values_out, rows,
@@ -132,7 +138,7 @@ class FusedWidePolicyStep:
         n = agents.stop - agents.start
         rows = E // self.members * n
         s = self.sizes
-        block, warps = _tiles(rows * self.members)
+        block, warps = _tiles(rows, self.members)
         with fused._compile_switches(MMA_SYNC):
             kernel[(-(-rows // block), self.members)](
                 final_obs, truncated, terminated, *self.params[6:], self.strides[6:], out, rows, n, A, agents.start,
