@@ -102,9 +102,10 @@ def _call(fn, key_expr: str, defn: EnvDefinition, rename: dict | None = None) ->
 
 
 class _Writer:
-    def __init__(self, sync: str):
+    def __init__(self, sync: str, one_agent_a_lane: bool = False):
         self.lines: list = []
         self.sync = sync
+        self.one_agent_a_lane = one_agent_a_lane
 
     def emit(self, depth: int, *lines: str):
         self.lines.extend("    " * depth + line for line in lines)
@@ -160,7 +161,11 @@ def _step_body(w: _Writer, defn: EnvDefinition, d: int):
     """The step, then for replicas whose episode ended the final observation (observe into final_obs),
     bookkeeping and reset, then every replica's observation. The replica's clock and return are read
     once: each array is read and written once where no episode ends."""
+    # every load of the framework's arrays is issued before the phases run, so that their latencies overlap
+    # the state's on GPUs (codegen_c._step_body)
     w.emit(d, "_wb_t = t[e] if active else 0", "_wb_ep = episode[e] if active else 0")
+    if w.one_agent_a_lane:  # its return is held across the phases
+        w.emit(d, "_wb_return0 = episode_return[e, lane] if active and lane < NUM_AGENTS else _wb_np.float32(0)")
     w.agent_loop(d, ("reward[e, a] = 0",))
     w.emit(d, "if active and lane == 0:", "    terminated[e] = 0", "    truncated[e] = 0")
     w.barrier(d)
@@ -171,7 +176,8 @@ def _step_body(w: _Writer, defn: EnvDefinition, d: int):
            "_wb_next_t = 0 if _wb_done else _wb_t + 1  # the clock that the next observation sees",
            "_wb_next_ep = _wb_ep + 1 if _wb_done else _wb_ep")
     _copy_terminal(w, defn, d)
-    w.agent_loop(d, ("_wb_return = episode_return[e, a] + reward[e, a]", "if _wb_done:",
+    w.agent_loop(d, (f"_wb_return = {'_wb_return0' if w.one_agent_a_lane else 'episode_return[e, a]'} + reward[e, a]",
+                     "if _wb_done:",
                      "    last_return[e, a] = _wb_return", "    episode_return[e, a] = 0", "else:",
                      "    episode_return[e, a] = _wb_return"))
     w.emit(d, "if active and lane == 0:", "    t[e] = _wb_t + 1", "    if _wb_t + 1 >= MAX_STEPS:",
@@ -214,7 +220,8 @@ def numba_drivers(defn: EnvDefinition, *, gpu: bool, layout: Layout) -> str:
     text = []
     for kernel, body in (("_wb_reset", _reset_body), ("_wb_step", _step_body)):
         if gpu:
-            w = _Writer("cuda.syncthreads()" if layout.threads_per_env > 1 else "")
+            w = _Writer("cuda.syncthreads()" if layout.threads_per_env > 1 else "",
+                        one_agent_a_lane=defn.num_agents <= layout.threads_per_env)
             w.emit(0, f"def {kernel}({args}):", "    tid = cuda.threadIdx.x",
                    "    e = cuda.blockIdx.x * (cuda.blockDim.x // TPE) + tid // TPE", "    lane = tid % TPE",
                    "    active = e < n_envs")

@@ -101,6 +101,7 @@ class _Writer:
         self.lines: list = []
         self.defn = defn
         self.sync = layout.threads_per_env > 1
+        self.agents_per_lane = -(-defn.num_agents // layout.threads_per_env)
         self.c_file = c_file
 
     def emit(self, depth: int, *lines: str):
@@ -179,12 +180,46 @@ def _copy_terminal(w: _Writer, d: int):
         w.lane0(d, ending, "const long long ws = wb_slot[e] - 1;", *env_copies)
 
 
+def _one_lane_step_body(w: _Writer, phases: dict, d: int):
+    """_step_body for a replica on one lane (single-agent envs): no barriers, so the path of a replica
+    whose episode ended is one branch, and the return and clock are written once after it."""
+    w.emit(d, "if (!active)", "    return;", "const int wb_t = t[e];  // t before this step: a time limit ends the episode",
+           "const int wb_ep = episode[e];", "const float wb_return0 = episode_return[e];",
+           "reward[e] = 0;", "terminated[e] = 0;", "truncated[e] = 0;")
+    for phase in phases["step"]:
+        w.phase(d, phase, STEP_KEY)
+    w.emit(d, "const bool wb_done = terminated[e] != 0 || truncated[e] != 0 || wb_t + 1 >= MAX_STEPS;",
+           "const int wb_next_t = wb_done ? 0 : wb_t + 1;  // the clock that the next observation sees",
+           "const int wb_next_ep = wb_done ? wb_ep + 1 : wb_ep;",
+           "const float wb_return = wb_return0 + reward[e];",
+           "if (wb_t + 1 >= MAX_STEPS)", "    truncated[e] = 1;", "done[e] = wb_done ? 1 : 0;", "if (wb_done) {")
+    _copy_terminal(w, d + 1)
+    w.emit(d + 1, "t[e] = wb_t + 1;  // as the final observation's phases see it")
+    for phase in phases["observe"]:
+        w.phase(d + 1, phase, FINAL_OBSERVE_KEY, rename={"obs": "final_obs"})
+    w.emit(d + 1, "last_return[e] = wb_return;", "last_length[e] = wb_t + 1;")
+    for phase in phases["reset"]:
+        w.phase(d + 1, phase, STEP_RESET_KEY)
+    w.emit(d + 1, "episode[e] = wb_ep + 1;")
+    w.emit(d, "}", "episode_return[e] = wb_done ? 0.0f : wb_return;", "t[e] = wb_next_t;")
+    for phase in phases["observe"]:
+        w.phase(d, phase, NEXT_OBSERVE_KEY)
+
+
 def _step_body(w: _Writer, phases: dict, d: int):
     """The step, then for replicas whose episode ended the final observation (observe into final_obs),
     bookkeeping and reset, then every replica's observation. The replica's clock and return stay in
     registers from their first load: each array is read and written once where no episode ends."""
+    # every load of the framework's arrays is issued before the phases run: their latencies overlap the
+    # state's instead of following the step (CartPole at 10M replicas on an H100: 477 -> 437 us a step)
+    if not w.sync:
+        return _one_lane_step_body(w, phases, d)
     w.emit(d, "const int wb_t = active ? t[e] : 0;  // t before this step: a time limit ends the episode",
            "const int wb_ep = active ? episode[e] : 0;")
+    held = w.agents_per_lane == 1  # one agent a lane: its return is held in a register across the phases
+    if held:
+        w.emit(d, "const float wb_return0 = active && lane < NUM_AGENTS ? "
+                  "episode_return[(long long)e * NUM_AGENTS + lane] : 0.0f;")
     w.agent_loop(d, ("reward[(long long)e * NUM_AGENTS + a] = 0;",))
     w.lane0(d, "active", "terminated[e] = 0;", "truncated[e] = 0;")
     w.barrier(d)
@@ -195,7 +230,7 @@ def _step_body(w: _Writer, phases: dict, d: int):
            "const int wb_next_t = wb_done ? 0 : wb_t + 1;  // the clock that the next observation sees",
            "const int wb_next_ep = wb_done ? wb_ep + 1 : wb_ep;")
     _copy_terminal(w, d)
-    w.agent_loop(d, (EA, "const float wb_return = episode_return[ea] + reward[ea];",
+    w.agent_loop(d, (EA, f"const float wb_return = {'wb_return0' if held else 'episode_return[ea]'} + reward[ea];",
                      "if (wb_done)", "    last_return[ea] = wb_return;",
                      "episode_return[ea] = wb_done ? 0.0f : wb_return;"))
     w.lane0(d, "active", "t[e] = wb_t + 1;", "if (wb_t + 1 >= MAX_STEPS)", "    truncated[e] = 1;",
