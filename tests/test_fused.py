@@ -344,14 +344,16 @@ def test_tag_trainer_with_the_wide_step_matches_torch_path():
         assert (trainer.collector._head_sample is not None) == on and not trainer.fused
         # (on a GPU the wide step computes in bf16 only: test_fused_wide.py trains Tag with it there)
         assert trainer.collector._fused_sends == ({"taggers", "runners"} if on and not GPU else set())
+        assert (trainer.collector._fused_record is not None) == (on and not GPU)  # (both groups' bookkeeping)
         results.append(trainer.train(progress=False).history)
     compared = set()
     for fused_row, torch_row in zip(*results):
         for key, value in fused_row.items():
-            if key.split("/")[0] in ("policy_loss", "value_loss", "entropy", "return"):
+            if key.split("/")[0] in ("policy_loss", "value_loss", "entropy", "return", "episode_length", "episodes",
+                                     "runners_tagged", "tag_rate", "survival"):
                 assert value == pytest.approx(torch_row[key], rel=1e-4, abs=1e-6, nan_ok=True), key
                 compared.add(key)
-    assert {"policy_loss/taggers", "policy_loss/runners"} <= compared
+    assert {"policy_loss/taggers", "policy_loss/runners", "runners_tagged", "episodes"} <= compared
 
 
 @pytest.mark.parametrize("max_norm", [None, 0.5, "per_member"])

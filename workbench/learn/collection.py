@@ -19,6 +19,7 @@ import torch
 
 from . import fused, fused_wide
 from .compiled import MaybeCompiled, act_and_record, forward, value_step
+from .fused_record import FusedStepRecord
 from .members import member_rows
 from .rollout import advantages, chunks, gae
 
@@ -81,9 +82,9 @@ class Collector:
                              and only.name in tr.fused and only.n == env.num_agents
                              and only.name not in tr.norms and not tr.central else None)
         # the step's bookkeeping in one launch, where the fused kernels serve the policy
-        self._fused_record = (fused.FusedStepRecord(self.store, tr.episode_stats, tr.M)
+        self._fused_record = (FusedStepRecord(self.store, tr.episode_stats, tr.groups, self.active, tr.M)
                               if tr.algorithm != "ddpg" and self._fused_step
-                              and fused.FusedStepRecord.applies(tr, tr.groups, tr.episode_stats) else None)
+                              and FusedStepRecord.applies(tr, tr.groups, tr.episode_stats, self.active) else None)
         # the other policies' sampling in one launch, when torch.compile does not fuse it already
         self._head_sample = (fused.FusedHeadSample(tr.head, tr.device) if kernels and not compile_on
                              and tr.algorithm != "ddpg" and fused.FusedHeadSample.serves(tr.head) else None)
@@ -136,13 +137,14 @@ class Collector:
         """T steps of every group's policy into its buffer (see the module's docstring)."""
         tr, store = self.trainer, self.store
         per_step_final_values = self.can_truncate and self.final_obs is None
+        recorded_masks = self._fused_record is not None and self._fused_record.masks  # (masks of steps 1 .. T)
         tr.refresh_rollout_copies()
         for t in range(tr.T):
             group_obs = {}
             for g in tr.groups:
                 buf = tr.buffers[g.name]
-                live = self.live(g)
-                if live is not None:
+                live = self.live(g) if t == 0 or not recorded_masks or g.name in tr.norms else None
+                if live is not None and (t == 0 or not recorded_masks):
                     buf.mask[t].copy_(live)
                 group_obs[g.name] = self.observe(g, store["obs"], live, accumulate=True)
             state = self.joint_obs(group_obs) if tr.central else None
@@ -158,10 +160,10 @@ class Collector:
             tr.env.step()
             (self._fused_record or self._record_outcome)(
                 self.terminated[t], self.truncated[t], self.final_obs[t] if self.final_obs is not None else None,
-                [tr.buffers[g.name].rewards[t] for g in tr.groups])
+                [tr.buffers[g.name].rewards[t] for g in tr.groups], [tr.buffers[g.name].mask[t + 1] for g in tr.groups])
             if per_step_final_values:
                 self._final_values_of_step(t)
-        if self.active is not None:
+        if self.active is not None and not recorded_masks:
             for g in tr.groups:
                 tr.buffers[g.name].mask[tr.T].copy_(self.live(g))
         if self.final_obs is not None:
@@ -203,11 +205,11 @@ class Collector:
             return self._act_and_record(model, tr.head, obs.reshape(-1, tr.obs_dim), state, noise, central,
                                         buf.actions[t], buf.logp[t], buf.values[t])
 
-    def step_outcome(self, terminated, truncated, final_obs, rewards: list):
-        """After an env step: its terminations and truncations [E], final observations [E, A, O] (when
-        kept) and each group's rewards [E, n] into the rollout's step t (the views given), and the
-        episodes that finished into the episode statistics. One function, so that torch.compile fuses
-        the step's bookkeeping into a few kernels."""
+    def step_outcome(self, terminated, truncated, final_obs, rewards: list, masks: list | None = None):
+        """After an env step: terminations, truncations [E], final observations [E, A, O] (when kept), each
+        group's rewards [E, n] into the rollout's step t (the views given; `masks`, FusedStepRecord's, are
+        the rollout's own to copy here), finished episodes into the episode statistics. One function, so
+        that torch.compile fuses the step's bookkeeping into a few kernels."""
         tr, store = self.trainer, self.store
         tr.episode_stats.after_step()
         terminated.copy_(store["terminated"])

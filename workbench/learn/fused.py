@@ -434,44 +434,6 @@ class FusedMemberAdam:
                                  BLOCK=self.BLOCK, CHUNKS=self.chunks)
 
 
-class FusedStepRecord:
-    """The rollout's bookkeeping after an env step in one launch, where eager torch takes about ten
-    (Collector.step_outcome with EpisodeStats.after_step is the reference): terminations,
-    truncations, rewards and the ended episodes' final observations into the rollout's step, and
-    the ended episodes' return, length and count into the episode statistics' sums.
-
-    Serves one policy over all of the env's agents, when the env has no evaluation metrics (those
-    are torch functions of the store: `applies` says whether this run is served)."""
-    BLOCK = 128
-
-    def __init__(self, store, stats, members: int):
-        self.store, self.stats, self.members = store, stats, members
-        E, A = store["reward"].shape[:2]
-        self.E, self.A = E, A
-        self.O = store["final_obs"][0].numel() // A
-        self.sums_stride = stats.sums.shape[-1] if members > 1 else 0
-
-    @staticmethod
-    def applies(trainer, groups, stats) -> bool:
-        store = trainer.env.store
-        A = trainer.env.num_agents
-        return (len(groups) == 1 and groups[0].slice == slice(0, A) and not stats.env_metrics
-                and stats.sums.shape[-1] == 3 and store["reward"].dtype == torch.float32
-                and store["last_return"].dtype == torch.float32 and store["final_obs"].dtype == torch.float32
-                and all(store[k].is_contiguous() for k in ("reward", "last_return", "final_obs", "done",
-                                                            "terminated", "truncated", "last_length")))
-
-    def __call__(self, terminated, truncated, final_obs, rewards: list):
-        """terminated, truncated [E], final_obs [E, A, O] or None, rewards [[E, A]]: the rollout's step t."""
-        s, reward = self.store, rewards[0]
-        per_member = self.E // self.members
-        _rollout_kernels().step_record[(-(-per_member // self.BLOCK), self.members)](
-            s["done"], s["terminated"], s["truncated"], s["final_obs"], s["reward"], s["last_return"],
-            s["last_length"], terminated, truncated, final_obs if final_obs is not None else terminated, reward,
-            self.stats.sums, per_member, self.sums_stride, A=self.A, AP=_pow2(self.A, 1), O=self.O,
-            OP=_pow2(self.O, 1), FINAL=final_obs is not None, BLOCK=self.BLOCK)
-
-
 class FusedUniform:
     """MemberStreams.uniform in one launch (the torch ops hash [M, n] int64 tensors in about 30
     elementwise passes): the same numbers, bit for bit."""

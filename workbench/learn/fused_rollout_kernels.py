@@ -1,6 +1,6 @@
 """The rollout's Triton kernels of fused.py (imported only when first used): the policy step,
 V(final observation) of truncated replicas, the step's bookkeeping and the members' uniforms.
-fused.FusedPolicyStep, FusedStepRecord and FusedUniform launch them; read those first."""
+fused.FusedPolicyStep, fused_record.FusedStepRecord and fused.FusedUniform launch them; read those first."""
 import triton
 import triton.language as tl
 
@@ -86,35 +86,61 @@ def truncated_values(final_obs, truncated, terminated, cw1, cb1, cw2, cb2, cw3, 
 
 
 @triton.jit
-def step_record(done, terminated, truncated, final_obs, reward, last_return, last_length,
-                terminated_out, truncated_out, final_obs_out, reward_out, sums, per_member, sums_stride,
-                A: tl.constexpr, AP: tl.constexpr, O: tl.constexpr, OP: tl.constexpr, FINAL: tl.constexpr,
-                BLOCK: tl.constexpr):
-    """One program: BLOCK of member m's `per_member` replicas after an env step (collection's
-    Collector.step_outcome and EpisodeStats.after_step are the reference): the step's terminations
-    and truncations [E] (as floats), rewards [E, A] and, where the episode ended (FINAL), the final
-    observations [E, A, O] into the rollout's step; the ended episodes' mean return over the agents,
-    length and count added to the member's row of sums [M, 3]. Grid: (tiles, M)."""
+def step_record(done, terminated, truncated, final_obs, reward, last_return, last_length, active,
+                terminated_out, truncated_out, final_obs_out, reward_out, mask_out, sums, per_member, sums_stride,
+                start, return_col, length_col, count_col, metric_col, metric_start,
+                A: tl.constexpr, N: tl.constexpr, NP: tl.constexpr, O: tl.constexpr, OP: tl.constexpr,
+                METRIC_N: tl.constexpr, SHARED: tl.constexpr, FINAL: tl.constexpr, MASK: tl.constexpr,
+                METRIC: tl.constexpr, BLOCK: tl.constexpr):
+    """One program: BLOCK of member m's `per_member` replicas after an env step, for the policy group
+    of agents [start, start + N) (collection's Collector.step_outcome and EpisodeStats.after_step are
+    the reference): the group's rewards [E, A] -> reward_out [E, N] and, with MASK, its agents still
+    in the game (active != 0) -> mask_out [E, N] (the rollout's mask of the next step); the ended
+    episodes' mean return over the group's agents added to column return_col of the member's row of
+    sums [M, K]. SHARED (one group's launch a step): also the terminations and truncations [E] (as
+    floats), the ended episodes' length and count (columns length_col, count_col), with FINAL their
+    final observations [E, A, O] into final_obs_out, and with METRIC Tag's runners tagged (agents
+    [metric_start, metric_start + METRIC_N) whose final observation is all zeros) into metric_col.
+    Grid: (tiles, M)."""
     m = tl.program_id(1)
-    e = m.to(tl.int64) * per_member + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    ok = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK) < per_member
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = i < per_member
+    e = m.to(tl.int64) * per_member + i
     ended = tl.load(done + e, mask=ok, other=0).to(tl.float32)
-    tl.store(terminated_out + e, tl.load(terminated + e, mask=ok, other=0).to(tl.float32), mask=ok)
-    tl.store(truncated_out + e, tl.load(truncated + e, mask=ok, other=0).to(tl.float32), mask=ok)
-    a = tl.arange(0, AP)
-    here = ok[:, None] & (a[None, :] < A)
-    at = e[:, None] * A + a[None, :]
-    tl.store(reward_out + at, tl.load(reward + at, mask=here, other=0.0), mask=here)
-    returns = tl.sum(tl.load(last_return + at, mask=here, other=0.0), 1) / A
-    length = tl.load(last_length + e, mask=ok, other=0).to(tl.float32)
-    tl.atomic_add(sums + m * sums_stride, tl.sum(ended * returns, 0))
-    tl.atomic_add(sums + m * sums_stride + 1, tl.sum(ended * length, 0))
-    tl.atomic_add(sums + m * sums_stride + 2, tl.sum(ended, 0))
-    if FINAL:  # (rows of episodes that did not end keep stale, finite values the critic's pass multiplies by 0)
-        o = tl.arange(0, OP)
-        rows = (e[:, None] * A + a[None, :])[:, :, None] * O + o[None, None, :]
-        where = (here & (ended[:, None] > 0))[:, :, None] & (o[None, None, :] < O)
-        tl.store(final_obs_out + rows, tl.load(final_obs + rows, mask=where, other=0.0), mask=where)
+    a = tl.arange(0, NP)
+    here = ok[:, None] & (a[None, :] < N)
+    at = e[:, None] * A + start + a[None, :]
+    out = e[:, None] * N + a[None, :]
+    tl.store(reward_out + out, tl.load(reward + at, mask=here, other=0.0), mask=here)
+    if MASK:
+        tl.store(mask_out + out, (tl.load(active + at, mask=here, other=0) != 0).to(tl.float32), mask=here)
+    returns = tl.sum(tl.load(last_return + at, mask=here, other=0.0), 1) / N
+    row = sums + m * sums_stride
+    tl.atomic_add(row + return_col, tl.sum(ended * returns, 0))
+    if SHARED:
+        tl.store(terminated_out + e, tl.load(terminated + e, mask=ok, other=0).to(tl.float32), mask=ok)
+        tl.store(truncated_out + e, tl.load(truncated + e, mask=ok, other=0).to(tl.float32), mask=ok)
+        length = tl.load(last_length + e, mask=ok, other=0).to(tl.float32)
+        tl.atomic_add(row + length_col, tl.sum(ended * length, 0))
+        tl.atomic_add(row + count_col, tl.sum(ended, 0))
+        if FINAL or METRIC:
+            # agent by agent, over the replicas whose episode ended (the others' rows are not read)
+            o = tl.arange(0, OP)
+            take = (ended[:, None] > 0) & (o[None, :] < O)
+            tagged = tl.zeros((BLOCK,), dtype=tl.float32)
+            if tl.max(ended, 0) > 0:
+                for jj in range(A if FINAL else METRIC_N):
+                    j = jj if FINAL else metric_start + jj
+                    rows = (e * A + j)[:, None] * O + o[None, :]
+                    x = tl.load(final_obs + rows, mask=take, other=0.0)
+                    if FINAL:  # (rows of episodes that did not end keep stale, finite values the critic's pass multiplies by 0)
+                        tl.store(final_obs_out + rows, x, mask=take)
+                    if METRIC:
+                        out_of_game = tl.max((x != 0).to(tl.float32), 1) == 0
+                        counted = (j >= metric_start) & (j < metric_start + METRIC_N)
+                        tagged += (out_of_game & counted).to(tl.float32)
+            if METRIC:
+                tl.atomic_add(row + metric_col, tl.sum(ended * tagged, 0))
 
 
 @triton.jit
