@@ -157,12 +157,40 @@ def _copy_terminal(w: _Writer, defn: EnvDefinition, d: int):
         w.emit(d + 1, *env_copies)
 
 
+def _one_agent_step_body(w: _Writer, defn: EnvDefinition, d: int):
+    """_step_body for a single-agent env: no barriers, so the path of a replica whose episode ended is
+    one branch, and the return and clock are written once (codegen_c._one_lane_step_body)."""
+    w.emit(d, "if active:")
+    d += 1
+    w.emit(d, "_wb_t = t[e]", "_wb_ep = episode[e]", "_wb_return0 = episode_return[e, 0]", "reward[e, 0] = 0",
+           "terminated[e] = 0", "truncated[e] = 0")
+    for fn in defn.step_phases:
+        w.phase(d, defn, fn, STEP_KEY)
+    w.emit(d, "_wb_done = terminated[e] != 0 or truncated[e] != 0 or _wb_t + 1 >= MAX_STEPS",
+           "_wb_next_t = 0 if _wb_done else _wb_t + 1  # the clock that the next observation sees",
+           "_wb_next_ep = _wb_ep + 1 if _wb_done else _wb_ep", "_wb_return = _wb_return0 + reward[e, 0]",
+           "if _wb_t + 1 >= MAX_STEPS:", "    truncated[e] = 1", "done[e] = 1 if _wb_done else 0", "if _wb_done:")
+    _copy_terminal(w, defn, d + 1)
+    w.emit(d + 1, "t[e] = _wb_t + 1  # as the final observation's phases see it")
+    for fn in defn.observe_phases:
+        w.phase(d + 1, defn, fn, FINAL_OBSERVE_KEY, rename={"obs": "final_obs"})
+    w.emit(d + 1, "last_return[e, 0] = _wb_return", "last_length[e] = _wb_t + 1")
+    for fn in defn.reset_phases:
+        w.phase(d + 1, defn, fn, STEP_RESET_KEY)
+    w.emit(d + 1, "episode[e] = _wb_ep + 1", "episode_return[e, 0] = 0")
+    w.emit(d, "else:", "    episode_return[e, 0] = _wb_return", "t[e] = _wb_next_t")
+    for fn in defn.observe_phases:
+        w.phase(d, defn, fn, NEXT_OBSERVE_KEY)
+
+
 def _step_body(w: _Writer, defn: EnvDefinition, d: int):
     """The step, then for replicas whose episode ended the final observation (observe into final_obs),
     bookkeeping and reset, then every replica's observation. The replica's clock and return are read
     once: each array is read and written once where no episode ends."""
     # every load of the framework's arrays is issued before the phases run, so that their latencies overlap
     # the state's on GPUs (codegen_c._step_body)
+    if defn.num_agents == 1:
+        return _one_agent_step_body(w, defn, d)
     w.emit(d, "_wb_t = t[e] if active else 0", "_wb_ep = episode[e] if active else 0")
     if w.one_agent_a_lane:  # its return is held across the phases
         w.emit(d, "_wb_return0 = episode_return[e, lane] if active and lane < NUM_AGENTS else _wb_np.float32(0)")
