@@ -1,0 +1,145 @@
+"""What the CartPole step kernel's time at large sizes depends on: variants of the cuda-c target's
+generated program (source edits of codegen_c.c_program's output, each compiled on its own), timed
+as env.random_steps() (blocks of 32 sample-and-step pairs from one CUDA graph) in steady state.
+
+    python bench/probe_cartpole_step.py                 # 1M and 10M replicas, every variant
+    python bench/probe_cartpole_step.py --num-envs 1e7 --variants generated no_ends
+
+Variants: generated (as shipped); no_ends (thresholds and time limit out of reach: no episode ever
+ends, so no reset runs); no_ends_float (the same with the parameters and locals in float); sampled
+(the action drawn in the step from a counter hash; timed as env.step() alone); one_round_key
+(the reset key one hash round instead of five); regs32 / regs40 (register caps by launch bounds);
+block128 / block512 / block1024 (replicas a block); no_slot (the terminal-frame copy's slot check
+removed). Prints microseconds a step, median of CUDA-event timings.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+
+import _common as C  # (also puts the checkout on sys.path)
+
+NO_ENDS = dict(x_threshold=1e30, theta_threshold=3.14159, max_steps=10**9)
+STEP_CALL = "step(e, a, action,"
+
+
+def _in_step_kernel(edit):
+    def apply(src):
+        i = src.index("void wb_step(")
+        return src[:i] + edit(src[i:])
+    return apply
+
+
+def _sampled(src):
+    j = src.rindex("\n", 0, src.index(STEP_CALL))
+    draw = ("\n            action[e] = (int)(wb_mix64(((wb_u64)(unsigned)wb_e << 32 | (unsigned)wb_t)"
+            " ^ (wb_seed * WB_MUL1) ^ ((wb_u64)wb_ep << 9) ^ 0x5555ULL) >> 63);")
+    return src[:j] + draw + src[j:]
+
+
+def _float(src):
+    src = src.replace("constexpr double", "constexpr float").replace("const double", "const float")
+    src = re.sub(r"(constexpr float \w+ = [-0-9.e]+);", r"\1f;", src)
+    return src.replace("4.0 / 3.0", "4.0f / 3.0f")
+
+
+def _one_round_key(src):
+    old = "wb_make_key(wb_seed, wb_e, 0, (long long)wb_ep + 1, WB_RESET_STEP)"
+    assert old in src
+    return src.replace(old, "wb_mix64((wb_seed * WB_GOLDEN) ^ ((wb_u64)wb_e << 24) ^ (wb_u64)(wb_ep + 1))")
+
+
+def _no_slot(src):
+    return re.sub(r"if \(wb_done && wb_slot\[e\] != 0 && lane == 0\) \{.*?\n        \}\n", "", src, count=1,
+                  flags=re.S)
+
+
+def _bounds(blocks):
+    return lambda src: src.replace("void wb_step(", f"void __launch_bounds__(256, {blocks}) wb_step(", 1)
+
+
+# name: (source edit of the step kernel, whole-program edit, env parameters, threads a block)
+VARIANTS = {
+    "generated": (None, None, {}, 256),
+    "no_ends": (None, None, NO_ENDS, 256),
+    "no_ends_float": (None, _float, NO_ENDS, 256),
+    "sampled": (_sampled, None, {}, 256),
+    "one_round_key": (_one_round_key, None, {}, 256),
+    "regs32": (_bounds(8), None, {}, 256),
+    "regs40": (_bounds(6), None, {}, 256),
+    "block128": (None, None, {}, 128),
+    "block512": (None, None, {}, 512),
+    "block1024": (None, None, {}, 1024),
+    "no_slot": (_no_slot, None, {}, 256),
+}
+
+
+def program(name):
+    """codegen_c.c_program with the variant's edits."""
+    from workbench.compiler import codegen_c
+    step_edit, whole_edit, _, _ = VARIANTS[name]
+    original = codegen_c.c_program
+
+    def edited(defn, layout):
+        src = original(defn, layout)
+        if step_edit is not None:
+            changed = _in_step_kernel(step_edit)(src)
+            assert changed != src, f"variant {name}: the edit found nothing to change"
+            src = changed
+        return whole_edit(src) if whole_edit is not None else src
+    return original, edited
+
+
+def one(name: str, num_envs: int, repeats: int) -> float:
+    """Microseconds a random step of `num_envs` CartPole replicas under the variant."""
+    import workbench as wb
+    from workbench.compiler import codegen, codegen_c
+    from workbench.compiler.targets import cuda_c
+    from workbench.runtime import env as env_mod
+    _, _, params, block = VARIANTS[name]
+    original, edited = program(name)
+    layout = cuda_c.gpu_layout
+    env_mod._KERNEL_CACHE.clear()
+    codegen_c.c_program = edited
+    cuda_c.gpu_layout = lambda n, block_size=block, **k: codegen.gpu_layout(n, block_size, **k)
+    try:
+        env = wb.make("cartpole", num_envs=num_envs, target="cuda-c", seed=0, **params)
+    finally:
+        codegen_c.c_program, cuda_c.gpu_layout = original, layout
+    block_steps = env.RANDOM_BLOCK
+    if name == "sampled":  # (the step draws its own actions: env.step() alone, its graph replayed a step at a time)
+        env.sample_actions()
+
+        def steps():
+            for _ in range(block_steps):
+                env.step()
+    else:
+        def steps():
+            env.random_steps(block_steps)
+    for _ in range(10):  # past the first episodes' ends: steady state
+        steps()
+    median, _ = C.median_event_seconds(steps, repeats, inner=3)
+    return median / block_steps * 1e6
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--num-envs", nargs="+", type=C.count, default=[10**6, 10**7])
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args(argv)
+    info = C.machine()
+    print(f"# probe_cartpole_step on {info['gpu']}; torch {info['torch']}")
+    rows = []
+    for n in args.num_envs:
+        for name in args.variants:
+            us = one(name, n, args.repeats)
+            rows.append([f"{n:,}", name, f"{us:.1f}"])
+            print(f"  {n:>10,} {name:14s} {us:8.1f} us/step", flush=True)
+    print()
+    print(C.markdown(["replicas", "variant", "us a step"], rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
