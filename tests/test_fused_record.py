@@ -3,8 +3,6 @@ path it replaces: Collector.step_outcome's copies, EpisodeStats.after_step's sum
 in-game masks, on a Tag game (two groups, an ACTIVE array, the runners-tagged metric) and on
 CartPole (one group, final observations kept), with stacked members. On a GPU the kernel compiles;
 elsewhere it runs in Triton's interpreter."""
-import types
-
 import pytest
 import torch
 
@@ -19,11 +17,10 @@ GPU = torch.cuda.is_available()
 
 
 def policy_map(env):
-    """The env's AGENT_GROUPS (Tag: taggers, runners), else one policy over every agent."""
-    groups = env.definition.namespace.get("AGENT_GROUPS")
-    if groups is None:
-        return {"shared": list(range(env.num_agents))}
-    return {k: list(v) for k, v in groups(types.SimpleNamespace(**env.definition.params)).items()}
+    """Tag's two policies (the env's AGENT_GROUPS, as Env attributes), else one over every agent."""
+    if env.definition.namespace.get("AGENT_GROUPS") is None:
+        return {"shared": env.agents}
+    return {"taggers": env.taggers, "runners": env.runners}
 
 
 def scrambled(env, seed):
