@@ -147,41 +147,65 @@ static __device__ __forceinline__ float tc_d2(float dx, float dy)
     return WB_FADD(WB_FMUL(dx, dx), WB_FMUL(dy, dy));
 }
 
-// Insert agent j into the agent's sorted top-k (by squared distance, then id); the new count.
-static __device__ int tc_knn_consider(int env, int agent, int j, float px, float py, x_view x, y_view y, int found,
-                                      knn_d2_view knn_d2, knn_id_view knn_id)
+// The agent's k nearest so far, sorted by (squared distance, id), held in registers during the
+// search (every index below is a constant once the loops are unrolled) and written to knn_d2 /
+// knn_id once at the end: an insertion into the state arrays cost a global store and load per
+// shifted slot. Empty slots hold (+inf, INT_MAX), after every real candidate.
+#ifdef __CUDACC__
+#define TC_INF __int_as_float(0x7f800000)
+#else
+#define TC_INF INFINITY
+#endif
+
+struct tc_topk {
+    float d2[TC_K];
+    int id[TC_K];
+};
+
+static __device__ __forceinline__ bool tc_before(float d2, int j, float d2_other, int j_other)
+{
+    return d2 < d2_other || (d2 == d2_other && j < j_other);
+}
+
+static __device__ __forceinline__ void tc_topk_clear(tc_topk& best)
+{
+#pragma unroll
+    for (int i = 0; i < TC_K; ++i) {
+        best.d2[i] = TC_INF;
+        best.id[i] = 0x7fffffff;
+    }
+}
+
+// Insert agent j into the top-k; the new count of filled slots.
+static __device__ __forceinline__ int tc_knn_consider(int env, int j, float px, float py, x_view x, y_view y,
+                                                      int found, tc_topk& best)
 {
     const float d2 = tc_d2(x(env, j) - px, y(env, j) - py);
-    const int last = num_other_agents_observed - 1;
-    int pos;
-    if (found > last) {
-        const float worst = knn_d2(env, agent, last);
-        if (d2 > worst || (d2 == worst && j > knn_id(env, agent, last)))
-            return found;
-        pos = last;
-    } else {
-        pos = found;
+    if (found < TC_K)
         found += 1;
-    }
-    while (pos > 0) {
-        const float prev = knn_d2(env, agent, pos - 1);
-        if (d2 < prev || (d2 == prev && j < knn_id(env, agent, pos - 1))) {
-            knn_d2(env, agent, pos) = prev;
-            knn_id(env, agent, pos) = knn_id(env, agent, pos - 1);
-            pos -= 1;
-        } else {
-            break;
+    if (!tc_before(d2, j, best.d2[TC_K - 1], best.id[TC_K - 1]))
+        return found;
+#pragma unroll
+    for (int i = TC_K - 1; i > 0; --i) {  // slot i takes slot i - 1, the candidate, or stays
+        if (tc_before(d2, j, best.d2[i - 1], best.id[i - 1])) {
+            best.d2[i] = best.d2[i - 1];
+            best.id[i] = best.id[i - 1];
+        } else if (tc_before(d2, j, best.d2[i], best.id[i])) {
+            best.d2[i] = d2;
+            best.id[i] = j;
         }
     }
-    knn_d2(env, agent, pos) = d2;
-    knn_id(env, agent, pos) = j;
+    if (tc_before(d2, j, best.d2[0], best.id[0])) {
+        best.d2[0] = d2;
+        best.id[0] = j;
+    }
     return found;
 }
 
 // Consider every member of cell c; -1 when the cell overflowed (its list is incomplete).
-static __device__ int tc_knn_scan_cell(int env, int agent, int c, float px, float py, x_view x, y_view y,
-                                       cell_count_view cell_count, cell_members_view cell_members, int found,
-                                       knn_d2_view knn_d2, knn_id_view knn_id)
+static __device__ __forceinline__ int tc_knn_scan_cell(int env, int agent, int c, float px, float py, x_view x,
+                                                       y_view y, cell_count_view cell_count,
+                                                       cell_members_view cell_members, int found, tc_topk& best)
 {
     const int n = cell_count(env, c);
     if (n > knn_cell_capacity)
@@ -189,21 +213,21 @@ static __device__ int tc_knn_scan_cell(int env, int agent, int c, float px, floa
     for (int s = 0; s < n; ++s) {
         const int j = cell_members(env, c, s);
         if (j != agent)
-            found = tc_knn_consider(env, agent, j, px, py, x, y, found, knn_d2, knn_id);
+            found = tc_knn_consider(env, j, px, py, x, y, found, best);
     }
     return found;
 }
 
-// Exact k nearest other agents in the game, by rings of grid cells; how many were found.
+// Exact k nearest other agents in the game, by rings of grid cells, into `best`; how many were found.
 static __device__ int tc_knn_search(int env, int agent, x_view x, y_view y, in_game_view in_game,
-                                    cell_count_view cell_count, cell_members_view cell_members, knn_d2_view knn_d2,
-                                    knn_id_view knn_id)
+                                    cell_count_view cell_count, cell_members_view cell_members, tc_topk& best)
 {
     const float px = x(env, agent);
     const float py = y(env, agent);
     const int cx = tc_cell_of(px);
     const int cy = tc_cell_of(py);
     const int rmax = tc_imax(tc_imax(cx, TC_SIDE - 1 - cx), tc_imax(cy, TC_SIDE - 1 - cy));
+    tc_topk_clear(best);
     int found = 0;
     for (int r = 0; r <= rmax; ++r) {
         const int x0 = cx - r;
@@ -224,7 +248,7 @@ static __device__ int tc_knn_search(int env, int agent, x_view x, y_view y, in_g
             for (; gx <= gx_stop && found >= 0; gx += gx_step) {
                 if (gx >= 0 && gx < TC_SIDE)
                     found = tc_knn_scan_cell(env, agent, gx + TC_SIDE * gy, px, py, x, y, cell_count, cell_members,
-                                             found, knn_d2, knn_id);
+                                             found, best);
             }
         }
         if (found < 0)
@@ -240,16 +264,16 @@ static __device__ int tc_knn_search(int env, int agent, x_view x, y_view y, in_g
                 bound = tc_min(bound, TC_DADD((double)py, -TC_DMUL((double)y0, TC_CELL_SIZE)));
             if (y1 < TC_SIDE - 1)
                 bound = tc_min(bound, TC_DADD(TC_DMUL((double)(y1 + 1), TC_CELL_SIZE), -(double)py));
-            if (bound > 0 && (double)knn_d2(env, agent, num_other_agents_observed - 1) <
-                                 TC_DMUL(TC_DMUL(bound, bound), 1.0 - 1.0e-6))
+            if (bound > 0 && (double)best.d2[TC_K - 1] < TC_DMUL(TC_DMUL(bound, bound), 1.0 - 1.0e-6))
                 break;
         }
     }
     if (found < 0) {  // an overflowed cell: scan every agent in the game
+        tc_topk_clear(best);
         found = 0;
         for (int j = 0; j < NUM_AGENTS; ++j)
             if (j != agent && in_game(env, j) != 0)
-                found = tc_knn_consider(env, agent, j, px, py, x, y, found, knn_d2, knn_id);
+                found = tc_knn_consider(env, j, px, py, x, y, found, best);
     }
     return found;
 }
@@ -436,10 +460,14 @@ __device__ void observe_agent(int env, int agent, const int* t, x_view x, y_view
             }
         base = 7 * (NUM_AGENTS - 1);
     } else {
-        const int found = tc_knn_search(env, agent, x, y, in_game, cell_count, cell_members, knn_d2, knn_id);
+        tc_topk best;
+        const int found = tc_knn_search(env, agent, x, y, in_game, cell_count, cell_members, best);
+#pragma unroll
         for (int i = 0; i < TC_K; ++i) {
-            if (i < found) {
-                tc_write_slot(obs, env, agent, 7 * i, knn_id(env, agent, i), x, y, speed, heading, accel, in_game);
+            if (i < found) {  // (the slots past `found` keep their knn_d2, as the Python's insertion leaves them)
+                knn_d2(env, agent, i) = best.d2[i];
+                knn_id(env, agent, i) = best.id[i];
+                tc_write_slot(obs, env, agent, 7 * i, best.id[i], x, y, speed, heading, accel, in_game);
             } else {
                 knn_id(env, agent, i) = -1;
                 for (int f = 0; f < 7; ++f)

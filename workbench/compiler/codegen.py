@@ -41,17 +41,22 @@ class Layout:
         return self.threads_per_env * self.envs_per_block
 
 
-def gpu_layout(num_agents: int, block_size: int = 256, max_threads_per_env: int = 256) -> Layout:
-    """One replica per group of lanes; single-agent envs pack one replica per thread.
-    At most 256 lanes per replica, agents strided over them: a block of 256 threads launches
-    whatever the kernel's register count (<= 255 each), which 1024 threads do not."""
+def gpu_layout(num_agents: int, block_size: int = 256, max_threads_per_env: int = 256,
+               multi_agent_block: int = 128) -> Layout:
+    """One replica per group of lanes; single-agent envs pack one replica per thread (blocks of
+    `block_size`). At most 256 lanes per replica, agents strided over them: a block of 256
+    threads launches whatever the kernel's register count (<= 255 each), which 1024 threads do
+    not. Multi-agent blocks hold `multi_agent_block` lanes (one replica from 128 lanes up): a
+    phase's barrier then holds back only the replicas of one small block (Tag continuous with 110
+    agents, an H100: 74.6 -> 65.6 us a step at 100 replicas, 218 -> 210 us at 1000, against
+    two replicas a block)."""
     if num_agents == 1:
         return Layout(1, block_size)
     tpe = 1
     while tpe < num_agents and tpe < max_threads_per_env:
         tpe *= 2
     tpe = max(tpe, 32)
-    return Layout(tpe, max(1, block_size // tpe))
+    return Layout(tpe, max(1, multi_agent_block // tpe))
 
 
 SLOT = "_wb_slot"
