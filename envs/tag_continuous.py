@@ -45,7 +45,10 @@ per side, or knn_cells_per_side) in state arrays: cell_count [E, G*G] and cell_m
 candidates and the k-th is nearer than anything outside the searched square: exact k-NN. A cell
 holding more agents than its capacity makes that agent's search fall back to a scan of all
 agents, so overflow costs time, never correctness. The tag check uses the same grid holding
-only the taggers, searching the cells within the tagging radius.
+only the taggers, searching the cells within the tagging radius. The cuda-c twin
+(tag_continuous.cu) keeps the k nearest in registers while it searches, and in replicas of at most
+128 agents scans every agent instead of the rings (the lanes then walk the same candidates in
+step); every target finds the same exact k-NN.
 """
 import math
 

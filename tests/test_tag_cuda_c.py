@@ -222,6 +222,28 @@ def test_host_build_matches_cpu_when_the_tag_check_reads_the_grid(tmp_path):
                                       brute_knn(f, defn.num_agents, GRID["num_other_agents_observed"]))
 
 
+# more agents than TC_SCAN_MAX (128): the k-NN search walks the grid's rings (smaller replicas scan
+# every agent); 140 agents in 36 cells of room 4, so some searches also fall back to their scan
+RINGS = dict(TAG, num_taggers=10, num_runners=130, tagging_distance=0.05, num_other_agents_observed=4,
+             knn_cells_per_side=6, knn_cell_capacity=4, episode_length=12)
+
+
+@needs_gxx
+def test_host_build_matches_cpu_when_the_search_walks_rings(tmp_path):
+    defn = definition(**RINGS)
+    n_envs, seed = 2, 5
+    actions = random_actions(defn, n_envs, 14, seed)
+    want = cpu_frames(defn, n_envs, seed, actions)
+    source = codegen_c.c_program(defn, gpu_layout(defn.num_agents))
+    assert defn.num_agents > int(source.split("constexpr int TC_SCAN_MAX = ")[1].split(";")[0])
+    got = _host_run(tmp_path, defn, gpu_layout(defn.num_agents), n_envs, seed, actions)
+    assert_frames_match(want, got)
+    assert any(f["truncated"].any() for f in want) and any((f["in_game"] == 0).any() for f in want)
+    for f in want:
+        np.testing.assert_array_equal(f["knn_id"].reshape(n_envs, defn.num_agents, -1),
+                                      brute_knn(f, defn.num_agents, RINGS["num_other_agents_observed"]))
+
+
 def placed(defn, n_envs, seed, pos, speed=None, heading=None, in_game=None, t=0):
     """The store after a cpu reset with replica 0 overwritten by the given scene."""
     env = Env(defn, num_envs=n_envs, target="cpu", seed=seed)
