@@ -438,9 +438,24 @@ __device__ void finish(int env, int agent, x_view x, y_view y, const int* runner
 
 // ---- observation phases ------------------------------------------------------------------------
 
-__device__ void bin_agents(int env, int agent, x_view x, y_view y, in_game_view in_game, cell_count_view cell_count,
-                           cell_members_view cell_members, grid_slot_view grid_slot)
+// Zero the replica's observations and empty its k-NN lists, each agent a share of the elements:
+// neighbouring lanes write neighbouring addresses (a lane writing its own 7k + 8 floats wrote a line
+// of its own with each store); observe_agent then writes only the rows of the agents in the game.
+static __device__ __forceinline__ void tc_clear_share(int env, int agent, knn_id_view knn_id, obs_view obs)
 {
+    float* rows = &obs(env, 0, 0);
+    for (int i = agent; i < NUM_AGENTS * TC_OBS; i += NUM_AGENTS)
+        rows[i] = 0.0f;
+    int* ids = &knn_id(env, 0, 0);
+    for (int i = agent; i < NUM_AGENTS * TC_K; i += NUM_AGENTS)
+        ids[i] = -1;
+}
+
+__device__ void bin_agents(int env, int agent, x_view x, y_view y, in_game_view in_game, cell_count_view cell_count,
+                           cell_members_view cell_members, grid_slot_view grid_slot, knn_id_view knn_id,
+                           obs_view obs)
+{
+    tc_clear_share(env, agent, knn_id, obs);
     if (!full_observation && NUM_AGENTS > TC_SCAN_MAX && in_game(env, agent) != 0)
         tc_grid_insert(env, agent, x, y, cell_count, cell_members, grid_slot);
 }
@@ -457,13 +472,8 @@ __device__ void observe_agent(int env, int agent, const int* t, x_view x, y_view
                               cell_count_view cell_count, cell_members_view cell_members, knn_d2_view knn_d2,
                               knn_id_view knn_id, obs_view obs)
 {
-    if (in_game(env, agent) == 0) {
-        for (int i = 0; i < TC_OBS; ++i)
-            obs(env, agent, i) = 0.0f;
-        for (int i = 0; i < TC_K; ++i)
-            knn_id(env, agent, i) = -1;
+    if (in_game(env, agent) == 0)  // (bin_agents zeroed its row and emptied its list)
         return;
-    }
     int base;
     if (full_observation) {
         int slot = 0;
@@ -476,16 +486,14 @@ __device__ void observe_agent(int env, int agent, const int* t, x_view x, y_view
     } else {
         tc_topk best;
         const int found = tc_knn_search(env, agent, x, y, in_game, cell_count, cell_members, best);
+        // the slots past `found` hold bin_agents' zeros and -1, and keep their knn_d2 (as the Python's
+        // insertion leaves them)
 #pragma unroll
         for (int i = 0; i < TC_K; ++i) {
-            if (i < found) {  // (the slots past `found` keep their knn_d2, as the Python's insertion leaves them)
+            if (i < found) {
                 knn_d2(env, agent, i) = best.d2[i];
                 knn_id(env, agent, i) = best.id[i];
                 tc_write_slot(obs, env, agent, 7 * i, best.id[i], x, y, speed, heading, accel, in_game);
-            } else {
-                knn_id(env, agent, i) = -1;
-                for (int f = 0; f < 7; ++f)
-                    obs(env, agent, 7 * i + f) = 0.0f;
             }
         }
         base = 7 * TC_K;

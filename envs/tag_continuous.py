@@ -474,9 +474,36 @@ STEP = [move, bin_taggers, tag_runners, finish]
 
 # -- observation phases --------------------------------------------------------------------
 
-def bin_agents(env, agent, x, y, in_game, cell_count, cell_members, grid_slot):
+def bin_agents(env, agent, x, y, in_game, cell_count, cell_members, grid_slot, knn_id, obs):
+    clear_share(np.int64(env), np.int64(agent), knn_id, obs)
     if not full_observation and in_game[env, agent] != 0:
         grid_insert(np.int64(env), np.int64(agent), x, y, cell_count, cell_members, grid_slot)
+
+
+def clear_share(env, agent, knn_id, obs):
+    """Zero the replica's observations and empty its k-NN lists, each agent a share of the elements
+    (agent, agent + NUM_AGENTS, ...: on a GPU neighbouring lanes write neighbouring addresses, where
+    a lane writing its own row wrote a line of its own); observe_agent then writes only the rows of
+    the agents in the game."""
+    fill_share(env, agent, obs, 0.0)
+    fill_share(env, agent, knn_id, -1)
+
+
+def fill_share(env, agent, array, value):
+    """array[env] (viewed flat) = value at elements agent, agent + NUM_AGENTS, ... (row and column
+    stepped, without a division per element)."""
+    width = array.shape[2]
+    step_rows = NUM_AGENTS // width
+    step_cols = NUM_AGENTS % width
+    row = agent // width
+    col = agent % width
+    while row < NUM_AGENTS:
+        array[env, row, col] = value
+        row += step_rows
+        col += step_cols
+        if col >= width:
+            col -= width
+            row += 1
 
 
 def unbin_agents(env, agent, x, y, cell_count, cell_members, grid_slot):
@@ -492,11 +519,7 @@ def observe_agent(env, agent, t, x, y, speed, heading, accel, in_game, cell_coun
 
 def write_obs(env, agent, t, x, y, speed, heading, accel, in_game, cell_count, cell_members, knn_d2, knn_id, obs):
     k = knn_id.shape[2]
-    if in_game[env, agent] == 0:
-        for i in range(obs.shape[2]):
-            obs[env, agent, i] = 0.0
-        for i in range(k):
-            knn_id[env, agent, i] = -1
+    if in_game[env, agent] == 0:  # (bin_agents zeroed its row and emptied its list)
         return
     if full_observation:
         slot = 0
@@ -507,13 +530,8 @@ def write_obs(env, agent, t, x, y, speed, heading, accel, in_game, cell_count, c
         base = 7 * (NUM_AGENTS - 1)
     else:
         found = knn_search(env, agent, x, y, in_game, cell_count, cell_members, knn_d2, knn_id)
-        for i in range(k):
-            if i < found:
-                write_slot(obs, env, agent, 7 * i, knn_id[env, agent, i], x, y, speed, heading, accel, in_game)
-            else:
-                knn_id[env, agent, i] = -1
-                for f in range(7):
-                    obs[env, agent, 7 * i + f] = 0.0
+        for i in range(found):  # (the slots past `found` hold bin_agents' zeros and -1)
+            write_slot(obs, env, agent, 7 * i, knn_id[env, agent, i], x, y, speed, heading, accel, in_game)
         base = 7 * k
     norm_speed = max(max_speed_tagger, max_speed_runner) + 1.0e-10
     obs[env, agent, base] = x[env, agent] / grid_length
