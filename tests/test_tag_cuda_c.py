@@ -170,6 +170,15 @@ def test_compiles_with_nvrtc(nvrtc, arch, params):
     assert "__syncthreads();" in source  # several lanes per replica: barriers between the phases
 
 
+def test_register_cap_reaches_both_kernels():
+    source = codegen_c.c_program(definition(**TAG), gpu_layout(7))
+    assert "#define WB_MAX_REGISTERS 64" in source  # the env's own line, before the driver
+    assert source.index("#define WB_MAX_REGISTERS 64") < source.index("#ifdef WB_MAX_REGISTERS")
+    for kernel in ("wb_reset", "wb_step"):
+        assert f'extern "C" __global__ void WB_REGISTER_CAP {kernel}(' in source
+    assert "#define WB_REGISTER_CAP __maxnreg__(WB_MAX_REGISTERS)" in source
+
+
 # ---- the host build against the cpu target -------------------------------------------------------
 
 @needs_gxx

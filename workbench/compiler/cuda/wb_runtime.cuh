@@ -7,6 +7,8 @@
 //   math helpers    rint, round_half_even, clip, sign (as workbench/compiler/helpers.py)
 //   array views     wb_view<T, dims...>: a row-major [E, dims...] array indexed v(env, i...);
 //                   the driver defines one per array as NAME_view
+//   register cap    #define WB_MAX_REGISTERS N in the env's source caps the driver kernels at N
+//                   registers a thread (__maxnreg__): more replicas share a multiprocessor
 //
 // NVRTC and nvcc compile it as CUDA; any other C++ compiler gets a host build (used by the tests
 // to run the same env code and drivers on the CPU).
@@ -19,6 +21,7 @@
 #define __device__
 #define __host__
 #define __global__
+#define __maxnreg__(n)
 #define __forceinline__ inline
 #define WB_FN static inline
 #endif
