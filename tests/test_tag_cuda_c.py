@@ -38,7 +38,8 @@ TAG = dict(num_taggers=2, num_runners=5, grid_length=10.0, episode_length=9, tag
 # 3.75 is large enough for random play to tag every runner of a replica (a termination) now and then.
 FULL = dict(TAG, full_observation=1, tagging_distance=0.375, episode_length=30)
 # enough taggers that the tag check reads the grid's cells (not only the scan of all taggers), and
-# 16 agents in 16 cells of room 3: some cells overflow, so the k-NN search also falls back to its scan
+# 16 agents in 16 cells of room 3: some cells overflow (the cpu target's k-NN search then falls back
+# to its scan; the C one scans every agent in replicas this small, RINGS below walks the rings)
 GRID = dict(TAG, num_taggers=6, num_runners=10, tagging_distance=0.1, num_other_agents_observed=4,
             knn_cells_per_side=4, knn_cell_capacity=3, episode_length=15)
 
@@ -116,6 +117,15 @@ def host_run_from(tmp_path, defn, layout, n_envs, seed, state, actions):
     return frames
 
 
+def random_play_matches(tmp_path, defn, n_envs, seed, steps, layout=None):
+    """The host build and the cpu target over `steps` random steps, array by array; the cpu frames."""
+    actions = random_actions(defn, n_envs, steps, seed)
+    want = cpu_frames(defn, n_envs, seed, actions)
+    got = _host_run(tmp_path, defn, layout or gpu_layout(defn.num_agents), n_envs, seed, actions)
+    assert_frames_match(want, got)
+    return want
+
+
 def assert_frames_match(want_frames, got_frames):
     assert len(want_frames) == len(got_frames)
     for k, (want, got) in enumerate(zip(want_frames, got_frames)):
@@ -186,10 +196,7 @@ def test_register_cap_reaches_both_kernels():
 def test_host_build_matches_cpu_in_random_play(tmp_path, layout):
     defn = definition(**TAG)
     n_envs, seed = 2, 11
-    actions = random_actions(defn, n_envs, 24, seed)
-    want = cpu_frames(defn, n_envs, seed, actions)
-    got = _host_run(tmp_path, defn, layout or gpu_layout(defn.num_agents), n_envs, seed, actions)
-    assert_frames_match(want, got)
+    want = random_play_matches(tmp_path, defn, n_envs, seed, 24, layout)
     # the run holds what the test is for: tags, runners leaving, the end of episodes
     assert any((f["in_game"] == 0).any() for f in want)
     assert any(f["runners_left"].min() < TAG["num_runners"] for f in want)
@@ -205,10 +212,7 @@ def test_host_build_matches_cpu_in_random_play(tmp_path, layout):
 def test_host_build_matches_cpu_with_full_observation(tmp_path):
     defn = definition(**FULL)
     n_envs, seed = 2, 2
-    actions = random_actions(defn, n_envs, 30, seed)
-    want = cpu_frames(defn, n_envs, seed, actions)
-    got = _host_run(tmp_path, defn, gpu_layout(defn.num_agents), n_envs, seed, actions)
-    assert_frames_match(want, got)
+    want = random_play_matches(tmp_path, defn, n_envs, seed, 30)
     assert defn.obs_shape == (7 * 6 + 8,)
     assert any((f["in_game"] == 0).any() for f in want)
     assert any(f["terminated"].any() for f in want) and any(f["truncated"].any() for f in want)
@@ -221,10 +225,7 @@ def test_host_build_matches_cpu_with_full_observation(tmp_path):
 def test_host_build_matches_cpu_when_the_tag_check_reads_the_grid(tmp_path):
     defn = definition(**GRID)
     n_envs, seed = 3, 2
-    actions = random_actions(defn, n_envs, 20, seed)
-    want = cpu_frames(defn, n_envs, seed, actions)
-    got = _host_run(tmp_path, defn, Layout(4, 3), n_envs, seed, actions)
-    assert_frames_match(want, got)
+    want = random_play_matches(tmp_path, defn, n_envs, seed, 20, Layout(4, 3))
     assert any((f["in_game"] == 0).any() for f in want)
     for f in want:
         np.testing.assert_array_equal(f["knn_id"].reshape(n_envs, defn.num_agents, -1),
@@ -241,12 +242,9 @@ RINGS = dict(TAG, num_taggers=10, num_runners=130, tagging_distance=0.05, num_ot
 def test_host_build_matches_cpu_when_the_search_walks_rings(tmp_path):
     defn = definition(**RINGS)
     n_envs, seed = 2, 5
-    actions = random_actions(defn, n_envs, 14, seed)
-    want = cpu_frames(defn, n_envs, seed, actions)
     source = codegen_c.c_program(defn, gpu_layout(defn.num_agents))
     assert defn.num_agents > int(source.split("constexpr int TC_SCAN_MAX = ")[1].split(";")[0])
-    got = _host_run(tmp_path, defn, gpu_layout(defn.num_agents), n_envs, seed, actions)
-    assert_frames_match(want, got)
+    want = random_play_matches(tmp_path, defn, n_envs, seed, 14)
     assert any(f["truncated"].any() for f in want) and any((f["in_game"] == 0).any() for f in want)
     for f in want:
         np.testing.assert_array_equal(f["knn_id"].reshape(n_envs, defn.num_agents, -1),
