@@ -90,7 +90,10 @@ def main(argv=None) -> int:
                         help="other texts of the env's CUDA C to time beside the shipped one (cuda-c)")
     parser.add_argument("--lanes", nargs="+", type=int, default=[128], help="lanes a multi-agent block")
     parser.add_argument("--max-lanes", nargs="+", type=int, default=[256], help="most lanes a replica")
-    parser.add_argument("--regs", nargs="+", type=int, default=[0], help="register caps (0: none)")
+    parser.add_argument("--regs", nargs="+", type=int, default=[0],
+                        help="register caps (0: none beyond the source's own; tag_continuous.cu sets "
+                             "WB_MAX_REGISTERS 64 itself, so to time it uncapped pass --cu with a copy "
+                             "without that line)")
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args(argv)
     sources = [("shipped", None)] + [tuple(item.split("=", 1)) for item in args.cu]
