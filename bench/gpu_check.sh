@@ -74,7 +74,7 @@ for stage in $STAGES; do
       # SIGINT at the limit: pytest stops and still prints its summary, so the record says what ran
       timed pytest_gpu timeout -s INT "${GPU_TEST_LIMIT:-1800}" python3 -m pytest -q -rfE $TIMEOUT $WORKERS -p no:cacheprovider tests/test_cartpole.py tests/test_check_env.py \
         tests/test_classic_control.py tests/test_cuda_c.py tests/test_sampling.py tests/test_tag.py \
-        tests/test_tag_cuda_c.py tests/test_step_graph.py tests/test_magic.py tests/test_training.py tests/test_errors.py tests/test_env_compiler.py tests/test_numpy_in_phases.py tests/test_terminal_frame.py tests/test_learner.py tests/test_fused.py tests/test_fused_wide.py tests/test_fused_record.py tests/test_linear_tanh.py tests/test_population.py \
+        tests/test_tag_cuda_c.py tests/test_tag_grid_cuda_c.py tests/test_step_graph.py tests/test_magic.py tests/test_training.py tests/test_errors.py tests/test_env_compiler.py tests/test_numpy_in_phases.py tests/test_terminal_frame.py tests/test_learner.py tests/test_fused.py tests/test_fused_wide.py tests/test_fused_record.py tests/test_linear_tanh.py tests/test_population.py \
         $(ls tests/test_tag_grid_search.py 2>/dev/null)
       grep -E "passed|failed" "$LOGS/pytest_gpu.log" | tail -n 1 | sed 's/^/    /'
       # The record of this run: into $OUT (this tree may be a copy; commit it from there) and docs/.
@@ -95,7 +95,8 @@ for stage in $STAGES; do
         for spec in "cartpole cuda" "cartpole cuda-c" "tag_continuous cuda --param num_taggers=3 --param num_runners=40" \
                     "tag_continuous cuda --param num_taggers=40 --param num_runners=1100 --num-envs 2 --steps 10" \
                     "tag_grid cuda --param num_taggers=4 --param num_runners=60" \
-                    "tag_continuous cuda-c --param num_taggers=3 --param num_runners=40"; do
+                    "tag_continuous cuda-c --param num_taggers=3 --param num_runners=40" \
+                    "tag_grid cuda-c --param num_taggers=4 --param num_runners=60"; do
           set -- $spec
           if [ "$2" = cuda-c ] && ! python3 -c "import sys, workbench.runtime.registry as r; sys.exit(r.lookup('$1').c_source is None)"; then continue; fi
           i=$((i + 1))
@@ -113,7 +114,7 @@ for stage in $STAGES; do
       else
         TAG_TARGETS="cuda"
       fi
-      timed bench_tag_grid python3 bench/bench_envs.py --envs tag_grid --targets cuda --num-envs 2000 \
+      timed bench_tag_grid python3 bench/bench_envs.py --envs tag_grid --targets $TAG_TARGETS --num-envs 2000 \
         --param num_taggers=50 --param num_runners=950 --param grid_length=100 --out "$LOGS/bench_tag_grid.json"
       for cfg in "10 100 100 1000" "40 600 2000" "50 950 100 500 1000 2000 4000" "200 3800 100" "500 9500 100"; do
         set -- $cfg; taggers=$1; runners=$2; shift 2

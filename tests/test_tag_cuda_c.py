@@ -55,6 +55,8 @@ def definition(**params):
 def random_actions(defn, n_envs, steps, seed):
     rng = np.random.default_rng(seed)
     shape = (n_envs, defn.num_agents)
+    if not hasattr(defn.action, "nvec"):  # Discrete: [E, A]
+        return [rng.integers(0, defn.action.n, size=shape, dtype=np.int32) for _ in range(steps)]
     return [np.stack([rng.integers(0, n, size=shape, dtype=np.int32) for n in defn.action.nvec], axis=-1)
             for _ in range(steps)]
 
