@@ -242,6 +242,50 @@ def test_cartpole_compiles_with_nvrtc(nvrtc, arch):
     assert len(code.code) > 1000 and "wb_step" in source
 
 
+def test_compile_cache_keeps_the_cubin(nvrtc, tmp_path, monkeypatch):
+    """A second compile of the same program loads NVRTC's cubin from the cache; another program (a
+    parameter changed) compiles anew; WORKBENCH_CACHE_DIR=off bypasses the cache."""
+    monkeypatch.setenv("WORKBENCH_CACHE_DIR", str(tmp_path))
+    defn = registry.definition("cartpole")
+    first, _ = cuda_c.compile_program(defn, "sm_90")
+    cubins = sorted(tmp_path.glob("*/" + cuda_c.CUBIN_FILE))
+    assert len(cubins) == 1 and cubins[0].read_bytes() == bytes(first.code)
+    import cuda.core
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("compiled again instead of loading the cached cubin")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(cuda.core, "Program", no_compile)
+        again, _ = cuda_c.compile_program(defn, "sm_90")
+    assert bytes(again.code) == bytes(first.code)
+    cuda_c.compile_program(registry.definition("cartpole", force_mag=11.0), "sm_90")
+    cuda_c.compile_program(defn, "sm_80")
+    assert len(list(tmp_path.glob("*/" + cuda_c.CUBIN_FILE))) == 3
+    monkeypatch.setenv("WORKBENCH_CACHE_DIR", "off")
+    cuda_c.compile_program(registry.definition("cartpole", force_mag=12.0), "sm_90")
+    assert len(list(tmp_path.glob("*/" + cuda_c.CUBIN_FILE))) == 3
+
+
+def test_best_target_prefers_c_phases_on_a_gpu(monkeypatch):
+    """With a GPU (availability faked here), auto picks cuda-c for an env that ships CUDA C phases
+    and NVRTC loads, cuda for the others or without NVRTC; without a GPU, cpu."""
+    from workbench.compiler import targets
+    from workbench.compiler.targets import cuda as numba_cuda
+    monkeypatch.setattr(numba_cuda, "simulator_enabled", lambda: False)
+    monkeypatch.setattr(targets.target_named("cuda"), "availability", lambda: None)
+    c_target = targets.target_named("cuda-c")
+    monkeypatch.setattr(c_target, "availability", lambda: None)
+    assert [targets.best_target(n) for n in ("cartpole", "tag_grid", "tag_continuous", "pendulum")] == \
+        ["cuda-c", "cuda-c", "cuda-c", "cuda"]
+    assert targets.best_target(registry.definition("tag_grid")) == "cuda-c"
+    assert targets.best_target() == "cuda" and targets.best_target("no_such_env") == "cuda"
+    monkeypatch.setattr(c_target, "availability", lambda: "NVRTC cannot be loaded")
+    assert targets.best_target("cartpole") == "cuda"
+    monkeypatch.setattr(targets.target_named("cuda"), "availability", lambda: "no GPU")
+    assert targets.best_target("cartpole") == "cpu"
+
+
 def test_probe_and_pure_c_compile_with_nvrtc(nvrtc):
     for defn in (probe_definition(), envdef_c.parse_c("probe_pure", PROBE_PURE)):
         code, _ = cuda_c.compile_program(defn, "sm_90")

@@ -106,7 +106,7 @@ def cmd_demo(args) -> int:
     from .learn import config as cfg
     from .compiler.targets import best_target
     config = cfg.load_yaml(resolve_config("cartpole"))
-    target = args.target or best_target()
+    target = args.target or best_target("cartpole")
     config = cfg.replace(config, target=target, run_dir=args.run_dir or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}",
                          total_env_steps=2_000_000)
     trainer, result = run_training(config, show_run_folder=False)

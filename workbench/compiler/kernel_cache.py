@@ -5,7 +5,8 @@ target's intrinsics and the generated drivers) to `<cache root>/<digest>/`, impo
 and compiles its drivers with numba's `cache=True`, so numba keeps the machine code beside it and
 a second process loads instead of compiling. The digest hashes the module's text (source,
 parameters, target, layout, bounds checking) and the versions of python, numpy, numba and
-numba-cuda, so a change to any of them lands in a fresh directory.
+numba-cuda, so a change to any of them lands in a fresh directory. The cuda-c target keeps the cubin
+NVRTC made of a generated program in a directory of its own (`targets/cuda_c.py`).
 
 The root is `$WORKBENCH_CACHE_DIR`, else `$XDG_CACHE_HOME/warp-workbench/kernels`, else
 `~/.cache/warp-workbench/kernels`. Deleting it (or `python -m workbench.compiler.kernel_cache --clear`,
@@ -68,7 +69,7 @@ def digest(text: str, target: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
-def _write_once(path: Path, data: bytes) -> None:
+def write_once(path: Path, data: bytes) -> None:
     """Put `data` at `path` unless a file is already there; never leaves a partial file."""
     if path.exists():
         return
@@ -96,7 +97,7 @@ class KernelModule:
         self.directory = cache_root() / self.digest
         self.path = self.directory / MODULE_FILE
         self.directory.mkdir(parents=True, exist_ok=True)
-        _write_once(self.path, text.encode())
+        write_once(self.path, text.encode())
         self.was_ready = (self.directory / READY_FILE).exists()
         # one name per text: the same source registered under two env names shares one cache entry,
         # and numba's entry names this module
@@ -112,7 +113,7 @@ class KernelModule:
         return self.module.__dict__
 
     def mark_ready(self) -> None:
-        _write_once(self.directory / READY_FILE, b"")
+        write_once(self.directory / READY_FILE, b"")
 
 
 def is_ready(text: str, target: str) -> bool:

@@ -87,7 +87,7 @@ def auto_scale(config, *, margin: float = 0.2, start: int = 1024, max_envs: int 
     """Return (config with num_envs sized to this device, ScaleReport)."""
     from ..compiler.targets import best_target
     from .trainer import make_trainer
-    target = best_target() if config.target == "auto" else config.target
+    target = best_target(config.env) if config.target == "auto" else config.target
 
     def one_iteration(n):
         trainer = make_trainer(cfg.replace(config, num_envs=n, run_dir=None, target=target), distributed=False)

@@ -40,7 +40,8 @@ class RunConfig:
     """Settings every algorithm shares: the env, the run's length, logging and checkpoints."""
     env: str = _f("cartpole", "Registered env name (python -m workbench envs lists them).")
     num_envs: int = _f(1024, "Env replicas simulated at once.")
-    target: str = _f("auto", "Kernel target: auto (cuda when a GPU is present, else cpu), cpu, cuda or cuda-c.")
+    target: str = _f("auto", "Kernel target: auto (with a GPU: cuda-c for an env with CUDA C phases, else cuda; "
+                                     "without: cpu), cpu, cuda or cuda-c.")
     seed: int = _f(0, "Seed of the env's random streams, the policy's initial weights and the sampler.")
     seeds: int = _f(1, "Members of a population trained at once in one program, each with its own weights, "
                        "optimiser, env replicas (num_envs each) and seed (seed, seed + 1, ...); times the sweep's "

@@ -384,7 +384,8 @@ def make_trainer(config, policies=None, models=None, env=None, distributed: bool
     (or distributed=True) this joins the process group first, so the env lands on this rank's GPU."""
     from ..runtime.env import make
     from ..compiler.targets import best_target
-    target = best_target() if config.target == "auto" else config.target
+    target = best_target(env.definition if env is not None else config.env) if config.target == "auto" \
+        else config.target
     if target != "cpu" and WARM_UP_IN_BACKGROUND and torch.cuda.is_available():
         warm_up_in_background(getattr(config, "fused_kernels", False))
     seed = config.seed

@@ -430,5 +430,8 @@ def make(name: str, num_envs: int = 1, *, target: str | None = None, seed: int =
     Extra keyword arguments override the env's PARAMS."""
     from ..compiler.targets import best_target
     from .registry import definition
-    return Env(definition(name, **params), num_envs=num_envs, target=target or best_target(), seed=seed, debug=debug,
+    defn = definition(name, **params)
+    # debug mode checks bounds, which the numba targets do and cuda-c does not
+    target = target or best_target(None if debug else defn)
+    return Env(defn, num_envs=num_envs, target=target, seed=seed, debug=debug,
                replicas_per_seed=replicas_per_seed)

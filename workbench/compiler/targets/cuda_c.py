@@ -10,13 +10,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import codegen_c
+from .. import codegen_c, kernel_cache
 from ..codegen import gpu_layout
 from ..envdef import EnvDefinition
 from ...errors import EnvCompileError
 from .cuda import simulator_enabled
 
 INCLUDE_DIR = Path(__file__).resolve().parent.parent / "cuda"
+CUBIN_FILE = "program.cubin"
 _LOG_LINE = re.compile(r"^(?P<file>.*)\((?P<line>\d+)\): (?:catastrophic )?error")
 
 
@@ -50,21 +51,39 @@ def _compile_error(defn: EnvDefinition, log: str) -> EnvCompileError:
     return EnvCompileError(f"env '{defn.name}' failed to compile for target 'cuda-c'{where}\n{summary}", line=line)
 
 
+def _cubin_path(source: str, options) -> Path:
+    """Where the compile cache keeps the cubin of `source` under `options`: the key holds the source,
+    the runtime header it includes, the architecture, a register cap and NVRTC's version."""
+    from cuda.bindings import nvrtc
+    header = (INCLUDE_DIR / codegen_c.RUNTIME_HEADER).read_text()
+    key = repr((source, header, options.arch, getattr(options, "max_register_count", None),
+                tuple(nvrtc.nvrtcVersion()[1:])))
+    return kernel_cache.cache_root() / kernel_cache.digest(key, "cuda-c") / CUBIN_FILE
+
+
 def compile_program(defn: EnvDefinition, arch: str, layout=None, target_type: str = "cubin"):
     """(cuda.core ObjectCode, generated source) of `defn` for `arch` ("sm_90"); needs NVRTC, no GPU.
-    A compiler error raises EnvCompileError naming the env's C line."""
-    from cuda.core import Program, ProgramOptions
+    A cubin comes from the compile cache when an earlier process compiled the same program (NVRTC
+    takes about a second a program). A compiler error raises EnvCompileError naming the env's C line."""
+    from cuda.core import ObjectCode, Program, ProgramOptions
     from cuda.core._utils.cuda_utils import NVRTCError
 
     source = codegen_c.c_program(defn, layout or gpu_layout(defn.num_agents))
     options = ProgramOptions(arch=arch, std="c++17", include_path=[str(INCLUDE_DIR)])
+    cached = _cubin_path(source, options) if target_type == "cubin" and kernel_cache.enabled() else None
+    if cached is not None and cached.is_file():
+        return ObjectCode.from_cubin(cached.read_bytes(), name=defn.name), source
     program = Program(source, code_type="c++", options=options)
     try:
-        return program.compile(target_type), source
+        code = program.compile(target_type)
     except NVRTCError as exc:
         raise _compile_error(defn, str(exc).split("compilation log:", 1)[-1]) from None
     finally:
         program.close()
+    if cached is not None:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        kernel_cache.write_once(cached, bytes(code.code))
+    return code, source
 
 
 class CudaCKernels:
