@@ -3,6 +3,12 @@
 // functions. Each phase has the name and the parameters of its Python twin, each helper mirrors the
 // Python helper of the same name (tg_ prefixed).
 //
+// On a GPU each replica keeps its block lists in shared memory, not in the store's `blocks` (which then
+// stays all zeros, as it is between launches on every target): the lists are rebuilt and read within
+// one launch, and their slot claims and scattered reads were most of the step's L2 traffic. The
+// first phase of each launch (`move`, `reset`) empties the replica's copy; lists too large for the
+// budget below, and the host build, use `blocks` as the Python does.
+//
 // The arithmetic follows numba's on the Python: positions are int32, distances int64, rewards
 // float32 with float64 parameters (a float32 combined with a float64 is computed in double), and an
 // observation is an int divided by an int in double, stored as float32.
@@ -34,8 +40,37 @@ constexpr int TG_BLOCKS = TG_RUNNER_FIRST + TG_RUNNER_PER_SIDE * TG_RUNNER_PER_S
 static_assert(blocks_view::size == (long long)TG_BLOCKS * (TG_CAP + 1),
               "blocks is [E, block, 1 + BLOCK_CAPACITY] with tag_grid.py's block layout");
 constexpr int TG_OBS = (int)(obs_view::size / NUM_AGENTS);  // obs.shape[2]
+constexpr long long TG_LIST_INTS = (long long)TG_BLOCKS * (TG_CAP + 1);  // one replica's lists
+
+#ifdef __CUDACC__
+constexpr bool TG_SHARED = EPB * TG_LIST_INTS * 4 <= 32 * 1024;
+__shared__ int tg_shared_lists[TG_SHARED ? EPB * TG_LIST_INTS : 1];  // the block's replicas, EPB of them
+#else
+constexpr bool TG_SHARED = false;
+#endif
 
 // ---- helpers -----------------------------------------------------------------------------------
+
+// The replica's lists: [block][1 + TG_CAP] ints, a count and then the ids listed.
+static __device__ __forceinline__ int* tg_lists(int env, blocks_view blocks)
+{
+#ifdef __CUDACC__
+    if (TG_SHARED)
+        return tg_shared_lists + (env % EPB) * TG_LIST_INTS;  // replica env is env % EPB of its block
+#endif
+    return &blocks(env, 0, 0);
+}
+
+// Empty the replica's shared copy, each agent a share (nothing to do where the lists are `blocks`,
+// which clear_blocks leaves empty).
+static __device__ __forceinline__ void tg_empty_shared_lists(int env, int agent)
+{
+#ifdef __CUDACC__
+    if (TG_SHARED)
+        for (long long i = agent; i < TG_LIST_INTS; i += NUM_AGENTS)
+            tg_shared_lists[(env % EPB) * TG_LIST_INTS + i] = 0;
+#endif
+}
 
 // blocks_of(kind): the first block, the block width and the blocks per side of one kind's blocks.
 struct tg_blocks {
@@ -58,10 +93,10 @@ static __device__ __forceinline__ int tg_block_of(int kind, int px, int py)
 // Add the agent to its block's list (an atomic slot claim; the count still grows past capacity).
 static __device__ __forceinline__ void tg_list_agent(int env, int agent, int kind, int px, int py, blocks_view blocks)
 {
-    const int b = tg_block_of(kind, px, py);
-    const int slot = wb_atomic_add(&blocks(env, b, 0), 1);
+    int* list = tg_lists(env, blocks) + tg_block_of(kind, px, py) * (TG_CAP + 1);
+    const int slot = wb_atomic_add(&list[0], 1);
     if (slot < TG_CAP)
-        blocks(env, b, 1 + slot) = agent;
+        list[1 + slot] = agent;
 }
 
 // The better of candidate j and the best so far (ties: lower id).
@@ -93,6 +128,7 @@ __device__ void reset(int env, int agent, wb_key key, x_view x, y_view y, in_gam
     y(env, agent) = wb_randint(key, 1, grid_length + 1);
     in_game(env, agent) = 1;
     tags_made(env, agent) = 0;
+    tg_empty_shared_lists(env, agent);
     if (agent == 0) {
         runners_left[env] = num_runners;
         tagged_now[env] = 0;
@@ -108,27 +144,27 @@ __device__ void list_after_reset(int env, int agent, x_view x, y_view y, blocks_
 // ---- step phases -------------------------------------------------------------------------------
 
 __device__ void move(int env, int agent, action_view action, x_view x, y_view y, in_game_view in_game,
-                     reward_view reward, tags_made_view tags_made, int* tagged_now, blocks_view blocks)
+                     reward_view reward, tags_made_view tags_made, int* tagged_now)
 {
+    tg_empty_shared_lists(env, agent);
     if (agent == 0)
         tagged_now[env] = 0;
     tags_made(env, agent) = 0;
-    int px = x(env, agent);
-    int py = y(env, agent);
     if (in_game(env, agent) != 0) {
         const int act = action(env, agent);
-        int nx = px + (act == 1) - (act == 2);
-        int ny = py + (act == 3) - (act == 4);
-        const bool hit = nx < 0 || nx > grid_length || ny < 0 || ny > grid_length;
-        px = nx < 0 ? 0 : (nx > grid_length ? grid_length : nx);
-        py = ny < 0 ? 0 : (ny > grid_length ? grid_length : ny);
-        x(env, agent) = px;
-        y(env, agent) = py;
-        if (hit)
+        const int nx = x(env, agent) + (act == 1) - (act == 2);
+        const int ny = y(env, agent) + (act == 3) - (act == 4);
+        x(env, agent) = nx < 0 ? 0 : (nx > grid_length ? grid_length : nx);
+        y(env, agent) = ny < 0 ? 0 : (ny > grid_length ? grid_length : ny);
+        if (nx < 0 || nx > grid_length || ny < 0 || ny > grid_length)
             reward(env, agent) = (float)(-wall_hit_penalty);
     }
+}
+
+__device__ void list_taggers(int env, int agent, x_view x, y_view y, blocks_view blocks)
+{
     if (agent < num_taggers)  // every tagger tags (taggers never leave the game)
-        tg_list_agent(env, agent, TG_TAGGERS, px, py, blocks);
+        tg_list_agent(env, agent, TG_TAGGERS, x(env, agent), y(env, agent), blocks);
 }
 
 __device__ void tag(int env, int agent, x_view x, y_view y, in_game_view in_game, reward_view reward,
@@ -138,12 +174,12 @@ __device__ void tag(int env, int agent, x_view x, y_view y, in_game_view in_game
         return;
     const int px = x(env, agent);
     const int py = y(env, agent);
-    const int b = tg_block_of(TG_TAGGERS, px, py);
-    const int n = blocks(env, b, 0);
+    const int* list = tg_lists(env, blocks) + tg_block_of(TG_TAGGERS, px, py) * (TG_CAP + 1);
+    const int n = list[0];
     const bool listed = n <= TG_CAP;
     int taggers_here = 0;
     for (int s = 0; s < (listed ? n : num_taggers); ++s) {  // the block's taggers, or all of them
-        const int j = listed ? blocks(env, b, 1 + s) : s;
+        const int j = listed ? list[1 + s] : s;
         if (x(env, j) == px && y(env, j) == py) {
             taggers_here += 1;
             wb_atomic_add(&tags_made(env, j), 1);  // several runners may credit one tagger
@@ -183,6 +219,7 @@ static __device__ int tg_nearest_opponent(int env, bool runner, int px, int py, 
                                           in_game_view in_game, blocks_view blocks)
 {
     const tg_blocks k = tg_blocks_of(runner ? TG_TAGGERS : TG_RUNNERS);
+    const int* lists = tg_lists(env, blocks);
     const int cx = px / k.width;
     const int cy = py / k.width;
     int best = -1;
@@ -207,12 +244,12 @@ static __device__ int tg_nearest_opponent(int env, bool runner, int px, int py, 
             }
             for (; gx <= gx_last; gx += gx_step) {
                 if (gx >= 0 && gx < k.per_side) {
-                    const int b = k.first + gx + k.per_side * gy;
-                    const int n = blocks(env, b, 0);
+                    const int* list = lists + (k.first + gx + k.per_side * gy) * (TG_CAP + 1);
+                    const int n = list[0];
                     overflow = overflow || n > TG_CAP;
                     const int listed = n < TG_CAP ? n : TG_CAP;
                     for (int s = 1; s <= listed; ++s) {
-                        const int j = blocks(env, b, s);
+                        const int j = list[s];
                         if (in_game(env, j) != 0)  // the taggers' lists hold every tagger
                             tg_nearer(j, (long long)x(env, j) - px, (long long)y(env, j) - py, best, best_d2);
                     }
@@ -273,9 +310,11 @@ __device__ void observe_agent(int env, int agent, const int* t, x_view x, y_view
 }
 
 // Empty the lists again (each agent a share of the blocks), so the state never depends on the order
-// in which the slot claims ran.
+// in which the slot claims ran. (A shared copy is emptied by the next launch's first phase instead.)
 __device__ void clear_blocks(int env, int agent, blocks_view blocks)
 {
+    if (TG_SHARED)
+        return;
     for (int b = agent; b < TG_BLOCKS; b += NUM_AGENTS) {
         const int n = blocks(env, b, 0);
         const int listed = n < TG_CAP ? n : TG_CAP;

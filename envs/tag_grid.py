@@ -31,7 +31,7 @@ How it is computed: no agent scans all the others, so a step costs about O(agent
 Each kind has a grid of square blocks, block_width(count) cells a side (about two agents of
 that kind a block when they are spread out): the taggers' blocks, then the runners', in the state
 array blocks [E, block, 1 + BLOCK_CAPACITY], a count and then the ids listed there.
-  - `move`: every tagger lists itself in its block (an atomic slot claim).
+  - `list_taggers` (after `move`): every tagger lists itself in its block (an atomic slot claim).
   - `tag`: a runner reads its block's list of taggers for those on its own cell (crediting each,
     as before); a runner still in the game then lists itself in its block.
   - `observe_agent`: an agent searches the opponents' blocks in square rings outward from its
@@ -176,7 +176,7 @@ RESET = [reset, list_after_reset]
 
 # -- step phases ---------------------------------------------------------------------------
 
-def move(env, agent, action, x, y, in_game, reward, tags_made, tagged_now, blocks):
+def move(env, agent, action, x, y, in_game, reward, tags_made, tagged_now):
     if agent == 0:
         tagged_now[env] = 0
     tags_made[env, agent] = 0
@@ -197,6 +197,9 @@ def move(env, agent, action, x, y, in_game, reward, tags_made, tagged_now, block
         y[env, agent] = min(max(ny, 0), grid_length)
         if hit:
             reward[env, agent] = -wall_hit_penalty
+
+
+def list_taggers(env, agent, x, y, blocks):
     if agent < num_taggers:  # every tagger tags (taggers never leave the game)
         list_agent(env, agent, TAGGERS, x[env, agent], y[env, agent], blocks)
 
@@ -236,7 +239,7 @@ def settle(env, agent, reward, tags_made, runners_left, tagged_now, terminated):
         terminated[env] = 1
 
 
-STEP = [move, tag, settle]
+STEP = [move, list_taggers, tag, settle]
 
 
 # -- observation phases --------------------------------------------------------------------

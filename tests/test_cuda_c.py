@@ -276,14 +276,15 @@ def test_best_target_prefers_c_phases_on_a_gpu(monkeypatch):
     monkeypatch.setattr(targets.target_named("cuda"), "availability", lambda: None)
     c_target = targets.target_named("cuda-c")
     monkeypatch.setattr(c_target, "availability", lambda: None)
-    assert [targets.best_target(n) for n in ("cartpole", "tag_grid", "tag_continuous", "pendulum")] == \
+    assert [wb.best_target(n) for n in ("cartpole", "tag_grid", "tag_continuous", "pendulum")] == \
         ["cuda-c", "cuda-c", "cuda-c", "cuda"]
     assert targets.best_target(registry.definition("tag_grid")) == "cuda-c"
-    assert targets.best_target() == "cuda" and targets.best_target("no_such_env") == "cuda"
+    assert targets.best_target(registry.definition("acrobot")) == "cuda"
+    assert wb.best_target() == "cuda" and wb.best_target("no_such_env") == "cuda"
     monkeypatch.setattr(c_target, "availability", lambda: "NVRTC cannot be loaded")
-    assert targets.best_target("cartpole") == "cuda"
+    assert wb.best_target("cartpole") == "cuda"
     monkeypatch.setattr(targets.target_named("cuda"), "availability", lambda: "no GPU")
-    assert targets.best_target("cartpole") == "cpu"
+    assert wb.best_target("cartpole") == "cpu"
 
 
 def test_probe_and_pure_c_compile_with_nvrtc(nvrtc):

@@ -61,7 +61,7 @@ _LAZY = {"Env": ("runtime.env", "Env"), "Box": ("compiler.envdef", "Box"), "Disc
          "per_env": ("compiler.envdef", "per_env"), "env_names": ("runtime.registry", "names"),
          "register": ("runtime.registry", "register"),
          "available_targets": ("compiler.targets", "available_targets"),
-         "best_target": ("compiler.targets", "best_target"),
+         "best_target": ("runtime.env", "best_target"),
          "Trainer": ("learn.trainer", "Trainer"), "TrainResult": ("learn.trainer", "TrainResult"),
          "make_trainer": ("learn.trainer", "make_trainer"), "train": ("learn.runs", "train")}
 

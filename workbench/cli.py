@@ -104,7 +104,7 @@ def exit_code(result, config) -> int:
 
 def cmd_demo(args) -> int:
     from .learn import config as cfg
-    from .compiler.targets import best_target
+    from .runtime.env import best_target
     config = cfg.load_yaml(resolve_config("cartpole"))
     target = args.target or best_target("cartpole")
     config = cfg.replace(config, target=target, run_dir=args.run_dir or f"runs/demo-{time.strftime('%Y%m%d-%H%M%S')}",

@@ -85,7 +85,7 @@ def _free_trainer(trainer):
 
 def auto_scale(config, *, margin: float = 0.2, start: int = 1024, max_envs: int = 1 << 26, log=print):
     """Return (config with num_envs sized to this device, ScaleReport)."""
-    from ..compiler.targets import best_target
+    from ..runtime.env import best_target
     from .trainer import make_trainer
     target = best_target(config.env) if config.target == "auto" else config.target
 

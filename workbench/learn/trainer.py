@@ -382,8 +382,7 @@ def warm_up_in_background(triton: bool):
 def make_trainer(config, policies=None, models=None, env=None, distributed: bool | None = None) -> Trainer:
     """Build the env named in `config` (on its target) and a trainer for it. Under torchrun
     (or distributed=True) this joins the process group first, so the env lands on this rank's GPU."""
-    from ..runtime.env import make
-    from ..compiler.targets import best_target
+    from ..runtime.env import best_target, make
     target = best_target(env.definition if env is not None else config.env) if config.target == "auto" \
         else config.target
     if target != "cpu" and WARM_UP_IN_BACKGROUND and torch.cuda.is_available():

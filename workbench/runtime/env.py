@@ -423,12 +423,24 @@ def _replicas_per_seed(value, num_envs: int) -> int:
     return int(value)
 
 
+def best_target(env=None) -> str:
+    """compiler.targets.best_target for a registered env's name too (an unknown name: any env's)."""
+    from ..compiler import targets
+    from ..errors import UnknownEnvError
+    from .registry import lookup
+    if isinstance(env, str):
+        try:
+            env = lookup(env)
+        except UnknownEnvError:  # the caller's own lookup says so
+            env = None
+    return targets.best_target(env)
+
+
 def make(name: str, num_envs: int = 1, *, target: str | None = None, seed: int = 0, debug: bool = False,
          replicas_per_seed: int | None = None, **params) -> Env:
     """All `num_envs` replicas of the registered env `name` on `target` ("cpu", "cuda", "cuda-c";
     default: the best present), in blocks of `replicas_per_seed` seeded seed, seed + 1, ... (Env).
     Extra keyword arguments override the env's PARAMS."""
-    from ..compiler.targets import best_target
     from .registry import definition
     defn = definition(name, **params)
     # debug mode checks bounds, which the numba targets do and cuda-c does not

@@ -70,24 +70,13 @@ def get_target(name: str) -> Target:
 
 
 def best_target(env=None) -> str:
-    """The fastest target usable here for `env` (a registered env's name or an EnvDefinition; None:
-    any env): 'cuda-c' for an env with CUDA C phases where NVRTC loads, else 'cuda' where a real
-    GPU is present, else 'cpu'. (Tag continuous at 1000 x 110 on an H100: 122 us a step from its
-    C phases against 266 from the numba-cuda ones.)"""
+    """The fastest target usable here for `env` (an EnvDefinition or a registry entry, anything with
+    `c_source`; None: any env): 'cuda-c' for an env with CUDA C phases where NVRTC loads, else 'cuda'
+    where a real GPU is present, else 'cpu'. (Tag continuous at 1000 x 110 on an H100: 122 us a step
+    from its C phases against 266 from the numba-cuda ones.) `wb.best_target` also takes a name."""
     from .cuda import simulator_enabled
     if simulator_enabled() or target_named("cuda").availability() is not None:
         return "cpu"
-    if env is not None and _has_c_phases(env) and target_named("cuda-c").availability() is None:
+    if getattr(env, "c_source", None) is not None and target_named("cuda-c").availability() is None:
         return "cuda-c"
     return "cuda"
-
-
-def _has_c_phases(env) -> bool:
-    if isinstance(env, str):
-        from ...runtime.registry import lookup
-        from ...errors import UnknownEnvError
-        try:
-            return lookup(env).c_source is not None
-        except UnknownEnvError:  # the caller's own lookup reports it
-            return False
-    return getattr(env, "c_source", None) is not None
