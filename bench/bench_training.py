@@ -1,6 +1,6 @@
 """End-to-end training speed: env-steps/s with learning included, and wall time to solve CartPole.
 
-    python bench/bench_training.py --target cuda --num-envs 1000 10000 100000 1000000 --out training.json
+    python bench/bench_training.py --num-envs 1000 10000 100000 1000000 --out training.json   # target auto
     python bench/bench_training.py --target cpu --solve
 
 Throughput: PPO on CartPole (T=32, 4 epochs x 4 minibatches), a warm-up iteration (compile,
@@ -73,7 +73,7 @@ def solve(target, repeats=1, overrides=None):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--target", default=wb.best_target())
+    parser.add_argument("--target", default="auto", help="default: what target: auto picks for CartPole here")
     parser.add_argument("--num-envs", type=int, nargs="*", default=[1000, 10000])
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--no-graph-too", action="store_true", help="also time without the CUDA graph")
@@ -87,6 +87,8 @@ def main():
                         help="settings of workbench.learn.fused to try, NAME=VALUE (MIN_TILES=4, PROGRAMS_PER_SM=1)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    if args.target == "auto":
+        args.target = wb.best_target("cartpole")
     from workbench.learn import fused
     for item in args.fused_set:
         name, value = item.split("=", 1)

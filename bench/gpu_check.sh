@@ -158,7 +158,7 @@ for stage in $STAGES; do
         timed peer_cartpole_train env PYTHONPATH=/tmp/pj python3 .peers/purejaxrl_bench.py train 1000 10000 100000 1000000
         timed peer_cartpole_solve env PYTHONPATH=/tmp/pj python3 .peers/purejaxrl_bench.py solve
       fi
-      timed training_defaults python3 bench/bench_training.py --target cuda --num-envs 1000 10000 100000 1000000 \
+      timed training_defaults python3 bench/bench_training.py --target auto --num-envs 1000 10000 100000 1000000 \
         --iterations 5 --no-compile --solve --solve-repeats 3 --out "$LOGS/training_defaults.json" ;;
     envonly)  # env-only CartPole (random actions, auto-reset) beside gymnax's jit'd scan in the same run
               # (needs .peers/): ours from Python step by step, and env.random_steps' graphs of steps
@@ -173,8 +173,10 @@ for stage in $STAGES; do
       timed envonly_sample python3 bench/bench_envs.py --envs cartpole --targets cuda cuda-c --num-envs 1e3 1e4 1e5 1e6 1e7 \
         --gym-num-envs --out "$LOGS/envonly_sample.json" ;;
     startup)  # a new process to its first iterations, caches warm, against torch's own import (issue: <= 5 s)
+      timed startup_auto env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=/tmp/pycache python3 bench/bench_startup.py \
+        --target auto --runs 3 --profile 45
       timed startup_cuda env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=/tmp/pycache python3 bench/bench_startup.py \
-        --target cuda --runs 3 --profile 45
+        --target cuda --runs 3
       timed startup_cuda_no_warm_up env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=/tmp/pycache python3 \
         bench/bench_startup.py --target cuda --runs 3 --no-warm-up
       timed startup_cuda_no_bytecode_cache env PYTHONDONTWRITEBYTECODE=1 python3 bench/bench_startup.py --target cuda --runs 3 ;;
