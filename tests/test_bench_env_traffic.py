@@ -12,8 +12,9 @@ spec = importlib.util.spec_from_file_location("bench_env_traffic", ROOT / "bench
 traffic = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(traffic)
 
-TAG_CONTINUOUS = dict(num_taggers=2, num_runners=5)
-TAG_GRID = dict(num_taggers=3, num_runners=2, grid_length=10)
+# the parameters of the Tag C-twin tests: their cpu kernels compile once for both files
+from test_tag_cuda_c import TAG as TAG_CONTINUOUS  # noqa: E402
+from test_tag_grid_cuda_c import SHARED as TAG_GRID  # noqa: E402
 
 
 def roles(rows) -> dict:
@@ -48,7 +49,8 @@ def test_tag_grid_blocks_are_scratch_and_positions_state():
     assert kinds["blocks"] == "scratch"
     assert kinds["x"] == "state" and kinds["y"] == "state"
     moved = {row["array"]: row["moved"] for row in rows}
-    assert moved["blocks"] == 0 and moved["x"] == 2 * 4 * (3 + 2)  # int32 per agent, read and written
+    agents = TAG_GRID["num_taggers"] + TAG_GRID["num_runners"]
+    assert moved["blocks"] == 0 and moved["x"] == 2 * 4 * agents  # int32 per agent, read and written
 
 
 def test_tag_continuous_grid_arrays_are_scratch_and_positions_state():
