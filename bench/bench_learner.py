@@ -32,6 +32,7 @@ SMALL_TAG = dict(num_taggers=2, num_runners=6, grid_length=10.0, episode_length=
 
 
 COMPILE = True
+TARGET = "auto"  # the default settings' target (cuda-c for Tag where NVRTC loads); --target to pick one
 
 
 def result(**kw):
@@ -92,7 +93,7 @@ def tag(specs, precisions, algo="a2c"):
         for precision in precisions:
             Cfg = wb.A2CConfig if algo == "a2c" else wb.PPOConfig
             extra = {} if algo == "a2c" else dict(update_epochs=1, num_minibatches=1)
-            config = Cfg(env="tag_continuous", env_params=WARPDRIVE_TAG, num_envs=n, rollout_length=T, target="cuda",
+            config = Cfg(env="tag_continuous", env_params=WARPDRIVE_TAG, num_envs=n, rollout_length=T, target=TARGET,
                          hidden_sizes=(256, 256), lr=1e-3, gamma=0.98, log_every=10**9, total_env_steps=10**15,
                          precision=precision, compile=COMPILE, **extra)
             try:
@@ -105,7 +106,7 @@ def big(specs, precisions):
     for spec in specs:
         n, T = (int(x) for x in spec.split(":"))
         for precision in precisions:
-            config = wb.A2CConfig(env="tag_continuous", num_envs=n, rollout_length=T, target="cuda",
+            config = wb.A2CConfig(env="tag_continuous", num_envs=n, rollout_length=T, target=TARGET,
                                   env_params=dict(WARPDRIVE_TAG, num_taggers=50, num_runners=950),
                                   hidden_sizes=(256, 256), log_every=10**9, total_env_steps=10**15, precision=precision,
                                   compile=COMPILE)
@@ -122,9 +123,11 @@ def main():
     parser.add_argument("--precisions", nargs="*", default=["auto"])
     parser.add_argument("--algo", default="a2c")
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--target", default="auto", help="Tag's target (default: auto, as the default settings)")
     args = parser.parse_args()
-    global COMPILE
+    global COMPILE, TARGET
     COMPILE = not args.no_compile
+    TARGET = args.target
     if args.what == "parity":
         parity()
     elif args.what == "tag":
