@@ -31,11 +31,11 @@ TOP = 15  # --top: kernels listed per phase
 def config_for(env, num_envs, T, compile_on, graph):
     if env == "cartpole":
         return wb.PPOConfig(env="cartpole", num_envs=num_envs, rollout_length=T or 32, num_minibatches=4,
-                            update_epochs=4, target="cuda", cuda_graph=graph, compile=compile_on,
+                            update_epochs=4, target="auto", cuda_graph=graph, compile=compile_on,
                             log_every=10**9, total_env_steps=10**15, seeds=SEEDS)
     return wb.A2CConfig(env="tag_continuous", env_params=TAG, num_envs=num_envs, rollout_length=T or 100,
-                        target="cuda", hidden_sizes=(256, 256), lr=1e-3, gamma=0.98, cuda_graph=graph,
-                        compile=compile_on, log_every=10**9, total_env_steps=10**15)
+                        target="auto", hidden_sizes=(256, 256), lr=1e-3, gamma=0.98, cuda_graph=graph,
+                        compile=compile_on, log_every=10**9, total_env_steps=10**15, seeds=SEEDS)
 
 
 def kernels(prof):
