@@ -131,7 +131,9 @@ MODERATE = dict(num_taggers=30, num_runners=270, grid_length=30, episode_length=
 
 @gpu_only
 def test_cuda_c_agrees_with_cpu_on_the_gpu():
-    for params in (MODERATE, dict(MODERATE, shared_tag_reward=0), FULL):
+    # SHARED's 20 agents: several replicas a block, each with its own copy of the lists in shared memory
+    assert gpu_layout(20).envs_per_block > 1
+    for params in (MODERATE, dict(MODERATE, shared_tag_reward=0), FULL, SHARED):
         report = wb.check_env("tag_grid", targets=["cpu", "cuda-c"], num_envs=64, steps=80, seed=1, **params)
         assert report.episodes_finished > 0
 
