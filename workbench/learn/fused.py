@@ -150,6 +150,12 @@ def _rollout_kernels():
     return fused_rollout_kernels
 
 
+@functools.lru_cache(maxsize=1)
+def _categorical_kernels():
+    from . import categorical_kernels
+    return categorical_kernels
+
+
 def warm_up():
     """Import Triton and the kernels' module and compute Triton's cache key (it hashes its 400 MB
     library: about 0.4 s, the reads and the hashing free of the GIL), which the first launch would

@@ -12,7 +12,7 @@ from torch import nn
 
 from ..compiler.envdef import Box, Discrete, MultiDiscrete
 from ..errors import WorkbenchError
-from . import linear_tanh
+from . import categorical, linear_tanh
 from .members import member_log_std
 
 
@@ -83,6 +83,7 @@ class ActionHead:
 
     def __init__(self, space):
         self.space = space
+        self._starts = {}
         if isinstance(space, Discrete):
             self.kind, self.out_dim, self.act_shape = "discrete", space.n, ()
         elif isinstance(space, MultiDiscrete):
@@ -95,7 +96,24 @@ class ActionHead:
         else:
             raise WorkbenchError(f"no action head for {space!r}")
 
+    def splits_or_n(self) -> list:
+        """A discrete head's columns per head."""
+        return self.splits if self.kind == "multi" else [self.out_dim]
+
+    def starts(self, device) -> torch.Tensor:
+        """A discrete head's first column of each of its heads and, last, out_dim: int32 [heads + 1]."""
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        if device not in self._starts:
+            splits = self.splits_or_n()
+            self._starts[device] = torch.tensor([sum(splits[:h]) for h in range(len(splits) + 1)],
+                                                dtype=torch.int32, device=device)
+        return self._starts[device]
+
     def to(self, device):
+        if self.kind != "gaussian":  # made here, not first in a CUDA graph's capture
+            self.starts(device)
         if self.kind == "gaussian":
             self.low, self.high = self.low.to(device), self.high.to(device)
         return self
@@ -128,7 +146,11 @@ class ActionHead:
         return self.log_prob_entropy(out, log_std, actions)[0]
 
     def log_prob_entropy(self, out, log_std, actions):
-        """log pi(a|s) [N] and entropy [N] of `actions` under head output `out`."""
+        """log pi(a|s) [N] and entropy [N] (float32) of `actions` under head output `out` (any float
+        type), in categorical.LogProbEntropy's two kernels for discrete heads on GPUs."""
+        if self.kind != "gaussian" and categorical.serves(out):
+            return categorical.LogProbEntropy.apply(out, actions, self.starts(out.device), max(self.splits_or_n()))
+        out = out.float()
         if self.kind == "discrete":
             logp = torch.log_softmax(out, dim=-1)
             chosen = logp.gather(-1, actions.long().reshape(-1, 1)).squeeze(-1)

@@ -27,7 +27,7 @@ def loss(model, batch: dict, config, count, hp=None, members: int = 1):
     hp = hp or config
     rows = batch["mask"].shape[0]
     out, value = model(batch["obs"], batch["state"], batch["agent"]) if "state" in batch else model(batch["obs"])
-    logp, entropy = model.head.log_prob_entropy(out.float(), getattr(model, "log_std", None), batch["actions"])
+    logp, entropy = model.head.log_prob_entropy(out, getattr(model, "log_std", None), batch["actions"])
     live = batch["mask"] > 0
     weight = batch["mask"] / member_rows(count, members, rows)
 

@@ -33,7 +33,7 @@ def loss(model, mb: dict, config, count, hp=None, members: int = 1):
     hp = hp or config
     rows = mb["mask"].shape[0]
     out, value = model(mb["obs"], mb["state"], mb["agent"]) if "state" in mb else model(mb["obs"])
-    logp, entropy = model.head.log_prob_entropy(out.float(), getattr(model, "log_std", None), mb["actions"])
+    logp, entropy = model.head.log_prob_entropy(out, getattr(model, "log_std", None), mb["actions"])
     value = value.float()
     live = mb["mask"] > 0
     weight = mb["mask"] / member_rows(count, members, rows)
