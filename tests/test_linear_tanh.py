@@ -45,6 +45,47 @@ def test_linear_tanh_matches_torch(rows, features, units):
     assert got[3].dtype == torch.float32 and got[2].dtype == torch.float32
 
 
+@pytest.mark.parametrize("rows,features,units", [(70, 78, 42), (33, 256, 1), (40, 16, 8)])
+def test_padded_output_layer_matches_torch(rows, features, units):
+    """linear_tanh.Linear pads features in and out to multiples of 8: the same values and gradients
+    as nn.Linear, for a column-major upstream gradient too (categorical.LogProbEntropy's)."""
+    torch.manual_seed(2)
+    layer = torch.nn.Linear(features, units).to(DEVICE)
+    x = torch.randn(rows, features, device=DEVICE)
+    upstream = torch.randn(units, rows, device=DEVICE).t()
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        want = _grads(layer, x, layer, upstream)
+        got = _grads(lambda v: linear_tanh.Linear.apply(v, layer.weight, layer.bias), x, layer, upstream)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    for name, g, w in zip(("output", "input grad", "weight grad", "bias grad"), got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5, msg=name)
+
+
+def test_unaligned_hidden_layers_inside_mlp():
+    """An MLP of 13 -> 100 -> 50 -> 3 through LinearTanh and Linear (every width padded) against the
+    layer-by-layer path: the same output and parameter gradients."""
+    torch.manual_seed(3)
+    net = mlp([13, 100, 50, 3]).to(DEVICE)
+    x = torch.randn(45, 13, device=DEVICE)
+    upstream = torch.randn(45, 3, device=DEVICE)
+    results = []
+    for fused_path in (True, False):
+        net.zero_grad(set_to_none=True)
+        original = linear_tanh.serves
+        linear_tanh.serves = (lambda v: True) if fused_path else (lambda v: False)
+        try:
+            out = net(x)
+            (out * upstream).sum().backward()
+        finally:
+            linear_tanh.serves = original
+        results.append([out.detach()] + [p.grad.clone() for p in net.parameters()])
+    for mine, ref in zip(*results):
+        torch.testing.assert_close(mine, ref, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.skipif(not GPU, reason="bf16 autocast is the GPU's")
 def test_linear_tanh_in_bf16_and_inside_mlp():
     torch.manual_seed(1)
@@ -71,3 +112,36 @@ def test_linear_tanh_in_bf16_and_inside_mlp():
     assert linear_tanh.serves(x.requires_grad_(False)) and not linear_tanh.serves(x.cpu())
     with torch.no_grad():
         assert not linear_tanh.serves(x)
+
+
+def test_actor_critic_through_padded_layers():
+    """The default ActorCritic on the padded layers (observations padded once for both networks)
+    against layer by layer: the same head outputs, values and gradients; stacked members keep the
+    layer-by-layer path's input."""
+    from workbench.compiler.envdef import MultiDiscrete
+    from workbench.learn.members import stack_members
+    from workbench.learn.policies import ActorCritic
+    torch.manual_seed(4)
+    model = ActorCritic(78, MultiDiscrete([21, 21]), (32, 24)).to(DEVICE)
+    x = torch.randn(50, 78, device=DEVICE)
+    results = []
+    for fused_path in (True, False):
+        model.zero_grad(set_to_none=True)
+        original = linear_tanh.serves
+        linear_tanh.serves = (lambda v: True) if fused_path else (lambda v: False)
+        try:
+            out, value = model(x)
+            (out.sum(1) * value).sum().backward()
+        finally:
+            linear_tanh.serves = original
+        results.append([out.detach(), value.detach()] + [p.grad.clone() for p in model.parameters()])
+    for mine, ref in zip(*results):
+        torch.testing.assert_close(mine, ref, rtol=1e-4, atol=1e-5)
+    stacked = stack_members([model, ActorCritic(78, MultiDiscrete([21, 21]), (32, 24)).to(DEVICE)])
+    original = linear_tanh.serves
+    linear_tanh.serves = lambda v: True
+    try:
+        out, value = stacked(torch.randn(6, 78, device=DEVICE))
+    finally:
+        linear_tanh.serves = original
+    assert out.shape == (6, 42) and value.shape == (6,)

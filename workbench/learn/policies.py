@@ -45,8 +45,9 @@ class Tanh(nn.Tanh):
 
 class MLP(nn.Sequential):
     """nn.Sequential of linear layers and activations whose (nn.Linear, Tanh) pairs run as one
-    linear_tanh.LinearTanh on GPUs while gradients are recorded (the same values; a backward pass
-    with one kernel where torch takes three passes); elsewhere, layer by layer."""
+    linear_tanh.LinearTanh and whose output layer as linear_tanh.Linear on GPUs while gradients are
+    recorded (the same values; a backward pass with one kernel where torch takes three passes, and
+    features padded for cuBLAS's aligned kernels); elsewhere, layer by layer."""
 
     def forward(self, x):
         if not linear_tanh.serves(x):
@@ -59,6 +60,9 @@ class MLP(nn.Sequential):
                     and layer.bias is not None):
                 x = linear_tanh.LinearTanh.apply(x, layer.weight, layer.bias)
                 i += 2
+            elif type(layer) is nn.Linear and i + 1 == len(layers) and layer.bias is not None:
+                x = linear_tanh.Linear.apply(x, layer.weight, layer.bias)
+                i += 1
             else:
                 x = layer(x)
                 i += 1
@@ -186,6 +190,9 @@ class ActorCritic(nn.Module):
         self.log_std = nn.Parameter(torch.zeros(self.head.out_dim)) if self.head.kind == "gaussian" else None
 
     def forward(self, obs):
+        if linear_tanh.serves(obs) and type(self.actor[0]) is type(self.critic[0]) is nn.Linear:
+            # the padded observations made once for both networks (not for stacked members' layers)
+            obs = linear_tanh.aligned_input(obs)
         return self.actor(obs), self.critic(obs).squeeze(-1)
 
     def value(self, obs):
