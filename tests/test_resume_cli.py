@@ -71,3 +71,18 @@ def test_runs_does_not_import_cli():
     assert not [m for m in imported if m and m.split(".")[-1] == "cli"], imported
     assert cli.run_training is runs.run_training and cli.resolve_config is runs.resolve_config
     assert runs.resolve_config("cartpole").name == "cartpole.yaml"
+
+
+def test_a_gpu_written_generator_state_is_skipped_on_the_cpu():
+    """A checkpoint written on a GPU holds a CUDA generator's state (seed and offset, 16 bytes): on a
+    CPU machine evaluate and resume go on with a new stream instead of failing in set_state."""
+    import torch
+    from workbench.learn.trainer_state import _set_generator
+    cpu = torch.Generator()
+    cuda_like_state = torch.zeros(16, dtype=torch.uint8)
+    before = cpu.get_state().clone()
+    assert _set_generator(cpu, cuda_like_state) is False
+    assert torch.equal(cpu.get_state(), before)
+    other = torch.Generator().manual_seed(5)
+    assert _set_generator(cpu, other.get_state()) is True
+    assert torch.equal(cpu.get_state(), other.get_state())

@@ -102,7 +102,11 @@ def restore(tr, payload: dict, path, restore_env: bool = True):
     tr.iteration, tr.env_steps = payload["iteration"], payload["env_steps"]
     tr.history = list(payload["history"])
     torch.set_rng_state(payload["rng"]["torch"])
-    tr.generator.set_state(payload["rng"]["generator"])
+    if not _set_generator(tr.generator, payload["rng"]["generator"]):  # written on another kind of device
+        tr.generator.manual_seed(tr.config.seed * 2**20 + tr.iteration)
+        if restore_env:
+            warnings.warn("checkpoint written on another kind of device: its random stream cannot be continued "
+                          "here, so this run draws from a new one (seeded by seed and iteration)", stacklevel=3)
     if "streams" in payload["rng"]:
         tr.streams.load_state_dict(payload["rng"]["streams"])
     if tr.rank > 0:  # the checkpoint holds rank 0's stream: every other rank continues on its own
@@ -121,7 +125,16 @@ def restore(tr, payload: dict, path, restore_env: bool = True):
     elif restore_env and payload["env_state"]["obs"].shape == tr.env.store["obs"].shape and tr.world_size == 1:
         tr.env.store.load_snapshot(payload["env_state"])
         tr.env.seed = payload["env_seed"]
-        tr.env._generator.set_state(payload["rng"]["env_generator"])
+        _set_generator(tr.env._generator, payload["rng"]["env_generator"])
+
+
+def _set_generator(generator: torch.Generator, state: torch.Tensor) -> bool:
+    """Load a generator's saved state when it is of this generator's kind (a CUDA generator's state
+    is its seed and offset, a CPU generator's its Mersenne Twister); False when it is not."""
+    if state.numel() != generator.get_state().numel():
+        return False
+    generator.set_state(state)
+    return True
 
 
 def _keep_lr_tensors(tr):
