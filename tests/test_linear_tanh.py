@@ -145,3 +145,25 @@ def test_actor_critic_through_padded_layers():
     finally:
         linear_tanh.serves = original
     assert out.shape == (6, 42) and value.shape == (6,)
+
+
+@pytest.mark.parametrize("rows,K,N", [(70, 80, 256), (130, 16, 104)])
+def test_linear_tanh_kernel_matches_torch(rows, K, N):
+    """linear_kernels.linear_tanh (the bf16 forward's matmul with bias and tanh in its epilogue)
+    against torch: bf16 on a GPU (to bf16's rounding), float32 in Triton's interpreter."""
+    torch.manual_seed(5)
+    dtype = torch.bfloat16 if GPU else torch.float32
+    x = torch.randn(rows, K, device=DEVICE).to(dtype)
+    w = (torch.randn(N, K, device=DEVICE) / K ** 0.5).to(dtype)
+    b = torch.randn(N, device=DEVICE).to(dtype)
+    want = torch.tanh(x.float() @ w.float().t() + b.float())
+    if GPU:
+        got = linear_tanh._linear_tanh_bf16(x, w, b)
+        tol = 1e-2
+    else:
+        got = torch.empty(rows, N)
+        fused._linear_kernels().linear_tanh[(-(-rows // 32), -(-N // 64))](x, w, b, got, rows, K=K, N=N, BM=32, BN=64,
+                                                                           BK=16, APPROX=0)
+        tol = 1e-5
+    assert got.shape == (rows, N) and got.dtype == dtype
+    torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)

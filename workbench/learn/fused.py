@@ -151,6 +151,12 @@ def _rollout_kernels():
 
 
 @functools.lru_cache(maxsize=1)
+def _linear_kernels():
+    from . import linear_kernels
+    return linear_kernels
+
+
+@functools.lru_cache(maxsize=1)
 def _categorical_kernels():
     from . import categorical_kernels
     return categorical_kernels
