@@ -116,35 +116,30 @@ def test_linear_tanh_in_bf16_and_inside_mlp():
 
 def test_actor_critic_through_padded_layers():
     """The default ActorCritic on the padded layers (observations padded once for both networks)
-    against layer by layer: the same head outputs, values and gradients; stacked members keep the
-    layer-by-layer path's input."""
+    against layer by layer: the same head outputs, values and gradients, for one policy and for
+    stacked members (MemberLinearTanh, MemberLinearOut: each member's bias gradient its own)."""
     from workbench.compiler.envdef import MultiDiscrete
     from workbench.learn.members import stack_members
     from workbench.learn.policies import ActorCritic
     torch.manual_seed(4)
-    model = ActorCritic(78, MultiDiscrete([21, 21]), (32, 24)).to(DEVICE)
-    x = torch.randn(50, 78, device=DEVICE)
-    results = []
-    for fused_path in (True, False):
-        model.zero_grad(set_to_none=True)
-        original = linear_tanh.serves
-        linear_tanh.serves = (lambda v: True) if fused_path else (lambda v: False)
-        try:
-            out, value = model(x)
-            (out.sum(1) * value).sum().backward()
-        finally:
-            linear_tanh.serves = original
-        results.append([out.detach(), value.detach()] + [p.grad.clone() for p in model.parameters()])
-    for mine, ref in zip(*results):
-        torch.testing.assert_close(mine, ref, rtol=1e-4, atol=1e-5)
-    stacked = stack_members([model, ActorCritic(78, MultiDiscrete([21, 21]), (32, 24)).to(DEVICE)])
-    original = linear_tanh.serves
-    linear_tanh.serves = lambda v: True
-    try:
-        out, value = stacked(torch.randn(6, 78, device=DEVICE))
-    finally:
-        linear_tanh.serves = original
-    assert out.shape == (6, 42) and value.shape == (6,)
+    single = ActorCritic(78, MultiDiscrete([21, 21]), (32, 24)).to(DEVICE)
+    stacked = stack_members([ActorCritic(78, MultiDiscrete([21, 21]), (32, 24)).to(DEVICE) for _ in range(3)])
+    for model, rows in ((single, 50), (stacked, 3 * 70)):
+        x = torch.randn(rows, 78, device=DEVICE)
+        results = []
+        for fused_path in (True, False):
+            model.zero_grad(set_to_none=True)
+            original = linear_tanh.serves
+            linear_tanh.serves = (lambda v: True) if fused_path else (lambda v: False)
+            try:
+                out, value = model(x)
+                (out.sum(1) * value).sum().backward()
+            finally:
+                linear_tanh.serves = original
+            assert out.shape == (rows, 42) and value.shape == (rows,)
+            results.append([out.detach(), value.detach()] + [p.grad.clone() for p in model.parameters()])
+        for mine, ref in zip(*results):
+            torch.testing.assert_close(mine, ref, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("rows,K,N", [(70, 80, 256), (130, 16, 104)])

@@ -419,16 +419,19 @@ def member_adam(flat, grad, exp_avg, exp_avg_sq, lr, partials, max_norm, steps, 
 
 @triton.jit
 def tanh_backward_bias(dy, y, dz, partials, rows, H: tl.constexpr, HP: tl.constexpr, BLOCK: tl.constexpr):
-    """One program: rows [BLOCK * p, BLOCK * (p + 1)) of a tanh layer's output y and its gradient dy
-    [rows, H]: the pre-activation's gradient dz = dy (1 - y^2) (in dz's type) and its column sums
-    into partials [programs, H] (the bias gradient's parts, summed after in a fixed order)."""
+    """Program (p, m): rows [BLOCK p, BLOCK (p + 1)) of member m's `rows` rows (from row m * rows on;
+    one member: a 1-d grid) of a tanh layer's output y and its gradient dy [M * rows, H]: the
+    pre-activation's gradient dz = dy (1 - y^2) (in dz's type) and its column sums into partials
+    [M, programs, H] (the bias gradient's parts, summed after in a fixed order)."""
     p = tl.program_id(0)
-    r = p.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = tl.program_id(1)
+    local = p.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    r = m.to(tl.int64) * rows + local
     c = tl.arange(0, HP)
-    ok = (r[:, None] < rows) & (c[None, :] < H)
+    ok = (local[:, None] < rows) & (c[None, :] < H)
     at = r[:, None] * H + c[None, :]
     g = tl.load(dy + at, mask=ok, other=0.0).to(tl.float32)
     out = tl.load(y + at, mask=ok, other=0.0).to(tl.float32)
     d = g * (1.0 - out * out)
     tl.store(dz + at, d.to(dz.dtype.element_ty), mask=ok)
-    tl.store(partials + p * H + c, tl.sum(d, 0), mask=c < H)
+    tl.store(partials + (m * tl.num_programs(0) + p) * H + c, tl.sum(d, 0), mask=c < H)

@@ -5,7 +5,9 @@
   gradient in one kernel (fused_kernels.tanh_backward_bias) where torch's autograd reads the
   [rows, out] gradient three times (tanh's backward, then the bias gradient's column sums, which
   torch reduces at about a third of the memory bandwidth);
-- both it and the output layers (`Linear`) padded to multiples of 8 features in and out, with zero
+- MemberLinearTanh and MemberLinearOut, the same for stacked members (members.MemberLinear's
+  [M, in, out] weights: batched matmuls, each member's bias gradient its own);
+- all of them padded to multiples of 8 features in and out (output layers: `Linear`), with zero
   columns: a [rows, 78] observation or a [rows, 42] head sends cuBLAS to kernels for 2- and 4-byte
   aligned rows, which took about 33 of the 148 ms of Tag's update at 1000 x 100 on an H100 (the
   aligned layers' GEMMs 16 ms).
@@ -124,6 +126,79 @@ class Linear(torch.autograd.Function):
         dz = _pad_columns(dy.to(wc.dtype), wc.shape[0])
         dx, dw, _ = _backward(ctx, dz)
         return dx, dw, dy.float().sum(0)
+
+
+def _member_forward(ctx, x, weight, bias, activate: bool):
+    """MemberLinear's layer (weight [M, in, out], bias [M, 1, out]) on x [M * n, in], padded as
+    _forward pads, optionally with tanh: [M * n, out] (a view of [M * n, out padded])."""
+    dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else x.dtype
+    M, K, N = weight.shape
+    Np, Kp = _padded(N), _padded(K)
+    with torch.autocast("cuda", enabled=False):
+        xc = _pad_columns(x.to(dtype), Kp).reshape(M, -1, Kp)
+        wc = weight.to(dtype)
+        if (Np, Kp) != (N, K):
+            wc = torch.nn.functional.pad(wc, (0, Np - N, 0, Kp - K))
+        bc = bias.to(dtype)
+        if Np != N:
+            bc = torch.nn.functional.pad(bc, (0, Np - N))
+        y = torch.baddbmm(bc, xc, wc)
+        if activate:
+            y.tanh_()
+    ctx.save_for_backward(xc, wc, y if activate else None)
+    ctx.shape = (N, K)
+    flat = y.reshape(-1, Np)
+    return flat if Np == N else flat[:, :N]
+
+
+def _member_backward(ctx, dz):
+    """dz: the pre-activation's gradient [M, n, Np] -> (dx, dW) of the unpadded stacked layer."""
+    xc, wc, _ = ctx.saved_tensors
+    N, K = ctx.shape
+    dx = None
+    if ctx.needs_input_grad[0]:
+        dx = torch.bmm(dz, wc.transpose(1, 2))[:, :, :K].reshape(-1, K)
+    return dx, torch.bmm(xc.transpose(1, 2), dz)[:, :K, :N]
+
+
+class MemberLinearTanh(torch.autograd.Function):
+    """LinearTanh for stacked members (members.MemberLinear's weight [M, in, out] and bias [M, 1, out]):
+    member m's rows of x [M * n, in] through member m's layer, then tanh, in one batched matmul; the
+    backward's pre-activation gradient and each member's bias gradient in one kernel."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        return _member_forward(ctx, x, weight, bias, activate=True)
+
+    @staticmethod
+    def backward(ctx, dy):
+        from . import fused
+        y = ctx.saved_tensors[2]
+        M, n, H = y.shape
+        dy = _pad_columns(dy.to(y.dtype), H).contiguous()
+        dz = torch.empty_like(y)
+        programs = max(1, -(-n // BLOCK))
+        partials = torch.empty((M, programs, H), dtype=torch.float32, device=y.device)
+        fused._kernels().tanh_backward_bias[(programs, M)](dy, y, dz, partials, n, H=H, HP=fused._pow2(H, 1),
+                                                            BLOCK=BLOCK)
+        dx, dw = _member_backward(ctx, dz)
+        return dx, dw, partials.sum(1, keepdim=True)[:, :, :ctx.shape[0]]
+
+
+class MemberLinearOut(torch.autograd.Function):
+    """Linear (an MLP's output layer) for stacked members: MemberLinear's weight and bias."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        return _member_forward(ctx, x, weight, bias, activate=False)
+
+    @staticmethod
+    def backward(ctx, dy):
+        xc, wc, _ = ctx.saved_tensors
+        M = wc.shape[0]
+        dz = _pad_columns(dy.to(wc.dtype), wc.shape[2]).reshape(M, -1, wc.shape[2])
+        dx, dw = _member_backward(ctx, dz)
+        return dx, dw, dy.float().reshape(M, -1, dy.shape[1]).sum(1, keepdim=True)
 
 
 def serves(x: torch.Tensor) -> bool:

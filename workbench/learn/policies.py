@@ -13,7 +13,7 @@ from torch import nn
 from ..compiler.envdef import Box, Discrete, MultiDiscrete
 from ..errors import WorkbenchError
 from . import categorical, linear_tanh
-from .members import member_log_std
+from .members import MemberLinear, member_log_std
 
 
 class _SigmoidTanh(torch.autograd.Function):
@@ -43,11 +43,17 @@ class Tanh(nn.Tanh):
         return torch.tanh(x)
 
 
+# the padded layers' functions of a layer type: (with tanh, as the output layer)
+_PADDED = {nn.Linear: (linear_tanh.LinearTanh, linear_tanh.Linear),
+           MemberLinear: (linear_tanh.MemberLinearTanh, linear_tanh.MemberLinearOut)}
+
+
 class MLP(nn.Sequential):
     """nn.Sequential of linear layers and activations whose (nn.Linear, Tanh) pairs run as one
-    linear_tanh.LinearTanh and whose output layer as linear_tanh.Linear on GPUs while gradients are
-    recorded (the same values; a backward pass with one kernel where torch takes three passes, and
-    features padded for cuBLAS's aligned kernels); elsewhere, layer by layer."""
+    linear_tanh.LinearTanh and whose output layer as linear_tanh.Linear (stacked members'
+    MemberLinear layers: MemberLinearTanh, MemberLinearOut) on GPUs while gradients are recorded
+    (the same values; a backward pass with one kernel where torch takes three passes, and features
+    padded for cuBLAS's aligned kernels); elsewhere, layer by layer."""
 
     def forward(self, x):
         if not linear_tanh.serves(x):
@@ -56,12 +62,12 @@ class MLP(nn.Sequential):
         i = 0
         while i < len(layers):
             layer = layers[i]
-            if (type(layer) is nn.Linear and i + 1 < len(layers) and isinstance(layers[i + 1], nn.Tanh)
-                    and layer.bias is not None):
-                x = linear_tanh.LinearTanh.apply(x, layer.weight, layer.bias)
+            kind = type(layer)
+            if kind in _PADDED and layer.bias is not None and i + 1 < len(layers) and isinstance(layers[i + 1], nn.Tanh):
+                x = _PADDED[kind][0].apply(x, layer.weight, layer.bias)
                 i += 2
-            elif type(layer) is nn.Linear and i + 1 == len(layers) and layer.bias is not None:
-                x = linear_tanh.Linear.apply(x, layer.weight, layer.bias)
+            elif kind in _PADDED and layer.bias is not None and i + 1 == len(layers):
+                x = _PADDED[kind][1].apply(x, layer.weight, layer.bias)
                 i += 1
             else:
                 x = layer(x)
@@ -190,8 +196,8 @@ class ActorCritic(nn.Module):
         self.log_std = nn.Parameter(torch.zeros(self.head.out_dim)) if self.head.kind == "gaussian" else None
 
     def forward(self, obs):
-        if linear_tanh.serves(obs) and type(self.actor[0]) is type(self.critic[0]) is nn.Linear:
-            # the padded observations made once for both networks (not for stacked members' layers)
+        if linear_tanh.serves(obs) and type(self.actor[0]) in _PADDED and type(self.critic[0]) in _PADDED:
+            # the padded observations made once for both networks
             obs = linear_tanh.aligned_input(obs)
         return self.actor(obs), self.critic(obs).squeeze(-1)
 
