@@ -64,6 +64,40 @@ def test_padded_output_layer_matches_torch(rows, features, units):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5, msg=name)
 
 
+@pytest.mark.parametrize("units", [42, 1])
+def test_output_layers_take_column_major_gradients(units):
+    """A column-major gradient (categorical.LogProbEntropy's) and a row-major one of the same values
+    give nn.Linear's gradients through Linear and, for three stacked members, MemberLinearOut."""
+    from workbench.learn.members import MemberLinear
+    torch.manual_seed(6)
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        _check_column_major_gradients(units, MemberLinear)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+
+
+def _check_column_major_gradients(units, MemberLinear):
+    layers = [torch.nn.Linear(256, units).to(DEVICE) for _ in range(3)]
+    stacked = MemberLinear(layers).to(DEVICE)
+    rows = 40
+    x = torch.randn(3 * rows, 256, device=DEVICE)
+    g = torch.randn(units, 3 * rows, device=DEVICE)
+    want = [torch.autograd.grad(layer(x[k * rows:(k + 1) * rows]), [layer.weight, layer.bias],
+                                g.t()[k * rows:(k + 1) * rows].contiguous()) for k, layer in enumerate(layers)]
+    for grad in (g.t(), g.t().contiguous()):
+        got = torch.autograd.grad(linear_tanh.Linear.apply(x[:rows], layers[0].weight, layers[0].bias),
+                                  [layers[0].weight, layers[0].bias], grad[:rows])
+        torch.testing.assert_close(got[0], want[0][0], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(got[1], want[0][1], rtol=1e-4, atol=1e-4)
+        got = torch.autograd.grad(linear_tanh.MemberLinearOut.apply(x, stacked.weight, stacked.bias),
+                                  [stacked.weight, stacked.bias], grad)
+        for k in range(3):
+            torch.testing.assert_close(got[0][k].t(), want[k][0], rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(got[1][k, 0], want[k][1], rtol=1e-4, atol=1e-4)
+
+
 def test_unaligned_hidden_layers_inside_mlp():
     """An MLP of 13 -> 100 -> 50 -> 3 through LinearTanh and Linear (every width padded) against the
     layer-by-layer path: the same output and parameter gradients."""
@@ -157,8 +191,21 @@ def test_linear_tanh_kernel_matches_torch(rows, K, N):
         tol = 1e-2
     else:
         got = torch.empty(rows, N)
-        fused._linear_kernels().linear_tanh[(-(-rows // 32), -(-N // 64))](x, w, b, got, rows, K=K, N=N, BM=32, BN=64,
-                                                                           BK=16, APPROX=0)
+        fused._linear_kernels().linear_tanh[(-(-rows // 32), -(-N // 64), 1)](x, w, b, got, rows, 0, 0, 1, K, K=K, N=N,
+                                                                              BM=32, BN=64, BK=16, APPROX=0)
         tol = 1e-5
     assert got.shape == (rows, N) and got.dtype == dtype
+    torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)
+    # three members' layers in MemberLinear's layout [M, K, N], each member's rows through its own
+    ws = torch.stack([w.t(), -w.t(), 0.5 * w.t()]).contiguous()
+    bs = torch.stack([b, -b, b]).unsqueeze(1).contiguous()
+    xs = torch.cat([x, x.flip(0), x])
+    want = torch.cat([torch.tanh(xs[k * rows:(k + 1) * rows].float() @ ws[k].float() + bs[k].float())
+                      for k in range(3)])
+    if GPU:
+        got = linear_tanh._linear_tanh_bf16(xs, ws, bs, members=3)
+    else:
+        got = torch.empty(3 * rows, N)
+        fused._linear_kernels().linear_tanh[(-(-rows // 32), -(-N // 64), 3)](xs, ws, bs, got, rows, K * N, N, N, 1,
+                                                                              K=K, N=N, BM=32, BN=64, BK=16, APPROX=0)
     torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)

@@ -7,19 +7,26 @@ from .fused_kernels import tanh
 
 
 @triton.jit
-def linear_tanh(x, w, b, y, rows, K: tl.constexpr, N: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                APPROX: tl.constexpr):
-    """y = tanh(x W^T + b) for rows [BM p, BM (p + 1)) and columns [BN q, BN (q + 1)): x [rows, K], W
-    [N, K] (nn.Linear's layout), b [N], y [rows, N] (contiguous; y's type), float32 accumulation.
-    Where torch writes x W^T + b and then reads and writes it again for tanh, the tile stays on chip."""
-    r = tl.program_id(0).to(tl.int64) * BM + tl.arange(0, BM)
+def linear_tanh(x, w, b, y, rows, w_member, b_member, wk, wn, K: tl.constexpr, N: tl.constexpr, BM: tl.constexpr,
+                BN: tl.constexpr, BK: tl.constexpr, APPROX: tl.constexpr):
+    """y = tanh(x W^T + b) for program (p, q, m): rows [BM p, BM (p + 1)) of member m's `rows` (from row
+    m * rows of x [M * rows, K] and y [M * rows, N], contiguous) and columns [BN q, BN (q + 1)); member
+    m's W at w + m * w_member, its element (n, k) at n * wn + k * wk (nn.Linear's [N, K]: wn = K,
+    wk = 1; MemberLinear's [M, K, N]: wn = 1, wk = N), its bias at b + m * b_member; float32
+    accumulation. Where torch writes x W^T + b and then reads and writes it again for tanh, the tile
+    stays on chip."""
+    m = tl.program_id(2)
+    local = tl.program_id(0).to(tl.int64) * BM + tl.arange(0, BM)
+    r = m.to(tl.int64) * rows + local
     c = tl.program_id(1) * BN + tl.arange(0, BN)
+    w += m.to(tl.int64) * w_member
     acc = tl.zeros((BM, BN), tl.float32)
     for k0 in range(0, K, BK):
         k = k0 + tl.arange(0, BK)
-        a = tl.load(x + r[:, None] * K + k[None, :], mask=(r[:, None] < rows) & (k[None, :] < K), other=0.0)
-        wt = tl.load(w + c[None, :] * K + k[:, None], mask=(k[:, None] < K) & (c[None, :] < N), other=0.0)
+        a = tl.load(x + r[:, None] * K + k[None, :], mask=(local[:, None] < rows) & (k[None, :] < K), other=0.0)
+        wt = tl.load(w + c[None, :] * wn + k[:, None] * wk, mask=(k[:, None] < K) & (c[None, :] < N), other=0.0)
         acc = tl.dot(a, wt, acc)
-    bias = tl.load(b + c, mask=c < N, other=0.0).to(tl.float32)
+    bias = tl.load(b + m * b_member + c, mask=c < N, other=0.0).to(tl.float32)
     out = tanh(acc + bias[None, :], APPROX)
-    tl.store(y + r[:, None] * N + c[None, :], out.to(y.dtype.element_ty), mask=(r[:, None] < rows) & (c[None, :] < N))
+    tl.store(y + r[:, None] * N + c[None, :], out.to(y.dtype.element_ty),
+             mask=(local[:, None] < rows) & (c[None, :] < N))

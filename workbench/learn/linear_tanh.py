@@ -45,18 +45,40 @@ def aligned_input(x: torch.Tensor) -> torch.Tensor:
     return _pad_columns(x.to(dtype), _padded(x.shape[1]))
 
 
-def _linear_tanh_bf16(x, w, b):
-    """tanh(x w^T + b) in one kernel (linear_kernels.linear_tanh): x [rows, K], w [N, K], b [N], all
-    bf16 with K and N multiples of 8 -> [rows, N]. On an H100 at 234 k rows and 256 units it took 88
-    and 133 us for K = 80 and 256 against 144 and 173 us for cuBLAS's addmm and torch's tanh."""
+def _linear_tanh_bf16(x, w, b, members: int = 1):
+    """tanh(x w^T + b) in one kernel (linear_kernels.linear_tanh), all bf16 with K and N multiples of
+    8: x [rows, K], w [N, K] (nn.Linear's), b [N] -> [rows, N]; or for `members` > 1 member m's rows
+    of x [M * n, K] through w [M, K, N] and b [M, 1, N] (MemberLinear's) -> [M * n, N]. On an H100 at
+    234 k rows and 256 units it took 88 and 133 us for K = 80 and 256 against 144 and 173 us for
+    cuBLAS's addmm and torch's tanh."""
     from . import fused
     rows, K = x.shape
-    N = w.shape[0]
+    if members == 1:
+        N, strides = w.shape[0], (0, 0, 1, K)
+    else:
+        N, strides = w.shape[2], (K * w.shape[2], w.shape[2], w.shape[2], 1)
     y = torch.empty((rows, N), dtype=x.dtype, device=x.device)
+    n = rows // members
     BN = min(256, fused._pow2(N))
-    fused._linear_kernels().linear_tanh[(-(-rows // GEMM_ROWS), -(-N // BN))](
-        x, w, b, y, rows, K=K, N=N, BM=GEMM_ROWS, BN=BN, BK=32, APPROX=fused._tanh_mode(0), num_warps=4, num_stages=3)
+    fused._linear_kernels().linear_tanh[(-(-n // GEMM_ROWS), -(-N // BN), members)](
+        x, w, b, y, n, *strides, K=K, N=N, BM=GEMM_ROWS, BN=BN, BK=32, APPROX=fused._tanh_mode(0), num_warps=4,
+        num_stages=3)
     return y
+
+
+def _padded_grad(dy: torch.Tensor, width: int, dtype) -> torch.Tensor:
+    """An output layer's gradient dy [rows, c] as [rows, width] in dtype, the new columns zero. When dy
+    is column-major (categorical.LogProbEntropy's) or one column, the result is too (a view of a
+    [width, rows] buffer), so that the copy reads and writes contiguously and the matmuls take it as
+    it is; otherwise row-major."""
+    rows, c = dy.shape
+    if dy.stride(0) == 1 or c == 1:
+        buf = torch.empty((width, rows), dtype=dtype, device=dy.device)
+        if width > c:
+            buf[c:].zero_()
+        buf[:c].copy_(dy.t())
+        return buf.t()
+    return _pad_columns(dy.to(dtype), width)
 
 
 def _forward(ctx, x, weight, bias, activate: bool):
@@ -72,7 +94,7 @@ def _forward(ctx, x, weight, bias, activate: bool):
         if Np != N:
             bc = torch.nn.functional.pad(bc, (0, Np - N))
         if activate and dtype == torch.bfloat16 and xc.is_cuda:
-            y = _linear_tanh_bf16(xc, wc, bc)
+            y = _linear_tanh_bf16(xc, wc.contiguous(), bc.contiguous())
         else:
             y = torch.addmm(bc, xc, wc.t())
             if activate:
@@ -123,9 +145,9 @@ class Linear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         xc, wc, _ = ctx.saved_tensors
-        dz = _pad_columns(dy.to(wc.dtype), wc.shape[0])
+        dz = _padded_grad(dy, wc.shape[0], wc.dtype)
         dx, dw, _ = _backward(ctx, dz)
-        return dx, dw, dy.float().sum(0)
+        return dx, dw, dz.sum(0, dtype=torch.float32)[:ctx.shape[0]]
 
 
 def _member_forward(ctx, x, weight, bias, activate: bool):
@@ -142,9 +164,12 @@ def _member_forward(ctx, x, weight, bias, activate: bool):
         bc = bias.to(dtype)
         if Np != N:
             bc = torch.nn.functional.pad(bc, (0, Np - N))
-        y = torch.baddbmm(bc, xc, wc)
-        if activate:
-            y.tanh_()
+        if activate and dtype == torch.bfloat16 and xc.is_cuda:
+            y = _linear_tanh_bf16(xc.reshape(-1, Kp), wc.contiguous(), bc.contiguous(), M).reshape(M, -1, Np)
+        else:
+            y = torch.baddbmm(bc, xc, wc)
+            if activate:
+                y.tanh_()
     ctx.save_for_backward(xc, wc, y if activate else None)
     ctx.shape = (N, K)
     flat = y.reshape(-1, Np)
@@ -195,10 +220,10 @@ class MemberLinearOut(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         xc, wc, _ = ctx.saved_tensors
-        M = wc.shape[0]
-        dz = _pad_columns(dy.to(wc.dtype), wc.shape[2]).reshape(M, -1, wc.shape[2])
+        M, Np = wc.shape[0], wc.shape[2]
+        dz = _padded_grad(dy, Np, wc.dtype).reshape(M, -1, Np)
         dx, dw = _member_backward(ctx, dz)
-        return dx, dw, dy.float().reshape(M, -1, dy.shape[1]).sum(1, keepdim=True)
+        return dx, dw, dz.sum(1, keepdim=True, dtype=torch.float32)[:, :, :ctx.shape[0]]
 
 
 def serves(x: torch.Tensor) -> bool:
