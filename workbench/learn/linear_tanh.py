@@ -67,10 +67,11 @@ def _linear_tanh_bf16(x, w, b, members: int = 1):
 
 
 def _padded_grad(dy: torch.Tensor, width: int, dtype) -> torch.Tensor:
-    """An output layer's gradient dy [rows, c] as [rows, width] in dtype, the new columns zero. When dy
-    is column-major (categorical.LogProbEntropy's) or one column, the result is too (a view of a
-    [width, rows] buffer), so that the copy reads and writes contiguously and the matmuls take it as
-    it is; otherwise row-major."""
+    """A stacked output layer's gradient dy [rows, c] as [rows, width] in dtype, the new columns zero.
+    When dy is column-major (categorical.LogProbEntropy's) or one column, the result is too (a view
+    of a [width, rows] buffer), so that the copy reads and writes contiguously and the batched
+    matmuls take it as it is (eight Tag members: 0.536 -> 0.444 s an iteration on an H100, with
+    their forward kernel); otherwise row-major."""
     rows, c = dy.shape
     if dy.stride(0) == 1 or c == 1:
         buf = torch.empty((width, rows), dtype=dtype, device=dy.device)
@@ -145,9 +146,11 @@ class Linear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         xc, wc, _ = ctx.saved_tensors
-        dz = _padded_grad(dy, wc.shape[0], wc.dtype)
+        # row-major: with the column-major form of _padded_grad Tag's iteration at 1000 x 100 took
+        # 0.176 s against 0.167 (H100; cuBLAS's kernels for the transposed operand)
+        dz = _pad_columns(dy.to(wc.dtype), wc.shape[0])
         dx, dw, _ = _backward(ctx, dz)
-        return dx, dw, dz.sum(0, dtype=torch.float32)[:ctx.shape[0]]
+        return dx, dw, dy.float().sum(0)
 
 
 def _member_forward(ctx, x, weight, bias, activate: bool):
