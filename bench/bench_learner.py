@@ -3,6 +3,7 @@
     python bench/bench_learner.py parity                 # PPO, A2C (Tag, masks, MAPPO), DDPG: graph == eager
     python bench/bench_learner.py tag 100:250 1000:100   # WarpDrive's shipped Tag A2C config, replicas:T
     python bench/bench_learner.py big 2000:20            # Tag continuous, 1000 agents per replica
+    ... tag|big --shared-body                            # WarpDrive's network: one body for policy and value
 
 parity trains the same seed with the whole iteration replayed from a CUDA graph and eagerly and
 prints the largest difference of the logged metrics (the same kernels run in both). tag and big
@@ -32,6 +33,7 @@ SMALL_TAG = dict(num_taggers=2, num_runners=6, grid_length=10.0, episode_length=
 
 
 COMPILE = True
+SHARED_BODY = False  # --shared-body: WarpDrive's fully connected model (one 256 x 256 body, policy and value heads)
 TARGET = "auto"  # the default settings' target (cuda-c for Tag where NVRTC loads); --target to pick one
 
 
@@ -95,9 +97,10 @@ def tag(specs, precisions, algo="a2c"):
             extra = {} if algo == "a2c" else dict(update_epochs=1, num_minibatches=1)
             config = Cfg(env="tag_continuous", env_params=WARPDRIVE_TAG, num_envs=n, rollout_length=T, target=TARGET,
                          hidden_sizes=(256, 256), lr=1e-3, gamma=0.98, log_every=10**9, total_env_steps=10**15,
-                         precision=precision, compile=COMPILE, **extra)
+                         precision=precision, compile=COMPILE, shared_body=SHARED_BODY, **extra)
             try:
-                result(task="tag_train", algo=algo, num_envs=n, T=T, compile=COMPILE, **timed_training(config))
+                result(task="tag_train", algo=algo, num_envs=n, T=T, compile=COMPILE, shared_body=SHARED_BODY,
+                       **timed_training(config))
             except Exception as exc:  # noqa: BLE001 - report and go on to the next size
                 result(task="tag_train", num_envs=n, T=T, precision=precision, error=repr(exc)[:300])
 
@@ -109,9 +112,10 @@ def big(specs, precisions):
             config = wb.A2CConfig(env="tag_continuous", num_envs=n, rollout_length=T, target=TARGET,
                                   env_params=dict(WARPDRIVE_TAG, num_taggers=50, num_runners=950),
                                   hidden_sizes=(256, 256), log_every=10**9, total_env_steps=10**15, precision=precision,
-                                  compile=COMPILE)
+                                  compile=COMPILE, shared_body=SHARED_BODY)
             try:
-                result(task="tag_big", agents=1000, num_envs=n, T=T, **timed_training(config, iterations=3))
+                result(task="tag_big", agents=1000, num_envs=n, T=T, shared_body=SHARED_BODY,
+                       **timed_training(config, iterations=3))
             except Exception as exc:  # noqa: BLE001
                 result(task="tag_big", num_envs=n, T=T, precision=precision, error=repr(exc)[:300])
 
@@ -124,9 +128,11 @@ def main():
     parser.add_argument("--algo", default="a2c")
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--target", default="auto", help="Tag's target (default: auto, as the default settings)")
+    parser.add_argument("--shared-body", action="store_true", help="one MLP body for policy and value (WarpDrive's)")
     args = parser.parse_args()
-    global COMPILE, TARGET
+    global COMPILE, TARGET, SHARED_BODY
     COMPILE = not args.no_compile
+    SHARED_BODY = args.shared_body
     TARGET = args.target
     if args.what == "parity":
         parity()

@@ -148,16 +148,19 @@ def test_linear_tanh_in_bf16_and_inside_mlp():
         assert not linear_tanh.serves(x)
 
 
-def test_actor_critic_through_padded_layers():
-    """The default ActorCritic on the padded layers (observations padded once for both networks)
-    against layer by layer: the same head outputs, values and gradients, for one policy and for
-    stacked members (MemberLinearTanh, MemberLinearOut: each member's bias gradient its own)."""
+@pytest.mark.parametrize("shared", [False, True])
+def test_actor_critic_through_padded_layers(shared):
+    """The default ActorCritic on the padded layers (observations padded once for both networks),
+    and a SharedActorCritic (one body: 43 outputs, the value in the last), against layer by layer:
+    the same head outputs, values and gradients, for one policy and for stacked members
+    (MemberLinearTanh, MemberLinearOut: each member's bias gradient its own)."""
     from workbench.compiler.envdef import MultiDiscrete
     from workbench.learn.members import stack_members
-    from workbench.learn.policies import ActorCritic
+    from workbench.learn.policies import ActorCritic, SharedActorCritic
+    body = SharedActorCritic if shared else ActorCritic
     torch.manual_seed(4)
-    single = ActorCritic(78, MultiDiscrete([21, 21]), (32, 24)).to(DEVICE)
-    stacked = stack_members([ActorCritic(78, MultiDiscrete([21, 21]), (32, 24)).to(DEVICE) for _ in range(3)])
+    single = body(78, MultiDiscrete([21, 21]), (32, 24)).to(DEVICE)
+    stacked = stack_members([body(78, MultiDiscrete([21, 21]), (32, 24)).to(DEVICE) for _ in range(3)])
     for model, rows in ((single, 50), (stacked, 3 * 70)):
         x = torch.randn(rows, 78, device=DEVICE)
         results = []

@@ -53,6 +53,9 @@ class RunConfig:
     target_return: float = _f(None, "Stop early once the mean episode return of every policy reaches this.")
     log_every: int = _f(1, "Pull metrics to the host every this many iterations.")
     hidden_sizes: tuple = _f((64, 64), "Hidden layer widths of the default MLP policies.")
+    shared_body: bool = _f(False, "PPO and A2C: one MLP body for the policy and the value, both read from its last "
+                                  "hidden layer (WarpDrive's fully connected model), instead of an MLP each: about "
+                                  "half the learner's work.")
     lr: float = _f(3e-4, "Adam learning rate.")
     gamma: float = _f(0.99, "Discount factor.")
     max_grad_norm: float = _f(0.5, "Gradient clipping by global norm (0 disables).")
@@ -231,6 +234,12 @@ def validate(config) -> None:
     if isinstance(config, DDPGConfig):
         checks += [("tau", 0.0 < config.tau <= 1.0, "must be in (0, 1]"),
                    ("batch_size", 1 <= config.batch_size <= config.buffer_size, "must be in [1, buffer_size]")]
+    if config.shared_body:
+        checks += [("shared_body", not isinstance(config, DDPGConfig),
+                    "must be false for DDPG (its actor and Q-critic take different inputs)"),
+                   ("shared_body", not config.centralised_critic,
+                    "must be false with centralised_critic (that critic reads the joint observation, the actor "
+                    "its agent's)")]
     for name, ok, message in checks:
         if not ok:
             raise ConfigError(f"{type(config).__name__}.{name} {message}, got {getattr(config, name)!r}")

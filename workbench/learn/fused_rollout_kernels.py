@@ -267,25 +267,29 @@ def wide_policy_step(
         H2P: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, C1: tl.constexpr, C1P: tl.constexpr,
         C2: tl.constexpr, C2P: tl.constexpr, HEADS: tl.constexpr, KC: tl.constexpr, NC: tl.constexpr,
         BLOCK: tl.constexpr,
-        STACKED: tl.constexpr, DOT: tl.constexpr, TANH: tl.constexpr, RECORD: tl.constexpr):
+        STACKED: tl.constexpr, DOT: tl.constexpr, TANH: tl.constexpr, RECORD: tl.constexpr, SHARED: tl.constexpr):
     """policy_step for wide layers (wide_mlp) and discrete or MultiDiscrete heads (sample_heads):
     program (tile, m) takes BLOCK of member m's `rows` rows (tiles on the grid's first axis, which
     holds 2^31 - 1 programs where the others hold 65535); actions [N, HEADS], logp and values [N].
     RECORD: also the observations into obs_out [N, O] and the actions into the env's action array
-    env_action [E, agents, HEADS] (row r: agent first + r % n of replica r // n)."""
+    env_action [E, agents, HEADS] (row r: agent first + r % n of replica r // n). SHARED: one MLP
+    (aw*) whose output column K is the value (SharedActorCritic); the cw* are not read."""
     m = tl.program_id(1)
     r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     valid = r < rows
     row = m.to(tl.int64) * rows + r
     cols = tl.arange(0, KP)
-    out = wide_mlp(obs, row, valid, aw1, ab1, aw2, ab2, aw3, ab3, strides, m, O, OP, H1, H1P, H2, H2P, K, KP, KC,
-                   NC, BLOCK, STACKED, DOT, TANH)
+    out = wide_mlp(obs, row, valid, aw1, ab1, aw2, ab2, aw3, ab3, strides, m, O, OP, H1, H1P, H2, H2P, K + SHARED,
+                   KP, KC, NC, BLOCK, STACKED, DOT, TANH)
     u = tl.load(noise + row[:, None] * K + cols[None, :], mask=valid[:, None] & (cols[None, :] < K), other=0.5)
     slot = ((row // n) * agents + first + row % n) * HEADS  # (with RECORD) the env's action entries
     chosen = sample_heads(out, u, valid, starts, actions, row, env_action, slot, HEADS, KP, RECORD)
-    v = wide_mlp(obs, row, valid, cw1, cb1, cw2, cb2, cw3, cb3, strides + 6, m, O, OP, C1, C1P, C2, C2P, 1, 16, KC,
-                 NC, BLOCK, STACKED, DOT, TANH)
-    value = tl.sum(tl.where(tl.arange(0, 16)[None, :] == 0, v, 0.0), 1)
+    if SHARED:
+        value = tl.sum(tl.where(cols[None, :] == K, out, 0.0), 1)
+    else:
+        v = wide_mlp(obs, row, valid, cw1, cb1, cw2, cb2, cw3, cb3, strides + 6, m, O, OP, C1, C1P, C2, C2P, 1, 16,
+                     KC, NC, BLOCK, STACKED, DOT, TANH)
+        value = tl.sum(tl.where(tl.arange(0, 16)[None, :] == 0, v, 0.0), 1)
     tl.store(logp + row, chosen, mask=valid)
     tl.store(values + row, value, mask=valid)
     if RECORD:
@@ -301,11 +305,14 @@ def wide_policy_step(
 def wide_truncated_values(final_obs, truncated, terminated, cw1, cb1, cw2, cb2, cw3, cb3, strides, out, rows, n,
                           agents, first, O: tl.constexpr, OP: tl.constexpr, C1: tl.constexpr, C1P: tl.constexpr,
                           C2: tl.constexpr, C2P: tl.constexpr, KC: tl.constexpr, NC: tl.constexpr,
-                          BLOCK: tl.constexpr, STACKED: tl.constexpr, DOT: tl.constexpr, TANH: tl.constexpr):
+                          BLOCK: tl.constexpr, STACKED: tl.constexpr, DOT: tl.constexpr, TANH: tl.constexpr,
+                          V: tl.constexpr, VP: tl.constexpr):
     """truncated_values of one step for a group's wide critic: rows r of member m's `rows` (replica
     r // n, agent first + r % n of the env's `agents`) get V(final_obs [E, agents, O]) where their
     replica was truncated and not terminated (truncated, terminated [E] floats), else 0, into
-    out [E * n]. Tiles without a truncation skip the critic (most steps have none). Grid: (tiles, M)."""
+    out [E * n]. The critic's output column V - 1 of its V (padded: VP) is the value (V = 1, or a
+    SharedActorCritic's D + 1). Tiles without a truncation skip the critic (most steps have none).
+    Grid: (tiles, M)."""
     m = tl.program_id(1)
     r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     valid = r < rows
@@ -316,6 +323,6 @@ def wide_truncated_values(final_obs, truncated, terminated, cw1, cb1, cw2, cb2, 
     value = tl.zeros((BLOCK,), tl.float32)
     if tl.max(flag, 0) > 0:
         v = wide_mlp(final_obs, replica * agents + first + row % n, valid, cw1, cb1, cw2, cb2, cw3, cb3, strides, m,
-                     O, OP, C1, C1P, C2, C2P, 1, 16, KC, NC, BLOCK, STACKED, DOT, TANH)
-        value = tl.sum(tl.where(tl.arange(0, 16)[None, :] == 0, v, 0.0), 1) * flag
+                     O, OP, C1, C1P, C2, C2P, V, VP, KC, NC, BLOCK, STACKED, DOT, TANH)
+        value = tl.sum(tl.where(tl.arange(0, VP)[None, :] == V - 1, v, 0.0), 1) * flag
     tl.store(out + row, value, mask=valid)

@@ -15,7 +15,7 @@ import torch
 
 from . import fused
 from .members import MemberLinear
-from .policies import ActorCritic
+from .policies import ActorCritic, SharedActorCritic
 
 MAX_HIDDEN = 256
 MAX_OBS = 256
@@ -54,11 +54,11 @@ def unsupported(model, head, device, precision: str = "bf16") -> str | None:
         return why
     if precision != "bf16" and not fused.interpreted():
         return f"the wide policy step computes in bf16, not {precision} (its tf32 tiles exceed shared memory)"
-    if type(model) is not ActorCritic:
+    if type(model) not in (ActorCritic, SharedActorCritic):
         return "the wide policy step runs the default ActorCritic, not a custom model"
-    if head.kind not in ("discrete", "multi") or head.out_dim > MAX_OUT:
+    if head.kind not in ("discrete", "multi") or head.out_dim + (type(model) is SharedActorCritic) > MAX_OUT:
         return f"the wide policy step samples discrete and MultiDiscrete heads of at most {MAX_OUT} logits"
-    for net in (model.actor, model.critic):
+    for net in _nets(model):
         layers = fused._linear_layers(net)
         tanh = [m for m in net if isinstance(m, torch.nn.Tanh)]
         if len(layers) != 3 or len(tanh) != 2 or len(net) != 5:
@@ -68,6 +68,11 @@ def unsupported(model, head, device, precision: str = "bf16") -> str | None:
         if layers[0].in_features > MAX_OBS:
             return f"the wide policy step takes at most {MAX_OBS} observation features"
     return None
+
+
+def _nets(model) -> tuple:
+    """The MLPs of a default policy: (actor, critic), or a SharedActorCritic's one."""
+    return (model.net,) if type(model) is SharedActorCritic else (model.actor, model.critic)
 
 
 def policy_steps(tr, served) -> dict:
@@ -99,10 +104,16 @@ class FusedWidePolicyStep:
 
     def __init__(self, model, head, members: int, precision: str, agents: slice | None = None):
         self.members, self.agents = members, agents
-        self.stacked = isinstance(model.actor[0], MemberLinear)
+        nets = _nets(model)
+        self.shared = len(nets) == 1
+        self.stacked = isinstance(nets[0][0], MemberLinear)
         self.dot = {"bf16": 0, "tf32": 1}.get(precision, 2)
-        actor, critic = (fused._linear_layers(net) for net in (model.actor, model.critic))
+        actor, critic = (fused._linear_layers(net) for net in (nets[0], nets[-1]))
         sizes, c = fused._sizes(actor), fused._sizes(critic)
+        # a shared MLP's outputs: the head's K columns, then the value (its "critic" is the same MLP)
+        self.value_out = (c["K"], c["KP"]) if self.shared else (1, 16)
+        if self.shared:
+            sizes["K"] -= 1
         self.sizes = dict(sizes, C1=c["H1"], C1P=c["H1P"], C2=c["H2"], C2P=c["H2P"],
                           KC=min(KC, sizes["OP"]), NC=min(NC, sizes["H2P"], c["H2P"]))
         self.params = [t for layer in actor + critic for t in (layer.weight, layer.bias)]
@@ -124,7 +135,8 @@ class FusedWidePolicyStep:
             kernel[(-(-rows // block), self.members)](
                 obs, noise, *self.params, self.strides, self.starts, actions_out, logp_out, values_out, rows,
                 *recording, **self.sizes, HEADS=self.heads, BLOCK=block, STACKED=int(self.stacked), DOT=self.dot,
-                TANH=fused._tanh_mode(self.dot), RECORD=obs_out is not None, num_warps=warps)
+                TANH=fused._tanh_mode(self.dot), RECORD=obs_out is not None, SHARED=int(self.shared),
+                num_warps=warps)
         return actions_out.reshape(-1) if self.heads == 1 else actions_out.reshape(-1, self.heads)
 
     def truncated_values(self, final_obs, truncated, terminated, out, agents: slice | None = None):
@@ -144,4 +156,4 @@ class FusedWidePolicyStep:
                 final_obs, truncated, terminated, *self.params[6:], self.strides[6:], out, rows, n, A, agents.start,
                 O=O, OP=s["OP"], C1=s["C1"], C1P=s["C1P"], C2=s["C2"], C2P=s["C2P"], KC=s["KC"], NC=s["NC"],
                 BLOCK=block, STACKED=int(self.stacked), DOT=self.dot, TANH=fused._tanh_mode(self.dot),
-                num_warps=warps)
+                V=self.value_out[0], VP=self.value_out[1], num_warps=warps)

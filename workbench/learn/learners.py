@@ -13,7 +13,7 @@ from . import fused, threads
 from .algorithms import ddpg
 from ..compiler.envdef import Box
 from .members import MemberAdam, MemberLinear, MemberNorm, PopulationError, member_count, stack_members
-from .policies import ActorCritic, CentralisedActorCritic, DeterministicActor, QCritic
+from .policies import ActorCritic, CentralisedActorCritic, DeterministicActor, QCritic, SharedActorCritic
 from .rollout import PolicyMapError, RolloutBuffer, RunningNorm
 from .streams import MemberStreams
 
@@ -53,7 +53,8 @@ def default_model(tr, g):
     """The default MLP policy of group g (a centralised critic's for a group named in centralised_critic)."""
     if g.name in tr.central:
         return CentralisedActorCritic(tr.obs_dim, tr.state_dim, g.n, tr.env.action_space, tr.config.hidden_sizes)
-    return ActorCritic(tr.obs_dim, tr.env.action_space, tr.config.hidden_sizes)
+    body = SharedActorCritic if tr.config.shared_body else ActorCritic
+    return body(tr.obs_dim, tr.env.action_space, tr.config.hidden_sizes)
 
 
 def population_models(tr, models, build) -> dict:
@@ -188,8 +189,9 @@ def chunk_size(tr, g) -> int:
     critic, estimated per sample, kept within `learner_memory_gb`."""
     if tr.algorithm == "ddpg":
         return tr.config.batch_size
+    bodies = 1 if tr.config.shared_body else 2
     hidden = sum(tr.config.hidden_sizes)
-    floats = 2 * tr.obs_dim + 2 * 4 * hidden + 4 * tr.head.out_dim + 16
+    floats = 2 * tr.obs_dim + bodies * 4 * hidden + 4 * tr.head.out_dim + 16
     if g.name in tr.central:
         floats += tr.state_dim + g.n
     bytes_per_float = 2 if tr.precision == "bf16" else 4  # (autocast keeps the activations in bf16)

@@ -205,6 +205,29 @@ class ActorCritic(nn.Module):
         return self.critic(obs).squeeze(-1)
 
 
+class SharedActorCritic(nn.Module):
+    """One MLP body for the action head and the value (WarpDrive's fully connected model): its output
+    layer makes the head's D units and, in column D, the value, so a wide body's matmuls are done
+    once where ActorCritic does them twice; a learned log-std for Box."""
+
+    def __init__(self, obs_dim: int, space, hidden=(64, 64)):
+        super().__init__()
+        self.head = ActionHead(space)
+        self.net = mlp([obs_dim, *hidden, self.head.out_dim + 1])
+        out = self.net[-1].weight
+        with torch.no_grad():  # the gains of ActorCritic's two output layers
+            out[:-1].copy_(nn.init.orthogonal_(torch.empty_like(out[:-1]), 0.01))
+            out[-1:].copy_(nn.init.orthogonal_(torch.empty_like(out[-1:]), 1.0))
+        self.log_std = nn.Parameter(torch.zeros(self.head.out_dim)) if self.head.kind == "gaussian" else None
+
+    def forward(self, obs):
+        out = self.net(obs)
+        return out[..., :-1], out[..., -1]
+
+    def value(self, obs):
+        return self.net(obs)[..., -1]
+
+
 class DeterministicActor(nn.Module):
     """DDPG actor: tanh-squashed into the Box."""
 

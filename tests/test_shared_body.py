@@ -1,0 +1,62 @@
+"""shared_body: one MLP body for the policy and the value (SharedActorCritic, WarpDrive's fully
+connected layout). Its outputs are the body's columns, its initial output rows have ActorCritic's
+gains, CartPole learns with it on the cpu target, a run folder reloads it, and the configs it
+cannot serve are refused by name. (The rollout's wide kernel: test_fused_wide.py; the padded
+layers: test_linear_tanh.py; members equal standalone runs: test_population.py.)"""
+import pytest
+import torch
+
+import workbench as wb
+from workbench.compiler.envdef import Discrete, MultiDiscrete
+from workbench.learn import config as cfg
+from workbench.learn.policies import ActorCritic, SharedActorCritic
+from workbench.learn.runs import load_policy
+from workbench.learn.trainer import make_trainer
+
+
+def test_outputs_are_the_body_columns_and_the_gains_are_actor_critics():
+    torch.manual_seed(0)
+    model = SharedActorCritic(7, MultiDiscrete([4, 3]), (32, 16))
+    obs = torch.randn(5, 7)
+    logits, value = model(obs)
+    full = model.net(obs)
+    assert full.shape == (5, 8) and logits.shape == (5, 7) and value.shape == (5,)
+    torch.testing.assert_close(logits, full[:, :7])
+    torch.testing.assert_close(value, full[:, 7])
+    torch.testing.assert_close(model.value(obs), value)
+    out = model.net[-1].weight  # [8, 16]: orthogonal rows of norm 0.01 (policy) and 1 (value)
+    torch.testing.assert_close(out[:-1].norm(dim=1), torch.full((7,), 0.01), rtol=1e-4, atol=1e-6)
+    assert out[-1].norm().item() == pytest.approx(1.0, rel=1e-4)
+    assert sum(p.numel() for p in model.parameters()) < 0.6 * sum(p.numel() for p in ActorCritic(7, Discrete(4),
+                                                                                              (32, 16)).parameters())
+
+
+def test_cartpole_learns_with_one_body_on_the_cpu():
+    config = wb.PPOConfig(env="cartpole", target="cpu", shared_body=True, num_envs=64, rollout_length=64,
+                          lr=2.5e-3, total_env_steps=120_000, seed=2, cpu_threads=1)  # configs/cartpole.yaml's shape
+    trainer = make_trainer(config)
+    assert type(trainer.models["shared"]) is SharedActorCritic
+    history = trainer.train(progress=False).history
+    first, last = history[0]["mean_return"], history[-1]["mean_return"]
+    assert first < 30 and last > 60, (first, last)  # a random policy's episodes last about 22 steps
+
+
+def test_a_run_folder_reloads_the_shared_body(tmp_path):
+    config = cfg.from_dict(dict(env="cartpole", target="cpu", num_envs=8, rollout_length=8, total_env_steps=128,
+                                hidden_sizes=[16, 16], shared_body=True, cpu_threads=1, run_dir=str(tmp_path)))
+    trainer = make_trainer(config)
+    trainer.train(progress=False)
+    loaded = load_policy(tmp_path, num_envs=8)
+    model = loaded.models["shared"]
+    assert type(model) is SharedActorCritic
+    for key, value in trainer.models["shared"].state_dict().items():
+        assert torch.equal(model.state_dict()[key], value), key
+
+
+@pytest.mark.parametrize("changes,words", [
+    (dict(algorithm="ddpg", env="pendulum"), "DDPG"),
+    (dict(algorithm="a2c", env="tag_continuous", centralised_critic=["runners"]), "centralised_critic"),
+])
+def test_configs_a_shared_body_cannot_serve_are_refused(changes, words):
+    with pytest.raises(cfg.ConfigError, match=r"shared_body .*" + words):
+        cfg.from_dict(dict(shared_body=True, **changes))
