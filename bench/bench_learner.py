@@ -33,6 +33,7 @@ SMALL_TAG = dict(num_taggers=2, num_runners=6, grid_length=10.0, episode_length=
 
 
 COMPILE = True
+LEARNER_MEMORY_GB = 2.0  # --learner-memory-gb: the config's bound on a learner chunk's activations
 SHARED_BODY = False  # --shared-body: WarpDrive's fully connected model (one 256 x 256 body, policy and value heads)
 TARGET = "auto"  # the default settings' target (cuda-c for Tag where NVRTC loads); --target to pick one
 
@@ -47,6 +48,8 @@ def parity():
                                       total_env_steps=10**9)),
         ("a2c tag (masks)", wb.A2CConfig(env="tag_continuous", env_params=SMALL_TAG, num_envs=256, rollout_length=16,
                                          log_every=1, total_env_steps=10**9)),
+        ("a2c tag shared body", wb.A2CConfig(env="tag_continuous", env_params=SMALL_TAG, num_envs=256,
+                                             rollout_length=16, log_every=1, total_env_steps=10**9, shared_body=True)),
         ("ppo tag mappo", wb.PPOConfig(env="tag_continuous", env_params=SMALL_TAG, num_envs=256, rollout_length=16,
                                        log_every=1, total_env_steps=10**9, centralised_critic=("runners",))),
         ("ppo pendulum gaussian", wb.PPOConfig(env="pendulum", num_envs=512, rollout_length=32, log_every=1,
@@ -97,7 +100,8 @@ def tag(specs, precisions, algo="a2c"):
             extra = {} if algo == "a2c" else dict(update_epochs=1, num_minibatches=1)
             config = Cfg(env="tag_continuous", env_params=WARPDRIVE_TAG, num_envs=n, rollout_length=T, target=TARGET,
                          hidden_sizes=(256, 256), lr=1e-3, gamma=0.98, log_every=10**9, total_env_steps=10**15,
-                         precision=precision, compile=COMPILE, shared_body=SHARED_BODY, **extra)
+                         precision=precision, compile=COMPILE, shared_body=SHARED_BODY,
+                         learner_memory_gb=LEARNER_MEMORY_GB, **extra)
             try:
                 result(task="tag_train", algo=algo, num_envs=n, T=T, compile=COMPILE, shared_body=SHARED_BODY,
                        **timed_training(config))
@@ -112,7 +116,7 @@ def big(specs, precisions):
             config = wb.A2CConfig(env="tag_continuous", num_envs=n, rollout_length=T, target=TARGET,
                                   env_params=dict(WARPDRIVE_TAG, num_taggers=50, num_runners=950),
                                   hidden_sizes=(256, 256), log_every=10**9, total_env_steps=10**15, precision=precision,
-                                  compile=COMPILE, shared_body=SHARED_BODY)
+                                  compile=COMPILE, shared_body=SHARED_BODY, learner_memory_gb=LEARNER_MEMORY_GB)
             try:
                 result(task="tag_big", agents=1000, num_envs=n, T=T, shared_body=SHARED_BODY,
                        **timed_training(config, iterations=3))
@@ -129,8 +133,10 @@ def main():
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--target", default="auto", help="Tag's target (default: auto, as the default settings)")
     parser.add_argument("--shared-body", action="store_true", help="one MLP body for policy and value (WarpDrive's)")
+    parser.add_argument("--learner-memory-gb", type=float, default=2.0)
     args = parser.parse_args()
-    global COMPILE, TARGET, SHARED_BODY
+    global COMPILE, TARGET, SHARED_BODY, LEARNER_MEMORY_GB
+    LEARNER_MEMORY_GB = args.learner_memory_gb
     COMPILE = not args.no_compile
     SHARED_BODY = args.shared_body
     TARGET = args.target

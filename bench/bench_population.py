@@ -58,16 +58,18 @@ TAG = dict(num_taggers=10, num_runners=100, grid_length=20.0, episode_length=500
            end_of_game_reward_for_runner=1.0, runner_exits_game_after_tagged=1)
 
 
-def tag_rate(target: str, members: int, num_envs: int = 100, T: int = 250, iterations: int = 4) -> dict:
-    """Env-steps/s (every member's) of a Tag population on WarpDrive's shipped config, median of timed
-    iterations after the eager one and the capture."""
+def tag_rate(target: str, members: int, num_envs: int = 100, T: int = 250, iterations: int = 4,
+             extra: dict | None = None) -> dict:
+    """Env-steps/s (every member's) of a Tag population on WarpDrive's shipped config (with `extra`
+    config overrides, e.g. shared_body), median of timed iterations after the eager one and the capture."""
     import statistics
     import torch
     from workbench.learn import config as cfg
     from workbench.learn.trainer import make_trainer
     config = cfg.from_dict({"env": "tag_continuous", "algorithm": "a2c", "env_params": TAG, "num_envs": num_envs,
                             "rollout_length": T, "target": target, "hidden_sizes": [256, 256], "lr": 1e-3,
-                            "gamma": 0.98, "log_every": 10**9, "total_env_steps": 10**15, "seeds": members})
+                            "gamma": 0.98, "log_every": 10**9, "total_env_steps": 10**15, "seeds": members,
+                            **(extra or {})})
     trainer = make_trainer(config)
     trainer.train(num_iterations=3, progress=False)
     times = []
@@ -80,7 +82,8 @@ def tag_rate(target: str, members: int, num_envs: int = 100, T: int = 250, itera
     median = statistics.median(times)
     peak = torch.cuda.max_memory_allocated() / 2**30 if trainer.device.type == "cuda" else 0.0
     del trainer
-    return {"task": "population_tag", "members": members, "num_envs": num_envs, "T": T, "iteration_s": round(median, 4),
+    return {"task": "population_tag", "members": members, "num_envs": num_envs, "T": T, **(extra or {}),
+            "iteration_s": round(median, 4),
             "env_steps_per_s": round(members * num_envs * T / median), "peak_gb": round(peak, 2)}
 
 
@@ -94,16 +97,16 @@ def main():
     parser.add_argument("--tag", type=count, nargs="*", default=None, metavar="MEMBERS",
                         help="instead: Tag populations of these sizes on WarpDrive's shipped config (e.g. 1 8)")
     args = parser.parse_args()
+    import yaml
+    extra = {k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.set)}
     if args.tag:
         base = None
         for members in args.tag:
-            row = tag_rate(args.target, members)
+            row = tag_rate(args.target, members, extra=extra)
             base = base or row["env_steps_per_s"] / members
             row["vs_one_member"] = round(row["env_steps_per_s"] / base, 2)
             print("RESULT " + json.dumps(row), flush=True)
         return
-    import yaml
-    extra = {k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.set)}
     rows = []
     print(f"{'members':>8} {'first run s':>12} {'second run s':>13} {'train s':>8} {'w/o capture':>12} "
           f"{'env-steps/s':>12} {'reach 475':>10}")

@@ -132,7 +132,10 @@ for stage in $STAGES; do
       timed bench_training python3 bench/bench_training.py --target cuda --num-envs 1000 10000 100000 1000000 \
         --iterations 5 --no-compile --solve --solve-repeats 3 --out "$LOGS/bench_training.json"
       timed learner_tag python3 bench/bench_learner.py tag 100:250 1000:100 --precisions bf16 tf32
-      timed learner_tag_big python3 bench/bench_learner.py big 2000:20 2000:100 ;;
+      timed learner_tag_big python3 bench/bench_learner.py big 2000:20 2000:100
+      # WarpDrive's network (one body for policy and value), default settings
+      timed learner_tag_shared python3 bench/bench_learner.py tag 100:250 1000:100 --no-compile --shared-body
+      timed learner_tag_big_shared python3 bench/bench_learner.py big 2000:20 --no-compile --shared-body ;;
     notebooks)
       if [ -d .whl-nb ] && ls .whl-nb/*.whl >/dev/null 2>&1; then
         python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site-nb \

@@ -355,12 +355,8 @@ class FusedHeadSample:
     BLOCK = 64
 
     def __init__(self, head, device):
-        splits = head.splits if head.kind == "multi" else [head.out_dim]
-        self.heads, self.D = len(splits), head.out_dim
-        bounds = [0]
-        for n in splits:
-            bounds.append(bounds[-1] + n)
-        self.starts = torch.tensor(bounds, dtype=torch.int32, device=device)
+        self.heads, self.D = len(head.splits_or_n()), head.out_dim
+        self.starts = head.starts(device)
 
     @staticmethod
     def serves(head) -> bool:

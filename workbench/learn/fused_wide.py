@@ -1,6 +1,7 @@
 """The rollout's policy step in one launch for default actor-critics wider than fused.py's kernels
 hold (hidden layers of up to 256 units, WarpDrive's Tag config among them) and for MultiDiscrete
-heads: the actor's and the critic's forward passes, the heads' Gumbel-max sampling and summed
+heads: the actor's and the critic's forward passes (a SharedActorCritic's one body, whose output
+layer makes the value too), the heads' Gumbel-max sampling and summed
 log-probabilities, and the value, where the torch path takes about fifty kernels per policy and
 writes every [rows, hidden] activation to memory and reads it back.
 
@@ -119,9 +120,8 @@ class FusedWidePolicyStep:
         self.params = [t for layer in actor + critic for t in (layer.weight, layer.bias)]
         device = self.params[0].device
         self.strides = fused._member_strides(self.params, device)
-        splits = head.splits if head.kind == "multi" else [head.out_dim]
-        self.heads = len(splits)
-        self.starts = torch.tensor([sum(splits[:h]) for h in range(len(splits) + 1)], dtype=torch.int32, device=device)
+        self.heads = len(head.splits_or_n())
+        self.starts = head.starts(device)
 
     def __call__(self, obs, noise, actions_out, logp_out, values_out, obs_out=None, env_action=None, agents=None):
         """obs [N, O], noise [N, D] -> actions_out [N, heads] (int64; returned as [N] for one head),

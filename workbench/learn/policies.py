@@ -122,10 +122,10 @@ class ActionHead:
         return self._starts[device]
 
     def to(self, device):
-        if self.kind != "gaussian":  # made here, not first in a CUDA graph's capture
-            self.starts(device)
         if self.kind == "gaussian":
             self.low, self.high = self.low.to(device), self.high.to(device)
+        else:  # made here, not first in a CUDA graph's capture
+            self.starts(device)
         return self
 
     def sample(self, out, log_std, noise):
