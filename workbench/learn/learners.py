@@ -189,10 +189,9 @@ def chunk_size(tr, g) -> int:
     critic, estimated per sample, kept within `learner_memory_gb`."""
     if tr.algorithm == "ddpg":
         return tr.config.batch_size
+    bodies = 1 if tr.config.shared_body else 2
     hidden = sum(tr.config.hidden_sizes)
-    # (a shared body's activations counted as two bodies': counted as one, Tag's chunks at 1000 x 100
-    # grew to 450 k rows and its peak memory from 3.8 to 4.1 GiB, over the 4 GB WarpDrive's config is held to)
-    floats = 2 * tr.obs_dim + 2 * 4 * hidden + 4 * tr.head.out_dim + 16
+    floats = 2 * tr.obs_dim + bodies * 4 * hidden + 4 * tr.head.out_dim + 16
     if g.name in tr.central:
         floats += tr.state_dim + g.n
     bytes_per_float = 2 if tr.precision == "bf16" else 4  # (autocast keeps the activations in bf16)
