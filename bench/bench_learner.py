@@ -13,6 +13,7 @@ report the median and torch.cuda.max_memory_allocated.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import time
@@ -88,6 +89,7 @@ def timed_training(config, iterations=4):
                peak_gb=round(torch.cuda.max_memory_allocated() / 2**30, 2), graph=trainer.graph.state,
                precision=trainer.precision, chunks={k: v for k, v in trainer.chunk_size.items()})
     del trainer
+    gc.collect()  # (a trainer's reference cycles hold its buffers: the next size's peak would count them)
     torch.cuda.empty_cache()
     return row
 
