@@ -8,6 +8,8 @@
 #     bash bench/gpu_check.sh training                 # CartPole PPO, default settings, beside PureJaxRL (.peers/)
 #     bash bench/gpu_check.sh startup                  # a new process to its first iterations
 #     bash bench/gpu_check.sh envonly                  # env-only CartPole beside gymnax (.peers/)
+#     bash bench/gpu_check.sh tag_training             # Tag A2C beside WarpDrive's trainer (.peers/)
+#     bash bench/gpu_check.sh learning                 # every shipped config to its threshold, defaults
 # Results land in $OUT (default ./gpu_out): summary.md (the table, last), results.tar.gz (logs, JSON),
 # and from the tests stage gpu-record.md (commit, device, date, counts, failing tests): copy it to
 # docs/gpu-record.md and commit it (set WORKBENCH_COMMIT=<sha> when this tree is a copy: its .git may be
@@ -163,6 +165,29 @@ for stage in $STAGES; do
       fi
       timed training_defaults python3 bench/bench_training.py --target auto --num-envs 1000 10000 100000 1000000 \
         --iterations 5 --no-compile --solve --solve-repeats 3 --out "$LOGS/training_defaults.json" ;;
+    tag_training)  # Tag continuous A2C beside WarpDrive's trainer on its shipped config in the same run (needs
+                   # .peers/): WarpDrive at 100 x 110 and 1000 x 110, then ours with the default settings and its
+                   # network (one body for policy and value), each size in a process of its own (its own peak
+                   # memory), ours with two bodies, and Tag at 2000 replicas x 1000 agents
+      if [ -f .peers/warpdrive_bench.py ]; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/wd .peers/wheels/rl_warp_drive-*.whl \
+          .peers/wheels/gym-*.whl .peers/wheels/gym_notices-*.whl > /dev/null 2>&1
+        for what in trainer trainer_big; do
+          timed "peer_warpdrive_$what" env PYTHONPATH=/tmp/wd python3 -c "import numpy as np, runpy, sys; \
+np.row_stack = getattr(np, 'row_stack', np.vstack); sys.argv = ['warpdrive_bench.py', '$what']; \
+runpy.run_path('.peers/warpdrive_bench.py', run_name='__main__')"
+        done
+      fi
+      for size in 100:250 1000:100; do
+        timed "tag_shared_body_$size" python3 bench/bench_learner.py tag "$size" --no-compile --shared-body
+        timed "tag_two_bodies_$size" python3 bench/bench_learner.py tag "$size" --no-compile
+      done
+      timed tag_big_shared_body python3 bench/bench_learner.py big 2000:20 --no-compile --shared-body ;;
+    learning)  # every shipped config with a threshold, its defaults on this GPU (the target auto picks)
+      for name in cartpole acrobot mountain_car_continuous pendulum; do
+        timed "learning_$name" python3 -m workbench train "configs/$name.yaml" --run-dir "$LOGS/runs/$name"
+        grep -E "^stopped|reached" "$LOGS/learning_$name.log" | tail -n 1 | sed 's/^/    /'
+      done ;;
     envonly)  # env-only CartPole (random actions, auto-reset) beside gymnax's jit'd scan in the same run
               # (needs .peers/): ours from Python step by step, and env.random_steps' graphs of steps
       if [ -f .peers/purejaxrl_bench.py ]; then
@@ -192,7 +217,7 @@ for stage in $STAGES; do
           --env tag_continuous --num-envs 1000 --param num_taggers=10 --param num_runners=100 \
           --out "$LOGS/scaling_tag_continuous_${n}.json"
       done ;;
-    *) echo "unknown stage '$stage' (tests, check, sanitize, bench, learner, population, training, notebooks, startup, envonly, scaling)"; exit 2 ;;
+    *) echo "unknown stage '$stage' (tests, check, sanitize, bench, learner, population, training, tag_training, learning, notebooks, startup, envonly, scaling)"; exit 2 ;;
   esac
 done
 
