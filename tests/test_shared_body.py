@@ -60,3 +60,25 @@ def test_a_run_folder_reloads_the_shared_body(tmp_path):
 def test_configs_a_shared_body_cannot_serve_are_refused(changes, words):
     with pytest.raises(cfg.ConfigError, match=r"shared_body .*" + words):
         cfg.from_dict(dict(shared_body=True, **changes))
+
+
+@pytest.mark.parametrize("loss", ["head", "value", "both"])
+def test_the_padded_output_split_matches_autograds_slices(loss, monkeypatch):
+    """linear_tanh.LinearSplit (the GPU path's output layer, here in fp32 on the CPU) against the
+    layer-by-layer path: the same outputs and gradients when only the head's, only the value's or
+    both outputs reach the loss (a gradient autograd leaves out is zero)."""
+    from workbench.learn import linear_tanh
+    torch.manual_seed(3)
+    model = SharedActorCritic(13, MultiDiscrete([5, 4]), (24, 16))  # 10 outputs: padded to 16
+    obs = torch.randn(37, 13)
+    results = []
+    for padded in (True, False):
+        monkeypatch.setattr(linear_tanh, "serves", lambda x, padded=padded: padded)
+        model.zero_grad(set_to_none=True)
+        head, value = model(obs)
+        weights = torch.linspace(-1, 1, head.shape[1])
+        terms = {"head": (head * weights).sum(), "value": (value ** 2).sum()}
+        (terms["head"] + terms["value"] if loss == "both" else terms[loss]).backward()
+        results.append([head.detach(), value.detach()] + [p.grad.clone() for p in model.parameters()])
+    for mine, ref in zip(*results):
+        torch.testing.assert_close(mine, ref, rtol=1e-5, atol=1e-6)

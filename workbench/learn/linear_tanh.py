@@ -7,7 +7,8 @@
   torch reduces at about a third of the memory bandwidth);
 - MemberLinearTanh and MemberLinearOut, the same for stacked members (members.MemberLinear's
   [M, in, out] weights: batched matmuls, each member's bias gradient its own);
-- all of them padded to multiples of 8 features in and out (output layers: `Linear`), with zero
+- all of them padded to multiples of 8 features in and out (output layers: `Linear`, and
+  `LinearSplit` for a shared body's head and value), with zero
   columns: a [rows, 78] observation or a [rows, 42] head sends cuBLAS to kernels for 2- and 4-byte
   aligned rows, which took about 33 of the 148 ms of Tag's update at 1000 x 100 on an H100 (the
   aligned layers' GEMMs 16 ms).
@@ -151,6 +152,28 @@ class Linear(torch.autograd.Function):
         dz = _pad_columns(dy.to(wc.dtype), wc.shape[0])
         dx, dw, _ = _backward(ctx, dz)
         return dx, dw, dy.float().sum(0)
+
+
+class LinearSplit(torch.autograd.Function):
+    """A SharedActorCritic's output layer: (y[:, :-1] [N, out - 1], y[:, -1] [N]) of y = x W^T + b,
+    whose backward writes both gradients into one padded [N, out padded] buffer, where autograd's
+    slices would make each a zeroed [N, out] gradient, add them and pad the sum."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        y = _forward(ctx, x, weight, bias, activate=False)
+        return y[:, :-1], y[:, -1]
+
+    @staticmethod
+    def backward(ctx, d_head, d_value):
+        xc, wc, _ = ctx.saved_tensors
+        N = ctx.shape[0]
+        dz = torch.empty((xc.shape[0], wc.shape[0]), dtype=wc.dtype, device=wc.device)
+        dz[:, N:].zero_()
+        for grad, part in ((d_head, dz[:, :N - 1]), (d_value, dz[:, N - 1])):
+            part.zero_() if grad is None else part.copy_(grad)
+        dx, dw, _ = _backward(ctx, dz)
+        return dx, dw, dz.sum(0, dtype=torch.float32)[:N]
 
 
 def _member_forward(ctx, x, weight, bias, activate: bool):

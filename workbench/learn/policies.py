@@ -58,7 +58,20 @@ class MLP(nn.Sequential):
     def forward(self, x):
         if not linear_tanh.serves(x):
             return super().forward(x)
-        layers = list(self)
+        return self.run(x, list(self))
+
+    def hidden(self, x):
+        """The last hidden layer's activations (every layer but the output layer)."""
+        layers = list(self)[:-1]
+        if not linear_tanh.serves(x):
+            for layer in layers:
+                x = layer(x)
+            return x
+        return self.run(x, layers)
+
+    @staticmethod
+    def run(x, layers):
+        """x through `layers` on the padded layers (the GPU path while gradients are recorded)."""
         i = 0
         while i < len(layers):
             layer = layers[i]
@@ -221,6 +234,9 @@ class SharedActorCritic(nn.Module):
         self.log_std = nn.Parameter(torch.zeros(self.head.out_dim)) if self.head.kind == "gaussian" else None
 
     def forward(self, obs):
+        last = self.net[-1]
+        if linear_tanh.serves(obs) and type(last) is nn.Linear:
+            return linear_tanh.LinearSplit.apply(self.net.hidden(obs), last.weight, last.bias)
         out = self.net(obs)
         return out[..., :-1], out[..., -1]
 
