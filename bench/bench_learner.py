@@ -3,7 +3,7 @@
     python bench/bench_learner.py parity                 # PPO, A2C (Tag, masks, MAPPO), DDPG: graph == eager
     python bench/bench_learner.py tag 100:250 1000:100   # WarpDrive's shipped Tag A2C config, replicas:T
     python bench/bench_learner.py big 2000:20            # Tag continuous, 1000 agents per replica
-    ... tag|big --shared-body                            # WarpDrive's network: one body for policy and value
+    ... tag|big --shared-body --activation relu          # WarpDrive's network: one ReLU body, policy and value
 
 parity trains the same seed with the whole iteration replayed from a CUDA graph and eagerly and
 prints the largest difference of the logged metrics (the same kernels run in both). tag and big
@@ -35,6 +35,7 @@ SMALL_TAG = dict(num_taggers=2, num_runners=6, grid_length=10.0, episode_length=
 
 COMPILE = True
 LEARNER_MEMORY_GB = 2.0  # --learner-memory-gb: the config's bound on a learner chunk's activations
+ACTIVATION = None  # --activation relu: WarpDrive's hidden activation (default: tanh)
 SHARED_BODY = False  # --shared-body: WarpDrive's fully connected model (one 256 x 256 body, policy and value heads)
 TARGET = "auto"  # the default settings' target (cuda-c for Tag where NVRTC loads); --target to pick one
 
@@ -102,11 +103,11 @@ def tag(specs, precisions, algo="a2c"):
             extra = {} if algo == "a2c" else dict(update_epochs=1, num_minibatches=1)
             config = Cfg(env="tag_continuous", env_params=WARPDRIVE_TAG, num_envs=n, rollout_length=T, target=TARGET,
                          hidden_sizes=(256, 256), lr=1e-3, gamma=0.98, log_every=10**9, total_env_steps=10**15,
-                         precision=precision, compile=COMPILE, shared_body=SHARED_BODY,
+                         precision=precision, compile=COMPILE, shared_body=SHARED_BODY, activation=ACTIVATION,
                          learner_memory_gb=LEARNER_MEMORY_GB, **extra)
             try:
                 result(task="tag_train", algo=algo, num_envs=n, T=T, compile=COMPILE, shared_body=SHARED_BODY,
-                       **timed_training(config))
+                       activation=ACTIVATION or "tanh", **timed_training(config))
             except Exception as exc:  # noqa: BLE001 - report and go on to the next size
                 result(task="tag_train", num_envs=n, T=T, precision=precision, error=repr(exc)[:300])
 
@@ -118,9 +119,11 @@ def big(specs, precisions):
             config = wb.A2CConfig(env="tag_continuous", num_envs=n, rollout_length=T, target=TARGET,
                                   env_params=dict(WARPDRIVE_TAG, num_taggers=50, num_runners=950),
                                   hidden_sizes=(256, 256), log_every=10**9, total_env_steps=10**15, precision=precision,
-                                  compile=COMPILE, shared_body=SHARED_BODY, learner_memory_gb=LEARNER_MEMORY_GB)
+                                  compile=COMPILE, shared_body=SHARED_BODY, activation=ACTIVATION,
+                                  learner_memory_gb=LEARNER_MEMORY_GB)
             try:
                 result(task="tag_big", agents=1000, num_envs=n, T=T, shared_body=SHARED_BODY,
+                       activation=ACTIVATION or "tanh",
                        **timed_training(config, iterations=3))
             except Exception as exc:  # noqa: BLE001
                 result(task="tag_big", num_envs=n, T=T, precision=precision, error=repr(exc)[:300])
@@ -136,8 +139,10 @@ def main():
     parser.add_argument("--target", default="auto", help="Tag's target (default: auto, as the default settings)")
     parser.add_argument("--shared-body", action="store_true", help="one MLP body for policy and value (WarpDrive's)")
     parser.add_argument("--learner-memory-gb", type=float, default=2.0)
+    parser.add_argument("--activation", choices=["tanh", "relu"], default=None)
     args = parser.parse_args()
-    global COMPILE, TARGET, SHARED_BODY, LEARNER_MEMORY_GB
+    global COMPILE, TARGET, SHARED_BODY, LEARNER_MEMORY_GB, ACTIVATION
+    ACTIVATION = args.activation
     LEARNER_MEMORY_GB = args.learner_memory_gb
     COMPILE = not args.no_compile
     SHARED_BODY = args.shared_body

@@ -167,8 +167,8 @@ for stage in $STAGES; do
         --iterations 5 --no-compile --solve --solve-repeats 3 --out "$LOGS/training_defaults.json" ;;
     tag_training)  # Tag continuous A2C beside WarpDrive's trainer on its shipped config in the same run (needs
                    # .peers/): WarpDrive at 100 x 110 and 1000 x 110, then ours with the default settings and its
-                   # network (one body for policy and value), each size in a process of its own (its own peak
-                   # memory), ours with two bodies, and Tag at 2000 replicas x 1000 agents
+                   # network (one ReLU body for policy and value), each size in a process of its own (its own
+                   # peak memory), ours with a tanh body and with two bodies, and Tag at 2000 x 1000 agents
       if [ -f .peers/warpdrive_bench.py ]; then
         python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/wd .peers/wheels/rl_warp_drive-*.whl \
           .peers/wheels/gym-*.whl .peers/wheels/gym_notices-*.whl > /dev/null 2>&1
@@ -179,10 +179,13 @@ runpy.run_path('.peers/warpdrive_bench.py', run_name='__main__')"
         done
       fi
       for size in 100:250 1000:100; do
-        timed "tag_shared_body_$size" python3 bench/bench_learner.py tag "$size" --no-compile --shared-body
+        timed "tag_warpdrive_network_$size" python3 bench/bench_learner.py tag "$size" --no-compile --shared-body \
+          --activation relu
+        timed "tag_shared_body_tanh_$size" python3 bench/bench_learner.py tag "$size" --no-compile --shared-body
         timed "tag_two_bodies_$size" python3 bench/bench_learner.py tag "$size" --no-compile
       done
-      timed tag_big_shared_body python3 bench/bench_learner.py big 2000:20 --no-compile --shared-body ;;
+      timed tag_big_warpdrive_network python3 bench/bench_learner.py big 2000:20 --no-compile --shared-body \
+        --activation relu ;;
     learning)  # every shipped config with a threshold, its defaults on this GPU (the target auto picks)
       for name in cartpole acrobot mountain_car_continuous pendulum; do
         timed "learning_$name" python3 -m workbench train "configs/$name.yaml" --run-dir "$LOGS/runs/$name"

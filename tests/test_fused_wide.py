@@ -24,11 +24,11 @@ def _kernels(triton_kernels):
     """Every test here runs the kernels (conftest.triton_kernels)."""
 
 
-def policy(M, O, space, hidden, shared=False):
+def policy(M, O, space, hidden, shared=False, act="tanh"):
     nets = []
     for k in range(M):
         torch.manual_seed(20 + k)
-        nets.append((SharedActorCritic if shared else ActorCritic)(O, space, hidden))
+        nets.append((SharedActorCritic if shared else ActorCritic)(O, space, hidden, act))
     model = (stack_members(nets) if M > 1 else nets[0]).to(DEVICE)
     model.head = ActionHead(space).to(DEVICE)
     for p in model.parameters():  # (the output layers start near 0: logits of some spread to sample from)
@@ -50,18 +50,19 @@ def reference(model, obs, noise):
     return want
 
 
-@pytest.mark.parametrize("M,space,hidden,rows,shared", [
-    (1, MultiDiscrete([5, 3]), (160, 96), 70, False),  # (a partial tile; layers of no power of two)
-    (2, Discrete(4), (48, 200), 64, False),
-    (1, MultiDiscrete([21, 21]), (256, 256), 40, False),  # Tag's heads and WarpDrive's layers
-    (2, MultiDiscrete([5, 3]), (48, 200), 64, True),  # one body: the value is the output layer's last column
-    (1, MultiDiscrete([21, 21]), (256, 256), 40, True),  # (43 outputs: the value in the padding's first column)
+@pytest.mark.parametrize("M,space,hidden,rows,shared,act", [
+    (1, MultiDiscrete([5, 3]), (160, 96), 70, False, "tanh"),  # (a partial tile; layers of no power of two)
+    (2, Discrete(4), (48, 200), 64, False, "tanh"),
+    (1, MultiDiscrete([21, 21]), (256, 256), 40, False, "tanh"),  # Tag's heads and WarpDrive's layers
+    (2, MultiDiscrete([5, 3]), (48, 200), 64, True, "tanh"),  # one body: the value is the output layer's last column
+    (1, MultiDiscrete([21, 21]), (256, 256), 40, True, "relu"),  # WarpDrive's network (43 outputs, ReLU)
+    (2, Discrete(4), (48, 200), 64, False, "relu"),
 ])
 @pytest.mark.parametrize("tiles", ["TINY_STEP", "SMALL_STEP", "LARGE_STEP"])  # (each program shape _tiles picks)
-def test_wide_policy_step_matches_torch(M, space, hidden, rows, shared, tiles, monkeypatch):
+def test_wide_policy_step_matches_torch(M, space, hidden, rows, shared, act, tiles, monkeypatch):
     monkeypatch.setattr(fused_wide, "_tiles", lambda rows, members, shape=getattr(fused_wide, tiles): shape)
     O = 13
-    model = policy(M, O, space, hidden, shared)
+    model = policy(M, O, space, hidden, shared, act)
     assert fused_wide.unsupported(model, model.head, DEVICE) is None
     assert fused.unsupported(model, model.head, "ppo", DEVICE) is not None  # (outside the narrow kernels)
     g = torch.Generator().manual_seed(8)
@@ -105,17 +106,17 @@ def test_wide_step_refuses_what_it_cannot_run():
 
 
 @pytest.mark.skipif(not GPU, reason="the wide step computes in bf16 on GPUs (the CPU interpreter's run: test_fused.py)")
-@pytest.mark.parametrize("shared_body", [False, True])
-def test_tag_trains_with_the_wide_step_in_bf16(shared_body):
+@pytest.mark.parametrize("shared_body,activation", [(False, None), (True, None), (True, "relu")])
+def test_tag_trains_with_the_wide_step_in_bf16(shared_body, activation):
     """WarpDrive's Tag layers (256 wide) and MultiDiscrete heads on the GPU's defaults: both policies act
     through the wide step, their first rollout's log-probabilities are those of the near-uniform
     initial policies (the output layers start at gain 0.01), and training stays finite; with two
-    networks or one shared body."""
+    networks or one shared body (tanh, or WarpDrive's ReLU)."""
     import math
 
     import workbench as wb
     config = wb.A2CConfig(env="tag_continuous", target="cuda", num_envs=64, rollout_length=16, hidden_sizes=(256, 256),
-                          total_env_steps=64 * 16, seed=1, shared_body=shared_body,
+                          total_env_steps=64 * 16, seed=1, shared_body=shared_body, activation=activation,
                           env_params=dict(num_taggers=3, num_runners=20, num_other_agents_observed=5))
     trainer = wb.make_trainer(config)
     assert set(trainer.collector._fused_step) == {"taggers", "runners"} == trainer.collector._fused_sends
@@ -130,12 +131,12 @@ def test_tag_trains_with_the_wide_step_in_bf16(shared_body):
                for name in ("taggers", "runners"))
 
 
-@pytest.mark.parametrize("M,shared", [(1, False), (2, False), (2, True)])
-def test_wide_truncated_values_match_torch(M, shared):
+@pytest.mark.parametrize("M,shared,act", [(1, False, "tanh"), (2, False, "tanh"), (2, True, "tanh"), (2, True, "relu")])
+def test_wide_truncated_values_match_torch(M, shared, act):
     """V(final observation) of one step where a replica was truncated and not terminated, else 0,
     for agents 1..2 of 4 (a group's), a step without truncations included."""
     E_member, A, O = 37, 4, 9
-    model = policy(M, O, MultiDiscrete([4, 3]), (96, 160), shared)
+    model = policy(M, O, MultiDiscrete([4, 3]), (96, 160), shared, act)
     g = torch.Generator().manual_seed(3)
     final_obs = torch.randn(M * E_member, A, O, generator=g).to(DEVICE)
     step = fused_wide.FusedWidePolicyStep(model, model.head, M, PRECISION)

@@ -148,8 +148,8 @@ def test_linear_tanh_in_bf16_and_inside_mlp():
         assert not linear_tanh.serves(x)
 
 
-@pytest.mark.parametrize("shared", [False, True])
-def test_actor_critic_through_padded_layers(shared):
+@pytest.mark.parametrize("shared,act", [(False, "tanh"), (True, "tanh"), (False, "relu"), (True, "relu")])
+def test_actor_critic_through_padded_layers(shared, act):
     """The default ActorCritic on the padded layers (observations padded once for both networks),
     and a SharedActorCritic (one body: 43 outputs, the value in the last), against layer by layer:
     the same head outputs, values and gradients, for one policy and for stacked members
@@ -159,8 +159,8 @@ def test_actor_critic_through_padded_layers(shared):
     from workbench.learn.policies import ActorCritic, SharedActorCritic
     body = SharedActorCritic if shared else ActorCritic
     torch.manual_seed(4)
-    single = body(78, MultiDiscrete([21, 21]), (32, 24)).to(DEVICE)
-    stacked = stack_members([body(78, MultiDiscrete([21, 21]), (32, 24)).to(DEVICE) for _ in range(3)])
+    single = body(78, MultiDiscrete([21, 21]), (32, 24), act).to(DEVICE)
+    stacked = stack_members([body(78, MultiDiscrete([21, 21]), (32, 24), act).to(DEVICE) for _ in range(3)])
     for model, rows in ((single, 50), (stacked, 3 * 70)):
         x = torch.randn(rows, 78, device=DEVICE)
         results = []
@@ -179,23 +179,25 @@ def test_actor_critic_through_padded_layers(shared):
             torch.testing.assert_close(mine, ref, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("rows,K,N", [(70, 80, 256), (130, 16, 104)])
-def test_linear_tanh_kernel_matches_torch(rows, K, N):
-    """linear_kernels.linear_tanh (the bf16 forward's matmul with bias and tanh in its epilogue)
-    against torch: bf16 on a GPU (to bf16's rounding), float32 in Triton's interpreter."""
+@pytest.mark.parametrize("rows,K,N,act", [(70, 80, 256, "tanh"), (130, 16, 104, "tanh"), (70, 80, 256, "relu")])
+def test_linear_tanh_kernel_matches_torch(rows, K, N, act):
+    """linear_kernels.linear_tanh (the bf16 forward's matmul with bias and tanh, or ReLU, in its
+    epilogue) against torch: bf16 on a GPU (to bf16's rounding), float32 in Triton's interpreter."""
+    f = torch.tanh if act == "tanh" else torch.relu
+    mode = 0 if act == "tanh" else 2
     torch.manual_seed(5)
     dtype = torch.bfloat16 if GPU else torch.float32
     x = torch.randn(rows, K, device=DEVICE).to(dtype)
     w = (torch.randn(N, K, device=DEVICE) / K ** 0.5).to(dtype)
     b = torch.randn(N, device=DEVICE).to(dtype)
-    want = torch.tanh(x.float() @ w.float().t() + b.float())
+    want = f(x.float() @ w.float().t() + b.float())
     if GPU:
-        got = linear_tanh._linear_tanh_bf16(x, w, b)
+        got = linear_tanh._linear_tanh_bf16(x, w, b, act=act)
         tol = 1e-2
     else:
         got = torch.empty(rows, N)
         fused._linear_kernels().linear_tanh[(-(-rows // 32), -(-N // 64), 1)](x, w, b, got, rows, 0, 0, 1, K, K=K, N=N,
-                                                                              BM=32, BN=64, BK=16, APPROX=0)
+                                                                              BM=32, BN=64, BK=16, ACT=mode)
         tol = 1e-5
     assert got.shape == (rows, N) and got.dtype == dtype
     torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)
@@ -203,12 +205,12 @@ def test_linear_tanh_kernel_matches_torch(rows, K, N):
     ws = torch.stack([w.t(), -w.t(), 0.5 * w.t()]).contiguous()
     bs = torch.stack([b, -b, b]).unsqueeze(1).contiguous()
     xs = torch.cat([x, x.flip(0), x])
-    want = torch.cat([torch.tanh(xs[k * rows:(k + 1) * rows].float() @ ws[k].float() + bs[k].float())
+    want = torch.cat([f(xs[k * rows:(k + 1) * rows].float() @ ws[k].float() + bs[k].float())
                       for k in range(3)])
     if GPU:
-        got = linear_tanh._linear_tanh_bf16(xs, ws, bs, members=3)
+        got = linear_tanh._linear_tanh_bf16(xs, ws, bs, members=3, act=act)
     else:
         got = torch.empty(3 * rows, N)
         fused._linear_kernels().linear_tanh[(-(-rows // 32), -(-N // 64), 3)](xs, ws, bs, got, rows, K * N, N, N, 1,
-                                                                              K=K, N=N, BM=32, BN=64, BK=16, APPROX=0)
+                                                                              K=K, N=N, BM=32, BN=64, BK=16, ACT=mode)
     torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)

@@ -26,7 +26,8 @@ CASES = {
     "ppo-tag-mappo-norm": ("ppo", "tag_continuous", {"env_params": TAG, "normalize_obs": True,
                                                      "centralised_critic": ["runners"]}),
     "a2c-tag": ("a2c", "tag_continuous", {"env_params": TAG}),
-    "a2c-tag-shared-body": ("a2c", "tag_continuous", {"env_params": TAG, "shared_body": True}),
+    "a2c-tag-shared-body-relu": ("a2c", "tag_continuous", {"env_params": TAG, "shared_body": True,
+                                                           "activation": "relu"}),
     "ppo-pendulum-gaussian": ("ppo", "pendulum", {"env_params": {"max_steps": 12}, "normalize_obs": True}),
 }
 

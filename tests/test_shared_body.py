@@ -1,5 +1,5 @@
 """shared_body: one MLP body for the policy and the value (SharedActorCritic, WarpDrive's fully
-connected layout). Its outputs are the body's columns, its initial output rows have ActorCritic's
+connected layout), and `activation` (tanh, or WarpDrive's ReLU). Its outputs are the body's columns, its initial output rows have ActorCritic's
 gains, CartPole learns with it on the cpu target, a run folder reloads it, and the configs it
 cannot serve are refused by name. (The rollout's wide kernel: test_fused_wide.py; the padded
 layers: test_linear_tanh.py; members equal standalone runs: test_population.py.)"""
@@ -31,11 +31,15 @@ def test_outputs_are_the_body_columns_and_the_gains_are_actor_critics():
                                                                                               (32, 16)).parameters())
 
 
-def test_cartpole_learns_with_one_body_on_the_cpu():
+@pytest.mark.parametrize("activation", [None, "relu"])
+def test_cartpole_learns_with_one_body_on_the_cpu(activation):
     config = wb.PPOConfig(env="cartpole", target="cpu", shared_body=True, num_envs=64, rollout_length=64,
-                          lr=2.5e-3, total_env_steps=120_000, seed=2, cpu_threads=1)  # configs/cartpole.yaml's shape
+                          lr=2.5e-3, total_env_steps=120_000, seed=2, cpu_threads=1,  # configs/cartpole.yaml's shape
+                          activation=activation)
     trainer = make_trainer(config)
-    assert type(trainer.models["shared"]) is SharedActorCritic
+    model = trainer.models["shared"]
+    assert type(model) is SharedActorCritic
+    assert isinstance(model.net[1], torch.nn.ReLU if activation == "relu" else torch.nn.Tanh)
     history = trainer.train(progress=False).history
     first, last = history[0]["mean_return"], history[-1]["mean_return"]
     assert first < 30 and last > 60, (first, last)  # a random policy's episodes last about 22 steps
@@ -82,3 +86,17 @@ def test_the_padded_output_split_matches_autograds_slices(loss, monkeypatch):
         results.append([head.detach(), value.detach()] + [p.grad.clone() for p in model.parameters()])
     for mine, ref in zip(*results):
         torch.testing.assert_close(mine, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_activation_defaults_per_algorithm_and_bad_names_are_refused():
+    ppo = make_trainer(cfg.from_dict(dict(env="cartpole", target="cpu", num_envs=4, rollout_length=4,
+                                          hidden_sizes=[8, 8], cpu_threads=1)))
+    assert isinstance(ppo.models["shared"].actor[1], torch.nn.Tanh)
+    ddpg = make_trainer(cfg.from_dict(dict(algorithm="ddpg", env="pendulum", target="cpu", num_envs=4,
+                                           rollout_length=4, hidden_sizes=[8, 8], cpu_threads=1)))
+    assert isinstance(ddpg.models["shared"].actor.net[1], torch.nn.ReLU)
+    relu = make_trainer(cfg.from_dict(dict(env="cartpole", target="cpu", num_envs=4, rollout_length=4,
+                                           hidden_sizes=[8, 8], cpu_threads=1, activation="relu")))
+    assert isinstance(relu.models["shared"].critic[3], torch.nn.ReLU)
+    with pytest.raises(cfg.ConfigError, match=r"activation must be tanh or relu"):
+        cfg.from_dict(dict(env="cartpole", activation="sigmoid"))

@@ -53,6 +53,8 @@ class RunConfig:
     target_return: float = _f(None, "Stop early once the mean episode return of every policy reaches this.")
     log_every: int = _f(1, "Pull metrics to the host every this many iterations.")
     hidden_sizes: tuple = _f((64, 64), "Hidden layer widths of the default MLP policies.")
+    activation: str = _f(None, "Hidden layers' activation of the default policies: tanh or relu (WarpDrive's); "
+                               "None: tanh for PPO and A2C, relu for DDPG.")
     shared_body: bool = _f(False, "PPO and A2C: one MLP body for the policy and the value, both read from its last "
                                   "hidden layer (WarpDrive's fully connected model), instead of an MLP each: about "
                                   "half the learner's work.")
@@ -234,6 +236,7 @@ def validate(config) -> None:
     if isinstance(config, DDPGConfig):
         checks += [("tau", 0.0 < config.tau <= 1.0, "must be in (0, 1]"),
                    ("batch_size", 1 <= config.batch_size <= config.buffer_size, "must be in [1, buffer_size]")]
+    checks.append(("activation", config.activation in (None, "tanh", "relu"), "must be tanh or relu (or null)"))
     if config.shared_body:
         checks += [("shared_body", not isinstance(config, DDPGConfig),
                     "must be false for DDPG (its actor and Q-critic take different inputs)"),

@@ -28,6 +28,15 @@ def tanh(x, APPROX: tl.constexpr):
 
 
 @triton.jit
+def activation(x, ACT: tl.constexpr):
+    """A hidden layer's activation: tanh (ACT 0 or 1: tanh's two forms above, APPROX = ACT) or ReLU (ACT 2)."""
+    if ACT == 2:
+        return tl.maximum(x, 0.0)
+    else:
+        return tanh(x, ACT)
+
+
+@triton.jit
 def operand(w, DOT: tl.constexpr):
     """A weight tile in the dots' input type (bf16 under DOT 0), cast once outside a program's loop."""
     if DOT == 0:
@@ -418,11 +427,13 @@ def member_adam(flat, grad, exp_avg, exp_avg_sq, lr, partials, max_norm, steps, 
 
 
 @triton.jit
-def tanh_backward_bias(dy, y, dz, partials, rows, H: tl.constexpr, HP: tl.constexpr, BLOCK: tl.constexpr):
+def tanh_backward_bias(dy, y, dz, partials, rows, H: tl.constexpr, HP: tl.constexpr, BLOCK: tl.constexpr,
+                       RELU: tl.constexpr = 0):
     """Program (p, m): rows [BLOCK p, BLOCK (p + 1)) of member m's `rows` rows (from row m * rows on;
     one member: a 1-d grid) of a tanh layer's output y and its gradient dy [M * rows, H]: the
-    pre-activation's gradient dz = dy (1 - y^2) (in dz's type) and its column sums into partials
-    [M, programs, H] (the bias gradient's parts, summed after in a fixed order)."""
+    pre-activation's gradient dz = dy (1 - y^2) (with RELU, a ReLU layer's: dy where y > 0) (in dz's
+    type) and its column sums into partials [M, programs, H] (the bias gradient's parts, summed after
+    in a fixed order)."""
     p = tl.program_id(0)
     m = tl.program_id(1)
     local = p.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -432,6 +443,9 @@ def tanh_backward_bias(dy, y, dz, partials, rows, H: tl.constexpr, HP: tl.conste
     at = r[:, None] * H + c[None, :]
     g = tl.load(dy + at, mask=ok, other=0.0).to(tl.float32)
     out = tl.load(y + at, mask=ok, other=0.0).to(tl.float32)
-    d = g * (1.0 - out * out)
+    if RELU:
+        d = tl.where(out > 0.0, g, 0.0)
+    else:
+        d = g * (1.0 - out * out)
     tl.store(dz + at, d.to(dz.dtype.element_ty), mask=ok)
     tl.store(partials + (m * tl.num_programs(0) + p) * H + c, tl.sum(d, 0), mask=c < H)

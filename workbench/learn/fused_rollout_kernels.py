@@ -4,7 +4,7 @@ fused.FusedPolicyStep, fused_record.FusedStepRecord and fused.FusedUniform launc
 import triton
 import triton.language as tl
 
-from .fused_kernels import dot, load_mlp, mlp_out, operand, tanh
+from .fused_kernels import activation, dot, load_mlp, mlp_out, operand
 
 
 @triton.jit
@@ -230,7 +230,8 @@ def wide_mlp(obs, row, valid, w1, b1, w2, b2, w3, b3, strides, m, O: tl.constexp
              H1: tl.constexpr, H1P: tl.constexpr, H2: tl.constexpr, H2P: tl.constexpr, K: tl.constexpr,
              KP: tl.constexpr, KC: tl.constexpr, NC: tl.constexpr, BLOCK: tl.constexpr, STACKED: tl.constexpr,
              DOT: tl.constexpr, TANH: tl.constexpr):
-    """Rows `row` of obs [N, O] through linear, tanh, linear, tanh, linear -> [BLOCK, KP] float32,
+    """Rows `row` of obs [N, O] through linear, tanh, linear, tanh, linear (ReLU for TANH 2:
+    fused_kernels.activation) -> [BLOCK, KP] float32,
     for layers too wide to hold whole (mlp_out): the first layer takes the observations KC features
     at a time, the second hidden layer is made NC units at a time and each chunk goes straight into
     the output layer's dot, so no weight matrix is ever whole in registers (the tiles come from
@@ -244,14 +245,14 @@ def wide_mlp(obs, row, valid, w1, b1, w2, b2, w3, b3, strides, m, O: tl.constexp
         off, ok = tile_offsets(m, tl.load(strides), O, H1, k0, 0, KC, H1P, STACKED)
         acc += dot(operand(x.to(tl.float32), DOT), operand(tl.load(w1 + off, mask=ok, other=0.0), DOT), DOT)
     B1 = tl.load(b1 + m * tl.load(strides + 1) * STACKED + h1c, mask=h1c < H1, other=0.0).to(tl.float32)
-    h1 = operand(tanh(acc + B1[None, :], TANH), DOT)
+    h1 = operand(activation(acc + B1[None, :], TANH), DOT)
     out = tl.zeros((BLOCK, KP), tl.float32)
     for n0 in range(0, H2P, NC):
         off, ok = tile_offsets(m, tl.load(strides + 2), H1, H2, 0, n0, H1P, NC, STACKED)
         W2 = operand(tl.load(w2 + off, mask=ok, other=0.0), DOT)
         c = n0 + tl.arange(0, NC)
         B2 = tl.load(b2 + m * tl.load(strides + 3) * STACKED + c, mask=c < H2, other=0.0).to(tl.float32)
-        h2 = operand(tanh(dot(h1, W2, DOT) + B2[None, :], TANH), DOT)
+        h2 = operand(activation(dot(h1, W2, DOT) + B2[None, :], TANH), DOT)
         off, ok = tile_offsets(m, tl.load(strides + 4), H2, K, n0, 0, NC, KP, STACKED)
         out += dot(h2, operand(tl.load(w3 + off, mask=ok, other=0.0), DOT), DOT)
     kc = tl.arange(0, KP)

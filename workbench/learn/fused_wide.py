@@ -16,7 +16,7 @@ import torch
 
 from . import fused
 from .members import MemberLinear
-from .policies import ActorCritic, SharedActorCritic
+from .policies import ActorCritic, SharedActorCritic, activation_kind
 
 MAX_HIDDEN = 256
 MAX_OBS = 256
@@ -59,11 +59,14 @@ def unsupported(model, head, device, precision: str = "bf16") -> str | None:
         return "the wide policy step runs the default ActorCritic, not a custom model"
     if head.kind not in ("discrete", "multi") or head.out_dim + (type(model) is SharedActorCritic) > MAX_OUT:
         return f"the wide policy step samples discrete and MultiDiscrete heads of at most {MAX_OUT} logits"
+    kinds = {activation_kind(m) for net in _nets(model) for m in net if activation_kind(m)}
+    if len(kinds) != 1:
+        return "the wide policy step runs MLPs of one activation (tanh or ReLU)"
     for net in _nets(model):
         layers = fused._linear_layers(net)
-        tanh = [m for m in net if isinstance(m, torch.nn.Tanh)]
-        if len(layers) != 3 or len(tanh) != 2 or len(net) != 5:
-            return "the wide policy step runs MLPs of two tanh hidden layers"
+        hidden = [m for m in net if activation_kind(m)]
+        if len(layers) != 3 or len(hidden) != 2 or len(net) != 5:
+            return "the wide policy step runs MLPs of two tanh or ReLU hidden layers"
         if max(layers[0].out_features, layers[1].out_features) > MAX_HIDDEN:
             return f"the wide policy step runs hidden layers of at most {MAX_HIDDEN} units"
         if layers[0].in_features > MAX_OBS:
@@ -109,6 +112,8 @@ class FusedWidePolicyStep:
         self.shared = len(nets) == 1
         self.stacked = isinstance(nets[0][0], MemberLinear)
         self.dot = {"bf16": 0, "tf32": 1}.get(precision, 2)
+        # the hidden layers' activation for the kernels (fused_kernels.activation)
+        self.act = 2 if isinstance(nets[0][1], torch.nn.ReLU) else fused._tanh_mode(self.dot)
         actor, critic = (fused._linear_layers(net) for net in (nets[0], nets[-1]))
         sizes, c = fused._sizes(actor), fused._sizes(critic)
         # a shared MLP's outputs: the head's K columns, then the value (its "critic" is the same MLP)
@@ -135,7 +140,7 @@ class FusedWidePolicyStep:
             kernel[(-(-rows // block), self.members)](
                 obs, noise, *self.params, self.strides, self.starts, actions_out, logp_out, values_out, rows,
                 *recording, **self.sizes, HEADS=self.heads, BLOCK=block, STACKED=int(self.stacked), DOT=self.dot,
-                TANH=fused._tanh_mode(self.dot), RECORD=obs_out is not None, SHARED=int(self.shared),
+                TANH=self.act, RECORD=obs_out is not None, SHARED=int(self.shared),
                 num_warps=warps)
         return actions_out.reshape(-1) if self.heads == 1 else actions_out.reshape(-1, self.heads)
 
@@ -155,5 +160,5 @@ class FusedWidePolicyStep:
             kernel[(-(-rows // block), self.members)](
                 final_obs, truncated, terminated, *self.params[6:], self.strides[6:], out, rows, n, A, agents.start,
                 O=O, OP=s["OP"], C1=s["C1"], C1P=s["C1P"], C2=s["C2"], C2P=s["C2P"], KC=s["KC"], NC=s["NC"],
-                BLOCK=block, STACKED=int(self.stacked), DOT=self.dot, TANH=fused._tanh_mode(self.dot),
+                BLOCK=block, STACKED=int(self.stacked), DOT=self.dot, TANH=self.act,
                 V=self.value_out[0], VP=self.value_out[1], num_warps=warps)

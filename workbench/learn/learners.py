@@ -52,9 +52,10 @@ def check_model(tr, name, model, out_dim):
 def default_model(tr, g):
     """The default MLP policy of group g (a centralised critic's for a group named in centralised_critic)."""
     if g.name in tr.central:
-        return CentralisedActorCritic(tr.obs_dim, tr.state_dim, g.n, tr.env.action_space, tr.config.hidden_sizes)
+        return CentralisedActorCritic(tr.obs_dim, tr.state_dim, g.n, tr.env.action_space, tr.config.hidden_sizes,
+                                      tr.config.activation or "tanh")
     body = SharedActorCritic if tr.config.shared_body else ActorCritic
-    return body(tr.obs_dim, tr.env.action_space, tr.config.hidden_sizes)
+    return body(tr.obs_dim, tr.env.action_space, tr.config.hidden_sizes, tr.config.activation or "tanh")
 
 
 def population_models(tr, models, build) -> dict:
@@ -106,8 +107,9 @@ def default_ddpg_agent(tr):
     space = tr.env.action_space
     if not isinstance(space, Box):
         raise PolicyMapError(f"DDPG needs a continuous (Box) action space; '{tr.env.name}' has {space}")
-    return ddpg.DDPGAgent(DeterministicActor(tr.obs_dim, space, tr.config.hidden_sizes),
-                          QCritic(tr.obs_dim, tr.head.out_dim, tr.config.hidden_sizes))
+    act = tr.config.activation or "relu"
+    return ddpg.DDPGAgent(DeterministicActor(tr.obs_dim, space, tr.config.hidden_sizes, act),
+                          QCritic(tr.obs_dim, tr.head.out_dim, tr.config.hidden_sizes, act))
 
 
 def build_ddpg(tr, g, agent):

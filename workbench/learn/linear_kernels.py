@@ -1,15 +1,15 @@
 """Triton kernel of linear_tanh.py (imported on first use, so that TRITON_INTERPRET set by then is
-honoured): a bf16 linear layer with its bias and tanh in the matmul's epilogue."""
+honoured): a bf16 linear layer with its bias and activation (tanh or ReLU) in the matmul's epilogue."""
 import triton
 import triton.language as tl
 
-from .fused_kernels import tanh
+from .fused_kernels import activation
 
 
 @triton.jit
 def linear_tanh(x, w, b, y, rows, w_member, b_member, wk, wn, K: tl.constexpr, N: tl.constexpr, BM: tl.constexpr,
-                BN: tl.constexpr, BK: tl.constexpr, APPROX: tl.constexpr):
-    """y = tanh(x W^T + b) for program (p, q, m): rows [BM p, BM (p + 1)) of member m's `rows` (from row
+                BN: tl.constexpr, BK: tl.constexpr, ACT: tl.constexpr):
+    """y = tanh(x W^T + b) (ReLU for ACT 2: fused_kernels.activation) for program (p, q, m): rows [BM p, BM (p + 1)) of member m's `rows` (from row
     m * rows of x [M * rows, K] and y [M * rows, N], contiguous) and columns [BN q, BN (q + 1)); member
     m's W at w + m * w_member, its element (n, k) at n * wn + k * wk (nn.Linear's [N, K]: wn = K,
     wk = 1; MemberLinear's [M, K, N]: wn = 1, wk = N), its bias at b + m * b_member; float32
@@ -27,6 +27,6 @@ def linear_tanh(x, w, b, y, rows, w_member, b_member, wk, wn, K: tl.constexpr, N
         wt = tl.load(w + c[None, :] * wn + k[:, None] * wk, mask=(k[:, None] < K) & (c[None, :] < N), other=0.0)
         acc = tl.dot(a, wt, acc)
     bias = tl.load(b + m * b_member + c, mask=c < N, other=0.0).to(tl.float32)
-    out = tanh(acc + bias[None, :], APPROX)
+    out = activation(acc + bias[None, :], ACT)
     tl.store(y + r[:, None] * N + c[None, :], out.to(y.dtype.element_ty),
              mask=(local[:, None] < rows) & (c[None, :] < N))

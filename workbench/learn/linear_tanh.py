@@ -1,11 +1,11 @@
 """Linear layers of the learner's chunks on GPUs (policies.MLP while gradients are recorded: Tag's
 256-wide policies):
 
-- LinearTanh, y = tanh(x W^T + b), whose backward makes the pre-activation's gradient and the bias
+- LinearTanh, y = tanh(x W^T + b) (LinearReLU: relu), whose backward makes the pre-activation's gradient and the bias
   gradient in one kernel (fused_kernels.tanh_backward_bias) where torch's autograd reads the
   [rows, out] gradient three times (tanh's backward, then the bias gradient's column sums, which
   torch reduces at about a third of the memory bandwidth);
-- MemberLinearTanh and MemberLinearOut, the same for stacked members (members.MemberLinear's
+- MemberLinearTanh (MemberLinearReLU) and MemberLinearOut, the same for stacked members (members.MemberLinear's
   [M, in, out] weights: batched matmuls, each member's bias gradient its own);
 - all of them padded to multiples of 8 features in and out (output layers: `Linear`, and
   `LinearSplit` for a shared body's head and value), with zero
@@ -46,8 +46,14 @@ def aligned_input(x: torch.Tensor) -> torch.Tensor:
     return _pad_columns(x.to(dtype), _padded(x.shape[1]))
 
 
-def _linear_tanh_bf16(x, w, b, members: int = 1):
-    """tanh(x w^T + b) in one kernel (linear_kernels.linear_tanh), all bf16 with K and N multiples of
+def _act_mode(act: str) -> int:
+    """The kernels' activation switch (fused_kernels.activation) for act 'tanh' or 'relu'."""
+    from . import fused
+    return 2 if act == "relu" else fused._tanh_mode(0)
+
+
+def _linear_tanh_bf16(x, w, b, members: int = 1, act: str = "tanh"):
+    """tanh(x w^T + b) (or ReLU's, act 'relu') in one kernel (linear_kernels.linear_tanh), all bf16 with K and N multiples of
     8: x [rows, K], w [N, K] (nn.Linear's), b [N] -> [rows, N]; or for `members` > 1 member m's rows
     of x [M * n, K] through w [M, K, N] and b [M, 1, N] (MemberLinear's) -> [M * n, N]. On an H100 at
     234 k rows and 256 units it took 88 and 133 us for K = 80 and 256 against 144 and 173 us for
@@ -62,7 +68,7 @@ def _linear_tanh_bf16(x, w, b, members: int = 1):
     n = rows // members
     BN = min(256, fused._pow2(N))
     fused._linear_kernels().linear_tanh[(-(-n // GEMM_ROWS), -(-N // BN), members)](
-        x, w, b, y, n, *strides, K=K, N=N, BM=GEMM_ROWS, BN=BN, BK=32, APPROX=fused._tanh_mode(0), num_warps=4,
+        x, w, b, y, n, *strides, K=K, N=N, BM=GEMM_ROWS, BN=BN, BK=32, ACT=_act_mode(act), num_warps=4,
         num_stages=3)
     return y
 
@@ -83,7 +89,12 @@ def _padded_grad(dy: torch.Tensor, width: int, dtype) -> torch.Tensor:
     return _pad_columns(dy.to(dtype), width)
 
 
-def _forward(ctx, x, weight, bias, activate: bool):
+def _activate(y, act):
+    return y.tanh_() if act == "tanh" else y.relu_()
+
+
+def _forward(ctx, x, weight, bias, act: str | None):
+    """x W^T + b, padded, then act ('tanh', 'relu' or None: an output layer)."""
     dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else x.dtype
     N, K = weight.shape
     Np, Kp = _padded(N), _padded(K)
@@ -95,14 +106,14 @@ def _forward(ctx, x, weight, bias, activate: bool):
         bc = bias.to(dtype)
         if Np != N:
             bc = torch.nn.functional.pad(bc, (0, Np - N))
-        if activate and dtype == torch.bfloat16 and xc.is_cuda:
-            y = _linear_tanh_bf16(xc, wc.contiguous(), bc.contiguous())
+        if act and dtype == torch.bfloat16 and xc.is_cuda:
+            y = _linear_tanh_bf16(xc, wc.contiguous(), bc.contiguous(), act=act)
         else:
             y = torch.addmm(bc, xc, wc.t())
-            if activate:
-                y.tanh_()
-    ctx.save_for_backward(xc, wc, y if activate else None)
-    ctx.shape = (N, K)
+            if act:
+                _activate(y, act)
+    ctx.save_for_backward(xc, wc, y if act else None)
+    ctx.shape, ctx.act = (N, K), act
     return y if Np == N else y[:, :N]
 
 
@@ -119,7 +130,7 @@ class LinearTanh(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias):
-        return _forward(ctx, x, weight, bias, activate=True)
+        return _forward(ctx, x, weight, bias, act="tanh")
 
     @staticmethod
     def backward(ctx, dy):
@@ -131,9 +142,17 @@ class LinearTanh(torch.autograd.Function):
         programs = max(1, -(-rows // BLOCK))
         partials = torch.empty((programs, H), dtype=torch.float32, device=y.device)
         fused._kernels().tanh_backward_bias[(programs,)](dy, y, dz, partials, rows, H=H, HP=fused._pow2(H, 1),
-                                                          BLOCK=BLOCK)
+                                                          BLOCK=BLOCK, RELU=int(ctx.act == "relu"))
         dx, dw, _ = _backward(ctx, dz)
         return dx, dw, partials.sum(0)[:ctx.shape[0]]
+
+
+class LinearReLU(LinearTanh):
+    """y = relu(x W^T + b): LinearTanh with ReLU (WarpDrive's activation)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        return _forward(ctx, x, weight, bias, act="relu")
 
 
 class Linear(torch.autograd.Function):
@@ -142,7 +161,7 @@ class Linear(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias):
-        return _forward(ctx, x, weight, bias, activate=False)
+        return _forward(ctx, x, weight, bias, act=None)
 
     @staticmethod
     def backward(ctx, dy):
@@ -161,7 +180,7 @@ class LinearSplit(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias):
-        y = _forward(ctx, x, weight, bias, activate=False)
+        y = _forward(ctx, x, weight, bias, act=None)
         return y[:, :-1], y[:, -1]
 
     @staticmethod
@@ -176,7 +195,7 @@ class LinearSplit(torch.autograd.Function):
         return dx, dw, dz.sum(0, dtype=torch.float32)[:N]
 
 
-def _member_forward(ctx, x, weight, bias, activate: bool):
+def _member_forward(ctx, x, weight, bias, act: str | None):
     """MemberLinear's layer (weight [M, in, out], bias [M, 1, out]) on x [M * n, in], padded as
     _forward pads, optionally with tanh: [M * n, out] (a view of [M * n, out padded])."""
     dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else x.dtype
@@ -190,14 +209,14 @@ def _member_forward(ctx, x, weight, bias, activate: bool):
         bc = bias.to(dtype)
         if Np != N:
             bc = torch.nn.functional.pad(bc, (0, Np - N))
-        if activate and dtype == torch.bfloat16 and xc.is_cuda:
-            y = _linear_tanh_bf16(xc.reshape(-1, Kp), wc.contiguous(), bc.contiguous(), M).reshape(M, -1, Np)
+        if act and dtype == torch.bfloat16 and xc.is_cuda:
+            y = _linear_tanh_bf16(xc.reshape(-1, Kp), wc.contiguous(), bc.contiguous(), M, act).reshape(M, -1, Np)
         else:
             y = torch.baddbmm(bc, xc, wc)
-            if activate:
-                y.tanh_()
-    ctx.save_for_backward(xc, wc, y if activate else None)
-    ctx.shape = (N, K)
+            if act:
+                _activate(y, act)
+    ctx.save_for_backward(xc, wc, y if act else None)
+    ctx.shape, ctx.act = (N, K), act
     flat = y.reshape(-1, Np)
     return flat if Np == N else flat[:, :N]
 
@@ -219,7 +238,7 @@ class MemberLinearTanh(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias):
-        return _member_forward(ctx, x, weight, bias, activate=True)
+        return _member_forward(ctx, x, weight, bias, act="tanh")
 
     @staticmethod
     def backward(ctx, dy):
@@ -231,9 +250,17 @@ class MemberLinearTanh(torch.autograd.Function):
         programs = max(1, -(-n // BLOCK))
         partials = torch.empty((M, programs, H), dtype=torch.float32, device=y.device)
         fused._kernels().tanh_backward_bias[(programs, M)](dy, y, dz, partials, n, H=H, HP=fused._pow2(H, 1),
-                                                            BLOCK=BLOCK)
+                                                            BLOCK=BLOCK, RELU=int(ctx.act == "relu"))
         dx, dw = _member_backward(ctx, dz)
         return dx, dw, partials.sum(1, keepdim=True)[:, :, :ctx.shape[0]]
+
+
+class MemberLinearReLU(MemberLinearTanh):
+    """MemberLinearTanh with ReLU."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        return _member_forward(ctx, x, weight, bias, act="relu")
 
 
 class MemberLinearOut(torch.autograd.Function):
@@ -241,7 +268,7 @@ class MemberLinearOut(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias):
-        return _member_forward(ctx, x, weight, bias, activate=False)
+        return _member_forward(ctx, x, weight, bias, act=None)
 
     @staticmethod
     def backward(ctx, dy):

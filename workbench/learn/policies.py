@@ -43,14 +43,20 @@ class Tanh(nn.Tanh):
         return torch.tanh(x)
 
 
-# the padded layers' functions of a layer type: (with tanh, as the output layer)
-_PADDED = {nn.Linear: (linear_tanh.LinearTanh, linear_tanh.Linear),
-           MemberLinear: (linear_tanh.MemberLinearTanh, linear_tanh.MemberLinearOut)}
+# the padded layers' functions of a layer type: ({activation: with it}, as the output layer)
+_PADDED = {nn.Linear: ({nn.Tanh: linear_tanh.LinearTanh, nn.ReLU: linear_tanh.LinearReLU}, linear_tanh.Linear),
+           MemberLinear: ({nn.Tanh: linear_tanh.MemberLinearTanh, nn.ReLU: linear_tanh.MemberLinearReLU},
+                          linear_tanh.MemberLinearOut)}
+
+
+def activation_kind(layer):
+    """nn.Tanh or nn.ReLU for a layer of either kind (policies.Tanh included), else None."""
+    return next((kind for kind in (nn.Tanh, nn.ReLU) if isinstance(layer, kind)), None)
 
 
 class MLP(nn.Sequential):
     """nn.Sequential of linear layers and activations whose (nn.Linear, Tanh) pairs run as one
-    linear_tanh.LinearTanh and whose output layer as linear_tanh.Linear (stacked members'
+    linear_tanh.LinearTanh ((nn.Linear, ReLU): LinearReLU) and whose output layer as linear_tanh.Linear (stacked members'
     MemberLinear layers: MemberLinearTanh, MemberLinearOut) on GPUs while gradients are recorded
     (the same values; a backward pass with one kernel where torch takes three passes, and features
     padded for cuBLAS's aligned kernels); elsewhere, layer by layer."""
@@ -76,8 +82,9 @@ class MLP(nn.Sequential):
         while i < len(layers):
             layer = layers[i]
             kind = type(layer)
-            if kind in _PADDED and layer.bias is not None and i + 1 < len(layers) and isinstance(layers[i + 1], nn.Tanh):
-                x = _PADDED[kind][0].apply(x, layer.weight, layer.bias)
+            act = activation_kind(layers[i + 1]) if i + 1 < len(layers) else None
+            if kind in _PADDED and layer.bias is not None and act is not None:
+                x = _PADDED[kind][0][act].apply(x, layer.weight, layer.bias)
                 i += 2
             elif kind in _PADDED and layer.bias is not None and i + 1 == len(layers):
                 x = _PADDED[kind][1].apply(x, layer.weight, layer.bias)
@@ -86,6 +93,9 @@ class MLP(nn.Sequential):
                 x = layer(x)
                 i += 1
         return x
+
+
+ACTIVATIONS = {"tanh": Tanh, "relu": nn.ReLU}
 
 
 def mlp(sizes, activation=Tanh, out_gain=1.0) -> nn.Sequential:
@@ -199,13 +209,14 @@ class ActionHead:
 
 
 class ActorCritic(nn.Module):
-    """Default policy: separate MLPs for the action head and the value; a learned log-std for Box."""
+    """Default policy: separate MLPs for the action head and the value; a learned log-std for Box.
+    activation: the hidden layers' ('tanh' or 'relu')."""
 
-    def __init__(self, obs_dim: int, space, hidden=(64, 64)):
+    def __init__(self, obs_dim: int, space, hidden=(64, 64), activation: str = "tanh"):
         super().__init__()
         self.head = ActionHead(space)
-        self.actor = mlp([obs_dim, *hidden, self.head.out_dim], out_gain=0.01)
-        self.critic = mlp([obs_dim, *hidden, 1], out_gain=1.0)
+        self.actor = mlp([obs_dim, *hidden, self.head.out_dim], ACTIVATIONS[activation], out_gain=0.01)
+        self.critic = mlp([obs_dim, *hidden, 1], ACTIVATIONS[activation], out_gain=1.0)
         self.log_std = nn.Parameter(torch.zeros(self.head.out_dim)) if self.head.kind == "gaussian" else None
 
     def forward(self, obs):
@@ -223,10 +234,10 @@ class SharedActorCritic(nn.Module):
     layer makes the head's D units and, in column D, the value, so a wide body's matmuls are done
     once where ActorCritic does them twice; a learned log-std for Box."""
 
-    def __init__(self, obs_dim: int, space, hidden=(64, 64)):
+    def __init__(self, obs_dim: int, space, hidden=(64, 64), activation: str = "tanh"):
         super().__init__()
         self.head = ActionHead(space)
-        self.net = mlp([obs_dim, *hidden, self.head.out_dim + 1])
+        self.net = mlp([obs_dim, *hidden, self.head.out_dim + 1], ACTIVATIONS[activation])
         out = self.net[-1].weight
         with torch.no_grad():  # the gains of ActorCritic's two output layers
             out[:-1].copy_(nn.init.orthogonal_(torch.empty_like(out[:-1]), 0.01))
@@ -247,9 +258,9 @@ class SharedActorCritic(nn.Module):
 class DeterministicActor(nn.Module):
     """DDPG actor: tanh-squashed into the Box."""
 
-    def __init__(self, obs_dim: int, space: Box, hidden=(256, 256)):
+    def __init__(self, obs_dim: int, space: Box, hidden=(256, 256), activation: str = "relu"):
         super().__init__()
-        self.net = mlp([obs_dim, *hidden, int(math.prod(space.shape))], activation=nn.ReLU)
+        self.net = mlp([obs_dim, *hidden, int(math.prod(space.shape))], ACTIVATIONS[activation])
         low = torch.as_tensor(space.low, dtype=torch.float32).expand(space.shape).reshape(-1)
         high = torch.as_tensor(space.high, dtype=torch.float32).expand(space.shape).reshape(-1)
         self.register_buffer("scale", (high - low) / 2)
@@ -262,9 +273,9 @@ class DeterministicActor(nn.Module):
 class QCritic(nn.Module):
     """DDPG critic Q(s, a) -> [N]."""
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden=(256, 256)):
+    def __init__(self, obs_dim: int, act_dim: int, hidden=(256, 256), activation: str = "relu"):
         super().__init__()
-        self.net = mlp([obs_dim + act_dim, *hidden, 1], activation=nn.ReLU)
+        self.net = mlp([obs_dim + act_dim, *hidden, 1], ACTIVATIONS[activation])
 
     def forward(self, obs, actions):
         return self.net(torch.cat([obs, actions], dim=-1)).squeeze(-1)
@@ -275,11 +286,12 @@ class CentralisedActorCritic(nn.Module):
     centralised critic over the replica's joint observation `state` [N, S], with one value output
     per agent of the group ([N, n]); `agent` [N] picks each sample's own value."""
 
-    def __init__(self, obs_dim: int, state_dim: int, num_agents: int, space, hidden=(64, 64)):
+    def __init__(self, obs_dim: int, state_dim: int, num_agents: int, space, hidden=(64, 64),
+                 activation: str = "tanh"):
         super().__init__()
         self.head = ActionHead(space)
-        self.actor = mlp([obs_dim, *hidden, self.head.out_dim], out_gain=0.01)
-        self.critic = mlp([state_dim, *hidden, num_agents], out_gain=1.0)
+        self.actor = mlp([obs_dim, *hidden, self.head.out_dim], ACTIVATIONS[activation], out_gain=0.01)
+        self.critic = mlp([state_dim, *hidden, num_agents], ACTIVATIONS[activation], out_gain=1.0)
         self.log_std = nn.Parameter(torch.zeros(self.head.out_dim)) if self.head.kind == "gaussian" else None
 
     def forward(self, obs, state, agent):
