@@ -10,7 +10,10 @@ ends, so no reset runs); no_ends_float (the same with the parameters and locals 
 (the action drawn in the step from a counter hash; timed as env.step() alone); one_round_key
 (the reset key one hash round instead of five); regs32 / regs40 (register caps by launch bounds);
 block128 / block512 / block1024 (replicas a block); no_slot (the terminal-frame copy's slot check
-removed). Prints microseconds a step, median of CUDA-event timings.
+removed); no_obs (no observation written after the step: what an observation aliasing the
+state would save); lazy_episode (the episode counter read only where an episode ends); lean (both);
+lean_no_ends, lean_sampled, lean_float (lean with no_ends, sampled, float); generated_x2, lean_x2, lean_x4,
+lean_x2_no_ends (2 or 4 replicas a thread). Prints microseconds a step, median of CUDA-event timings.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ STEP_CALL = "step(e, a, action,"
 
 def _in_step_kernel(edit):
     def apply(src):
-        i = src.index("void wb_step(")
+        i = src.index(" wb_step(")
         return src[:i] + edit(src[i:])
     return apply
 
@@ -54,8 +57,56 @@ def _no_slot(src):
                   flags=re.S)
 
 
+def _no_obs(src):
+    """No observation written after the step: the bytes an observation aliasing the state saves."""
+    changed = re.sub(r"    if \(active\) \{\n        for \(int a = lane; a < NUM_AGENTS; a \+= TPE\) \{\n#line [^\n]*\n"
+                     r"            observe\(e, a, x, x_dot, theta, theta_dot, obs\);\n#line [^\n]*\n        \}\n    \}\n",
+                     "", src, count=1)
+    assert changed != src
+    return changed
+
+
+def _lazy_episode(src):
+    """The episode counter read only where an episode ends (no phase outside the reset takes a key)."""
+    for old, new in (("    const int wb_ep = episode[e];\n", ""),
+                     ("    const int wb_next_ep = wb_done ? wb_ep + 1 : wb_ep;\n", ""),
+                     ("    if (wb_done) {\n", "    if (wb_done) {\n        const int wb_ep = episode[e];\n")):
+        assert old in src, old
+        src = src.replace(old, new, 1)
+    return src
+
+
+def _sampled_no_episode(src):
+    j = src.rindex("\n", 0, src.index(STEP_CALL))
+    draw = ("\n            action[e] = (int)(wb_mix64(((wb_u64)(unsigned)wb_e << 32 | (unsigned)wb_t)"
+            " ^ (wb_seed * WB_MUL1) ^ 0x5555ULL) >> 63);")
+    return src[:j] + draw + src[j:]
+
+
+def _replicas_a_thread(k):
+    """Each thread steps k replicas (its own block's and the next k - 1 blocks'; those blocks exit at once),
+    the loop unrolled: the next replica's loads can overlap this one's arithmetic."""
+    def edit(src):
+        start = src.index("    const long long e64")
+        end = src.rindex("}\n")
+        body = src[start:end].replace("(long long)blockIdx.x * EPB", "(long long)(blockIdx.x + wb_k) * EPB", 1)
+        body = body.replace("if (!active)\n        return;", "if (!active)\n        continue;", 1)
+        body = "\n".join("    " + line if line and not line.startswith("#") else line for line in body.split("\n"))
+        return (src[:start] + f"    if (blockIdx.x % {k} != 0)\n        return;\n#pragma unroll\n"
+                f"    for (int wb_k = 0; wb_k < {k}; ++wb_k) {{\n" + body + "    }\n" + src[end:])
+    return edit
+
+
+def _chain(*edits):
+    def apply(src):
+        for edit in edits:
+            src = edit(src)
+        return src
+    return apply
+
+
 def _bounds(blocks):
-    return lambda src: src.replace("void wb_step(", f"void __launch_bounds__(256, {blocks}) wb_step(", 1)
+    return lambda src: src.replace(" wb_step(", f" __launch_bounds__(256, {blocks}) wb_step(", 1)
 
 
 # name: (source edit of the step kernel, whole-program edit, env parameters, threads a block)
@@ -71,6 +122,16 @@ VARIANTS = {
     "block512": (None, None, {}, 512),
     "block1024": (None, None, {}, 1024),
     "no_slot": (_no_slot, None, {}, 256),
+    "no_obs": (_no_obs, None, {}, 256),
+    "lazy_episode": (_lazy_episode, None, {}, 256),
+    "lean": (_chain(_no_obs, _lazy_episode), None, {}, 256),
+    "lean_no_ends": (_chain(_no_obs, _lazy_episode), None, NO_ENDS, 256),
+    "lean_sampled": (_chain(_no_obs, _lazy_episode, _sampled_no_episode), None, {}, 256),
+    "generated_x2": (_replicas_a_thread(2), None, {}, 256),
+    "lean_x2": (_chain(_no_obs, _lazy_episode, _replicas_a_thread(2)), None, {}, 256),
+    "lean_x4": (_chain(_no_obs, _lazy_episode, _replicas_a_thread(4)), None, {}, 256),
+    "lean_x2_no_ends": (_chain(_no_obs, _lazy_episode, _replicas_a_thread(2)), None, NO_ENDS, 256),
+    "lean_float": (_chain(_no_obs, _lazy_episode), _float, {}, 256),
 }
 
 
@@ -107,7 +168,7 @@ def one(name: str, num_envs: int, repeats: int) -> float:
     finally:
         codegen_c.c_program, cuda_c.gpu_layout = original, layout
     block_steps = env.RANDOM_BLOCK
-    if name == "sampled":  # (the step draws its own actions: env.step() alone, its graph replayed a step at a time)
+    if name in ("sampled", "lean_sampled"):  # (the step draws its own actions: env.step() alone, its graph replayed a step at a time)
         env.sample_actions()
 
         def steps():
