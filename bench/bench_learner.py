@@ -90,7 +90,7 @@ def timed_training(config, iterations=4):
                peak_gb=round(torch.cuda.max_memory_allocated() / 2**30, 2), graph=trainer.graph.state,
                precision=trainer.precision, chunks={k: v for k, v in trainer.chunk_size.items()})
     del trainer
-    gc.collect()  # (a trainer's reference cycles hold its buffers: the next size's peak would count them)
+    gc.collect()  # (what a timed trainer left, before the next size measures its peak)
     torch.cuda.empty_cache()
     return row
 

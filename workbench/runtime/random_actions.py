@@ -2,6 +2,8 @@
 (Env.random_steps), on GPUs replayed in blocks from one CUDA graph."""
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import torch
 
@@ -15,7 +17,7 @@ class RandomActions:
     BLOCK = 32  # random steps per CUDA graph replay
 
     def __init__(self, env):
-        self.env = env
+        self.env = weakref.proxy(env)  # the env owns this: no cycle to keep a dropped env's arrays alive
         self.uniform = self.scale = self.offset = None  # a Box's or MultiDiscrete's, made on first use
         self.graph = None  # ((seed, span), CUDAGraph) of BLOCK random steps; None after the env's arrays move
 

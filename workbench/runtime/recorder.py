@@ -64,7 +64,7 @@ class TrajectoryRecorder:
     """
 
     def __init__(self, env, replicas, max_steps: int):
-        self.env = env
+        self.store = env.store  # not the env, which holds this recorder: no cycle keeps a dropped env's arrays
         self.replicas = [int(r) for r in replicas]
         bad = [r for r in self.replicas if not 0 <= r < env.num_envs]
         if bad:
@@ -88,11 +88,11 @@ class TrajectoryRecorder:
 
     def capture_before_step(self):
         for n in self.before:
-            torch.index_select(self.env.store[n], 0, self.index, out=self.buffers[n][self.pos])
+            torch.index_select(self.store[n], 0, self.index, out=self.buffers[n][self.pos])
 
     def capture_after_step(self):
         for n in self.after:
-            torch.index_select(self.env.store[n], 0, self.index, out=self.buffers[n][self.pos])
+            torch.index_select(self.store[n], 0, self.index, out=self.buffers[n][self.pos])
         self.pos = (self.pos + 1) % self.capacity
         self.count = min(self.count + 1, self.capacity)
 
@@ -107,7 +107,7 @@ class TrajectoryRecorder:
         for n in self.before:
             if n not in ("obs", "t"):
                 frame[n] = self.terminal.buffers[n][row].cpu().numpy()
-        frame["obs"] = self.env.store["final_obs"][replica].cpu().numpy()
+        frame["obs"] = self.store["final_obs"][replica].cpu().numpy()
         frame["t"] = host["t"][last, j] + 1
         return frame
 
