@@ -15,6 +15,7 @@ GAE (`rollout.advantages`) then bootstraps the replicas still running from V(s_T
 """
 from __future__ import annotations
 
+import functools
 import weakref
 
 import torch
@@ -37,9 +38,8 @@ class Collector:
     buffers, normalisers and generator it uses (it owns none of them)."""
 
     def __init__(self, trainer, compile_on: bool):
-        # a proxy: the trainer owns its collector, so a trainer dropped by its user frees its buffers at once
-        self.trainer = weakref.proxy(trainer)
-        tr, env = trainer, trainer.env
+        # no cycle through the collector (a proxy; no bound method kept): a dropped trainer frees its buffers at once
+        self.trainer, tr, env = weakref.proxy(trainer), trainer, trainer.env
         T, E, O = tr.T, tr.E, tr.obs_dim
         self.store = env.store
         self.active = env.definition.namespace.get("ACTIVE")  # per-agent array: nonzero while in the game
@@ -59,7 +59,6 @@ class Collector:
             self.noise = {g.name: torch.empty((self.noise_block, E * g.n, tr.head.out_dim), device=tr.device)
                           for g in tr.groups}
         self._act_and_record = MaybeCompiled(act_and_record, compile_on, "the policy step")
-        # the function, not the bound method, which would tie the collector in a cycle with itself
         self._record_outcome = MaybeCompiled(Collector.step_outcome, compile_on, "the step's bookkeeping")
         self._value_step = MaybeCompiled(value_step, compile_on, "the value function")
         self._advantages = MaybeCompiled(advantages, compile_on, "GAE")
@@ -142,6 +141,7 @@ class Collector:
         tr, store = self.trainer, self.store
         per_step_final_values = self.can_truncate and self.final_obs is None
         recorded_masks = self._fused_record is not None and self._fused_record.masks  # (masks of steps 1 .. T)
+        record_outcome = self._fused_record or functools.partial(self._record_outcome, self)
         tr.refresh_rollout_copies()
         for t in range(tr.T):
             group_obs = {}
@@ -162,12 +162,8 @@ class Collector:
                     buf.state[t].copy_(state)
                 self.send(g, self._policy_step(g, obs, state, t))
             tr.env.step()
-            outcome = (self.terminated[t], self.truncated[t], self.final_obs[t] if self.final_obs is not None else None,
-                       [tr.buffers[g.name].rewards[t] for g in tr.groups], [tr.buffers[g.name].mask[t + 1] for g in tr.groups])
-            if self._fused_record is not None:
-                self._fused_record(*outcome)
-            else:
-                self._record_outcome(self, *outcome)
+            record_outcome(self.terminated[t], self.truncated[t], self.final_obs[t] if self.final_obs is not None else None,
+                           [tr.buffers[g.name].rewards[t] for g in tr.groups], [tr.buffers[g.name].mask[t + 1] for g in tr.groups])
             if per_step_final_values:
                 self._final_values_of_step(t)
         if self.active is not None and not recorded_masks:
