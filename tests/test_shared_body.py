@@ -68,19 +68,21 @@ def test_configs_a_shared_body_cannot_serve_are_refused(changes, words):
 
 @pytest.mark.parametrize("loss", ["head", "value", "both"])
 def test_the_padded_output_split_matches_autograds_slices(loss, monkeypatch):
-    """linear_tanh.LinearSplit (the GPU path's output layer, here in fp32 on the CPU) against the
-    layer-by-layer path: the same outputs and gradients when only the head's, only the value's or
+    """linear_tanh.LinearSplit (the GPU path's output layer, in fp32; on the CPU without a GPU) against
+    the layer-by-layer path: the same outputs and gradients when only the head's, only the value's or
     both outputs reach the loss (a gradient autograd leaves out is zero)."""
     from workbench.learn import linear_tanh
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)  # fp32 matmuls on both paths
     torch.manual_seed(3)
-    model = SharedActorCritic(13, MultiDiscrete([5, 4]), (24, 16))  # 10 outputs: padded to 16
-    obs = torch.randn(37, 13)
+    model = SharedActorCritic(13, MultiDiscrete([5, 4]), (24, 16)).to(device)  # 10 outputs: padded to 16
+    obs = torch.randn(37, 13, device=device)
     results = []
     for padded in (True, False):
         monkeypatch.setattr(linear_tanh, "serves", lambda x, padded=padded: padded)
         model.zero_grad(set_to_none=True)
         head, value = model(obs)
-        weights = torch.linspace(-1, 1, head.shape[1])
+        weights = torch.linspace(-1, 1, head.shape[1], device=device)
         terms = {"head": (head * weights).sum(), "value": (value ** 2).sum()}
         (terms["head"] + terms["value"] if loss == "both" else terms[loss]).backward()
         results.append([head.detach(), value.detach()] + [p.grad.clone() for p in model.parameters()])

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import weakref
 
 import torch
 from torch import nn
@@ -411,7 +412,7 @@ class FusedMemberAdam:
     BLOCK = 1024  # elements per chunk
 
     def __init__(self, optimizer):
-        self.opt = optimizer
+        self.opt = weakref.proxy(optimizer)  # the optimizer holds this: no cycle to keep its buffers alive
         M, P = optimizer.flat.shape
         device = optimizer.flat.device
         sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
