@@ -12,6 +12,18 @@ import warnings
 import torch
 
 
+_SIDE_STREAMS: dict = {}  # device index -> the side stream of first iterations
+
+
+def _side_stream() -> torch.cuda.Stream:
+    """One side stream per device for every trainer's first iteration: cuBLAS keeps a workspace (tens of
+    MiB) for each stream it ran on until the process ends, so a new stream per trainer would leak one."""
+    device = torch.cuda.current_device()
+    if device not in _SIDE_STREAMS:
+        _SIDE_STREAMS[device] = torch.cuda.Stream()
+    return _SIDE_STREAMS[device]
+
+
 class IterationGraph:
     """Runs `body()` (one iteration, allocating nothing that outlives it) eagerly or from a graph.
 
@@ -32,7 +44,7 @@ class IterationGraph:
         if why_not is not None or self.state == "eager":
             body()
         elif self.state == "eager-first":
-            side = torch.cuda.Stream()
+            side = _side_stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
                 body()
