@@ -67,13 +67,8 @@ class MLP(nn.Sequential):
         return self.run(x, list(self))
 
     def hidden(self, x):
-        """The last hidden layer's activations (every layer but the output layer)."""
-        layers = list(self)[:-1]
-        if not linear_tanh.serves(x):
-            for layer in layers:
-                x = layer(x)
-            return x
-        return self.run(x, layers)
+        """The last hidden layer's activations (every layer but the output layer) on the padded layers."""
+        return self.run(x, list(self)[:-1])
 
     @staticmethod
     def run(x, layers):
