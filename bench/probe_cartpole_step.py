@@ -33,10 +33,11 @@ def _in_step_kernel(edit):
     return apply
 
 
-def _sampled(src):
+def _sampled(src, episode: bool = True):
+    """The action drawn in the step from a counter hash (of the episode too, unless it is read lazily)."""
     j = src.rindex("\n", 0, src.index(STEP_CALL))
     draw = ("\n            action[e] = (int)(wb_mix64(((wb_u64)(unsigned)wb_e << 32 | (unsigned)wb_t)"
-            " ^ (wb_seed * WB_MUL1) ^ ((wb_u64)wb_ep << 9) ^ 0x5555ULL) >> 63);")
+            f" ^ (wb_seed * WB_MUL1){' ^ ((wb_u64)wb_ep << 9)' if episode else ''} ^ 0x5555ULL) >> 63);")
     return src[:j] + draw + src[j:]
 
 
@@ -74,13 +75,6 @@ def _lazy_episode(src):
         assert old in src, old
         src = src.replace(old, new, 1)
     return src
-
-
-def _sampled_no_episode(src):
-    j = src.rindex("\n", 0, src.index(STEP_CALL))
-    draw = ("\n            action[e] = (int)(wb_mix64(((wb_u64)(unsigned)wb_e << 32 | (unsigned)wb_t)"
-            " ^ (wb_seed * WB_MUL1) ^ 0x5555ULL) >> 63);")
-    return src[:j] + draw + src[j:]
 
 
 def _replicas_a_thread(k):
@@ -126,7 +120,7 @@ VARIANTS = {
     "lazy_episode": (_lazy_episode, None, {}, 256),
     "lean": (_chain(_no_obs, _lazy_episode), None, {}, 256),
     "lean_no_ends": (_chain(_no_obs, _lazy_episode), None, NO_ENDS, 256),
-    "lean_sampled": (_chain(_no_obs, _lazy_episode, _sampled_no_episode), None, {}, 256),
+    "lean_sampled": (_chain(_no_obs, _lazy_episode, lambda src: _sampled(src, episode=False)), None, {}, 256),
     "generated_x2": (_replicas_a_thread(2), None, {}, 256),
     "lean_x2": (_chain(_no_obs, _lazy_episode, _replicas_a_thread(2)), None, {}, 256),
     "lean_x4": (_chain(_no_obs, _lazy_episode, _replicas_a_thread(4)), None, {}, 256),
