@@ -360,6 +360,25 @@ def test_ctrl_c_stops_at_the_end_of_the_iteration_with_a_checkpoint(tmp_path, en
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+def test_a_checkpoint_from_another_kind_of_device_seeds_new_streams_for_trainer_and_env(tmp_path, env):
+    """A generator's state from a GPU (seed and offset, 16 bytes) cannot be loaded into a CPU one: the
+    resumed run warns and both its streams start anew from seed and iteration, the env's too (not its
+    first stream again, which would replay the run's first resets)."""
+    trainer = wb.Trainer(env, cartpole(run_dir=str(tmp_path), total_env_steps=16 * 8 * 2))
+    trainer.train()
+    payload = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    for key in ("generator", "env_generator"):
+        payload["rng"][key] = torch.zeros(16, dtype=torch.uint8)
+    torch.save(payload, tmp_path / "from_gpu.pt")
+    resumed = wb.Trainer(env, cartpole(run_dir=str(tmp_path / "resumed")))
+    with pytest.warns(UserWarning, match="another kind of device.*run and its env draw from new ones"):
+        resumed.load(tmp_path / "from_gpu.pt")
+    assert resumed.iteration == 2
+    expected = torch.Generator().manual_seed(env.seed * 2**20 + 2).get_state()
+    assert torch.equal(env._generator.get_state(), expected)
+    assert not torch.equal(expected, torch.Generator().manual_seed(env.seed).get_state())
+
+
 def test_checkpoints_between_log_points(tmp_path, env, monkeypatch):
     trainer = wb.Trainer(env, cartpole(run_dir=str(tmp_path), log_every=4, checkpoint_every=1,
                                        total_env_steps=16 * 8 * 4))

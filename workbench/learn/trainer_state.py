@@ -105,8 +105,9 @@ def restore(tr, payload: dict, path, restore_env: bool = True):
     if not _set_generator(tr.generator, payload["rng"]["generator"]):  # written on another kind of device
         tr.generator.manual_seed(tr.config.seed * 2**20 + tr.iteration)
         if restore_env:
-            warnings.warn("checkpoint written on another kind of device: its random stream cannot be continued "
-                          "here, so this run draws from a new one (seeded by seed and iteration)", stacklevel=3)
+            warnings.warn("checkpoint written on another kind of device: its random streams cannot be continued "
+                          "here, so this run and its env draw from new ones (seeded by seed and iteration)",
+                          stacklevel=3)
     if "streams" in payload["rng"]:
         tr.streams.load_state_dict(payload["rng"]["streams"])
     if tr.rank > 0:  # the checkpoint holds rank 0's stream: every other rank continues on its own
@@ -125,7 +126,9 @@ def restore(tr, payload: dict, path, restore_env: bool = True):
     elif restore_env and payload["env_state"]["obs"].shape == tr.env.store["obs"].shape and tr.world_size == 1:
         tr.env.store.load_snapshot(payload["env_state"])
         tr.env.seed = payload["env_seed"]
-        _set_generator(tr.env._generator, payload["rng"]["env_generator"])
+        if not _set_generator(tr.env._generator, payload["rng"]["env_generator"]):
+            # not the env's first stream again: its resets would repeat the run's first episodes
+            tr.env._generator.manual_seed(tr.env.seed * 2**20 + tr.iteration)
 
 
 def _set_generator(generator: torch.Generator, state: torch.Tensor) -> bool:
