@@ -12,15 +12,16 @@ import triton.language as tl
 def head_moments(out, at, valid, first, n, NMAX: tl.constexpr):
     """One head's columns [first, first + n) (n <= NMAX) of the logits rows at `at` (element offsets
     [BLOCK]): their log-sum-exp and the entropy H = lse - sum p x, float32 [BLOCK]."""
+    width = tl.where(valid, n, 0)  # a [BLOCK] bound: Triton 3.9's interpreter refuses valid & (j < n) as a mask
     top = tl.full(at.shape, -float("inf"), tl.float32)
     for j in range(NMAX):
-        x = tl.load(out + at + first + j, mask=valid & (j < n), other=-float("inf")).to(tl.float32)
+        x = tl.load(out + at + first + j, mask=j < width, other=-float("inf")).to(tl.float32)
         top = tl.maximum(top, x)
     top = tl.where(valid, top, 0.0)
     s = tl.zeros(at.shape, tl.float32) + tl.where(valid, 0.0, 1.0)  # rows past the end: s = 1, no NaN
     sx = tl.zeros(at.shape, tl.float32)
     for j in range(NMAX):
-        here = valid & (j < n)
+        here = j < width
         x = tl.load(out + at + first + j, mask=here, other=0.0).to(tl.float32)
         e = tl.where(here, tl.exp(x - top), 0.0)
         s += e
@@ -67,8 +68,9 @@ def logp_entropy_backward(out, out_stride, actions, starts, g_logp, g_entropy, d
         n = tl.load(starts + h + 1) - first
         lse, H = head_moments(out, at, valid, first, n, NMAX)
         a = tl.load(actions + r * HEADS + h, mask=valid, other=0)
+        width = tl.where(valid, n, 0)
         for j in range(NMAX):
-            here = valid & (j < n)
+            here = j < width
             log_p = tl.load(out + at + first + j, mask=here, other=0.0).to(tl.float32) - lse
             p = tl.exp(log_p)
             d = gl * (tl.where(a == j, 1.0, 0.0) - p) - ge * p * (log_p + H)
