@@ -4,7 +4,7 @@ bf16, on a GPU:
 
 - a head's log-probability and entropy, forward and backward through autograd:
   categorical.LogProbEntropy against the torch path of policies.ActionHead;
-- a tanh layer's forward: linear_kernels.linear_tanh (bias and tanh in the matmul's epilogue)
+- a tanh layer's forward: linear_kernels.linear_activation (bias and tanh in the matmul's epilogue)
   against cuBLAS's addmm then torch's tanh, at 80 (78 padded) and 256 input features.
 
     python bench/bench_learner_layers.py [--rows 234000]
@@ -59,13 +59,13 @@ def head(rows: int, inner: int) -> dict:
 
 def layer(rows: int, features: int, inner: int) -> dict:
     import torch
-    from workbench.learn import linear_tanh
+    from workbench.learn import padded_linear
     x = torch.randn(rows, features, device="cuda").bfloat16()
     w = (torch.randn(256, features, device="cuda") / features ** 0.5).bfloat16()
     b = torch.randn(256, device="cuda").bfloat16()
-    fused = graphed_us(lambda: linear_tanh._linear_tanh_bf16(x, w, b), inner)
+    fused = graphed_us(lambda: padded_linear._linear_activation_bf16(x, w, b), inner)
     unfused = graphed_us(lambda: torch.addmm(b, x, w.t()).tanh_(), inner)
-    err = float((linear_tanh._linear_tanh_bf16(x, w, b).float() - torch.addmm(b, x, w.t()).tanh_().float()).abs().max())
+    err = float((padded_linear._linear_activation_bf16(x, w, b).float() - torch.addmm(b, x, w.t()).tanh_().float()).abs().max())
     return dict(fused_us=round(fused, 1), torch_us=round(unfused, 1), max_abs_diff=err)
 
 

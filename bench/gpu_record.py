@@ -26,7 +26,7 @@ GPU_PATHS = ("workbench/compiler/targets", "workbench/compiler/codegen*.py", "wo
              "workbench/learn/collection.py", "workbench/learn/learners.py", "workbench/learn/iteration_graph.py",
              "workbench/learn/metrics.py", "workbench/learn/algorithms", "workbench/learn/rollout.py",
              "workbench/learn/policies.py", "workbench/learn/compiled.py", "workbench/learn/episode_stats.py", "envs/",
-             "workbench/learn/fused*.py", "workbench/learn/members.py", "workbench/learn/linear_tanh.py",
+             "workbench/learn/fused*.py", "workbench/learn/members.py", "workbench/learn/padded_linear.py",
              "workbench/learn/linear_kernels.py", "workbench/learn/categorical*.py",
              "workbench/learn/evaluate.py",
              # the same modules before the layer packages (commits older than the move)

@@ -2,7 +2,7 @@
 connected layout), and `activation` (tanh, or WarpDrive's ReLU). Its outputs are the body's columns, its initial output rows have ActorCritic's
 gains, CartPole learns with it on the cpu target, a run folder reloads it, and the configs it
 cannot serve are refused by name. (The rollout's wide kernel: test_fused_wide.py; the padded
-layers: test_linear_tanh.py; members equal standalone runs: test_population.py.)"""
+layers: test_padded_linear.py; members equal standalone runs: test_population.py.)"""
 import pytest
 import torch
 
@@ -68,10 +68,10 @@ def test_configs_a_shared_body_cannot_serve_are_refused(changes, words):
 
 @pytest.mark.parametrize("loss", ["head", "value", "both"])
 def test_the_padded_output_split_matches_autograds_slices(loss, monkeypatch):
-    """linear_tanh.LinearSplit (the GPU path's output layer, in fp32; on the CPU without a GPU) against
+    """padded_linear.LinearSplit (the GPU path's output layer, in fp32; on the CPU without a GPU) against
     the layer-by-layer path: the same outputs and gradients when only the head's, only the value's or
     both outputs reach the loss (a gradient autograd leaves out is zero)."""
-    from workbench.learn import linear_tanh
+    from workbench.learn import padded_linear
     device = "cuda" if torch.cuda.is_available() else "cpu"
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)  # fp32 matmuls on both paths
     torch.manual_seed(3)
@@ -79,7 +79,7 @@ def test_the_padded_output_split_matches_autograds_slices(loss, monkeypatch):
     obs = torch.randn(37, 13, device=device)
     results = []
     for padded in (True, False):
-        monkeypatch.setattr(linear_tanh, "serves", lambda x, padded=padded: padded)
+        monkeypatch.setattr(padded_linear, "serves", lambda x, padded=padded: padded)
         model.zero_grad(set_to_none=True)
         head, value = model(obs)
         weights = torch.linspace(-1, 1, head.shape[1], device=device)

@@ -427,10 +427,10 @@ def member_adam(flat, grad, exp_avg, exp_avg_sq, lr, partials, max_norm, steps, 
 
 
 @triton.jit
-def tanh_backward_bias(dy, y, dz, partials, rows, H: tl.constexpr, HP: tl.constexpr, BLOCK: tl.constexpr,
-                       RELU: tl.constexpr = 0):
+def activation_backward_bias(dy, y, dz, partials, rows, H: tl.constexpr, HP: tl.constexpr, BLOCK: tl.constexpr,
+                             RELU: tl.constexpr = 0):
     """Program (p, m): rows [BLOCK p, BLOCK (p + 1)) of member m's `rows` rows (from row m * rows on;
-    one member: a 1-d grid) of a tanh layer's output y and its gradient dy [M * rows, H]: the
+    one member: M = 1) of a tanh (or ReLU) layer's output y and its gradient dy [M * rows, H]: the
     pre-activation's gradient dz = dy (1 - y^2) (with RELU, a ReLU layer's: dy where y > 0) (in dz's
     type) and its column sums into partials [M, programs, H] (the bias gradient's parts, summed after
     in a fixed order)."""

@@ -1,4 +1,4 @@
-"""Triton kernel of linear_tanh.py (imported on first use, so that TRITON_INTERPRET set by then is
+"""Triton kernel of padded_linear.py (imported on first use, so that TRITON_INTERPRET set by then is
 honoured): a bf16 linear layer with its bias and activation (tanh or ReLU) in the matmul's epilogue."""
 import triton
 import triton.language as tl
@@ -7,14 +7,14 @@ from .fused_kernels import activation
 
 
 @triton.jit
-def linear_tanh(x, w, b, y, rows, w_member, b_member, wk, wn, K: tl.constexpr, N: tl.constexpr, BM: tl.constexpr,
-                BN: tl.constexpr, BK: tl.constexpr, ACT: tl.constexpr):
-    """y = tanh(x W^T + b) (ReLU for ACT 2: fused_kernels.activation) for program (p, q, m): rows [BM p, BM (p + 1)) of member m's `rows` (from row
-    m * rows of x [M * rows, K] and y [M * rows, N], contiguous) and columns [BN q, BN (q + 1)); member
-    m's W at w + m * w_member, its element (n, k) at n * wn + k * wk (nn.Linear's [N, K]: wn = K,
-    wk = 1; MemberLinear's [M, K, N]: wn = 1, wk = N), its bias at b + m * b_member; float32
-    accumulation. Where torch writes x W^T + b and then reads and writes it again for tanh, the tile
-    stays on chip."""
+def linear_activation(x, w, b, y, rows, w_member, b_member, wk, wn, K: tl.constexpr, N: tl.constexpr, BM: tl.constexpr,
+                      BN: tl.constexpr, BK: tl.constexpr, ACT: tl.constexpr):
+    """y = act(x W^T + b) (tanh, or ReLU for ACT 2: fused_kernels.activation) for program (p, q, m):
+    rows [BM p, BM (p + 1)) of member m's `rows` (from row m * rows of x [M * rows, K] and y
+    [M * rows, N], contiguous) and columns [BN q, BN (q + 1)); member m's W at w + m * w_member, its
+    element (n, k) at n * wn + k * wk (nn.Linear's [N, K]: wn = K, wk = 1; MemberLinear's [M, K, N]:
+    wn = 1, wk = N), its bias at b + m * b_member; float32 accumulation. Where torch writes
+    x W^T + b and then reads and writes it again for the activation, the tile stays on chip."""
     m = tl.program_id(2)
     local = tl.program_id(0).to(tl.int64) * BM + tl.arange(0, BM)
     r = m.to(tl.int64) * rows + local

@@ -12,7 +12,7 @@ from torch import nn
 
 from ..compiler.envdef import Box, Discrete, MultiDiscrete
 from ..errors import WorkbenchError
-from . import categorical, linear_tanh
+from . import categorical, padded_linear
 from .members import MemberLinear, member_log_std
 
 
@@ -44,9 +44,9 @@ class Tanh(nn.Tanh):
 
 
 # the padded layers' functions of a layer type: ({activation: with it}, as the output layer)
-_PADDED = {nn.Linear: ({nn.Tanh: linear_tanh.LinearTanh, nn.ReLU: linear_tanh.LinearReLU}, linear_tanh.Linear),
-           MemberLinear: ({nn.Tanh: linear_tanh.MemberLinearTanh, nn.ReLU: linear_tanh.MemberLinearReLU},
-                          linear_tanh.MemberLinearOut)}
+_PADDED = {nn.Linear: ({nn.Tanh: padded_linear.LinearTanh, nn.ReLU: padded_linear.LinearReLU}, padded_linear.Linear),
+           MemberLinear: ({nn.Tanh: padded_linear.MemberLinearTanh, nn.ReLU: padded_linear.MemberLinearReLU},
+                          padded_linear.MemberLinearOut)}
 
 
 def activation_kind(layer):
@@ -55,14 +55,14 @@ def activation_kind(layer):
 
 
 class MLP(nn.Sequential):
-    """nn.Sequential of linear layers and activations whose (nn.Linear, Tanh) pairs run as one
-    linear_tanh.LinearTanh ((nn.Linear, ReLU): LinearReLU) and whose output layer as linear_tanh.Linear (stacked members'
-    MemberLinear layers: MemberLinearTanh, MemberLinearOut) on GPUs while gradients are recorded
-    (the same values; a backward pass with one kernel where torch takes three passes, and features
-    padded for cuBLAS's aligned kernels); elsewhere, layer by layer."""
+    """nn.Sequential of linear layers and activations whose (nn.Linear, Tanh or ReLU) pairs run as one
+    padded_linear.LinearTanh or LinearReLU and whose output layer as padded_linear.Linear (stacked
+    members' MemberLinear layers: MemberLinearTanh, MemberLinearReLU, MemberLinearOut) on GPUs
+    while gradients are recorded (the same values; a backward pass with one kernel where torch
+    takes three passes, and features padded for cuBLAS's aligned kernels); elsewhere, layer by layer."""
 
     def forward(self, x):
-        if not linear_tanh.serves(x):
+        if not padded_linear.serves(x):
             return super().forward(x)
         return self.run(x, list(self))
 
@@ -215,9 +215,9 @@ class ActorCritic(nn.Module):
         self.log_std = nn.Parameter(torch.zeros(self.head.out_dim)) if self.head.kind == "gaussian" else None
 
     def forward(self, obs):
-        if linear_tanh.serves(obs) and type(self.actor[0]) in _PADDED and type(self.critic[0]) in _PADDED:
+        if padded_linear.serves(obs) and type(self.actor[0]) in _PADDED and type(self.critic[0]) in _PADDED:
             # the padded observations made once for both networks
-            obs = linear_tanh.aligned_input(obs)
+            obs = padded_linear.aligned_input(obs)
         return self.actor(obs), self.critic(obs).squeeze(-1)
 
     def value(self, obs):
@@ -241,8 +241,8 @@ class SharedActorCritic(nn.Module):
 
     def forward(self, obs):
         last = self.net[-1]
-        if linear_tanh.serves(obs) and type(last) is nn.Linear:
-            return linear_tanh.LinearSplit.apply(self.net.hidden(obs), last.weight, last.bias)
+        if padded_linear.serves(obs) and type(last) is nn.Linear:
+            return padded_linear.LinearSplit.apply(self.net.hidden(obs), last.weight, last.bias)
         out = self.net(obs)
         return out[..., :-1], out[..., -1]
 

@@ -1,13 +1,16 @@
-"""linear_tanh.LinearTanh against nn.Linear + tanh: the same output and the same gradients of the
-input, weight and bias (fp32; and in bf16 autocast on a GPU), and policies.MLP taking it on GPUs
-while gradients are recorded. Without a GPU its kernel runs in Triton's interpreter."""
+"""padded_linear's layers against nn.Linear (+ tanh or ReLU): the same output and the same gradients
+of the input, weight and bias (fp32; and in bf16 autocast on a GPU), for one policy's layers and
+stacked members', and policies.MLP taking them on GPUs while gradients are recorded. Without a GPU
+their kernels run in Triton's interpreter."""
+
+import contextlib
 
 import pytest
 import torch
 
 triton = pytest.importorskip("triton", reason="the fused kernels need Triton (pip install triton)")
 
-from workbench.learn import fused, linear_tanh  # noqa: E402
+from workbench.learn import fused, padded_linear  # noqa: E402
 from workbench.learn.policies import mlp  # noqa: E402
 
 GPU = torch.cuda.is_available()
@@ -19,6 +22,32 @@ def _kernels(triton_kernels):
     """Every test here runs the kernels (conftest.triton_kernels)."""
 
 
+@contextlib.contextmanager
+def _padded_layers(on: bool):
+    """policies.MLP through the padded layers (on) or layer by layer (off), whatever the device."""
+    original = padded_linear.serves
+    padded_linear.serves = lambda v: on
+    try:
+        yield
+    finally:
+        padded_linear.serves = original
+
+
+def _on_both_paths(model, x, loss, bf16: bool = False):
+    """For the padded layers, then layer by layer: [model(x)'s outputs, detached] + its parameters'
+    gradients of loss(*outputs)."""
+    results = []
+    for padded in (True, False):
+        model.zero_grad(set_to_none=True)
+        autocast = torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+        with _padded_layers(padded), autocast:
+            outputs = model(x)
+        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        loss(*outputs).backward()
+        results.append([o.detach() for o in outputs] + [p.grad.clone() for p in model.parameters()])
+    return results
+
+
 def _grads(fn, x, layer, upstream):
     x = x.clone().requires_grad_(True)
     layer.zero_grad(set_to_none=True)
@@ -27,8 +56,11 @@ def _grads(fn, x, layer, upstream):
     return y.detach().float(), x.grad.float(), layer.weight.grad.clone(), layer.bias.grad.clone()
 
 
-@pytest.mark.parametrize("rows,features,units", [(70, 13, 24), (200, 78, 256)])
-def test_linear_tanh_matches_torch(rows, features, units):
+@pytest.mark.parametrize("rows,features,units,act",
+                         [(70, 13, 24, "tanh"), (200, 78, 256, "tanh"), (70, 13, 24, "relu")])
+def test_activation_layers_match_torch(rows, features, units, act):
+    """LinearTanh and LinearReLU: nn.Linear's values and gradients, the bias gradient from the fused kernel."""
+    function, f = (padded_linear.LinearTanh, torch.tanh) if act == "tanh" else (padded_linear.LinearReLU, torch.relu)
     torch.manual_seed(0)
     layer = torch.nn.Linear(features, units).to(DEVICE)
     x = torch.randn(rows, features, device=DEVICE)
@@ -36,8 +68,8 @@ def test_linear_tanh_matches_torch(rows, features, units):
     tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
-        want = _grads(lambda v: torch.tanh(layer(v)), x, layer, upstream)
-        got = _grads(lambda v: linear_tanh.LinearTanh.apply(v, layer.weight, layer.bias), x, layer, upstream)
+        want = _grads(lambda v: f(layer(v)), x, layer, upstream)
+        got = _grads(lambda v: function.apply(v, layer.weight, layer.bias), x, layer, upstream)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32
     for name, g, w in zip(("output", "input grad", "weight grad", "bias grad"), got, want):
@@ -47,7 +79,7 @@ def test_linear_tanh_matches_torch(rows, features, units):
 
 @pytest.mark.parametrize("rows,features,units", [(70, 78, 42), (33, 256, 1), (40, 16, 8)])
 def test_padded_output_layer_matches_torch(rows, features, units):
-    """linear_tanh.Linear pads features in and out to multiples of 8: the same values and gradients
+    """padded_linear.Linear pads features in and out to multiples of 8: the same values and gradients
     as nn.Linear, for a column-major upstream gradient too (categorical.LogProbEntropy's)."""
     torch.manual_seed(2)
     layer = torch.nn.Linear(features, units).to(DEVICE)
@@ -57,7 +89,7 @@ def test_padded_output_layer_matches_torch(rows, features, units):
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
         want = _grads(layer, x, layer, upstream)
-        got = _grads(lambda v: linear_tanh.Linear.apply(v, layer.weight, layer.bias), x, layer, upstream)
+        got = _grads(lambda v: padded_linear.Linear.apply(v, layer.weight, layer.bias), x, layer, upstream)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32
     for name, g, w in zip(("output", "input grad", "weight grad", "bias grad"), got, want):
@@ -87,11 +119,11 @@ def _check_column_major_gradients(units, MemberLinear):
     want = [torch.autograd.grad(layer(x[k * rows:(k + 1) * rows]), [layer.weight, layer.bias],
                                 g.t()[k * rows:(k + 1) * rows].contiguous()) for k, layer in enumerate(layers)]
     for grad in (g.t(), g.t().contiguous()):
-        got = torch.autograd.grad(linear_tanh.Linear.apply(x[:rows], layers[0].weight, layers[0].bias),
+        got = torch.autograd.grad(padded_linear.Linear.apply(x[:rows], layers[0].weight, layers[0].bias),
                                   [layers[0].weight, layers[0].bias], grad[:rows])
         torch.testing.assert_close(got[0], want[0][0], rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(got[1], want[0][1], rtol=1e-4, atol=1e-4)
-        got = torch.autograd.grad(linear_tanh.MemberLinearOut.apply(x, stacked.weight, stacked.bias),
+        got = torch.autograd.grad(padded_linear.MemberLinearOut.apply(x, stacked.weight, stacked.bias),
                                   [stacked.weight, stacked.bias], grad)
         for k in range(3):
             torch.testing.assert_close(got[0][k].t(), want[k][0], rtol=1e-4, atol=1e-4)
@@ -105,47 +137,24 @@ def test_unaligned_hidden_layers_inside_mlp():
     net = mlp([13, 100, 50, 3]).to(DEVICE)
     x = torch.randn(45, 13, device=DEVICE)
     upstream = torch.randn(45, 3, device=DEVICE)
-    results = []
-    for fused_path in (True, False):
-        net.zero_grad(set_to_none=True)
-        original = linear_tanh.serves
-        linear_tanh.serves = (lambda v: True) if fused_path else (lambda v: False)
-        try:
-            out = net(x)
-            (out * upstream).sum().backward()
-        finally:
-            linear_tanh.serves = original
-        results.append([out.detach()] + [p.grad.clone() for p in net.parameters()])
-    for mine, ref in zip(*results):
+    for mine, ref in zip(*_on_both_paths(net, x, lambda out: (out * upstream).sum())):
         torch.testing.assert_close(mine, ref, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.skipif(not GPU, reason="bf16 autocast is the GPU's")
-def test_linear_tanh_in_bf16_and_inside_mlp():
+def test_padded_layers_in_bf16_and_inside_mlp():
     torch.manual_seed(1)
     net = mlp([78, 256, 256, 42]).to(DEVICE)
     x = torch.randn(1000, 78, device=DEVICE)
     upstream = torch.randn(1000, 42, device=DEVICE)
-    grads = []
-    for fused_on in (True, False):
-        net.zero_grad(set_to_none=True)
-        original = linear_tanh.serves
-        if not fused_on:
-            linear_tanh.serves = lambda v: False
-        try:
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                out = net(x)
-            (out.float() * upstream).sum().backward()
-        finally:
-            linear_tanh.serves = original
-        grads.append([p.grad.clone() for p in net.parameters()])
+    grads = [r[1:] for r in _on_both_paths(net, x, lambda out: (out.float() * upstream).sum(), bf16=True)]
     for (name, _), mine, ref in zip(net.named_parameters(), *grads):
         assert mine.dtype == torch.float32
         err = float((mine - ref).abs().max() / ref.abs().max())
         assert err < 0.03, f"{name}: bf16 gradient off by {err:.3f} of its largest element"
-    assert linear_tanh.serves(x.requires_grad_(False)) and not linear_tanh.serves(x.cpu())
+    assert padded_linear.serves(x.requires_grad_(False)) and not padded_linear.serves(x.cpu())
     with torch.no_grad():
-        assert not linear_tanh.serves(x)
+        assert not padded_linear.serves(x)
 
 
 @pytest.mark.parametrize("shared,act", [(False, "tanh"), (True, "tanh"), (False, "relu"), (True, "relu")])
@@ -163,25 +172,15 @@ def test_actor_critic_through_padded_layers(shared, act):
     stacked = stack_members([body(78, MultiDiscrete([21, 21]), (32, 24), act).to(DEVICE) for _ in range(3)])
     for model, rows in ((single, 50), (stacked, 3 * 70)):
         x = torch.randn(rows, 78, device=DEVICE)
-        results = []
-        for fused_path in (True, False):
-            model.zero_grad(set_to_none=True)
-            original = linear_tanh.serves
-            linear_tanh.serves = (lambda v: True) if fused_path else (lambda v: False)
-            try:
-                out, value = model(x)
-                (out.sum(1) * value).sum().backward()
-            finally:
-                linear_tanh.serves = original
-            assert out.shape == (rows, 42) and value.shape == (rows,)
-            results.append([out.detach(), value.detach()] + [p.grad.clone() for p in model.parameters()])
+        results = _on_both_paths(model, x, lambda out, value: (out.sum(1) * value).sum())
+        assert all(r[0].shape == (rows, 42) and r[1].shape == (rows,) for r in results)
         for mine, ref in zip(*results):
             torch.testing.assert_close(mine, ref, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("rows,K,N,act", [(70, 80, 256, "tanh"), (130, 16, 104, "tanh"), (70, 80, 256, "relu")])
-def test_linear_tanh_kernel_matches_torch(rows, K, N, act):
-    """linear_kernels.linear_tanh (the bf16 forward's matmul with bias and tanh, or ReLU, in its
+def test_linear_activation_kernel_matches_torch(rows, K, N, act):
+    """linear_kernels.linear_activation (the bf16 forward's matmul with bias and tanh, or ReLU, in its
     epilogue) against torch: bf16 on a GPU (to bf16's rounding), float32 in Triton's interpreter."""
     f = torch.tanh if act == "tanh" else torch.relu
     mode = 0 if act == "tanh" else 2
@@ -192,12 +191,12 @@ def test_linear_tanh_kernel_matches_torch(rows, K, N, act):
     b = torch.randn(N, device=DEVICE).to(dtype)
     want = f(x.float() @ w.float().t() + b.float())
     if GPU:
-        got = linear_tanh._linear_tanh_bf16(x, w, b, act=act)
+        got = padded_linear._linear_activation_bf16(x, w, b, act=act)
         tol = 1e-2
     else:
         got = torch.empty(rows, N)
-        fused._linear_kernels().linear_tanh[(-(-rows // 32), -(-N // 64), 1)](x, w, b, got, rows, 0, 0, 1, K, K=K, N=N,
-                                                                              BM=32, BN=64, BK=16, ACT=mode)
+        fused._linear_kernels().linear_activation[(-(-rows // 32), -(-N // 64), 1)](
+            x, w, b, got, rows, 0, 0, 1, K, K=K, N=N, BM=32, BN=64, BK=16, ACT=mode)
         tol = 1e-5
     assert got.shape == (rows, N) and got.dtype == dtype
     torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)
@@ -208,9 +207,9 @@ def test_linear_tanh_kernel_matches_torch(rows, K, N, act):
     want = torch.cat([f(xs[k * rows:(k + 1) * rows].float() @ ws[k].float() + bs[k].float())
                       for k in range(3)])
     if GPU:
-        got = linear_tanh._linear_tanh_bf16(xs, ws, bs, members=3, act=act)
+        got = padded_linear._linear_activation_bf16(xs, ws, bs, act=act)
     else:
         got = torch.empty(3 * rows, N)
-        fused._linear_kernels().linear_tanh[(-(-rows // 32), -(-N // 64), 3)](xs, ws, bs, got, rows, K * N, N, N, 1,
-                                                                              K=K, N=N, BM=32, BN=64, BK=16, ACT=mode)
+        fused._linear_kernels().linear_activation[(-(-rows // 32), -(-N // 64), 3)](
+            xs, ws, bs, got, rows, K * N, N, N, 1, K=K, N=N, BM=32, BN=64, BK=16, ACT=mode)
     torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)
