@@ -17,8 +17,9 @@
 # Needs no network: wheels missing from the machine's image are taken from .whl/ when present. The
 # image lacks gymnasium (reference checks) and IPython (the magic's tests); fill .whl/ beforehand with
 #     pip download gymnasium ipython --python-version 3.12 --only-binary=:all: --platform manylinux2014_x86_64 -d .whl
-# and delete typing_extensions from it (the image's torch brings its own). The notebooks stage needs a
-# Jupyter kernel, which the image lacks too; its wheels go in .whl-nb/ (carried only for that stage):
+# and delete numpy and typing_extensions from it (the image brings its own; a downloaded numpy would
+# shadow the image's). The notebooks stage needs a Jupyter kernel, which the image lacks too; its
+# wheels go in .whl-nb/ (carried only for that stage):
 #     pip download nbclient nbformat ipykernel ipywidgets matplotlib ipython --python-version 3.12 \
 #         --only-binary=:all: --platform manylinux2014_x86_64 -d .whl-nb
 # then delete numpy, typing_extensions, packaging, psutil and pygments from it.

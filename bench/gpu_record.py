@@ -33,7 +33,7 @@ GPU_PATHS = ("workbench/compiler/targets", "workbench/compiler/codegen*.py", "wo
              "workbench/targets", "workbench/codegen*.py", "workbench/cuda", "workbench/trainer.py", "workbench/algorithms",
              "workbench/rollout.py", "workbench/policies.py", "workbench/sampling.py", "workbench/compiled.py",
              "workbench/env.py", "workbench/store.py", "workbench/episode_stats.py", "workbench/rng.py",
-             "workbench/kernel_cache.py")
+             "workbench/kernel_cache.py", "workbench/learn/linear_tanh.py")
 _COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)\b")
 _FAILED = re.compile(r"^(FAILED|ERROR) (\S+)")
 
