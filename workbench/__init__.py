@@ -115,7 +115,8 @@ def load_ipython_extension(ipython):
     _load(ipython)
 
 
-__all__ = ["A2CConfig", "DDPGConfig", "PPOConfig", "Trainer", "TrainResult", "make_trainer", "make", "check_env", "replay", "Env", "register", "env_names", "available_targets", "best_target", "Box",
-           "Discrete", "MultiDiscrete", "per_env", "per_agent", "ActionError", "ConsistencyError",
+__all__ = ["A2CConfig", "DDPGConfig", "PPOConfig", "Trainer", "TrainResult", "make_trainer", "make", "check_env",
+           "replay", "Env", "register", "env_names", "available_targets", "best_target", "Box", "Discrete",
+           "MultiDiscrete", "per_env", "per_agent", "ActionError", "ConsistencyError",
            "EnvCompileError", "EnvDefinitionError", "EnvIndexError", "NonFiniteError", "TargetUnavailableError",
            "UnknownEnvError", "WorkbenchError"]

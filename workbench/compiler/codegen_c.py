@@ -297,8 +297,8 @@ def c_program(defn: EnvDefinition, layout: Layout) -> str:
                "#define WB_REGISTER_CAP", "#endif", ""]
     for kernel, body in (("wb_reset", _reset_body), ("wb_step", _step_body)):
         w = _Writer(defn, layout, c_file)
-        w.emit(0, f"extern \"C\" __global__ void WB_REGISTER_CAP {kernel}(", "    int n_envs,", "    wb_u64 seed,", "    int span,",
-               f"{params})", "{",
+        w.emit(0, f"extern \"C\" __global__ void WB_REGISTER_CAP {kernel}(", "    int n_envs,", "    wb_u64 seed,",
+               "    int span,", f"{params})", "{",
                "    const int tid = threadIdx.x;",
                "    const long long e64 = (long long)blockIdx.x * EPB + tid / TPE;",
                "    const bool active = e64 < n_envs;",

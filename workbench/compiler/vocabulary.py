@@ -229,7 +229,8 @@ def _check_subscript(name: str, node: ast.Subscript, spec, lines: list, params: 
                 f"({_shape_text(spec)})", line=node.lineno)
 
 
-KERNEL_GLOBALS = frozenset("NUM_AGENTS MAX_STEPS TPE EPB RESET_STEP OBSERVE_STEP cuda prange THIS_ENV_IS_CUDA_C_ONLY__RUN_IT_WITH_TARGET_CUDA_C".split())
+KERNEL_GLOBALS = frozenset("NUM_AGENTS MAX_STEPS TPE EPB RESET_STEP OBSERVE_STEP cuda prange "
+                           "THIS_ENV_IS_CUDA_C_ONLY__RUN_IT_WITH_TARGET_CUDA_C".split())
 
 
 def _local_names(fn: ast.FunctionDef) -> set:

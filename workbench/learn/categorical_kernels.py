@@ -34,8 +34,8 @@ def head_moments(out, at, valid, first, n, NMAX: tl.constexpr):
 def logp_entropy(out, out_stride, actions, starts, logp, entropy, rows, HEADS: tl.constexpr, NMAX: tl.constexpr,
                  BLOCK: tl.constexpr):
     """Rows [BLOCK p, BLOCK (p + 1)) of logits out [N, D] (any float type, rows out_stride apart) and
-    actions [N, HEADS] (each head's index within it; heads of at most NMAX columns): log pi(a|s) and the entropy, each summed over
-    the heads, into logp and entropy [N] (float32)."""
+    actions [N, HEADS] (each head's index within it; heads of at most NMAX columns): log pi(a|s) and
+    the entropy, each summed over the heads, into logp and entropy [N] (float32)."""
     r = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     valid = r < rows
     at = r * out_stride

@@ -33,7 +33,8 @@ class Metrics:
         """base (iteration, env_steps, rate, time) plus, per policy, the update statistics averaged
         over the iterations since the last pull (and over ranks; left out when not `learning`) and the
         episode statistics; mean_return over the policies; nonfinite: a loss was NaN or inf. For a
-        population: each value is the median over the members (returns with their quartiles), and `members` one such dict per member (with member, seed and the swept values)."""
+        population: each value is the median over the members (returns with their quartiles), and
+        `members` one such dict per member (with member, seed and the swept values)."""
         names = [g.name for g in self.groups]
         keys = [(n, k) for n in names for k in sorted(self.sums[n])]
         stacked = torch.stack([self.sums[n][k].float() for n, k in keys])  # [K, M]

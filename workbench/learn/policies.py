@@ -34,8 +34,9 @@ class _SigmoidTanh(torch.autograd.Function):
 class Tanh(nn.Tanh):
     """nn.Tanh, computed on the CPU as 2 sigmoid(2x) - 1 (the fused GPU kernels' formula): torch's CPU
     tanh kernel took 4.0 to 4.5 ns per element at one thread on an AVX2 machine against 1.75 to 2.0
-    ns for this form (bench/bench_cpu_tanh.py), and the hidden layers' tanh is the largest cost of a CPU population's update. The same
-    values to within 2e-7 (absolute), the same gradients to within 2e-6."""
+    ns for this form (bench/bench_cpu_tanh.py), and the hidden layers' tanh is the largest cost of a
+    CPU population's update. The same values to within 2e-7 (absolute), the same gradients to within
+    2e-6."""
 
     def forward(self, x):
         if x.device.type == "cpu":

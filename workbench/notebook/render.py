@@ -258,7 +258,8 @@ class Animation:
 <div style="display:flex;align-items:center;gap:6px;margin-top:4px">
 <button id="{pid}-play" style="width:3.2em">&#9654;</button>
 <input id="{pid}-slider" class="wb-slider" type="range" min="0" max="{max(n - 1, 0)}" value="0" style="flex:1"/>
-<span id="{pid}-label" style="font-size:12px;font-family:monospace;min-width:22em">step 0 / {self.total_steps}  {html.escape(self.captions[0] if self.captions else '')}</span>
+<span id="{pid}-label" style="font-size:12px;font-family:monospace;min-width:22em"
+>step 0 / {self.total_steps}  {html.escape(self.captions[0] if self.captions else '')}</span>
 <select id="{pid}-speed"><option value="0.25">0.25x</option><option value="0.5">0.5x</option>
 <option value="1" selected>1x</option><option value="2">2x</option><option value="4">4x</option></select>
 </div>{note}
@@ -397,8 +398,9 @@ def to_mp4(trajectory: dict, env, path, *, fps: float | None = None, dpi: int = 
 def record_episode(env, policy=None, *, replicas=(0,), max_steps: int | None = None, reset: bool = True,
                    deterministic: bool = False) -> list:
     """Step `env` until every replica in `replicas` finished an episode (or `max_steps` steps) and
-    return their trajectories (an episode that ended ends with the state it ended in). policy: None (uniformly random actions), a Trainer (its `act`), or a
-    callable `policy(env)` that writes or returns the actions."""
+    return their trajectories (an episode that ended ends with the state it ended in). policy: None
+    (uniformly random actions), a Trainer (its `act`), or a callable `policy(env)` that writes or
+    returns the actions."""
     replicas = [int(r) for r in replicas]
     limit = int(max_steps or min(env.definition.max_steps, 2000))
     recorder = env.record(replicas=replicas, max_steps=limit)

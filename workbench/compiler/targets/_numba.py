@@ -93,8 +93,8 @@ def module_text(defn: EnvDefinition, *, prelude: str, imports: str, device_decor
                  f"TPE = {layout.threads_per_env}\nEPB = {layout.envs_per_block}\n")
     source = defn.source if defn.source.endswith("\n") else defn.source + "\n"
     return (source + _SEPARATOR + "import inspect as _wb_inspect\nimport numpy as _wb_np\n" + imports + "\n"
-            + "\n".join(params) + "\n\n" + _RNG_SOURCE + "\n" + _helpers_for(defn) + "\n" + prelude + "\n" + constants + "\n" + wrap
-            + "\n" + _numpy_text() + "\n\n" + driver)
+            + "\n".join(params) + "\n\n" + _RNG_SOURCE + "\n" + _helpers_for(defn) + "\n" + prelude + "\n" + constants
+            + "\n" + wrap + "\n" + _numpy_text() + "\n\n" + driver)
 
 
 def module_is_cached(defn: EnvDefinition, target: str, **module) -> bool:
