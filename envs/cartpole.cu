@@ -15,20 +15,23 @@ __device__ void reset(int env, wb_key key, float* x, float* x_dot, float* theta,
 __device__ void step(int env, int agent, action_view action, float* x, float* x_dot, float* theta,
                      float* theta_dot, reward_view reward, unsigned char* terminated)
 {
+    // every load issued before any arithmetic: one memory round trip a step, not three
+    const int a = action(env, agent);
+    const float x0 = x[env], x_dot0 = x_dot[env], theta0 = theta[env], theta_dot0 = theta_dot[env];
     const double total_mass = masspole + masscart;
     const double polemass_length = masspole * length;
-    const double force = action(env, agent) == 1 ? force_mag : -force_mag;
-    const float costheta = cosf(theta[env]);
-    const float sintheta = sinf(theta[env]);
-    const float theta_dot_sq = theta_dot[env] * theta_dot[env];  // float, as theta_dot ** 2 is in the Python
+    const double force = a == 1 ? force_mag : -force_mag;
+    const float costheta = cosf(theta0);
+    const float sintheta = sinf(theta0);
+    const float theta_dot_sq = theta_dot0 * theta_dot0;  // float, as theta_dot ** 2 is in the Python
     const double temp = (force + polemass_length * theta_dot_sq * sintheta) / total_mass;
     const double thetaacc = (gravity * sintheta - costheta * temp) /
                             (length * (4.0 / 3.0 - masspole * (costheta * costheta) / total_mass));
     const double xacc = temp - polemass_length * thetaacc * costheta / total_mass;
-    const double new_x = x[env] + tau * x_dot[env];
-    x_dot[env] = x_dot[env] + tau * xacc;
-    const double new_theta = theta[env] + tau * theta_dot[env];
-    theta_dot[env] = theta_dot[env] + tau * thetaacc;
+    const double new_x = x0 + tau * x_dot0;
+    x_dot[env] = x_dot0 + tau * xacc;
+    const double new_theta = theta0 + tau * theta_dot0;
+    theta_dot[env] = theta_dot0 + tau * thetaacc;
     x[env] = new_x;
     theta[env] = new_theta;
     reward(env, agent) = 1.0f;

@@ -40,19 +40,25 @@ def reset(env, key, x, x_dot, theta, theta_dot):
 
 
 def step(env, agent, action, x, x_dot, theta, theta_dot, reward, terminated):
+    # every load before any arithmetic: on a GPU one memory round trip a step, not three
+    a = action[env, agent]
+    x0 = x[env]
+    x_dot0 = x_dot[env]
+    theta0 = theta[env]
+    theta_dot0 = theta_dot[env]
     total_mass = masspole + masscart
     polemass_length = masspole * length
-    force = force_mag if action[env, agent] == 1 else -force_mag
-    costheta = math.cos(theta[env])
-    sintheta = math.sin(theta[env])
-    temp = (force + polemass_length * theta_dot[env] ** 2 * sintheta) / total_mass
+    force = force_mag if a == 1 else -force_mag
+    costheta = math.cos(theta0)
+    sintheta = math.sin(theta0)
+    temp = (force + polemass_length * theta_dot0 ** 2 * sintheta) / total_mass
     thetaacc = (gravity * sintheta - costheta * temp) / (
         length * (4.0 / 3.0 - masspole * costheta ** 2 / total_mass))
     xacc = temp - polemass_length * thetaacc * costheta / total_mass
-    new_x = x[env] + tau * x_dot[env]
-    x_dot[env] = x_dot[env] + tau * xacc
-    new_theta = theta[env] + tau * theta_dot[env]
-    theta_dot[env] = theta_dot[env] + tau * thetaacc
+    new_x = x0 + tau * x_dot0
+    x_dot[env] = x_dot0 + tau * xacc
+    new_theta = theta0 + tau * theta_dot0
+    theta_dot[env] = theta_dot0 + tau * thetaacc
     x[env] = new_x
     theta[env] = new_theta
     reward[env, agent] = 1.0
