@@ -9,10 +9,12 @@ import triton.language as tl
 
 
 @triton.jit
-def head_moments(out, at, valid, first, n, NMAX: tl.constexpr):
-    """One head's columns [first, first + n) (n <= NMAX) of the logits rows at `at` (element offsets
-    [BLOCK]): their log-sum-exp and the entropy H = lse - sum p x, float32 [BLOCK]."""
-    width = tl.where(valid, n, 0)  # a [BLOCK] bound: Triton 3.9's interpreter refuses valid & (j < n) as a mask
+def head_moments(out, at, width, first, NMAX: tl.constexpr):
+    """One head's columns [first, first + width) of the logits rows at `at` (element offsets [BLOCK]),
+    width [BLOCK] the head's width (<= NMAX) on valid rows and 0 past the end: their log-sum-exp and the
+    entropy H = lse - sum p x, float32 [BLOCK]. (A [BLOCK] bound, not valid & (j < n): Triton 3.9's
+    interpreter refuses that mask.)"""
+    valid = width > 0
     top = tl.full(at.shape, -float("inf"), tl.float32)
     for j in range(NMAX):
         x = tl.load(out + at + first + j, mask=j < width, other=-float("inf")).to(tl.float32)
@@ -43,7 +45,7 @@ def logp_entropy(out, out_stride, actions, starts, logp, entropy, rows, HEADS: t
     ent = tl.zeros((BLOCK,), tl.float32)
     for h in tl.static_range(HEADS):
         first = tl.load(starts + h)
-        lse, H = head_moments(out, at, valid, first, tl.load(starts + h + 1) - first, NMAX)
+        lse, H = head_moments(out, at, tl.where(valid, tl.load(starts + h + 1) - first, 0), first, NMAX)
         a = tl.load(actions + r * HEADS + h, mask=valid, other=0)
         lp += tl.load(out + at + first + a, mask=valid, other=0.0).to(tl.float32) - lse
         ent += H
@@ -65,10 +67,9 @@ def logp_entropy_backward(out, out_stride, actions, starts, g_logp, g_entropy, d
     ge = tl.load(g_entropy + r, mask=valid, other=0.0)
     for h in tl.static_range(HEADS):
         first = tl.load(starts + h)
-        n = tl.load(starts + h + 1) - first
-        lse, H = head_moments(out, at, valid, first, n, NMAX)
+        width = tl.where(valid, tl.load(starts + h + 1) - first, 0)
+        lse, H = head_moments(out, at, width, first, NMAX)
         a = tl.load(actions + r * HEADS + h, mask=valid, other=0)
-        width = tl.where(valid, n, 0)
         for j in range(NMAX):
             here = j < width
             log_p = tl.load(out + at + first + j, mask=here, other=0.0).to(tl.float32) - lse
