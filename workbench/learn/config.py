@@ -269,7 +269,10 @@ def _validate_sweep(config) -> None:
             raise ConfigError(f"{name}.sweep[{key!r}] must be a non-empty list of numbers, e.g. "
                               f"{{{key}: [{getattr(config, key)!r}, ...]}}, got {values!r}")
         for value in values:
-            validate(dataclasses.replace(config, sweep=None, **{key: float(value)}))
+            try:
+                validate(dataclasses.replace(config, sweep=None, **{key: float(value)}))
+            except ConfigError as exc:
+                raise ConfigError(f"{name}.sweep[{key!r}] holds {value!r}, not a valid {key}: {exc}") from None
 
 
 def check_against_env(config, env, groups=None, members: int = 1) -> None:
