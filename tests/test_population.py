@@ -270,6 +270,8 @@ def test_best_member_is_loaded_for_replay_and_evaluate(tmp_path):
     assert main(["evaluate", str(tmp_path), "--member", "2", "--num-envs", "2", "--random"]) == 0
     with pytest.raises(cfg.ConfigError, match="member must be in 0..2"):
         load_policy(tmp_path, member=5)
+    with pytest.raises(cfg.ConfigError, match="member must be in 0..2 or 'best', got 'worst'"):
+        load_policy(tmp_path, member="worst")
 
 
 def test_cli_trains_a_sweep_and_writes_its_ranking(tmp_path, capsys):

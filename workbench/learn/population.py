@@ -196,9 +196,13 @@ def member_payload(payload: dict, k) -> dict:
         raise cfg.ConfigError("this checkpoint is not a population's (it has no members); load it as it is")
     config = cfg.from_dict(payload["config"])
     history = payload.get("history") or []
-    k = best_member(history) if k == "best" else int(k)
+    asked = k
+    try:
+        k = best_member(history) if k == "best" else int(k)
+    except (TypeError, ValueError):
+        k = -1
     if not 0 <= k < info["members"]:
-        raise cfg.ConfigError(f"member must be in 0..{info['members'] - 1} or 'best', got {k!r}")
+        raise cfg.ConfigError(f"member must be in 0..{info['members'] - 1} or 'best', got {asked!r}")
     models, optimizers = {}, {}
     for name, state in payload["models"].items():
         layout = info["layout"][name]
