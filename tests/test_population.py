@@ -286,6 +286,9 @@ def test_cli_trains_a_sweep_and_writes_its_ranking(tmp_path, capsys):
     assert sorted(float(r["lr"]) for r in rows) == [1e-3, 3e-3] and all(int(r["members"]) == 2 for r in rows)
     assert main(["train", "cartpole", "--sweep", "lr=fast", "--target", "cpu"]) == 2
     assert "--sweep takes NAME=V1,V2" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["evaluate", str(run), "--member", "worst"])
+    assert "--member: a member's index (0, 1, ...) or best, not 'worst'" in capsys.readouterr().err
 
 
 def test_a_single_runs_member_adam_steps_as_torch_adam_and_loads_its_state():

@@ -126,6 +126,16 @@ def _animate_if_possible(trainer, run_dir: Path):
     print(f"animation of the trained policy: {path}")
 
 
+def _member(value: str):
+    """--member: a member's index or 'best'."""
+    if value == "best":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a member's index (0, 1, ...) or best, not {value!r}") from None
+
+
 def _checkpoint_path(path: str) -> Path:
     """A checkpoint file, or a run folder holding checkpoint.pt."""
     p = Path(path)
@@ -260,12 +270,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="only these policies replaced by random actions (no names: only the trained policies); "
                          "default: each policy replaced in turn")
     ev.add_argument("--json", default=None, help="also write the results to this JSON file")
-    ev.add_argument("--member", default="best", type=lambda v: v if v == "best" else int(v),
+    ev.add_argument("--member", default="best", type=_member,
                     help="of a population's run: the member to evaluate (an index, or best)")
     export = sub.add_parser("export-member", help="write one member of a population's run as a single run's "
                                                   "checkpoint (resume, evaluate and replay it as any run)")
     export.add_argument("run", help="population run folder or checkpoint")
-    export.add_argument("--member", default="best", type=lambda v: v if v == "best" else int(v))
+    export.add_argument("--member", default="best", type=_member, help="the member to export (an index, or best)")
     export.add_argument("--out", default=None, help="checkpoint path (default: member_K.pt in the run folder)")
     export.set_defaults(func=cmd_export_member)
     ev.set_defaults(func=cmd_evaluate)
