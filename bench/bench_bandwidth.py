@@ -8,7 +8,7 @@ replica-step must move between the kernel and memory on the path taken every ste
     read:    action, x, x_dot, theta, theta_dot, t, episode_return
     written: x, x_dot, theta, theta_dot, reward, terminated, truncated, done, t, episode_return, obs
 
-(each array's bytes per replica taken from the store's dtypes and shapes: 75 B for CartPole).
+(each array's bytes per replica taken from the store's dtypes and shapes: 72 B for CartPole).
 A finished replica also writes final_obs, last_return, last_length and episode and re-draws its
 state, about 1/22 of replica-steps with random actions: that traffic (~1.5 B a step) is not
 counted, so the figure is a slight underestimate.

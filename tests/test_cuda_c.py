@@ -397,7 +397,9 @@ def _host_run(tmp_path, defn, layout, n_envs, seed, actions, recorded=(), span=N
              "    fclose(out);", "    return 0;", "}"]
     (tmp_path / "program.cu").write_text(main[0])
     exe = _build(tmp_path, defn.name, _HOST_CUDA + "\n#include \"program.cu\"\n" + "\n".join(main[1:]))
-    (tmp_path / "actions.bin").write_bytes(b"".join(np.ascontiguousarray(a).tobytes() for a in actions))
+    action_dtype = {name: dtype for name, dtype, _ in arrays}["action"]  # the store's (int8 for CartPole)
+    (tmp_path / "actions.bin").write_bytes(b"".join(np.ascontiguousarray(a, dtype=action_dtype).tobytes()
+                                                    for a in actions))
     subprocess.run([str(exe), str(seed), str(len(actions)), str(tmp_path / "actions.bin"), str(tmp_path / "out.bin")],
                    check=True, timeout=300)
     raw = (tmp_path / "out.bin").read_bytes()

@@ -45,6 +45,47 @@ def test_observe_draws_from_its_own_key_stream(target):
     assert not torch.equal(obs_after[:, 0, 0], env.data["drawn"])
 
 
+# The action's largest category comes back as the reward: the action array's narrow dtype holds it.
+ECHO = textwrap.dedent('''
+    from workbench.compiler.envdef import Box, Discrete, MultiDiscrete, per_env
+    NUM_AGENTS = 2
+    MAX_STEPS = 9
+    OBSERVATION = Box(shape=(1,))
+    ACTION = SPACE
+    STATE = dict(seen=per_env())
+
+    def reset(env, seen):
+        seen[env] = 0.0
+
+    def step(env, agent, action, seen, reward, terminated):
+        a = ACTION_READ
+        reward[env, agent] = a * 1.0
+        seen[env] = a * 1.0
+        terminated[env] = 0
+
+    def observe(env, agent, seen, obs):
+        obs[env, agent, 0] = seen[env]
+''')
+
+
+@pytest.mark.parametrize("space, dims, dtype", [("Discrete(2)", 0, torch.int8), ("Discrete(128)", 0, torch.int8),
+                                                ("Discrete(129)", 0, torch.int16),
+                                                ("Discrete(40000)", 0, torch.int32),
+                                                ("MultiDiscrete((3, 300))", 2, torch.int16)])
+def test_actions_are_the_smallest_integer_that_holds_them(target, space, dims, dtype):
+    name = f"echo_{dtype}_{dims}".replace("torch.", "")
+    read = f"action[env, agent, {dims - 1}]" if dims else "action[env, agent]"
+    wb.register(name, ECHO.replace("SPACE", space).replace("ACTION_READ", read))
+    env = wb.make(name, num_envs=3, target=target)
+    top = env.action_space.nvec[-1] - 1 if dims else env.action_space.n - 1
+    assert env.data["action"].dtype == dtype
+    shape = tuple(env.data["action"].shape)
+    highest = torch.tensor(env.action_space.nvec) - 1 if dims else torch.tensor(top)
+    actions = highest.expand(shape).to(torch.int64)  # any integer dtype is taken
+    _obs, reward, _done, _info = env.step(actions.to(env.device))
+    assert reward.cpu().eq(float(top)).all(), (space, reward)
+
+
 # One agent writing a 6-wide observation; the variants below break it one way each.
 SIX = textwrap.dedent('''
     from workbench.compiler.envdef import Box, Discrete, per_env

@@ -89,6 +89,15 @@ def test_gymnasium_episode_statistics_wrapper_agrees(cartpole):
     assert checked > 0
 
 
+def test_an_action_past_the_narrow_store_type_is_refused_not_wrapped(cartpole):
+    """CartPole's actions are stored as int8; 256 must be refused, not stored as 0."""
+    env = cartpole.as_gymnasium()
+    env.reset(seed=1)
+    with pytest.raises(wb.ActionError, match="256"):
+        env.step(np.array([0, 1, 256, 0]))
+    env.step(np.array([0, 1, 1, 0]))  # good actions still step
+
+
 def test_multi_agent_env_needs_flatten_and_says_what_to_call():
     tag = wb.make("tag_continuous", num_envs=2, target="cpu", seed=1, **TAG_SMALL)
     with pytest.raises(AdapterError, match=r"8 agents.*flatten_agents=True.*as_pettingzoo"):

@@ -65,6 +65,16 @@ def test_batched_form_is_views_of_the_device_tensors(tag):
     assert torch.equal(infos["runners_0"]["final_obs"], tag.info["final_obs"][:, 2])
 
 
+def test_an_action_past_the_narrow_store_type_is_refused_not_wrapped(tag):
+    """Tag's actions are stored as int8; 266 (10 modulo 256) must be refused, not stored as 10."""
+    single = tag.as_pettingzoo(replica=0)
+    single.reset(seed=2)
+    actions = {name: np.array([0, 1]) for name in single.agents}
+    actions["runners_1"] = np.array([266, 1])
+    with pytest.raises(wb.ActionError, match="266"):
+        single.step(actions)
+
+
 def test_bad_replica_and_agent_names(tag):
     with pytest.raises(AdapterError, match=r"replica must be in \[0, 3\)"):
         tag.as_pettingzoo(replica=3)

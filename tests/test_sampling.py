@@ -179,6 +179,29 @@ def test_with_an_env():
     assert bool((env.data["x_dot"][:32] > x_before[:32]).all()) and bool((env.data["x_dot"][32:] < x_before[32:]).all())
 
 
+def test_narrow_action_dtypes_draw_the_same_numbers():
+    """An env's actions are int8 or int16 when its categories fit (envdef.action_dtype): samples into
+    them equal the int32 ones, and a dead row's -1 survives, on cpu and cuda (the simulator here)."""
+    n = tiny(512, 24)
+    gen = torch.Generator().manual_seed(5)
+    logits = torch.randn(n, 2, 6, generator=gen) * 2
+    logits[0, 1] = -math.inf
+    md = torch.randn(n, 2, 9, generator=gen)
+    for kind in ("cpu", "cuda"):
+        dev = Sampler(kind).device
+        reference = {}
+        for dtype in (torch.int32, torch.int8, torch.int16):
+            sampler = Sampler(kind, seed=11)
+            cat = sampler.categorical(logits.to(dev), torch.empty(n, 2, dtype=dtype, device=dev))
+            multi = sampler.multi_discrete(md.to(dev), (2, 3, 4), torch.empty(n, 2, 3, dtype=dtype, device=dev))
+            assert cat.dtype == multi.dtype == dtype
+            reference.setdefault("cat", cat.cpu().int())
+            reference.setdefault("multi", multi.cpu().int())
+            assert torch.equal(cat.cpu().int(), reference["cat"]), (kind, dtype)
+            assert torch.equal(multi.cpu().int(), reference["multi"]), (kind, dtype)
+            assert cat[0, 1] == -1 and 0 <= int(cat[1:].min()) and int(cat.max()) < 6
+
+
 # -- cpu and cuda (the simulator without a GPU) draw the same numbers -------------------------
 def test_cpu_and_cuda_agree():
     a, b = Sampler("cpu", seed=4), Sampler("cuda", seed=4)
@@ -212,8 +235,9 @@ def test_errors_name_the_argument(cpu):
     cases = [
         (lambda: cpu.categorical(logits.double()), "logits has dtype float64; expected float32"),
         (lambda: cpu.categorical(logits.numpy()), "logits must be a torch.Tensor"),
-        (lambda: cpu.categorical(logits, torch.zeros(4)), "out has dtype float32; expected int32"),
-        (lambda: cpu.categorical(logits, torch.zeros(4, dtype=torch.int64)), "out has dtype int64; expected int32"),
+        (lambda: cpu.categorical(logits, torch.zeros(4)), "out has dtype float32; expected int8, int16 or int32"),
+        (lambda: cpu.categorical(logits, torch.zeros(4, dtype=torch.int64)),
+         "out has dtype int64; expected int8, int16 or int32"),
         (lambda: cpu.categorical(logits, torch.zeros(5, dtype=torch.int32)), r"out has shape \(5,\); expected \[4\]"),
         (lambda: cpu.categorical(torch.zeros(4, 0)), "logits must have at least one category"),
         (lambda: cpu.categorical(torch.zeros(4, 3, device="meta")), "logits is on meta; this sampler runs on cpu"),

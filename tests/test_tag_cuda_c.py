@@ -104,7 +104,8 @@ def host_run_from(tmp_path, defn, layout, n_envs, seed, state, actions):
     (tmp_path / "program.cu").write_text(codegen_c.c_program(defn, layout))
     exe = _build(tmp_path, defn.name + "_from", _HOST_CUDA + "\n#include \"program.cu\"\n" + "\n".join(main))
     (tmp_path / "init.bin").write_bytes(b"".join(np.ascontiguousarray(state[s.name]).tobytes() for s in specs))
-    (tmp_path / "actions.bin").write_bytes(b"".join(np.ascontiguousarray(a).tobytes() for a in actions))
+    (tmp_path / "actions.bin").write_bytes(b"".join(np.ascontiguousarray(a, dtype=defn.arrays["action"].dtype).tobytes()
+                                                    for a in actions))
     subprocess.run([str(exe), str(seed), str(len(actions)), str(tmp_path / "actions.bin"), str(tmp_path / "out.bin"),
                     str(tmp_path / "init.bin")], check=True, timeout=300)
     raw = (tmp_path / "out.bin").read_bytes()

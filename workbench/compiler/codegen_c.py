@@ -28,8 +28,9 @@ from .envdef_c import c_phases
 
 DRIVER_FILE = "<workbench driver>"
 RUNTIME_HEADER = "wb_runtime.cuh"
-_C_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double", np.dtype(np.int32): "int",
-            np.dtype(np.int64): "long long", np.dtype(np.uint8): "unsigned char"}
+_C_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double", np.dtype(np.int8): "signed char",
+            np.dtype(np.int16): "short", np.dtype(np.int32): "int", np.dtype(np.int64): "long long",
+            np.dtype(np.uint8): "unsigned char"}
 _RESYNC = "\0resync"  # placeholder line: becomes `#line <its successor's line> DRIVER_FILE`
 
 # {stream}: the agent slot of the key; wb_seed, wb_e: the replica's seed and index in its block (codegen)

@@ -34,7 +34,17 @@ import numpy as np
 from ..errors import EnvDefinitionError, EnvParameterError
 
 SPECIAL_ARGS = ("env", "agent", "key")
-_DTYPES = {"float32": np.float32, "float64": np.float64, "int32": np.int32, "int64": np.int64, "uint8": np.uint8}
+_DTYPES = {"float32": np.float32, "float64": np.float64, "int8": np.int8, "int16": np.int16, "int32": np.int32,
+           "int64": np.int64, "uint8": np.uint8}
+
+
+def action_dtype(categories: int) -> np.dtype:
+    """The smallest signed integer that holds discrete actions 0 .. categories - 1 and the samplers'
+    -1 (a row with nothing to draw): int8 up to 128 categories, int16 up to 32768, else int32."""
+    for dtype in (np.int8, np.int16):
+        if categories - 1 <= np.iinfo(dtype).max:
+            return np.dtype(dtype)
+    return np.dtype(np.int32)
 
 
 @dataclass(frozen=True)
@@ -288,10 +298,10 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
     action = namespace["ACTION"]
     if isinstance(action, Discrete):
         action = Discrete(_as_int(action.n, params, "ACTION.n"))
-        act_shape, act_dtype = (), np.int32
+        act_shape, act_dtype = (), action_dtype(action.n)
     elif isinstance(action, MultiDiscrete):
         action = MultiDiscrete(tuple(_as_int(n, params, "ACTION.nvec") for n in action.nvec))
-        act_shape, act_dtype = (len(action.nvec),), np.int32
+        act_shape, act_dtype = (len(action.nvec),), action_dtype(max(action.nvec))
     elif isinstance(action, Box):
         action = Box(action.low, action.high, _shape(action.shape, params, "ACTION.shape"))
         act_shape, act_dtype = action.shape, np.float32

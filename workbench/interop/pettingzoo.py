@@ -13,7 +13,7 @@ import torch
 
 from ..extras import require
 from . import AdapterError
-from .spaces import agent_names, gymnasium_space
+from .spaces import agent_names, gymnasium_space, staged_actions
 
 require("pettingzoo", "pettingzoo", "env.as_pettingzoo()")
 from pettingzoo import ParallelEnv  # noqa: E402
@@ -34,7 +34,7 @@ class _Agents:
         self._ids = {name: i for i, name in enumerate(self.possible_agents)}
         self._obs_space = gymnasium_space(env.observation_space)
         self._act_space = gymnasium_space(env.action_space)
-        self._action = env.store["action"]
+        self._action = staged_actions(env)
         self.metadata = {"name": f"workbench_{env.name}", "render_modes": [], "is_parallelizable": True}
         self.render_mode = None
 

@@ -34,3 +34,13 @@ def agent_names(env) -> list:
             for k, i in enumerate(ids):
                 names[int(i)] = f"{group}_{k}"
     return names
+
+
+def staged_actions(env):
+    """A tensor of the env's action shape, int64 for discrete spaces (float32 for Box), holding the
+    store's current actions: an adapter writes its callers' actions here and passes it to env.step,
+    which range-checks them before narrowing them to the store's dtype (int8 wraps 256 to 0)."""
+    import torch
+    actions = env.store["action"]
+    return actions.to(torch.float32 if actions.is_floating_point() else torch.int64, copy=True)
+

@@ -18,6 +18,7 @@ import torch
 from ..compiler.envdef import Box, Discrete, MultiDiscrete
 from ..extras import require
 from . import AdapterError
+from .spaces import staged_actions
 
 require("torchrl", "torchrl", "env.as_torchrl()")
 from tensordict import TensorDict, TensorDictBase  # noqa: E402
@@ -52,7 +53,7 @@ class TorchRLEnv(EnvBase):
         self.env = env
         self.group_map = {name: ids for name, ids in policy_groups(env, group_map).items()}
         self._index = {name: _index(ids) for name, ids in self.group_map.items()}
-        self._action = env.store["action"]
+        self._action = staged_actions(env)
         E, dev = env.num_envs, env.device
         obs, act, rew = {}, {}, {}
         for name, ids in self.group_map.items():

@@ -35,8 +35,9 @@ def _kernels(defn, target, debug) -> tuple:
 class Env:
     """All replicas of one environment on one target.
 
-    obs: [E, A, *O] float32; action: [E, A] int32 (Discrete), [E, A, n] int32 (MultiDiscrete)
-    or [E, A, n] float32 (Box); reward: [E, A]; done/terminated/truncated: [E] bool.
+    obs: [E, A, *O] float32; action: [E, A] (Discrete), [E, A, n] (MultiDiscrete) of the smallest
+    of int8, int16 and int32 that holds the categories, or [E, A, n] float32 (Box); reward: [E, A];
+    done/terminated/truncated: [E] bool.
     The tensors returned by `reset` and `step` are the store's own, rewritten in place by every
     step (clone what you keep).
     replicas_per_seed: block k of that many replicas is exactly an env of them seeded seed + k (None: all one).

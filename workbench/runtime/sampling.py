@@ -18,7 +18,8 @@ dimensions, so [E, A, K] and [E*A, K] logits give the same actions. Same seed, s
 calls and same shapes: same numbers, on every target (up to float32 rounding of exp, which moves
 a draw only when it falls within ~1e-7 of a category boundary).
 
-Tensors: logits/probs/mean/std float32; discrete `out` int32 (the env's action dtype), Gaussian
+Tensors: logits/probs/mean/std float32; discrete `out` int8, int16 or int32 (an env's action dtype is
+the smallest of these that holds its categories; a new `out` is int32), Gaussian
 `out` float32; all on the sampler's device. `out` may be a strided view (for example
 `env.data["action"][:, 2:5]`, the actions of agents 2..4); it must be a *view*: advanced indexing
 such as `action[:, ids]` makes a copy, and writes into a copy never reach the env (sample into a
@@ -37,6 +38,7 @@ from ..errors import WorkbenchError
 from .sampling_kernels import BLOCK, build_kernels
 
 _SEED_SALT = 0x3C6EF372FE94F82B
+_ACTION_DTYPES = (torch.int8, torch.int16, torch.int32)  # the env's action dtypes (workbench.envdef.action_dtype)
 
 
 class SamplingError(WorkbenchError, ValueError):
@@ -107,13 +109,14 @@ class Sampler:
     # -- public sampling calls ----------------------------------------------------------
     def categorical(self, logits: torch.Tensor, out: torch.Tensor | None = None, *, probs: bool = False) -> torch.Tensor:
         """One category per row of `logits` [*B, K] (or probabilities [*B, K] with probs=True:
-        non-negative, need not be normalised) into out [*B] int32; returns out."""
+        non-negative, need not be normalised) into out [*B] int8, int16 or int32 (int32 when made here);
+        returns out."""
         self._check_tensor("logits", logits, (torch.float32,), min_dim=1)
         if logits.shape[-1] < 1:
             raise SamplingError(f"logits must have at least one category in its last dimension, got shape "
                                 f"{tuple(logits.shape)}")
         batch = tuple(logits.shape[:-1])
-        dest = self._out("out", out, batch, (torch.int32,), "int32")
+        dest = self._out("out", out, batch, _ACTION_DTYPES, "int32")
         x3, o2 = _rows(logits, "logits", 1), _rows(dest, "out", 0)
         n = x3.shape[0] * x3.shape[1]
         lanes = lanes_per_row(int(logits.shape[-1]))
@@ -124,7 +127,7 @@ class Sampler:
     def multi_discrete(self, logits: torch.Tensor, nvec, out: torch.Tensor | None = None, *,
                        probs: bool = False) -> torch.Tensor:
         """Component j of each row drawn from logits[..., offset_j : offset_j + nvec[j]];
-        logits [*B, sum(nvec)] float32, out [*B, len(nvec)] int32; returns out."""
+        logits [*B, sum(nvec)] float32, out [*B, len(nvec)] int8, int16 or int32; returns out."""
         nvec_t = tuple(int(v) for v in (nvec.tolist() if isinstance(nvec, (torch.Tensor, np.ndarray)) else nvec))
         if not nvec_t or min(nvec_t) < 1:
             raise SamplingError(f"nvec must be a non-empty sequence of positive ints, got {nvec!r}")
@@ -133,7 +136,7 @@ class Sampler:
             raise SamplingError(f"logits has {logits.shape[-1]} entries in its last dimension; nvec={list(nvec_t)} "
                                 f"needs sum(nvec)={sum(nvec_t)}")
         batch = tuple(logits.shape[:-1])
-        dest = self._out("out", out, batch + (len(nvec_t),), (torch.int32,), "int32")
+        dest = self._out("out", out, batch + (len(nvec_t),), _ACTION_DTYPES, "int32")
         offsets = self._const(("nvec", nvec_t), lambda: np.concatenate([[0], np.cumsum(nvec_t)]).astype(np.int64))
         x3, o3 = _rows(logits, "logits", 1), _rows(dest, "out", 1)
         n = x3.shape[0] * x3.shape[1]
@@ -163,7 +166,8 @@ class Sampler:
         if not isinstance(t, torch.Tensor):
             raise SamplingError(f"{name} must be a torch.Tensor on {self.device}, got {type(t).__name__}")
         if t.dtype not in dtypes:
-            wanted = " or ".join(str(d).replace("torch.", "") for d in dtypes)
+            names = [str(d).replace("torch.", "") for d in dtypes]
+            wanted = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
             raise SamplingError(f"{name} has dtype {str(t.dtype).replace('torch.', '')}; expected {wanted}")
         if t.device.type != self.device.type or (self.device.type == "cuda" and t.device.index != self.device.index):
             raise SamplingError(f"{name} is on {t.device}; this sampler runs on {self.device} "
@@ -237,7 +241,8 @@ class Sampler:
         views = [self._view(a) if isinstance(a, torch.Tensor) else a for a in arrays]
         extra = tuple(self._view(a) if isinstance(a, torch.Tensor) else a for a in extra)
         if self.kind == "cpu":
-            self._kernels["_cpu_" + name](*views, self._state_view, *extra)
+            out_dtype = views[1].dtype if name != "gaussian" else None
+            self._kernels.get("_cpu_" + name, out_dtype)(*views, self._state_view, *extra)
             return
         kernel = self._kernels["_cuda_" + name]
         args = (*views, self._state_view, *extra, *cuda_extra)

@@ -216,28 +216,35 @@ _COMPILED: dict = {}
 
 
 class _Drivers:
-    """The drivers of one kind, each compiled on first use. On cpu each has one signature with
-    'A' (any-stride) arrays, so contiguous inputs and strided views share one compile (a parallel
-    numba compile costs seconds); numba-cuda specialises per layout (contiguous is faster there)."""
+    """The drivers of one kind, each compiled on first use. On cpu each has one signature per action
+    dtype with 'A' (any-stride) arrays, so contiguous inputs and strided views share one compile (a
+    parallel numba compile costs seconds); numba-cuda specialises per type and layout by itself."""
 
     def __init__(self, kind, ns, wrap_driver, signatures):
         self.kind, self._ns, self._wrap, self._sigs, self._done = kind, ns, wrap_driver, signatures, {}
 
-    def __getitem__(self, name):
-        fn = self._done.get(name)
+    def get(self, name, out_dtype=None):
+        """The driver `name`; on cpu, its compile for integer actions of `out_dtype` (a numpy dtype)."""
+        fn = self._done.get((name, out_dtype))
         if fn is None:
-            sig = self._sigs.get(name)
-            fn = self._done[name] = (self._wrap(sig) if sig is not None else self._wrap)(self._ns[name])
+            make_sig = self._sigs.get(name)
+            wrap = self._wrap(make_sig(out_dtype)) if make_sig is not None else self._wrap
+            fn = self._done[(name, out_dtype)] = wrap(self._ns[name])
         return fn
+
+    def __getitem__(self, name):
+        return self.get(name)
 
 
 def _cpu_signatures():
+    """Signature makers of the cpu drivers, given the dtype of the integer actions they write."""
     from numba import types as nt
-    f1, f3 = nt.Array(nt.float32, 1, "A"), nt.Array(nt.float32, 3, "A")
-    i2, i3, state = nt.Array(nt.int32, 2, "A"), nt.Array(nt.int32, 3, "A"), nt.Array(nt.int64, 1, "A")
-    return {"_cpu_categorical": nt.void(f3, i2, state, nt.boolean),
-            "_cpu_multi_discrete": nt.void(f3, i3, state, state, nt.boolean),
-            "_cpu_gaussian": nt.void(f3, f3, f1, f1, f3, state, nt.int64)}
+    from numba.np.numpy_support import from_dtype
+    f1, f3, state = nt.Array(nt.float32, 1, "A"), nt.Array(nt.float32, 3, "A"), nt.Array(nt.int64, 1, "A")
+    ints = lambda dtype, dims: nt.Array(from_dtype(np.dtype(dtype)), dims, "A")  # noqa: E731
+    return {"_cpu_categorical": lambda dtype: nt.void(f3, ints(dtype, 2), state, nt.boolean),
+            "_cpu_multi_discrete": lambda dtype: nt.void(f3, ints(dtype, 3), state, state, nt.boolean),
+            "_cpu_gaussian": lambda dtype: nt.void(f3, f3, f1, f1, f3, state, nt.int64)}
 
 
 def build_kernels(kind: str) -> _Drivers:

@@ -11,7 +11,8 @@ from ..compiler.envdef import ResolvedArray
 from ..errors import InsufficientMemoryError, WorkbenchError
 
 _TORCH_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64,
-                 np.dtype(np.int32): torch.int32, np.dtype(np.int64): torch.int64, np.dtype(np.uint8): torch.uint8}
+                 np.dtype(np.int8): torch.int8, np.dtype(np.int16): torch.int16, np.dtype(np.int32): torch.int32,
+                 np.dtype(np.int64): torch.int64, np.dtype(np.uint8): torch.uint8}
 
 
 class StoreError(WorkbenchError, ValueError):
