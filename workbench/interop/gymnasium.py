@@ -14,7 +14,7 @@ import torch
 
 from ..extras import require
 from . import AdapterError
-from .spaces import gymnasium_space, staged_actions
+from .spaces import gymnasium_space, wide_action_dtype
 
 gym = require("gymnasium", "gymnasium", "env.as_gymnasium()")
 from gymnasium.vector import AutoresetMode, VectorEnv  # noqa: E402
@@ -47,7 +47,7 @@ class GymnasiumVectorEnv(VectorEnv):
         self.render_mode = None
         self.closed = False
         self._action_shape = tuple(env.store["action"].shape)
-        self._action_dtype = staged_actions(env).dtype
+        self._action_dtype = wide_action_dtype(env)
 
     def _flat(self, tensor: torch.Tensor) -> np.ndarray:
         """[E, A, ...] device tensor -> a fresh host array [N, ...]."""

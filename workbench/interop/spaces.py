@@ -1,9 +1,11 @@
-"""The project's spaces as Gymnasium spaces, and agent names for dict-keyed APIs."""
+"""The project's spaces as Gymnasium spaces, agent names for dict-keyed APIs, and the dtype the
+adapters hand actions to env.step in."""
 from __future__ import annotations
 
 import types
 
 import numpy as np
+import torch
 
 from ..compiler.envdef import Box, Discrete, MultiDiscrete
 from ..extras import require
@@ -36,11 +38,14 @@ def agent_names(env) -> list:
     return names
 
 
-def staged_actions(env):
-    """A tensor of the env's action shape, int64 for discrete spaces (float32 for Box), holding the
-    store's current actions: an adapter writes its callers' actions here and passes it to env.step,
-    which range-checks them before narrowing them to the store's dtype (int8 wraps 256 to 0)."""
-    import torch
-    actions = env.store["action"]
-    return actions.to(torch.float32 if actions.is_floating_point() else torch.int64, copy=True)
+def wide_action_dtype(env) -> torch.dtype:
+    """The dtype the adapters hand their callers' actions to env.step in: int64 for discrete spaces
+    (env.step range-checks them before narrowing them to the store's int8/int16/int32, where 256
+    would wrap to 0), float32 for Box."""
+    return torch.float32 if env.store["action"].is_floating_point() else torch.int64
 
+
+def staged_actions(env) -> torch.Tensor:
+    """A copy of the store's actions in wide_action_dtype: the adapters that take actions agent by
+    agent write them here and pass the whole tensor to env.step."""
+    return env.store["action"].to(wide_action_dtype(env), copy=True)

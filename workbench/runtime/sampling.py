@@ -241,10 +241,9 @@ class Sampler:
         views = [self._view(a) if isinstance(a, torch.Tensor) else a for a in arrays]
         extra = tuple(self._view(a) if isinstance(a, torch.Tensor) else a for a in extra)
         if self.kind == "cpu":
-            out_dtype = views[1].dtype if name != "gaussian" else None
-            self._kernels.get("_cpu_" + name, out_dtype)(*views, self._state_view, *extra)
+            self._kernels.get("_cpu_" + name, views[1].dtype)(*views, self._state_view, *extra)  # views[1]: out
             return
-        kernel = self._kernels["_cuda_" + name]
+        kernel = self._kernels.get("_cuda_" + name)
         args = (*views, self._state_view, *extra, *cuda_extra)
         if self.simulated:
             kernel[grid, BLOCK](*args)

@@ -224,7 +224,7 @@ class _Drivers:
         self.kind, self._ns, self._wrap, self._sigs, self._done = kind, ns, wrap_driver, signatures, {}
 
     def get(self, name, out_dtype=None):
-        """The driver `name`; on cpu, its compile for integer actions of `out_dtype` (a numpy dtype)."""
+        """The driver `name`; on cpu, its compile for outs of `out_dtype` (a numpy dtype)."""
         fn = self._done.get((name, out_dtype))
         if fn is None:
             make_sig = self._sigs.get(name)
@@ -232,12 +232,10 @@ class _Drivers:
             fn = self._done[(name, out_dtype)] = wrap(self._ns[name])
         return fn
 
-    def __getitem__(self, name):
-        return self.get(name)
-
 
 def _cpu_signatures():
-    """Signature makers of the cpu drivers, given the dtype of the integer actions they write."""
+    """Signature makers of the cpu drivers, given the dtype of their out (the integer actions the
+    discrete ones write; the Gaussian's is always float32)."""
     from numba import types as nt
     from numba.np.numpy_support import from_dtype
     f1, f3, state = nt.Array(nt.float32, 1, "A"), nt.Array(nt.float32, 3, "A"), nt.Array(nt.int64, 1, "A")
