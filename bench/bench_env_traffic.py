@@ -5,7 +5,8 @@ For every shipped env (or --envs), on each target and at each size:
 - minimum bytes per replica-step: what one step must move if each array is touched once: every
   persistent state array of the env read and written, the action read, reward, obs, terminated,
   truncated and done written, t and episode_return read and written (each array's bytes per
-  replica from the store's dtypes and shapes). Scratch arrays are left out: an env array is
+  replica from the store's dtypes and shapes; an observation that is the state, envdef.observed_state,
+  moves nothing of its own). Scratch arrays are left out: an env array is
   scratch when, over PROBE_STEPS random steps of PROBE_REPLICAS replicas on the cpu target (same
   params), it holds one and the same constant after every step (Tag's neighbour lists, emptied
   after each use; a slot array left all -1; also tag_grid's in_game with one runner, whose tag
@@ -109,6 +110,8 @@ def array_traffic(env, kinds: dict) -> list:
         size = tensor.element_size() * tensor[0].numel()
         if name in kinds:
             role, reads, writes = kinds[name], int(kinds[name] == "state"), int(kinds[name] == "state")
+        elif name == "obs" and env.definition.obs_state:  # the state itself (envdef.observed_state): no copy
+            role, reads, writes = "the state", 0, 0
         else:
             role, reads, writes = FRAMEWORK_ACCESS.get(name, ("episode end", 0, 0))
         rows.append({"array": name, "bytes": size, "role": role, "read": reads, "written": writes,

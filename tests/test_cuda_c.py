@@ -409,6 +409,8 @@ def _host_run(tmp_path, defn, layout, n_envs, seed, actions, recorded=(), span=N
         for name, dtype, n in arrays:
             frame[name] = np.frombuffer(raw, dtype=dtype, count=n, offset=offset)
             offset += n * dtype.itemsize
+        if defn.obs_state:  # the store's obs is a view of these arrays (no kernel writes it), as here
+            frame["obs"] = np.stack([frame[column] for column in defn.obs_state], -1).reshape(-1)
         frames.append(frame)
     assert offset == len(raw)
     return frames

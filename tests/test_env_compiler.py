@@ -254,3 +254,11 @@ def test_cache_root_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.delenv("WORKBENCH_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
     assert kernel_cache.cache_root() == tmp_path / "x" / "warp-workbench" / "kernels"
+
+
+@pytest.mark.parametrize("state", ["a", "e", "lane", "_wb_done"])
+def test_a_state_array_named_as_a_kernel_variable_is_refused(state):
+    """The drivers' own variables would shadow it (before: numba's "Cannot unify array(float32, 1d, C) and int64")."""
+    wb.register("shadowed", KEYS.replace("drawn", state))
+    with pytest.raises(wb.EnvDefinitionError, match=f"STATE name '{state}' is one the generated kernels use.*rename"):
+        wb.make("shadowed", num_envs=2, target="cpu")

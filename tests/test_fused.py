@@ -251,6 +251,13 @@ def test_policy_step_matches_torch(M, K, rows):
     torch.testing.assert_close(obs_out.float(), obs, rtol=2 ** -7, atol=0)
     assert torch.equal(env_action[:, 1:3].reshape(-1), want[0].int())
     assert (env_action[:, [0, 3]] == -1).all()
+    # a column-major observation (an env's state, envdef.observed_state) is read in place, not copied
+    column_major = obs.t().contiguous().t()
+    assert column_major.stride() == (1, M * rows)
+    again = [torch.zeros_like(w) for w in want]
+    fused.FusedPolicyStep(model, M, "fp32")(column_major, noise, *again)
+    for a, b in zip(again, got):
+        assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("M,A", [(1, 1), (3, 2)])

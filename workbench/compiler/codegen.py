@@ -137,6 +137,12 @@ class _Writer:
             self.agent_loop(depth, body, guard, "NUM_AGENTS" if index == "agent" else str(defn.entities[index]))
 
 
+def next_observe_phases(defn: EnvDefinition) -> list:
+    """The observe phases that write the observation after a step or reset: none where the observation
+    is the state (envdef.observed_state; the final observation is still observed into final_obs)."""
+    return [] if defn.obs_state else list(defn.observe_phases)
+
+
 def _copy(dst: str, dst_lead: str, src: str, src_lead: str, shape: tuple) -> tuple:
     lines = [("    " * k) + f"for i{k} in range({n}):" for k, n in enumerate(shape)]
     sub = "".join(f", i{k}" for k in range(len(shape)))
@@ -184,7 +190,7 @@ def _one_agent_step_body(w: _Writer, defn: EnvDefinition, d: int):
         w.phase(d + 1, defn, fn, STEP_RESET_KEY)
     w.emit(d + 1, "episode[e] = _wb_ep + 1", "episode_return[e, 0] = 0")
     w.emit(d, "else:", "    episode_return[e, 0] = _wb_return", "t[e] = _wb_next_t")
-    for fn in defn.observe_phases:
+    for fn in next_observe_phases(defn):
         w.phase(d, defn, fn, NEXT_OBSERVE_KEY)
 
 
@@ -225,7 +231,7 @@ def _step_body(w: _Writer, defn: EnvDefinition, d: int):
     w.emit(d, "if _wb_done and lane == 0:", "    last_length[e] = _wb_t + 1", "    t[e] = 0",
            "    episode[e] = _wb_ep + 1")
     w.barrier(d)
-    for fn in defn.observe_phases:
+    for fn in next_observe_phases(defn):
         w.phase(d, defn, fn, NEXT_OBSERVE_KEY)
         w.barrier(d)
 
@@ -238,7 +244,7 @@ def _reset_body(w: _Writer, defn: EnvDefinition, d: int):
     w.emit(d, "if active and lane == 0:", "    t[e] = 0", "    episode[e] += 1", "    terminated[e] = 0",
            "    truncated[e] = 0", "    done[e] = 0", "    last_length[e] = 0")
     w.barrier(d)
-    for fn in defn.observe_phases:
+    for fn in next_observe_phases(defn):
         w.phase(d, defn, fn, OBSERVE_KEY)
         w.barrier(d)
 

@@ -19,6 +19,7 @@ once per (replica, entity); one taking neither runs once per replica.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import inspect
 import keyword
@@ -34,6 +35,9 @@ import numpy as np
 from ..errors import EnvDefinitionError, EnvParameterError
 
 SPECIAL_ARGS = ("env", "agent", "key")
+# names of the generated drivers' own arguments and locals (codegen, codegen_c): an array or entity so named
+# would be shadowed by them
+DRIVER_NAMES = ("n_envs", "seed", "span", "tid", "e", "e64", "a", "ea", "ws", "lane", "active", "i")
 _DTYPES = {"float32": np.float32, "float64": np.float64, "int8": np.int8, "int16": np.int16, "int32": np.int32,
            "int64": np.int64, "uint8": np.uint8}
 
@@ -128,6 +132,7 @@ class EnvDefinition:
     entities: dict = field(default_factory=dict)  # ENTITIES resolved: name -> count
     precision: str = "float64"  # PRECISION: the type of float parameters inside phases
     origin: Any = None  # the registry entry (runtime/registry.EnvSource) it was parsed from, if any
+    obs_state: tuple = ()  # the state arrays the observation copies, in its order (observed_state)
 
     def phase_index(self, fn) -> str | None:
         """What a Python phase runs over: "agent", an entity's name, or None (once per replica)."""
@@ -330,6 +335,10 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
     for arr_name, decl in dict(namespace.get("STATE", {})).items():
         if arr_name in arrays or arr_name in SPECIAL_ARGS:
             raise EnvDefinitionError(f"{name}: STATE name '{arr_name}' is reserved by the framework")
+        if arr_name in DRIVER_NAMES or arr_name.startswith(("_wb", "wb_")):
+            raise EnvDefinitionError(f"{name}: STATE name '{arr_name}' is one the generated kernels use for their "
+                                     f"own variables ({', '.join(DRIVER_NAMES)} and names starting _wb or wb_); "
+                                     f"rename it (e.g. '{arr_name}_value')")
         if arr_name in entities:
             raise EnvDefinitionError(f"{name}: STATE name '{arr_name}' is also an entity of ENTITIES; rename one")
         if not isinstance(decl, ArrayDecl):
@@ -373,7 +382,53 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
     digest = hashlib.sha256((source + repr(sorted(params.items()))).encode()).hexdigest()[:16]
     return EnvDefinition(name, source, filename, namespace, params, num_agents, max_steps, obs_space, action,
                          arrays, reset_phases, step_phases, observe_phases, digest, entities=entities,
-                         precision=precision)
+                         precision=precision, obs_state=observed_state(source, observe_phases, arrays, num_agents,
+                                                                       obs_space.shape))
+
+
+def observed_state(source: str, observe_phases: list, arrays: dict, num_agents: int, obs_shape: tuple) -> tuple:
+    """The per-env float32 state arrays whose values a one-agent env's observation is, in its order, when
+    its one observe phase does nothing but copy them (`obs[env, agent, i] = NAME[env]` for every i);
+    else (). The store then lays those arrays out as the observation's columns, and no kernel writes
+    the observation: it is the state (CartPole's 16 B a replica-step)."""
+    if num_agents != 1 or len(observe_phases) != 1 or len(obs_shape) != 1:
+        return ()
+    fn = observe_phases[0]
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return ()
+    found = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == fn.__name__
+             and node.lineno == fn.__code__.co_firstlineno and not node.decorator_list]
+    if len(found) != 1:
+        return ()
+    body = [s for s in found[0].body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    columns = {}
+    for statement in body:
+        if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
+            return ()
+        target, value = statement.targets[0], statement.value
+        ok = (isinstance(target, ast.Subscript) and _is_name(target.value, "obs")
+              and isinstance(target.slice, ast.Tuple) and len(target.slice.elts) == 3
+              and _is_name(target.slice.elts[0], "env") and _is_name(target.slice.elts[1], "agent")
+              and isinstance(target.slice.elts[2], ast.Constant) and type(target.slice.elts[2].value) is int
+              and isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name)
+              and _is_name(value.slice, "env"))
+        if not ok:
+            return ()
+        spec = arrays.get(value.value.id)
+        if spec is None or spec.owner != "env" or spec.layout != "env" or spec.shape != () \
+                or spec.dtype != np.float32 or spec.entity is not None:
+            return ()
+        columns[target.slice.elts[2].value] = spec.name
+    names = [columns.get(i) for i in range(obs_shape[0])]
+    if len(columns) != obs_shape[0] or None in names or len(set(names)) != len(names):
+        return ()
+    return tuple(names)
+
+
+def _is_name(node, name: str) -> bool:
+    return isinstance(node, ast.Name) and node.id == name
 
 
 def _entities(name: str, declared, params: dict, arrays: dict) -> dict:
@@ -385,7 +440,7 @@ def _entities(name: str, declared, params: dict, arrays: dict) -> dict:
     for entity, count in declared.items():
         if not isinstance(entity, str) or not entity.isidentifier() or keyword.iskeyword(entity):
             raise EnvDefinitionError(f"{name}: ENTITIES name {entity!r} must be a Python identifier")
-        if entity in SPECIAL_ARGS or entity in arrays or entity in params:
+        if entity in SPECIAL_ARGS or entity in arrays or entity in params or entity in DRIVER_NAMES:
             what = "a parameter" if entity in params else "reserved by the framework"
             raise EnvDefinitionError(f"{name}: ENTITIES name '{entity}' is {what}; phases bind it as the entity's "
                                      f"index, so pick another name (e.g. the singular of what it counts)")

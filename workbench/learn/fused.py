@@ -290,11 +290,12 @@ class FusedGradients:
             self.optimizer.gradients_written()
 
 
-def step_arguments(obs, members: int, actions_out, obs_out, env_action, agents) -> tuple:
+def step_arguments(obs, members: int, actions_out, obs_out, env_action, agents, strided: bool = False) -> tuple:
     """A policy step kernel's (obs, rows per member, (obs_out, env_action, n, agents, first)): obs made
-    contiguous (one agent of several per replica is a strided view); without recording (obs_out
-    None) placeholders the kernel never writes."""
-    obs = obs.contiguous()
+    contiguous (one agent of several per replica is a strided view) unless the kernel takes its strides
+    (`strided`); without recording (obs_out None) placeholders the kernel never writes."""
+    if not strided:
+        obs = obs.contiguous()
     if obs_out is None:
         return obs, obs.shape[0] // members, (obs, actions_out, 1, 1, 0)
     return obs, obs.shape[0] // members, (obs_out, env_action, agents.stop - agents.start, env_action.shape[1],
@@ -323,10 +324,10 @@ class FusedPolicyStep:
         actions into env_action [E, A] (the env's action array) at the agents `agents` (a slice: the
         group's ids) of each replica."""
         policy_step = _rollout_kernels().policy_step
-        obs, rows, recording = step_arguments(obs, self.members, actions_out, obs_out, env_action, agents)
+        obs, rows, recording = step_arguments(obs, self.members, actions_out, obs_out, env_action, agents, strided=True)
         with _compile_switches():
             policy_step[(-(-rows // STEP_BLOCK), self.members)](
-                obs, noise, *self.params, self.strides, actions_out, logp_out, values_out, rows, *recording,
+                obs, obs.stride(0), obs.stride(1), noise, *self.params, self.strides, actions_out, logp_out, values_out, rows, *recording,
                 **self.sizes, BLOCK=STEP_BLOCK, STACKED=int(self.stacked), DOT=self.dot, TANH=_tanh_mode(self.dot),
                 RECORD=obs_out is not None, **_launch_options())
         return actions_out.reshape(-1)

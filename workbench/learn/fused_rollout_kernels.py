@@ -9,12 +9,13 @@ from .fused_kernels import activation, dot, load_mlp, mlp_out, operand
 
 @triton.jit
 def policy_step(
-        obs, noise, aw1, ab1, aw2, ab2, aw3, ab3, cw1, cb1, cw2, cb2, cw3, cb3, strides, actions, logp, values, rows,
-        obs_out, env_action, n, agents, first,
+        obs, obs_row, obs_col, noise, aw1, ab1, aw2, ab2, aw3, ab3, cw1, cb1, cw2, cb2, cw3, cb3, strides, actions,
+        logp, values, rows, obs_out, env_action, n, agents, first,
         O: tl.constexpr, OP: tl.constexpr, H1: tl.constexpr, H1P: tl.constexpr, H2: tl.constexpr,
         H2P: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr, STACKED: tl.constexpr,
         DOT: tl.constexpr, TANH: tl.constexpr, RECORD: tl.constexpr):
-    """One program: BLOCK of member m's `rows` rollout rows (rows grouped by member): the policy's
+    """One program: BLOCK of member m's `rows` rollout rows (rows grouped by member) of obs [N, O] (element
+    (r, i) at obs + r * obs_row + i * obs_col: an observation that is the env's state is column-major): the policy's
     logits, an action by the Gumbel-max trick on the uniform `noise` [N, K], its log-probability and
     the value, written into actions, logp and values [N]. RECORD: also the observations into obs_out
     [N, O] (the rollout buffer's step, in its type) and the actions into the env's action array
@@ -26,7 +27,7 @@ def policy_step(
     row = m.to(tl.int64) * rows + r
     o_in = tl.arange(0, OP)
     cols = tl.arange(0, KP)
-    x = tl.load(obs + row[:, None] * O + o_in[None, :], mask=valid[:, None] & (o_in[None, :] < O),
+    x = tl.load(obs + row[:, None] * obs_row + o_in[None, :] * obs_col, mask=valid[:, None] & (o_in[None, :] < O),
                 other=0.0).to(tl.float32)
     W1, B1, W2, B2, W3, B3 = load_mlp(aw1, ab1, aw2, ab2, aw3, ab3, strides, m, O, OP, H1, H1P, H2, H2P, K, KP,
                                       STACKED)

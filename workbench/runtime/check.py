@@ -82,6 +82,9 @@ def check_env(name_or_env, targets=None, *, num_envs: int = 8, steps: int = 64, 
                  **params) for t in targets]
     ref = envs[0]
     names = list(ref.store)
+    if ref.definition.obs_state:  # the observation is the state: a difference is named by its state array
+        names.remove("obs")
+        names.append("obs")
     worst = {arr: 0.0 for arr in names if ref.store[arr].dtype.is_floating_point} if len(targets) > 1 else {}
 
     def compare(stage):

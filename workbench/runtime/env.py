@@ -61,9 +61,12 @@ class Env:
             raise WorkbenchError(f"seed must be an int, got {seed!r} ({type(seed).__name__})")
         self.seed = int(seed) & 0x7FFFFFFFFFFFFFFF
         self.store = DataStore(self.target, self.num_envs, self.num_agents)
-        check_fits(self.device, self.store.bytes_needed(defn.arrays.values()),
+        observed = ("obs",) if defn.obs_state else ()
+        check_fits(self.device, self.store.bytes_needed(defn.arrays.values(), views=observed),
                    f"the arrays of {self.num_envs} replicas of '{defn.name}' ({self.num_agents} agent(s) each)",
                    "use fewer replicas (num_envs)")
+        if defn.obs_state:  # the observation is the state: one array, the kernels write no copy
+            self.store.share_observed(defn.arrays["obs"], [defn.arrays[n] for n in defn.obs_state])
         for spec in defn.arrays.values():
             self.store.allocate(spec)
         self.terminal = TerminalCopies(defn, self.num_envs, self.num_agents, self.device)

@@ -71,21 +71,35 @@ class DataStore(Mapping):
         self._specs: dict = {}
         self._views: dict = {}
         self._reset_copies: dict = {}
+        self._shared: dict = {}  # views that allocate hands out (share_observed)
 
     def full_shape(self, spec: ResolvedArray) -> tuple:
         lead = (self.num_envs,) if spec.layout == "env" else (self.num_envs, self.num_agents)
         return lead + tuple(spec.shape)
 
-    def bytes_needed(self, specs) -> int:
-        """Bytes the arrays of `specs` take in this store's layout."""
-        return sum(math.prod(self.full_shape(spec)) * np.dtype(spec.dtype).itemsize for spec in specs)
+    def bytes_needed(self, specs, views=()) -> int:
+        """Bytes the arrays of `specs` take in this store's layout (those named in `views` take none)."""
+        return sum(math.prod(self.full_shape(spec)) * np.dtype(spec.dtype).itemsize for spec in specs
+                   if spec.name not in views)
 
     def allocate(self, spec: ResolvedArray) -> torch.Tensor:
-        """Create a zeroed tensor for `spec` on the device."""
-        tensor = torch.zeros(self.full_shape(spec), dtype=_TORCH_DTYPES[spec.dtype], device=self.device)
+        """Create a zeroed tensor for `spec` on the device (or take the view `share_observed` made for it)."""
+        tensor = self._shared.pop(spec.name, None)
+        if tensor is None:
+            tensor = torch.zeros(self.full_shape(spec), dtype=_TORCH_DTYPES[spec.dtype], device=self.device)
         self._tensors[spec.name] = tensor
         self._specs[spec.name] = spec
         return tensor
+
+    def share_observed(self, obs: ResolvedArray, columns: list) -> None:
+        """Make the per-env state arrays `columns` (float32 [E] each) the rows of one [k, E] tensor and the
+        observation `obs` ([E, 1, k]) a view of it, for `allocate` to take: obs[e, 0, i] is columns[i][e],
+        so the observation is the state with no copy (envdef.observed_state)."""
+        rows = torch.zeros((len(columns), self.num_envs), dtype=torch.float32, device=self.device)
+        view = rows.t().unsqueeze(1)
+        if tuple(view.shape) != self.full_shape(obs):
+            raise StoreError(f"the observation {self.full_shape(obs)} is not the state arrays {list(columns)}")
+        self._shared.update({spec.name: rows[i] for i, spec in enumerate(columns)}, **{obs.name: view})
 
     def push(self, name: str, data, *, keep_reset_copy: bool = False) -> None:
         """Copy host or device `data` into the array `name`, checking dtype and shape."""
