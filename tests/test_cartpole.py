@@ -6,6 +6,8 @@ import torch
 
 import workbench as wb
 from conftest import tiny
+from workbench.compiler import rng
+from workbench.compiler.codegen import ACTION_STREAM
 
 
 def test_matches_gymnasium_step_by_step(target):
@@ -59,16 +61,36 @@ def test_same_seed_same_start_different_seed_differs():
     assert len(set(a.data["theta"].tolist())) == 16  # every replica starts from its own state
 
 
+def drawn_actions(env) -> torch.Tensor:
+    """The actions a step of `env` with draw set takes (codegen.drawn_actions), from its arrays before the
+    step: randint(make_key(seed + e // span, e % span, ACTION_STREAM + a, episode, t), head, categories)."""
+    e = np.arange(env.num_envs, dtype=np.uint64)
+    span = np.uint64(env.replicas_per_seed)
+    episode = env.store["episode"].cpu().numpy().astype(np.uint64)
+    t = env.store["t"].cpu().numpy().astype(np.uint64)
+    space = env.action_space
+    with np.errstate(over="ignore"):
+        heads = []
+        for a in range(env.num_agents):
+            key = rng.make_key(np.uint64(env.seed) + e // span, e % span, np.uint64(ACTION_STREAM + a), episode, t)
+            categories = [space.n] if isinstance(space, wb.Discrete) else list(space.nvec)
+            heads.append(np.stack([rng.randint(key, h, n) for h, n in enumerate(categories)], -1))
+    actions = np.stack(heads, 1)  # [E, A, heads]
+    return torch.from_numpy(actions[..., 0] if isinstance(space, wb.Discrete) else actions)
+
+
 @pytest.mark.parametrize("env_name", ["cartpole", "pendulum"])  # integer and continuous draws
 def test_random_steps_take_the_steps_a_loop_takes(target, env_name):
     """Env.random_steps (on a GPU: blocks of steps replayed from one CUDA graph) leaves every array as
-    the loop `step(sample_actions())` does, from the same seed."""
+    a loop of steps does from the same seed: for discrete actions steps with the actions of the
+    replicas' counter-based streams (drawn in the step kernel), for continuous ones step(sample_actions())."""
     n, steps = tiny(256, 4), wb.Env.RANDOM_BLOCK * 2 + 5
-    mine = wb.make(env_name, num_envs=n, target=target, seed=3)
-    theirs = wb.make(env_name, num_envs=n, target=target, seed=3)
+    mine = wb.make(env_name, num_envs=n, target=target, seed=3, replicas_per_seed=n // 2)
+    theirs = wb.make(env_name, num_envs=n, target=target, seed=3, replicas_per_seed=n // 2)
     obs, reward, done, info = mine.random_steps(steps)
     for _ in range(steps):
-        theirs.step(theirs.sample_actions())
+        discrete = not isinstance(theirs.action_space, wb.Box)
+        theirs.step(drawn_actions(theirs).to(theirs.device) if discrete else theirs.sample_actions())
     for key, value in mine.store.items():
         assert torch.equal(value, theirs.store[key]), key
     assert obs is mine.store["obs"] and done.dtype == torch.bool
@@ -76,3 +98,27 @@ def test_random_steps_take_the_steps_a_loop_takes(target, env_name):
     assert not torch.equal(mine.store["obs"], theirs.store["obs"])  # (it stepped)
     with pytest.raises(ValueError, match="random_steps: steps must be a positive integer, got 0"):
         mine.random_steps(0)
+
+
+@pytest.mark.parametrize("env_name,params", [("cartpole", {}), ("tag_grid", dict(num_taggers=2, num_runners=1)),
+                                             ("tag_continuous", dict(num_taggers=2, num_runners=3))])
+def test_random_steps_draw_the_same_actions_on_every_target(env_name, params):
+    """The step kernel's draws (Discrete, and MultiDiscrete for continuous Tag) are the counter-based
+    stream's on the cpu target and the cuda one, and uniform over the categories."""
+    n = tiny(64, 3)
+    envs = [wb.make(env_name, num_envs=n, target=t, seed=5, **params) for t in ("cpu", "cuda")]
+    for _ in range(3):
+        for env in envs:
+            env.random_steps(1)
+        for key in ("action", "t", "episode"):
+            assert torch.equal(envs[0].store[key].cpu(), envs[1].store[key].cpu()), key
+    env = wb.make(env_name, num_envs=tiny(4096, 64), target="cpu", seed=1, **params)
+    expected = drawn_actions(env)
+    env.random_steps(1)
+    assert torch.equal(env.store["action"].long(), expected.long())
+    space = env.action_space
+    categories = [space.n] if isinstance(space, wb.Discrete) else list(space.nvec)
+    taken = env.store["action"].reshape(-1, len(categories)).long()
+    for h, k in enumerate(categories):
+        share = torch.bincount(taken[:, h], minlength=k).float() / taken.shape[0]
+        assert share.min() > 0.5 / k and share.max() < 1.5 / k, share

@@ -376,13 +376,14 @@ def _kernel_arrays(defn, n_envs, recorded=()):
     return arrays, marks
 
 
-def _host_run(tmp_path, defn, layout, n_envs, seed, actions, recorded=(), span=None):
+def _host_run(tmp_path, defn, layout, n_envs, seed, actions, recorded=(), span=None, draw=0):
     """Reset then one step per entry of `actions` in the host build (`span` replicas per seed, default
     n_envs); every kernel array (the store's, the slot array and the terminal copies, `recorded`
     marked) after each launch."""
     arrays, marks = _kernel_arrays(defn, n_envs, recorded)
     grid = (n_envs + layout.envs_per_block - 1) // layout.envs_per_block
-    args = ", ".join(["n_envs", "seed", "span"] + [f"{name}.data()" for name, _, _ in arrays])
+    args = ", ".join(["n_envs", "seed", "span", "0"] + [f"{name}.data()" for name, _, _ in arrays])
+    step_args = args.replace("span, 0,", f"span, {int(draw)},", 1)
     main = [codegen_c.c_program(defn, layout), "int main(int argc, char** argv)", "{",
             f"    const int n_envs = {n_envs};", "    const wb_u64 seed = strtoull(argv[1], 0, 10);",
             f"    const int span = {span or n_envs};",
@@ -393,7 +394,7 @@ def _host_run(tmp_path, defn, layout, n_envs, seed, actions, recorded=(), span=N
     main += [f"    wb_launch([&] {{ wb_reset({args}); }}, {grid}, {layout.block});", "    {", *dump, "    }",
              "    for (int k = 0; k < steps; ++k) {",
              "        if (fread(action.data(), sizeof(action[0]), action.size(), acts) != action.size()) return 1;",
-             f"        wb_launch([&] {{ wb_step({args}); }}, {grid}, {layout.block});", *dump, "    }",
+             f"        wb_launch([&] {{ wb_step({step_args}); }}, {grid}, {layout.block});", *dump, "    }",
              "    fclose(out);", "    return 0;", "}"]
     (tmp_path / "program.cu").write_text(main[0])
     exe = _build(tmp_path, defn.name, _HOST_CUDA + "\n#include \"program.cu\"\n" + "\n".join(main[1:]))
@@ -416,9 +417,11 @@ def _host_run(tmp_path, defn, layout, n_envs, seed, actions, recorded=(), span=N
     return frames
 
 
-def _compare_with_cpu(tmp_path, defn, layout, n_envs=5, steps=40, seed=3, recorded=(), replicas_per_seed=None):
+def _compare_with_cpu(tmp_path, defn, layout, n_envs=5, steps=40, seed=3, recorded=(), replicas_per_seed=None,
+                      draw=False):
     """The host build of `defn`'s C program against the cpu target on the same actions (with `recorded`
-    replicas recorded on both: their terminal copies too; `replicas_per_seed` on both)."""
+    replicas recorded on both: their terminal copies too; `replicas_per_seed` on both); draw: the steps
+    draw their own actions on both (random_steps), the given ones overwritten."""
     env = Env(defn, num_envs=n_envs, target="cpu", seed=seed, replicas_per_seed=replicas_per_seed)
     if recorded:
         env.record(replicas=recorded)
@@ -436,9 +439,12 @@ def _compare_with_cpu(tmp_path, defn, layout, n_envs=5, steps=40, seed=3, record
         else:
             act = rng.uniform(-1.0, 1.0, size=shape).astype(np.float32)
         actions.append(act)
-        env.step(torch.from_numpy(act))
+        if draw:
+            env._advance(draw=True)
+        else:
+            env.step(torch.from_numpy(act))
         frames.append(snapshot())
-    host = _host_run(tmp_path, defn, layout, n_envs, seed, actions, recorded, replicas_per_seed)
+    host = _host_run(tmp_path, defn, layout, n_envs, seed, actions, recorded, replicas_per_seed, draw)
     for k, (want, got) in enumerate(zip(frames, host)):
         for name, expected in want.items():
             actual = got[name].reshape(expected.shape)
@@ -502,6 +508,15 @@ def test_host_build_of_cartpole_matches_cpu(tmp_path):
     defn = registry.definition("cartpole")  # (the probe below reaches its time limit)
     frames = _compare_with_cpu(tmp_path, defn, gpu_layout(defn.num_agents), steps=60)
     assert frames[-1]["episode"].min() > 1
+
+
+@needs_gxx
+@pytest.mark.parametrize("name,params", [("cartpole", {}), ("tag_continuous", dict(num_taggers=2, num_runners=3))])
+def test_host_build_draws_the_actions_the_cpu_target_draws(tmp_path, name, params):
+    """random_steps' draw in the step kernel (Discrete; MultiDiscrete for continuous Tag) is the cpu target's."""
+    defn = registry.definition(name, **params)
+    frames = _compare_with_cpu(tmp_path, defn, gpu_layout(defn.num_agents), steps=30, draw=True)
+    assert len({f["action"].tobytes() for f in frames[1:]}) > 1
 
 
 @needs_gxx

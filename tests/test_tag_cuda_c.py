@@ -82,7 +82,7 @@ def host_run_from(tmp_path, defn, layout, n_envs, seed, state, actions):
     specs = list(defn.arrays.values())
     grid = (n_envs + layout.envs_per_block - 1) // layout.envs_per_block
     extra = _kernel_arrays(defn, n_envs)[0][len(specs):]  # the slot array and terminal copies: none recorded
-    args = ", ".join(["n_envs", "seed", "n_envs"] + [f"{s.name}.data()" for s in specs]
+    args = ", ".join(["n_envs", "seed", "n_envs", "0"] + [f"{s.name}.data()" for s in specs]
                      + [f"{name}.data()" for name, _, _ in extra])
     sizes = [state[s.name].size for s in specs]
 

@@ -70,7 +70,8 @@ def terminal_arrays(defn: EnvDefinition) -> list:
     return [(f"_wb_final_{name}", spec) for name, spec in defn.arrays.items() if spec.owner == "env"]
 
 
-SCALAR_ARGS = ("n_envs", "seed", "span")
+# draw: 1 when the step draws every agent's action itself (random_steps: draw_actions), else 0
+SCALAR_ARGS = ("n_envs", "seed", "span", "draw")
 
 
 def kernel_args(defn: EnvDefinition) -> list:
@@ -81,6 +82,28 @@ def kernel_args(defn: EnvDefinition) -> list:
 
 
 ENTITY_STREAM = 1 << 32  # entity k's instance i draws from the key of "agent" (k + 1) * ENTITY_STREAM + i
+ACTION_STREAM = 1 << 62  # a step that draws its actions: agent a's come from the key of "agent" ACTION_STREAM + a
+
+
+def drawn_actions(defn: EnvDefinition) -> list:
+    """(index suffix after the agent, categories) of each action entry that a step with `draw` set draws
+    uniformly (Discrete: one, MultiDiscrete: one per head; Box actions are drawn by the caller): entry
+    h of agent a is randint(make_key(seed, replica, ACTION_STREAM + a, episode, t), h, categories)."""
+    from .envdef import Discrete, MultiDiscrete
+    if isinstance(defn.action, Discrete):
+        return [("", defn.action.n)]
+    if isinstance(defn.action, MultiDiscrete):
+        return [(f", {h}", n) for h, n in enumerate(defn.action.nvec)]
+    return []
+
+
+def _draw_actions(w, defn: EnvDefinition, d: int):
+    """Where `draw` is set, every agent's action drawn before the step's phases (drawn_actions)."""
+    entries = drawn_actions(defn)
+    if entries:
+        key = f"_wb_akey = make_key(_wb_seed, _wb_e, {ACTION_STREAM} + a, _wb_ep, _wb_t)"
+        w.agent_loop(d, (key,) + tuple(f"action[e, a{suffix}] = randint(_wb_akey, {h}, {n})"
+                                       for h, (suffix, n) in enumerate(entries)), guard="active and draw != 0")
 
 
 def stream_of(defn: EnvDefinition, index: str | None) -> str:
@@ -175,6 +198,7 @@ def _one_agent_step_body(w: _Writer, defn: EnvDefinition, d: int):
     d += 1
     w.emit(d, "_wb_t = t[e]", "_wb_ep = episode[e]", "_wb_return0 = episode_return[e, 0]", "reward[e, 0] = 0",
            "terminated[e] = 0", "truncated[e] = 0")
+    _draw_actions(w, defn, d)
     for fn in defn.step_phases:
         w.phase(d, defn, fn, STEP_KEY)
     w.emit(d, "_wb_done = terminated[e] != 0 or truncated[e] != 0 or _wb_t + 1 >= MAX_STEPS",
@@ -206,6 +230,7 @@ def _step_body(w: _Writer, defn: EnvDefinition, d: int):
     if w.one_agent_a_lane:  # its return is held across the phases
         w.emit(d, "_wb_return0 = episode_return[e, lane] if active and lane < NUM_AGENTS else _wb_np.float32(0)")
     w.agent_loop(d, ("reward[e, a] = 0",))
+    _draw_actions(w, defn, d)
     w.emit(d, "if active and lane == 0:", "    terminated[e] = 0", "    truncated[e] = 0")
     w.barrier(d)
     for fn in defn.step_phases:

@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from .codegen import ENTITY_STREAM, Layout, terminal_arrays
+from .codegen import ACTION_STREAM, ENTITY_STREAM, Layout, drawn_actions, terminal_arrays
 from .envdef import EnvDefinition, phase_index
 from .envdef_c import c_phases
 
@@ -181,12 +181,24 @@ def _copy_terminal(w: _Writer, d: int):
         w.lane0(d, ending, "const long long ws = wb_slot[e] - 1;", *env_copies)
 
 
+def _draw_actions(w: _Writer, d: int):
+    """codegen._draw_actions: where `draw` is set, every agent's action drawn before the step's phases."""
+    entries = drawn_actions(w.defn)
+    if entries:
+        kind = c_type(w.defn.arrays["action"].dtype)
+        heads = len(entries)
+        w.agent_loop(d, [EA, f"const wb_key wb_akey = wb_make_key(wb_seed, wb_e, {ACTION_STREAM}ULL + (wb_u64)a, wb_ep, "
+                             f"wb_t);"] + [f"action[ea * {heads} + {h}] = ({kind})wb_randint(wb_akey, {h}, {n});"
+                                           for h, (_, n) in enumerate(entries)], guard="active && draw != 0")
+
+
 def _one_lane_step_body(w: _Writer, phases: dict, d: int):
     """_step_body for a replica on one lane (single-agent envs): no barriers, so the path of a replica
     whose episode ended is one branch, and the return and clock are written once after it."""
     w.emit(d, "if (!active)", "    return;", "const int wb_t = t[e];  // t before this step: a time limit ends the episode",
            "const int wb_ep = episode[e];", "const float wb_return0 = episode_return[e];",
            "reward[e] = 0;", "terminated[e] = 0;", "truncated[e] = 0;")
+    _draw_actions(w, d)
     for phase in phases["step"]:
         w.phase(d, phase, STEP_KEY)
     w.emit(d, "const bool wb_done = terminated[e] != 0 || truncated[e] != 0 || wb_t + 1 >= MAX_STEPS;",
@@ -222,6 +234,7 @@ def _step_body(w: _Writer, phases: dict, d: int):
         w.emit(d, "const float wb_return0 = active && lane < NUM_AGENTS ? "
                   "episode_return[(long long)e * NUM_AGENTS + lane] : 0.0f;")
     w.agent_loop(d, ("reward[(long long)e * NUM_AGENTS + a] = 0;",))
+    _draw_actions(w, d)
     w.lane0(d, "active", "terminated[e] = 0;", "truncated[e] = 0;")
     w.barrier(d)
     for phase in phases["step"]:
@@ -266,7 +279,7 @@ def _reset_body(w: _Writer, phases: dict, d: int):
 def c_program(defn: EnvDefinition, layout: Layout) -> str:
     """Full CUDA C++ source for `defn` (which must carry C phases): compile it with the directory of
     wb_runtime.cuh on the include path; its kernels are `wb_reset` and `wb_step`, each taking
-    (int n_envs, unsigned long long seed, int span, <one pointer per array, in defn.arrays order>,
+    (int n_envs, unsigned long long seed, int span, int draw, <one pointer per array, in defn.arrays order>,
     int* wb_slot, <one pointer per terminal copy, in c_terminal_arrays order>); replica e draws from
     the key of replica e % span seeded seed + e / span, as codegen's drivers do."""
     phases = c_phases(defn)
@@ -300,7 +313,7 @@ def c_program(defn: EnvDefinition, layout: Layout) -> str:
     for kernel, body in (("wb_reset", _reset_body), ("wb_step", _step_body)):
         w = _Writer(defn, layout, c_file)
         w.emit(0, f"extern \"C\" __global__ void WB_REGISTER_CAP {kernel}(", "    int n_envs,", "    wb_u64 seed,",
-               "    int span,", f"{params})", "{",
+               "    int span,", "    int draw,", f"{params})", "{",
                "    const int tid = threadIdx.x;",
                "    const long long e64 = (long long)blockIdx.x * EPB + tid / TPE;",
                "    const bool active = e64 < n_envs;",

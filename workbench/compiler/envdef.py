@@ -37,7 +37,7 @@ from ..errors import EnvDefinitionError, EnvParameterError
 SPECIAL_ARGS = ("env", "agent", "key")
 # names of the generated drivers' own arguments and locals (codegen, codegen_c): an array or entity so named
 # would be shadowed by them
-DRIVER_NAMES = ("n_envs", "seed", "span", "tid", "e", "e64", "a", "ea", "ws", "lane", "active", "i")
+DRIVER_NAMES = ("n_envs", "seed", "span", "draw", "tid", "e", "e64", "a", "ea", "ws", "lane", "active", "i")
 _DTYPES = {"float32": np.float32, "float64": np.float64, "int8": np.int8, "int16": np.int16, "int32": np.int32,
            "int64": np.int64, "uint8": np.uint8}
 

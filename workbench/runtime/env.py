@@ -165,29 +165,33 @@ class Env:
             self._action_check.report()
         if actions is not None:
             self._accept_actions(actions)
+        return self._advance()
+
+    def _advance(self, draw: bool = False):
+        """step() after its actions are in place; draw: the step kernel draws them (random_steps)."""
         self._clock += 1
         if self.recorder is not None:
             self.recorder.capture_before_step()
-        self._launch_step()
+        self._launch_step(draw)
         if self.recorder is not None:
             self.recorder.capture_after_step()
         if self.debug:
             self._check_finite()
         return self.store["obs"], self.store["reward"], self._done, self.info
 
-    def _launch_step(self):
+    def _launch_step(self, draw: bool = False):
         """One step kernel. On a GPU the launch is captured once in a CUDA graph and replayed:
         a replay costs a few microseconds where a launch from Python costs 40 to 300 (per
         argument marshalling), and the store's fixed addresses make the graph valid for good.
         Inside someone else's capture (the trainer's rollout graph) the kernel is launched as is."""
         if not self.step_graphs or self.device.type != "cuda" or torch.cuda.is_current_stream_capturing():
-            self.kernels.step(*self._scalars(), self._views)
+            self.kernels.step(*self._scalars(), self._views, draw=int(draw))
             return
-        key = (self.seed, self.replicas_per_seed)
+        key = (self.seed, self.replicas_per_seed, draw)
         if self._step_graph is None or self._step_graph[0] != key:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                self.kernels.step(*self._scalars(), self._views)
+                self.kernels.step(*self._scalars(), self._views, draw=int(draw))
             self._step_graph = (key, graph)
         self._step_graph[1].replay()
 
@@ -202,11 +206,13 @@ class Env:
     RANDOM_BLOCK = RandomActions.BLOCK  # random steps per CUDA graph replay (random_steps)
 
     def random_steps(self, steps: int):
-        """`steps` steps of every replica with uniformly random actions (sample_actions, then step):
-        a random policy's rollout, for baselines and benchmarks. On GPUs, blocks of RANDOM_BLOCK
-        steps replay one CUDA graph, so a step costs its two kernels' device time rather than two
-        launches from Python; the same numbers as the loop. Returns step()'s (obs, reward, done,
-        info) after the last step."""
+        """`steps` steps of every replica with uniformly random actions: a random policy's rollout, for
+        baselines and benchmarks. Discrete and MultiDiscrete actions are drawn by the step kernel itself
+        from the replica's counter-based stream (the key of agent ACTION_STREAM + a at its episode and
+        step: the same actions on every target, no sampler launch); Box actions by sample_actions, then
+        step. On GPUs, blocks of RANDOM_BLOCK steps replay one CUDA graph, the same numbers as step by
+        step. The actions taken are in the action array afterwards. Returns step()'s (obs, reward,
+        done, info) after the last step."""
         return self._random.steps(steps)
 
     def _accept_actions(self, actions):

@@ -1,5 +1,6 @@
 """Uniformly random actions on the device (Env.sample_actions), and a random policy's steps
-(Env.random_steps), on GPUs replayed in blocks from one CUDA graph."""
+(Env.random_steps: discrete actions drawn by the step kernel itself), on GPUs replayed in blocks from
+one CUDA graph."""
 from __future__ import annotations
 
 import weakref
@@ -54,27 +55,33 @@ class RandomActions:
         if int(steps) != steps or steps < 1:
             raise ValueError(f"random_steps: steps must be a positive integer, got {steps!r}")
         left = int(steps)
+        drawn = not isinstance(env.action_space, Box)  # the step kernel draws them (codegen.drawn_actions)
         graphed = (env.step_graphs and env.device.type == "cuda" and env.recorder is None and not env.debug
                    and not torch.cuda.is_current_stream_capturing())
+        if env._action_check.pending:
+            env._action_check.report()
         if graphed and left >= self.BLOCK:
-            if env._action_check.pending:
-                env._action_check.report()
             key = (env.seed, env.replicas_per_seed)
             if self.graph is None or self.graph[0] != key:
                 self._buffers()  # (made before the capture, without drawing)
                 graph = torch.cuda.CUDAGraph()
-                graph.register_generator_state(env._generator)
+                if not drawn:
+                    graph.register_generator_state(env._generator)
                 with torch.cuda.graph(graph):
                     for _ in range(self.BLOCK):
-                        self.draw()
-                        env.kernels.step(*env._scalars(), env._views)
+                        if not drawn:
+                            self.draw()
+                        env.kernels.step(*env._scalars(), env._views, draw=int(drawn))
                 self.graph = (key, graph)
             while left >= self.BLOCK:
                 self.graph[1].replay()
                 env._clock += self.BLOCK
                 left -= self.BLOCK
         for _ in range(left):
-            env.step(self.draw())
+            if drawn:
+                env._advance(draw=True)
+            else:
+                env.step(self.draw())
         return env.store["obs"], env.store["reward"], env._done, env.info
 
 

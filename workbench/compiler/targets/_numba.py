@@ -224,7 +224,7 @@ class _CheckedArray:
 
 
 def locate_out_of_bounds(defn: EnvDefinition, kernel: str, n_envs: int, seed: int, span: int, views: list, layout,
-                         prelude: str, target: str):
+                         prelude: str, target: str, draw: int = 0):
     """Replay one launch in plain Python over copies of the arrays as they were before it; an
     EnvIndexError naming the array, index and env line of the first out-of-bounds access, or None."""
     import sys
@@ -243,7 +243,7 @@ def locate_out_of_bounds(defn: EnvDefinition, kernel: str, n_envs: int, seed: in
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
-            ns[kernel](n_envs, seed, span, *arrays)
+            ns[kernel](n_envs, seed, span, draw, *arrays)
     except _OutOfBounds as exc:
         line, tb = None, sys.exc_info()[2]
         while tb is not None:

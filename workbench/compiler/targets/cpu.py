@@ -47,17 +47,17 @@ class CpuKernels:
         """True when both kernels came from the on-disk cache (nothing was compiled)."""
         return all(k.stats.cache_hits and not k.stats.cache_misses for k in (self._reset, self._step))
 
-    def _run(self, fn, n_envs, seed, span, views):
+    def _run(self, fn, n_envs, seed, span, views, draw=0):
         before = [v.copy() for v in views] if self.boundscheck else None
         try:
-            fn(n_envs, seed, span, *views)
+            fn(n_envs, seed, span, draw, *views)
         except numba.core.errors.NumbaError as exc:
             raise compile_error(self.defn, "cpu", exc, self.module_file) from None
         except IndexError:
             if not self.boundscheck:
                 raise
             located = locate_out_of_bounds(self.defn, fn.py_func.__name__, n_envs, seed, span, before, None,
-                                           _PRELUDE, "cpu")
+                                           _PRELUDE, "cpu", draw)
             if located is None:
                 raise
             raise located from None
@@ -65,8 +65,9 @@ class CpuKernels:
     def reset(self, n_envs, seed, span, views):
         self._run(self._reset, n_envs, seed, span, views)
 
-    def step(self, n_envs, seed, span, views):
-        self._run(self._step, n_envs, seed, span, views)
+    def step(self, n_envs, seed, span, views, draw=0):
+        """One step of every replica; draw=1: each agent's action drawn in the step (codegen.drawn_actions)."""
+        self._run(self._step, n_envs, seed, span, views, draw)
 
 
 class CpuTarget:

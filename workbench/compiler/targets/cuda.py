@@ -90,20 +90,20 @@ class CudaKernels:
             stream = self._streams[handle] = cuda.external_stream(handle)
         return stream
 
-    def _run(self, kernel, n_envs, seed, span, views):
+    def _run(self, kernel, n_envs, seed, span, views, draw=0):
         from numba.core.errors import NumbaError
         envs_per_block = min(self.layout.envs_per_block, n_envs)  # small runs (and the simulator) launch less
         grid = (n_envs + envs_per_block - 1) // envs_per_block
         token = _NO_FMA.set(True)  # the first launch compiles
         before = [v.copy() for v in views] if simulator_enabled() else None  # to locate an IndexError
         try:
-            kernel[grid, envs_per_block * self.layout.threads_per_env, self._stream()](n_envs, seed, span, *views)
+            kernel[grid, envs_per_block * self.layout.threads_per_env, self._stream()](n_envs, seed, span, draw, *views)
         except NumbaError as exc:
             raise compile_error(self.defn, "cuda", exc, self.module_file) from None
         except IndexError:  # the simulator's arrays check their bounds
             from .cpu import _PRELUDE as host_prelude
             located = None if before is None else locate_out_of_bounds(
-                self.defn, kernel.py_func.__name__, n_envs, seed, span, before, None, host_prelude, "cuda")
+                self.defn, kernel.py_func.__name__, n_envs, seed, span, before, None, host_prelude, "cuda", draw)
             if located is None:
                 raise
             raise located from None
@@ -113,8 +113,9 @@ class CudaKernels:
     def reset(self, n_envs, seed, span, views):
         self._run(self._reset, n_envs, seed, span, views)
 
-    def step(self, n_envs, seed, span, views):
-        self._run(self._step, n_envs, seed, span, views)
+    def step(self, n_envs, seed, span, views, draw=0):
+        """One step of every replica; draw=1: each agent's action drawn in the step (codegen.drawn_actions)."""
+        self._run(self._step, n_envs, seed, span, views, draw)
 
     @property
     def loaded_from_cache(self) -> bool:

@@ -105,19 +105,21 @@ class CudaCKernels:
             stream = self._streams[handle] = Stream.from_handle(handle)
         return stream
 
-    def _run(self, kernel, n_envs, seed, span, views):
+    def _run(self, kernel, n_envs, seed, span, views, draw=0):
         from cuda.core import LaunchConfig, launch
         config = self._configs.get(n_envs)
         if config is None:
             grid = (n_envs + self.layout.envs_per_block - 1) // self.layout.envs_per_block
             config = self._configs[n_envs] = LaunchConfig(grid=grid, block=self.layout.block)
-        launch(self._stream(), config, kernel, np.int32(n_envs), np.uint64(seed), np.int32(span), *views)
+        launch(self._stream(), config, kernel, np.int32(n_envs), np.uint64(seed), np.int32(span), np.int32(draw),
+               *views)
 
     def reset(self, n_envs, seed, span, views):
         self._run(self._reset, n_envs, seed, span, views)
 
-    def step(self, n_envs, seed, span, views):
-        self._run(self._step, n_envs, seed, span, views)
+    def step(self, n_envs, seed, span, views, draw=0):
+        """One step of every replica; draw=1: each agent's action drawn in the step (codegen.drawn_actions)."""
+        self._run(self._step, n_envs, seed, span, views, draw)
 
 
 class CudaCTarget:
