@@ -26,7 +26,7 @@ def test_graph_replayed_steps_equal_direct_launches(name, target, params):
             direct.step(graphed.sample_actions().clone())
             graphed.step()
         torch.cuda.synchronize()
-        assert graphed._step_graph is not None and graphed._step_graph[0] == (graphed.seed, graphed.replicas_per_seed)
+        assert graphed._step_graph is not None and graphed._step_graph[0] == (graphed.seed, graphed.replicas_per_seed, False)
         for key in direct.store:
             assert torch.equal(graphed.store[key], direct.store[key]), key
     assert int(direct.store["episode"].sum()) > 0
