@@ -2,7 +2,8 @@
 
 Each cell: make the env (compile time reported apart), warm up, then `--repeats` timed batches of
 (random actions sampled on the device with env.sample_actions() + env.step(); `--actions graph`:
-env.random_steps(), blocks of those steps replayed from one CUDA graph), each batch
+env.random_steps(), blocks of random steps replayed from one CUDA graph, discrete actions drawn by
+the step kernel itself since 2c850f1), each batch
 bracketed by a device synchronisation; the median is reported. An env-step is one replica step
 (all its agents); agent-steps/s = env-steps/s x num_agents.
 

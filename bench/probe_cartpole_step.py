@@ -1,6 +1,7 @@
 """What the CartPole step kernel's time at large sizes depends on: variants of the cuda-c target's
 generated program (source edits of codegen_c.c_program's output, each compiled on its own), timed
-as env.random_steps() (blocks of 32 sample-and-step pairs from one CUDA graph) in steady state.
+as env.random_steps() (blocks of 32 random steps from one CUDA graph; sample-and-step pairs before
+2c850f1, whose step kernels draw the actions themselves) in steady state.
 
     python bench/probe_cartpole_step.py                 # 1M and 10M replicas, every variant
     python bench/probe_cartpole_step.py --num-envs 1e7 --variants generated no_ends

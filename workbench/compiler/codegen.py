@@ -70,7 +70,7 @@ def terminal_arrays(defn: EnvDefinition) -> list:
     return [(f"_wb_final_{name}", spec) for name, spec in defn.arrays.items() if spec.owner == "env"]
 
 
-# draw: 1 when the step draws every agent's action itself (random_steps: draw_actions), else 0
+# draw: 1 when the step draws every agent's action itself (Env.random_steps; drawn_actions), else 0
 SCALAR_ARGS = ("n_envs", "seed", "span", "draw")
 
 
