@@ -145,7 +145,8 @@ def _kernel(name):
     from cuda.core import Device, Program, ProgramOptions
     import torch
     base = name[:-4] if name.endswith("_f64") else name
-    defines = "".join(f"#define {f}\n" for f in FLAGS[base]) + ("#define REAL double\n" if name.endswith("_f64") else "")
+    defines = "".join(f"#define {f}\n" for f in FLAGS[base])
+    defines += "#define REAL double\n" if name.endswith("_f64") else ""
     major, minor = torch.cuda.get_device_capability()
     Device(torch.cuda.current_device()).set_current()
     program = Program(defines + SOURCE, code_type="c++", options=ProgramOptions(arch=f"sm_{major}{minor}", std="c++17"))

@@ -1,7 +1,8 @@
 """What a Tag step kernel's time depends on: the launch shape (lanes a block, lanes a replica), a
 register cap and, on the cuda-c target, another text of the env's CUDA C (an older revision, an
 edit), each compiled on its own and timed as env.random_steps() (blocks of random steps from one
-CUDA graph: sample-and-step pairs before 2c850f1, the actions drawn in the step since), median of CUDA-event timings, in microseconds a step.
+CUDA graph: sample-and-step pairs before 2c850f1, the actions drawn in the step since), median of
+CUDA-event timings, in microseconds a step.
 
     python bench/probe_tag_step.py                                  # Tag continuous, the issue's config
     python bench/probe_tag_step.py --cu old=/tmp/old.cu             # beside an older .cu, e.g. from

@@ -187,9 +187,10 @@ def _draw_actions(w: _Writer, d: int):
     if entries:
         kind = c_type(w.defn.arrays["action"].dtype)
         heads = len(entries)
-        w.agent_loop(d, [EA, f"const wb_key wb_akey = wb_make_key(wb_seed, wb_e, {ACTION_STREAM}ULL + (wb_u64)a, wb_ep, "
-                             f"wb_t);"] + [f"action[ea * {heads} + {h}] = ({kind})wb_randint(wb_akey, {h}, {n});"
-                                           for h, (_, n) in enumerate(entries)], guard="active && draw != 0")
+        key = f"const wb_key wb_akey = wb_make_key(wb_seed, wb_e, {ACTION_STREAM}ULL + (wb_u64)a, wb_ep, wb_t);"
+        draws = [f"action[ea * {heads} + {h}] = ({kind})wb_randint(wb_akey, {h}, {n});"
+                 for h, (_, n) in enumerate(entries)]
+        w.agent_loop(d, [EA, key] + draws, guard="active && draw != 0")
 
 
 def _one_lane_step_body(w: _Writer, phases: dict, d: int):

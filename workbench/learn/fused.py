@@ -327,7 +327,8 @@ class FusedPolicyStep:
         obs, rows, recording = step_arguments(obs, self.members, actions_out, obs_out, env_action, agents, strided=True)
         with _compile_switches():
             policy_step[(-(-rows // STEP_BLOCK), self.members)](
-                obs, obs.stride(0), obs.stride(1), noise, *self.params, self.strides, actions_out, logp_out, values_out, rows, *recording,
+                obs, obs.stride(0), obs.stride(1), noise, *self.params, self.strides, actions_out, logp_out, values_out,
+                rows, *recording,
                 **self.sizes, BLOCK=STEP_BLOCK, STACKED=int(self.stacked), DOT=self.dot, TANH=_tanh_mode(self.dot),
                 RECORD=obs_out is not None, **_launch_options())
         return actions_out.reshape(-1)
