@@ -68,7 +68,9 @@ CONFIG_CASES = {
     "DDPGConfig(batch_size > buffer)": (lambda: wb.DDPGConfig(batch_size=10, buffer_size=5),
                                         raises(cfg.ConfigError, "batch_size", "buffer_size")),
     "from_dict unknown key": (lambda: cfg.from_dict({"learning_rate": 1.0}),
-                              raises(cfg.ConfigError, "unknown key", "learning_rate")),
+                              raises(cfg.ConfigError, "unknown key", "learning_rate", "did you mean 'lr'")),
+    "from_dict misspelt key": (lambda: cfg.from_dict({"total_steps": 1000}),
+                               raises(cfg.ConfigError, "unknown key", "did you mean 'total_env_steps' for 'total_steps'?")),
 }
 
 

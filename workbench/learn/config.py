@@ -6,6 +6,7 @@ The CLI, the YAML loader and the notebook's form are all generated from these cl
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import numbers
 import typing
 from dataclasses import dataclass, field
@@ -200,6 +201,12 @@ def _coerce(cls, name, kind, value):
                       f"({type(value).__name__})")
 
 
+# other libraries' names for the config's keys (Stable-Baselines3, CleanRL), for "did you mean"
+SYNONYMS = {"learning_rate": "lr", "n_envs": "num_envs", "total_timesteps": "total_env_steps",
+            "n_steps": "rollout_length", "num_steps": "rollout_length", "n_epochs": "update_epochs",
+            "clip_range": "clip_coef", "target_reward": "target_return"}
+
+
 def from_dict(data: dict, cls=None):
     """Build a config from a plain dict, rejecting unknown keys and ill-typed values by name."""
     data = dict(data)
@@ -212,7 +219,10 @@ def from_dict(data: dict, cls=None):
     names = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(data) - set(names))
     if unknown:
-        raise ConfigError(f"unknown key(s) {unknown} for {cls.__name__}; valid keys: {names}")
+        close = {k: [SYNONYMS[k]] if SYNONYMS.get(k) in names else difflib.get_close_matches(k, names, n=1, cutoff=0.6)
+                 for k in unknown}
+        hint = "; ".join(f"did you mean '{c[0]}' for '{k}'?" for k, c in close.items() if c)
+        raise ConfigError(f"unknown key(s) {unknown} for {cls.__name__}{'; ' + hint if hint else ''}; valid keys: {names}")
     values = {k: _coerce(cls, k, hints[k], v) for k, v in data.items()}
     return cls(**values)  # __post_init__ validates
 
