@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .envdef import EnvDefinition
+from .envdef import Discrete, EnvDefinition, MultiDiscrete
 
 # {stream}: the agent slot of the key (stream_of); _wb_seed, _wb_e: the replica's seed and index in its block
 RESET_KEY = "make_key(_wb_seed, _wb_e, {stream}, episode[e] + 1, RESET_STEP)"
@@ -89,7 +89,6 @@ def drawn_actions(defn: EnvDefinition) -> list:
     """(index suffix after the agent, categories) of each action entry that a step with `draw` set draws
     uniformly (Discrete: one, MultiDiscrete: one per head; Box actions are drawn by the caller): entry
     h of agent a is randint(make_key(seed, replica, ACTION_STREAM + a, episode, t), h, categories)."""
-    from .envdef import Discrete, MultiDiscrete
     if isinstance(defn.action, Discrete):
         return [("", defn.action.n)]
     if isinstance(defn.action, MultiDiscrete):
