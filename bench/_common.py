@@ -61,6 +61,15 @@ def median_event_seconds(fn, repeats: int, inner: int = 1) -> tuple:
     return statistics.median(times), times
 
 
+def steady_us_per_step(steps, block: int, repeats: int, warmup: int = 10) -> float:
+    """Microseconds a step when each call of steps() runs `block` steps: `warmup` calls first (past the
+    first episodes' ends: steady state), then the median of CUDA-event timings of 3 calls."""
+    for _ in range(warmup):
+        steps()
+    median, _ = median_event_seconds(steps, repeats, inner=3)
+    return median / block * 1e6
+
+
 def calls_for(fn, device, min_time: float, cap: int, floor: int = 1) -> int:
     """How many calls of fn fill about `min_time` seconds (from one timed call), in [floor, cap]."""
     sync(device)

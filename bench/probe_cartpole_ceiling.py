@@ -195,10 +195,7 @@ def one(name: str, n: int, repeats: int) -> float:
             for k in range(block):
                 one_step(k + 1)
         steps = graph.replay
-    for _ in range(10):  # past the first episodes' ends: steady state
-        steps()
-    median, _ = C.median_event_seconds(steps, repeats, inner=3)
-    return median / block * 1e6
+    return C.steady_us_per_step(steps, block, repeats)
 
 
 def main(argv=None) -> int:

@@ -172,10 +172,7 @@ def one(name: str, num_envs: int, repeats: int) -> float:
     else:
         def steps():
             env.random_steps(block_steps)
-    for _ in range(10):  # past the first episodes' ends: steady state
-        steps()
-    median, _ = C.median_event_seconds(steps, repeats, inner=3)
-    return median / block_steps * 1e6
+    return C.steady_us_per_step(steps, block_steps, repeats)
 
 
 def main(argv=None) -> int:

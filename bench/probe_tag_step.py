@@ -74,12 +74,10 @@ def one(game: str, target: str, num_envs: int, cu: str | None, block: int, max_l
     def steps():
         env.random_steps(block_steps)
 
-    for _ in range(10):  # past the first episodes' ends
-        steps()
-    median, _ = C.median_event_seconds(steps, repeats, inner=3)
+    us = C.steady_us_per_step(steps, block_steps, repeats)
     del env
     gc.collect()
-    return median / block_steps * 1e6
+    return us
 
 
 def main(argv=None) -> int:
