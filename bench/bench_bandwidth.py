@@ -5,11 +5,11 @@ written, median of repeats. Step bandwidth: env.step() with the store's actions 
 (the step kernel alone, auto-reset included), at --num-envs replicas, times the bytes one
 replica-step must move between the kernel and memory on the path taken every step:
 
-    read:    action, x, x_dot, theta, theta_dot, t, episode_return
-    written: x, x_dot, theta, theta_dot, reward, terminated, truncated, done, t, episode_return, obs
+    read:    action, x, x_dot, theta, theta_dot, t, last_return, done
+    written: x, x_dot, theta, theta_dot, reward, terminated, truncated, done, t, last_return, last_length
 
-(each array's bytes per replica taken from the store's dtypes and shapes: 72 B for CartPole).
-A finished replica also writes final_obs, last_return, last_length and episode and re-draws its
+(each array's bytes per replica taken from the store's dtypes and shapes: 61 B for CartPole, whose
+observation is its state). A finished replica also writes final_obs and episode and re-draws its
 state, about 1/22 of replica-steps with random actions: that traffic (~1.5 B a step) is not
 counted, so the figure is a slight underestimate.
 
@@ -25,8 +25,8 @@ import _common as C
 # array: (times read, times written) per replica-step on the common (no episode end) path
 CARTPOLE_ACCESS = {
     "action": (1, 0), "x": (1, 1), "x_dot": (1, 1), "theta": (1, 1), "theta_dot": (1, 1), "t": (1, 1),
-    "episode_return": (1, 1), "reward": (0, 1), "terminated": (0, 1), "truncated": (0, 1), "done": (0, 1),
-    "obs": (0, 1),
+    "last_return": (1, 1), "reward": (0, 1), "terminated": (0, 1), "truncated": (0, 1), "done": (1, 1),
+    "last_length": (0, 1),
 }
 
 

@@ -370,9 +370,10 @@ def _kernel_arrays(defn, n_envs, recorded=()):
         return lead * (defn.num_agents if s.layout == "agent" else 1) * int(np.prod(s.shape, dtype=np.int64))
 
     arrays = [(s.name, s.dtype, size(s, n_envs)) for s in defn.arrays.values()]
-    arrays.append(("wb_slot", np.dtype(np.int32), n_envs))
+    arrays.append(("wb_slot", np.dtype(np.int32), n_envs + 1))  # the last: 1 while any replica is recorded
     arrays += [(arg, s.dtype, size(s, max(1, len(recorded)))) for arg, s in codegen_c.c_terminal_arrays(defn)]
     marks = [f"    wb_slot[{r}] = {k + 1};" for k, r in enumerate(recorded)]
+    marks += [f"    wb_slot[{n_envs}] = 1;"] if recorded else []
     return arrays, marks
 
 
@@ -596,3 +597,77 @@ def test_a_captured_cuda_graph_replays_the_step():
         ref.step(actions)
         for name in ref.store:
             assert torch.equal(env.store[name], ref.store[name]), (name, k)
+
+
+# A one-agent env whose observation shows the clock: the final observation sees t one past the step
+# (the episode's length), the next one t = 0 (the drivers store t early only for such an env).
+CLOCK_PY = '''
+from workbench.compiler.envdef import Box, Discrete, per_env
+from workbench.compiler.rng import uniform
+
+NUM_AGENTS = 1
+MAX_STEPS = 6
+OBSERVATION = Box(shape=(2,))
+ACTION = Discrete(3)
+STATE = dict(level=per_env())
+
+
+def reset(env, key, level):
+    level[env] = uniform(key, 0)
+
+
+def step(env, agent, action, level, reward, terminated):
+    level[env] += action[env, agent]
+    reward[env, agent] = level[env]
+    if level[env] > 7.0:
+        terminated[env] = 1
+
+
+def observe(env, agent, t, level, obs):
+    obs[env, agent, 0] = t[env]
+    obs[env, agent, 1] = level[env]
+'''
+
+CLOCK_C = '''
+__device__ void reset(int env, wb_key key, float* level) { level[env] = wb_uniform(key, 0); }
+
+__device__ void step(int env, int agent, action_view action, float* level, reward_view reward,
+                     unsigned char* terminated)
+{
+    level[env] += action(env, agent);
+    reward(env, agent) = level[env];
+    if (level[env] > 7.0f)
+        terminated[env] = 1;
+}
+
+__device__ void observe(int env, int agent, const int* t, const float* level, obs_view obs)
+{
+    obs(env, agent, 0) = t[env];
+    obs(env, agent, 1) = level[env];
+}
+'''
+
+
+def clock_definition():
+    return envdef_c.attach_c(envdef.parse("clock", CLOCK_PY, "clock.py", {}), CLOCK_C, "clock.cu")
+
+
+def check_clock_frames(frames):
+    """Where a replica's episode ended, its final observation shows the episode's length and its next one 0."""
+    ended = 0
+    for f in frames[1:]:
+        done = f["done"].astype(bool)
+        np.testing.assert_array_equal(f["final_obs"][done, 0, 0], f["last_length"][done])
+        np.testing.assert_array_equal(f["obs"][done, 0, 0], 0)
+        np.testing.assert_array_equal(f["obs"][:, 0, 0], f["t"])
+        ended += int(done.sum())
+    return ended
+
+
+@needs_gxx
+def test_host_build_shows_the_clock_to_the_final_observation(tmp_path):
+    defn = clock_definition()
+    frames = _compare_with_cpu(tmp_path, defn, gpu_layout(1), n_envs=6, steps=20)
+    assert check_clock_frames(frames) > 6
+    assert any((f["done"] & ~f["truncated"]).any() for f in frames[1:])  # terminations and time limits
+    assert any(f["truncated"].any() for f in frames[1:])

@@ -114,7 +114,7 @@ def test_drivers_take_span_after_seed():
     assert "key = make_key(_wb_seed, _wb_e, 0, episode[e] + 1, RESET_STEP)" in numba
     source = codegen_c.c_program(defn, codegen.gpu_layout(1))
     assert "void WB_REGISTER_CAP wb_step(\n    int n_envs,\n    wb_u64 seed,\n    int span,\n    int draw,\n    float* __restrict__ obs," in source
-    assert "const wb_u64 wb_seed = seed + (wb_u64)(e / span);" in source and "const int wb_e = e % span;" in source
+    assert "wb_seed += (wb_u64)(e / span);" in source and "wb_e = e % span;" in source
     assert "const wb_key key = wb_make_key(wb_seed, wb_e, 0, (long long)episode[e] + 1, WB_RESET_STEP);" in source
     assert "wb_make_key(seed," not in source
 

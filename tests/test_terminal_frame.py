@@ -190,3 +190,17 @@ def test_the_viewer_shows_how_the_episode_ended():
     anim = render.Animation(ep, env)
     assert len(anim.frames) == steps + 1 and anim.total_steps == steps
     assert f"step 0 / {steps}" in anim.to_html()
+
+
+def test_an_observation_of_the_clock_sees_the_episode_length_then_zero(target):
+    """The one-agent drivers store the clock one past the step before the final observation only for
+    an env whose observe takes `t` (test_cuda_c.CLOCK_PY): here it does."""
+    from test_cuda_c import CLOCK_PY, check_clock_frames
+    wb.register("clock_observed", CLOCK_PY)
+    env = wb.make("clock_observed", num_envs=5, target=target, seed=4)
+    rng = np.random.default_rng(0)
+    frames = []
+    for _ in range(20):
+        env.step(torch.from_numpy(rng.integers(0, 3, size=(5, 1), dtype=np.int32)).to(env.device))
+        frames.append({k: v.cpu().numpy().copy() for k, v in env.store.items()})
+    assert check_clock_frames([None] + frames) > 5

@@ -262,7 +262,7 @@ def exec_source(source: str, filename: str, module_name: str) -> dict:
 
 
 FRAMEWORK_ARRAYS = ("obs", "final_obs", "action", "reward", "terminated", "truncated", "done",
-                    "t", "episode", "episode_return", "last_return", "last_length")
+                    "t", "episode", "last_return", "last_length")
 
 
 def parse(name: str, source: str, filename: str | None = None, overrides: Mapping | None = None) -> EnvDefinition:
@@ -324,7 +324,6 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
         "done": ResolvedArray("done", "env", np.dtype(np.uint8), (), "framework"),
         "t": ResolvedArray("t", "env", np.dtype(np.int32), (), "framework"),
         "episode": ResolvedArray("episode", "env", np.dtype(np.int32), (), "framework"),
-        "episode_return": ResolvedArray("episode_return", "agent", np.dtype(np.float32), (), "framework"),
         "last_return": ResolvedArray("last_return", "agent", np.dtype(np.float32), (), "framework"),
         "last_length": ResolvedArray("last_length", "env", np.dtype(np.int32), (), "framework"),
     }

@@ -154,7 +154,8 @@ class Env:
         actions: the store's own action tensor (no copy), or a tensor of its shape
         (for single-agent envs [E, ...] is accepted too). Returns (obs [E, A, *O],
         reward [E, A], done [E], info) with info's terminated, truncated, final_obs,
-        episode_return and episode_length (last finished episode per replica).
+        episode_return and episode_length: where done, those of the episode that just ended
+        (elsewhere those of the running episode so far).
 
         Given actions are range-checked on the device (the store's own tensor, which the trainer
         samples into, is not): out-of-range discrete values and non-finite continuous ones raise

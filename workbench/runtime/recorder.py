@@ -13,15 +13,22 @@ class TerminalCopies:
     """The step kernel's copies of recorded replicas' terminal states (codegen.terminal_arrays).
 
     `slot` [E] int32: 0 for a replica nobody records, k for one whose episode ends are copied into row
-    k - 1 of `buffers` (name -> [S, *shape], S >= 1 rows). Not recording costs the kernel one check
-    of `slot[e]` per step, and memory 4 bytes per replica plus one row of state.
+    k - 1 of `buffers` (name -> [S, *shape], S >= 1 rows). The kernels take `slot` with one more
+    element, `slots[E]`: 1 while any replica is recorded. Not recording costs the kernel one read of
+    that flag (the same address for every replica), and memory 4 bytes per replica plus one row of state.
     """
 
     def __init__(self, defn, num_envs: int, num_agents: int, device):
         self.defn, self.num_agents, self.device = defn, num_agents, device
-        self.slot = torch.zeros(num_envs, dtype=torch.int32, device=device)
+        self.num_envs = num_envs
+        self.slot = self._slots()
         self.retired: list = []  # earlier slot arrays, zeroed, which a CUDA graph captured before may still read
         self.buffers = self._allocate(1)
+
+    def _slots(self) -> torch.Tensor:
+        # the flag sits after the slots: where no replica is recorded, a replica whose episode ends reads no
+        # slot of its own (a scattered 4-byte read: CartPole at 10M replicas on an H100, 359 -> 345 us a step)
+        return torch.zeros(self.num_envs + 1, dtype=torch.int32, device=self.device)[:self.num_envs]
 
     def _allocate(self, rows: int) -> dict:
         self.rows = rows
@@ -30,8 +37,12 @@ class TerminalCopies:
                 for _, spec in terminal_arrays(self.defn)}
 
     def tensors(self) -> list:
-        """The kernels' arguments after the store's arrays: slot, then each copy (kernel order)."""
-        return [self.slot] + [self.buffers[spec.name] for _, spec in terminal_arrays(self.defn)]
+        """The kernels' arguments after the store's arrays: the slots with the flag [E + 1], then each copy
+        (kernel order)."""
+        return [self._with_flag(self.slot)] + [self.buffers[spec.name] for _, spec in terminal_arrays(self.defn)]
+
+    def _with_flag(self, slot: torch.Tensor) -> torch.Tensor:
+        return slot.as_strided((self.num_envs + 1,), (1,))
 
     def assign(self, replicas: list) -> bool:
         """Copy the episode ends of `replicas` (distinct), replica replicas[k] into row k; True when the
@@ -39,18 +50,19 @@ class TerminalCopies:
         earlier writes: the old slot array is kept, all zeros, so such a graph copies nothing."""
         replaced = len(replicas) > self.rows
         if replaced:
-            self.slot.zero_()
+            self.clear()
             self.retired.append(self.slot)
-            self.slot = torch.zeros_like(self.slot)
+            self.slot = self._slots()
             self.buffers = self._allocate(len(replicas))
         self.clear()
         if replicas:
             index = torch.tensor(replicas, dtype=torch.long, device=self.device)
             self.slot.index_copy_(0, index, torch.arange(1, len(replicas) + 1, dtype=torch.int32, device=self.device))
+            self._with_flag(self.slot)[self.num_envs:].fill_(1)
         return replaced
 
     def clear(self):
-        self.slot.zero_()
+        self._with_flag(self.slot).zero_()
 
 
 class TrajectoryRecorder:

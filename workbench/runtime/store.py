@@ -140,6 +140,13 @@ class DataStore(Mapping):
         return {k: v.clone() for k, v in self._tensors.items()}
 
     def load_snapshot(self, snap: Mapping) -> None:
+        """Copy a snapshot (`{name: tensor}`, as a checkpoint's env_state holds) into the store's arrays."""
+        snap = dict(snap)
+        if "episode_return" in snap and "episode_return" not in self._tensors:
+            # a snapshot from before the running return moved into last_return (codegen's docstring)
+            running, done = torch.as_tensor(snap.pop("episode_return")), torch.as_tensor(snap["done"])
+            shape = (-1,) + (1,) * (running.dim() - 1)
+            snap["last_return"] = torch.where(done.reshape(shape) != 0, torch.as_tensor(snap["last_return"]), running)
         for k, v in snap.items():
             self._tensors[k].copy_(torch.as_tensor(v).to(self.device))
 

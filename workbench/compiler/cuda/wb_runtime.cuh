@@ -103,6 +103,16 @@ WB_FN float round_half_even(float x) { return rintf(x); }
 
 template <typename T> struct wb_same { typedef T type; };  // keeps `value` out of deduction
 
+// Driver use: asks L2 for the line at p ahead of its load (nothing in a host build).
+template <typename T> WB_FN void wb_prefetch(const T* p)
+{
+#ifdef __CUDA_ARCH__
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#else
+    (void)p;
+#endif
+}
+
 #ifdef __CUDACC__
 WB_FN int wb_atomic_add(int* p, int v) { return atomicAdd(p, v); }
 WB_FN unsigned wb_atomic_add(unsigned* p, unsigned v) { return atomicAdd(p, v); }
