@@ -10,11 +10,10 @@ Variants: generated (as shipped); no_ends (thresholds and time limit out of reac
 ends, so no reset runs); no_ends_float (the same with the parameters and locals in float); sampled
 (the action drawn in the step from a counter hash; timed as env.step() alone); one_round_key
 (the reset key one hash round instead of five); regs32 / regs40 (register caps by launch bounds);
-block128 / block512 / block1024 (replicas a block); no_slot (the terminal-frame copy's slot check
-removed); no_obs (no observation written after the step: what an observation aliasing the
-state would save); lazy_episode (the episode counter read only where an episode ends); lean (both);
-lean_no_ends, lean_sampled, lean_float (lean with no_ends, sampled, float); generated_x2, lean_x2, lean_x4,
-lean_x2_no_ends (2 or 4 replicas a thread). Prints microseconds a step, median of CUDA-event timings.
+block256 / block512 / block1024 (replicas a block; 128 as shipped); no_slot (the terminal-frame
+copy's checks removed); lazy_episode (the episode counter read only where an episode ends);
+lazy_no_ends, lazy_sampled, lazy_float (lazy_episode with no_ends, sampled, float); generated_x2,
+lazy_x2, lazy_x4, lazy_x2_no_ends (2 or 4 replicas a thread). Prints microseconds a step, median of CUDA-event timings.
 """
 from __future__ import annotations
 
@@ -55,22 +54,15 @@ def _one_round_key(src):
 
 
 def _no_slot(src):
-    return re.sub(r"if \(wb_done && wb_slot\[e\] != 0 && lane == 0\) \{.*?\n        \}\n", "", src, count=1,
+    return re.sub(r"if \(wb_done && wb_slot\[n_envs\] != 0 && wb_slot\[e\] != 0 && lane == 0\) \{.*?\n        \}\n", "",
+                  src, count=1,
                   flags=re.S)
 
 
-def _no_obs(src):
-    """No observation written after the step: the bytes an observation aliasing the state saves."""
-    changed = re.sub(r"    if \(active\) \{\n        for \(int a = lane; a < NUM_AGENTS; a \+= TPE\) \{\n#line [^\n]*\n"
-                     r"            observe\(e, a, x, x_dot, theta, theta_dot, obs\);\n#line [^\n]*\n        \}\n    \}\n",
-                     "", src, count=1)
-    assert changed != src
-    return changed
-
-
 def _lazy_episode(src):
-    """The episode counter read only where an episode ends (no phase outside the reset takes a key)."""
-    for old, new in (("    const int wb_ep = episode[e];\n", ""),
+    """The episode counter read only where an episode ends (no phase outside the reset takes a key; the
+    drawn actions' key leaves the episode out)."""
+    for old, new in (("    const int wb_ep = episode[e];\n", ""), ("(wb_u64)a, wb_ep, wb_t);", "(wb_u64)a, 0, wb_t);"),
                      ("    const int wb_next_ep = wb_done ? wb_ep + 1 : wb_ep;\n", ""),
                      ("    if (wb_done) {\n", "    if (wb_done) {\n        const int wb_ep = episode[e];\n")):
         assert old in src, old
@@ -101,32 +93,30 @@ def _chain(*edits):
 
 
 def _bounds(blocks):
-    return lambda src: src.replace(" wb_step(", f" __launch_bounds__(256, {blocks}) wb_step(", 1)
+    return lambda src: src.replace(" wb_step(", f" __launch_bounds__(128, {blocks}) wb_step(", 1)
 
 
 # name: (source edit of the step kernel, whole-program edit, env parameters, threads a block)
 VARIANTS = {
-    "generated": (None, None, {}, 256),
-    "no_ends": (None, None, NO_ENDS, 256),
-    "no_ends_float": (None, _float, NO_ENDS, 256),
-    "sampled": (_sampled, None, {}, 256),
-    "one_round_key": (_one_round_key, None, {}, 256),
-    "regs32": (_bounds(8), None, {}, 256),
-    "regs40": (_bounds(6), None, {}, 256),
-    "block128": (None, None, {}, 128),
+    "generated": (None, None, {}, 128),
+    "no_ends": (None, None, NO_ENDS, 128),
+    "no_ends_float": (None, _float, NO_ENDS, 128),
+    "sampled": (_sampled, None, {}, 128),
+    "one_round_key": (_one_round_key, None, {}, 128),
+    "regs32": (_bounds(16), None, {}, 128),
+    "regs40": (_bounds(12), None, {}, 128),
+    "block256": (None, None, {}, 256),
     "block512": (None, None, {}, 512),
     "block1024": (None, None, {}, 1024),
-    "no_slot": (_no_slot, None, {}, 256),
-    "no_obs": (_no_obs, None, {}, 256),
-    "lazy_episode": (_lazy_episode, None, {}, 256),
-    "lean": (_chain(_no_obs, _lazy_episode), None, {}, 256),
-    "lean_no_ends": (_chain(_no_obs, _lazy_episode), None, NO_ENDS, 256),
-    "lean_sampled": (_chain(_no_obs, _lazy_episode, lambda src: _sampled(src, episode=False)), None, {}, 256),
-    "generated_x2": (_replicas_a_thread(2), None, {}, 256),
-    "lean_x2": (_chain(_no_obs, _lazy_episode, _replicas_a_thread(2)), None, {}, 256),
-    "lean_x4": (_chain(_no_obs, _lazy_episode, _replicas_a_thread(4)), None, {}, 256),
-    "lean_x2_no_ends": (_chain(_no_obs, _lazy_episode, _replicas_a_thread(2)), None, NO_ENDS, 256),
-    "lean_float": (_chain(_no_obs, _lazy_episode), _float, {}, 256),
+    "no_slot": (_no_slot, None, {}, 128),
+    "lazy_episode": (_lazy_episode, None, {}, 128),
+    "lazy_no_ends": (_lazy_episode, None, NO_ENDS, 128),
+    "lazy_sampled": (_chain(_lazy_episode, lambda src: _sampled(src, episode=False)), None, {}, 128),
+    "generated_x2": (_replicas_a_thread(2), None, {}, 128),
+    "lazy_x2": (_chain(_lazy_episode, _replicas_a_thread(2)), None, {}, 128),
+    "lazy_x4": (_chain(_lazy_episode, _replicas_a_thread(4)), None, {}, 128),
+    "lazy_x2_no_ends": (_chain(_lazy_episode, _replicas_a_thread(2)), None, NO_ENDS, 128),
+    "lazy_float": (_lazy_episode, _float, {}, 128),
 }
 
 
@@ -163,7 +153,7 @@ def one(name: str, num_envs: int, repeats: int) -> float:
     finally:
         codegen_c.c_program, cuda_c.gpu_layout = original, layout
     block_steps = env.RANDOM_BLOCK
-    if name in ("sampled", "lean_sampled"):  # (the step draws its own actions: env.step() alone, its graph replayed a step at a time)
+    if name in ("sampled", "lazy_sampled"):  # (the step draws its own actions: env.step() alone, its graph replayed a step at a time)
         env.sample_actions()
 
         def steps():

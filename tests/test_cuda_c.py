@@ -209,7 +209,7 @@ def test_python_targets_refuse_a_pure_c_env():
 # ---- generated driver ------------------------------------------------------------------------
 
 def test_gpu_layout_shapes():
-    assert gpu_layout(1) == Layout(1, 256)  # one replica a thread
+    assert gpu_layout(1) == Layout(1, 128)  # one replica a thread
     assert gpu_layout(3) == Layout(32, 4)  # a warp a replica, blocks of 128 lanes
     assert gpu_layout(110) == Layout(128, 1)  # a replica a block: its barriers hold back no other replica
     assert gpu_layout(1000) == Layout(256, 1)  # agents strided over at most 256 lanes

@@ -81,3 +81,33 @@ def test_after_step_allocates_nothing_it_keeps_and_never_reads_the_host(monkeypa
     assert [stats.sums.data_ptr(), stats.rows.data_ptr(), stats.done.data_ptr()] == buffers
     assert stats.pull()["episodes"] >= 0
     assert np.isfinite(stats.sums.cpu().numpy()).all()
+
+
+def test_the_running_return_counts_every_step_and_ends_with_the_episode(target):
+    """last_return is each replica's return so far, the step's reward included: where done, the finished
+    episode's (CartPole: its length); a replica done at the last step starts from its first reward."""
+    env = wb.make("cartpole", num_envs=6, target=target, seed=3)
+    running = np.zeros(6)
+    ended = 0
+    for _ in range(60):
+        _, reward, done, info = env.step(env.sample_actions())
+        running += reward[:, 0].cpu().numpy()
+        np.testing.assert_allclose(info["episode_return"][:, 0].cpu().numpy(), running)
+        np.testing.assert_array_equal(info["episode_length"].cpu().numpy(), running)
+        d = done.cpu().numpy()
+        ended += int(d.sum())
+        running[d] = 0.0
+    assert ended >= 6
+
+
+def test_a_snapshot_from_before_the_running_return_loads():
+    """A checkpoint's env_state written when the running return had its own array (episode_return, 0 where
+    done) loads: where done last_return keeps the finished episode's return, elsewhere takes the running one."""
+    env = wb.make("cartpole", num_envs=3, target="cpu", seed=0)
+    snap = {k: v.clone() for k, v in env.store.items()}
+    snap["done"] = np.array([1, 0, 0], dtype=np.uint8)
+    snap["last_return"] = np.array([[21.0], [9.0], [30.0]], dtype=np.float32)
+    snap["episode_return"] = np.array([[0.0], [4.0], [7.0]], dtype=np.float32)
+    env.store.load_snapshot(snap)
+    assert env.store["last_return"][:, 0].tolist() == [21.0, 4.0, 7.0]
+    assert "episode_return" not in env.store

@@ -49,10 +49,12 @@ class Layout:
         return self.threads_per_env * self.envs_per_block
 
 
-def gpu_layout(num_agents: int, block_size: int = 256, max_threads_per_env: int = 256,
+def gpu_layout(num_agents: int, block_size: int = 128, max_threads_per_env: int = 256,
                multi_agent_block: int = 128) -> Layout:
     """One replica per group of lanes; single-agent envs pack one replica per thread (blocks of
-    `block_size`). At most 256 lanes per replica, agents strided over them: a block of 256
+    `block_size`: at 10M replicas on an H100, CartPole's cuda-c step takes 310 us in blocks of 128
+    against 321 in blocks of 256, Acrobot's 1000 against 1142, MountainCar's 245 against 264; equal
+    within 4% from 10k replicas up to 1M). At most 256 lanes per replica, agents strided over them: a block of 256
     threads launches whatever the kernel's register count (<= 255 each), which 1024 threads do
     not. Multi-agent blocks hold `multi_agent_block` lanes (one replica from 128 lanes up): a
     phase's barrier then holds back only the replicas of one small block (Tag continuous with 110
