@@ -6,10 +6,10 @@ written, median of repeats. Step bandwidth: env.step() with the store's actions 
 replica-step must move between the kernel and memory on the path taken every step:
 
     read:    action, x, x_dot, theta, theta_dot, t, last_return, done
-    written: x, x_dot, theta, theta_dot, reward, terminated, truncated, done, t, last_return, last_length
+    written: x, x_dot, theta, theta_dot, reward, terminated, truncated, done, t, last_return
 
-(each array's bytes per replica taken from the store's dtypes and shapes: 61 B for CartPole, whose
-observation is its state). A finished replica also writes final_obs and episode and re-draws its
+(each array's bytes per replica taken from the store's dtypes and shapes: 57 B for CartPole, whose
+observation is its state). A finished replica also writes final_obs, last_length and episode and re-draws its
 state, about 1/22 of replica-steps with random actions: that traffic (~1.5 B a step) is not
 counted, so the figure is a slight underestimate.
 
@@ -26,7 +26,6 @@ import _common as C
 CARTPOLE_ACCESS = {
     "action": (1, 0), "x": (1, 1), "x_dot": (1, 1), "theta": (1, 1), "theta_dot": (1, 1), "t": (1, 1),
     "last_return": (1, 1), "reward": (0, 1), "terminated": (0, 1), "truncated": (0, 1), "done": (1, 1),
-    "last_length": (0, 1),
 }
 
 

@@ -4,15 +4,14 @@ For every shipped env (or --envs), on each target and at each size:
 
 - minimum bytes per replica-step: what one step must move if each array is touched once: every
   persistent state array of the env read and written, the action read, reward, obs, terminated and
-  truncated written, t, last_return (the running return) and done read and written, last_length
-  written (each array's bytes per
+  truncated written, t, last_return (the running return) and done read and written (each array's bytes per
   replica from the store's dtypes and shapes; an observation that is the state, envdef.observed_state,
   moves nothing of its own). Scratch arrays are left out: an env array is
   scratch when, over PROBE_STEPS random steps of PROBE_REPLICAS replicas on the cpu target (same
   params), it holds one and the same constant after every step (Tag's neighbour lists, emptied
   after each use; a slot array left all -1; also tag_grid's in_game with one runner, whose tag
   ends the episode and the same step's reset refills it). Episode-end traffic (final_obs,
-  episode and the reset's writes) is not counted either, so the minimum
+  last_length, episode and the reset's writes) is not counted either, so the minimum
   is a slight underestimate of a real step's needs.
 - launches per step (GPU targets): the CUDA kernels torch.profiler records over LAUNCH_STEPS
   steps of env.step(env.sample_actions()), and of env.random_steps(LAUNCH_STEPS) (CUDA graph
@@ -66,7 +65,7 @@ TIME_UNITS = {"nsecond": 1.0, "usecond": 1e3, "msecond": 1e6, "second": 1e9, "ns
 # the framework's per-step arrays: (times read, times written) on the common (no episode end) path
 FRAMEWORK_ACCESS = {"action": ("input", 1, 0), "reward": ("output", 0, 1), "obs": ("output", 0, 1),
                     "terminated": ("output", 0, 1), "truncated": ("output", 0, 1), "done": ("clock", 1, 1),
-                    "t": ("clock", 1, 1), "last_return": ("clock", 1, 1), "last_length": ("clock", 0, 1)}
+                    "t": ("clock", 1, 1), "last_return": ("clock", 1, 1)}
 
 
 def env_params(items) -> dict:

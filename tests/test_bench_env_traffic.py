@@ -32,17 +32,16 @@ def test_cartpole_minimum_is_the_closed_form_of_its_store():
     expected = (2 * sum(size(k) for k in state)  # state read and written
                 + size("action")  # read
                 + size("reward") + size("terminated") + size("truncated")  # written
-                + 2 * (size("t") + size("last_return") + size("done"))  # clock, return and done read and written
-                + size("last_length"))  # written
+                + 2 * (size("t") + size("last_return") + size("done")))  # clock, return and done read and written
     # float32 state 4 x 4 B x 2 = 32, int8 action 1, float32 reward 4, terminated/truncated uint8 2,
-    # int32 t 2 x 4 = 8, float32 last_return 2 x 4 = 8, uint8 done 2 x 1 = 2, int32 last_length 4; the
-    # observation (4 x float32) is the state
+    # int32 t 2 x 4 = 8, float32 last_return 2 x 4 = 8, uint8 done 2 x 1 = 2; the observation (4 x float32)
+    # is the state
     assert [size(k) for k in state] == [4, 4, 4, 4] and size("obs") == 16 and size("done") == 1
-    assert size("action") == 1 and expected == 61
+    assert size("action") == 1 and expected == 57
     rows = traffic.probe_arrays("cartpole", {})
     assert traffic.minimum_bytes(rows) == expected
     assert {k for k, role in roles(rows).items() if role == "state"} == set(state)
-    assert roles(rows)["final_obs"] == "episode end" and roles(rows)["episode"] == "episode end"
+    assert roles(rows)["final_obs"] == "episode end" and roles(rows)["last_length"] == "episode end"
     assert roles(rows)["obs"] == "the state"
 
 
@@ -114,12 +113,12 @@ def test_cpu_run_writes_json(tmp_path, capsys):
     report = json.loads(out.read_text())
     assert {"bench", "machine", "args", "copy", "envs", "results"} <= set(report)
     assert report["bench"] == "env_traffic"
-    assert report["envs"]["cartpole"]["min_bytes_per_replica_step"] == 61
+    assert report["envs"]["cartpole"]["min_bytes_per_replica_step"] == 57
     (row,) = report["results"]
     assert "error" not in row, row
     assert {"env", "target", "num_envs", "min_bytes_per_replica_step", "launches", "random_steps_launches", "dram",
             "s_per_step", "env_steps_per_s", "min_bytes_per_s", "min_share_of_copy"} <= set(row)
     assert row["launches"] is None and row["dram"] is None  # not applicable on cpu
-    assert row["min_bytes_per_s"] == pytest.approx(61 * 64 / row["s_per_step"])
+    assert row["min_bytes_per_s"] == pytest.approx(57 * 64 / row["s_per_step"])
     printed = capsys.readouterr().out
-    assert "| cartpole | cpu | 64 | 61 | n/a |" in printed
+    assert "| cartpole | cpu | 64 | 57 | n/a |" in printed

@@ -232,11 +232,11 @@ def _one_lane_step_body(w: _Writer, phases: dict, d: int):
         w.emit(d + 1, "t[e] = wb_t + 1;  // as the final observation's phases see it")
     for phase in phases["observe"]:
         w.phase(d + 1, phase, FINAL_OBSERVE_KEY, rename={"obs": "final_obs"})
+    w.emit(d + 1, "last_length[e] = wb_t + 1;")
     for phase in phases["reset"]:
         w.phase(d + 1, phase, STEP_RESET_KEY)
     w.emit(d + 1, "episode[e] = wb_ep + 1;")
-    w.emit(d, "}", "last_return[e] = wb_return;", "last_length[e] = wb_t + 1;  // (codegen: episode bookkeeping)",
-           "t[e] = wb_next_t;")
+    w.emit(d, "}", "last_return[e] = wb_return;  // (codegen: episode bookkeeping)", "t[e] = wb_next_t;")
     for phase in phases["next_observe"]:
         w.phase(d, phase, NEXT_OBSERVE_KEY)
 
@@ -269,8 +269,7 @@ def _step_body(w: _Writer, phases: dict, d: int):
     _copy_terminal(w, d)
     w.agent_loop(d, (EA, f"const float wb_return = {'wb_return0' if held else '(wb_fresh ? 0.0f : last_return[ea])'}"
                          " + reward[ea];", "last_return[ea] = wb_return;"))
-    w.lane0(d, "active", "t[e] = wb_t + 1;", "last_length[e] = wb_t + 1;", "if (wb_t + 1 >= MAX_STEPS)",
-            "    truncated[e] = 1;",
+    w.lane0(d, "active", "t[e] = wb_t + 1;", "if (wb_t + 1 >= MAX_STEPS)", "    truncated[e] = 1;",
             "done[e] = wb_done ? 1 : 0;")
     w.barrier(d)
     for phase in phases["observe"]:
@@ -279,7 +278,7 @@ def _step_body(w: _Writer, phases: dict, d: int):
     for phase in phases["reset"]:
         w.phase(d, phase, STEP_RESET_KEY, guard="wb_done")
         w.barrier(d)
-    w.lane0(d, "wb_done", "t[e] = 0;", "episode[e] = wb_ep + 1;")
+    w.lane0(d, "wb_done", "last_length[e] = wb_t + 1;", "t[e] = 0;", "episode[e] = wb_ep + 1;")
     w.barrier(d)
     for phase in phases["next_observe"]:
         w.phase(d, phase, NEXT_OBSERVE_KEY)

@@ -155,7 +155,7 @@ class Env:
         (for single-agent envs [E, ...] is accepted too). Returns (obs [E, A, *O],
         reward [E, A], done [E], info) with info's terminated, truncated, final_obs,
         episode_return and episode_length: where done, those of the episode that just ended
-        (elsewhere those of the running episode so far).
+        (elsewhere the return counts the running episode, the length is the last finished one's).
 
         Given actions are range-checked on the device (the store's own tensor, which the trainer
         samples into, is not): out-of-range discrete values and non-finite continuous ones raise
