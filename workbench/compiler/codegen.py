@@ -215,7 +215,9 @@ def _one_agent_step_body(w: _Writer, defn: EnvDefinition, d: int):
     w.emit(d, "if active:")
     d += 1
     w.emit(d, "_wb_t = t[e]", "_wb_ep = episode[e]",
-           "_wb_return0 = _wb_np.float32(0) if done[e] != 0 else last_return[e, 0]  # a replica done at the last step starts anew", "reward[e, 0] = 0",
+           "_wb_last_return = last_return[e, 0]  # loaded whatever done says: one round trip, not two",
+           "_wb_return0 = _wb_np.float32(0) if done[e] != 0 else _wb_last_return  # done at the last step: anew",
+           "reward[e, 0] = 0",
            "terminated[e] = 0", "truncated[e] = 0")
     _draw_actions(w, defn, d)
     for fn in defn.step_phases:
@@ -249,8 +251,8 @@ def _step_body(w: _Writer, defn: EnvDefinition, d: int):
     w.emit(d, "_wb_t = t[e] if active else 0", "_wb_ep = episode[e] if active else 0",
            "_wb_fresh = active and done[e] != 0  # the last step ended an episode")
     if w.one_agent_a_lane:  # its return is held across the phases
-        w.emit(d, "_wb_return0 = last_return[e, lane] if active and lane < NUM_AGENTS and not _wb_fresh "
-                  "else _wb_np.float32(0)")
+        w.emit(d, "_wb_last_return = last_return[e, lane] if active and lane < NUM_AGENTS else _wb_np.float32(0)",
+               "_wb_return0 = _wb_np.float32(0) if _wb_fresh else _wb_last_return")
     w.agent_loop(d, ("reward[e, a] = 0",))
     _draw_actions(w, defn, d)
     w.emit(d, "if active and lane == 0:", "    terminated[e] = 0", "    truncated[e] = 0")

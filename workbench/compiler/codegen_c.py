@@ -217,7 +217,8 @@ def _one_lane_step_body(w: _Writer, phases: dict, d: int):
     _prefetch_step_state(w, phases, d)
     w.emit(d, "const int wb_t = t[e];  // t before this step: a time limit ends the episode",
            "const int wb_ep = episode[e];",
-           "const float wb_return0 = done[e] ? 0.0f : last_return[e];  // a replica done at the last step starts anew",
+           "const float wb_last_return = last_return[e];  // loaded whatever done says: one round trip, not two",
+           "const float wb_return0 = done[e] ? 0.0f : wb_last_return;  // a replica done at the last step starts anew",
            "reward[e] = 0;", "terminated[e] = 0;", "truncated[e] = 0;")
     _draw_actions(w, d)
     for phase in phases["step"]:
@@ -254,8 +255,9 @@ def _step_body(w: _Writer, phases: dict, d: int):
            "const bool wb_fresh = active && done[e] != 0;  // the last step ended an episode")
     held = w.agents_per_lane == 1  # one agent a lane: its return is held in a register across the phases
     if held:
-        w.emit(d, "const float wb_return0 = active && lane < NUM_AGENTS && !wb_fresh ? "
-                  "last_return[(long long)e * NUM_AGENTS + lane] : 0.0f;")
+        w.emit(d, "const float wb_last_return = active && lane < NUM_AGENTS ? "
+                  "last_return[(long long)e * NUM_AGENTS + lane] : 0.0f;",
+               "const float wb_return0 = wb_fresh ? 0.0f : wb_last_return;")
     w.agent_loop(d, ("reward[(long long)e * NUM_AGENTS + a] = 0;",))
     _draw_actions(w, d)
     w.lane0(d, "active", "terminated[e] = 0;", "truncated[e] = 0;")
