@@ -189,9 +189,9 @@ def test_env(case):
 
 def test_too_many_replicas_for_the_free_memory_is_refused_before_allocating(cartpole, monkeypatch):
     monkeypatch.setattr(store_mod, "free_memory_bytes", lambda device: 1 << 30)
-    # 60 B a replica (the observation is the state: it takes none of its own), 2e9 replicas: 111.8 GiB
+    # 56 B a replica (the observation is the state: it takes none of its own), 2e9 replicas: 104.3 GiB
     check(lambda: wb.make("cartpole", 2_000_000_000, target="cpu"),
-          raises(InsufficientMemoryError, "2000000000 replicas", "need 111.8 GB", "only 1.0 GB", "free",
+          raises(InsufficientMemoryError, "2000000000 replicas", "need 104.3 GB", "only 1.0 GB", "free",
                  "fewer replicas"))
     wb.make("cartpole", 8, target="cpu")  # what fits is still made
 
