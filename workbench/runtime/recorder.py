@@ -13,8 +13,8 @@ class TerminalCopies:
     """The step kernel's copies of recorded replicas' terminal states (codegen.terminal_arrays).
 
     `slot` [E] int32: 0 for a replica nobody records, k for one whose episode ends are copied into row
-    k - 1 of `buffers` (name -> [S, *shape], S >= 1 rows). The kernels take `slot` with one more
-    element, `slots[E]`: 1 while any replica is recorded. Not recording costs the kernel one read of
+    k - 1 of `buffers` (name -> [S, *shape], S >= 1 rows). The kernels take `slot` with one element more
+    after it (`tensors()`): 1 while any replica is recorded. Not recording costs the kernel one read of
     that flag (the same address for every replica), and memory 4 bytes per replica plus one row of state.
     """
 
