@@ -11,7 +11,8 @@ ends, so no reset runs); no_ends_float (the same with the parameters and locals 
 (the action drawn in the step from a counter hash; timed as env.step() alone); one_round_key
 (the reset key one hash round instead of five); regs32 / regs40 (register caps by launch bounds);
 block256 / block512 / block1024 (replicas a block; 128 as shipped); no_slot (the terminal-frame
-copy's checks removed); lazy_episode (the episode counter read only where an episode ends);
+copy's checks removed); no_end_stores (no final observation, length or episode counter stored where an
+episode ends); lazy_episode (the episode counter read only where an episode ends);
 lazy_no_ends, lazy_sampled, lazy_float (lazy_episode with no_ends, sampled, float); generated_x2,
 lazy_x2, lazy_x4, lazy_x2_no_ends (2 or 4 replicas a thread). Prints microseconds a step, median of CUDA-event timings.
 """
@@ -57,6 +58,18 @@ def _no_slot(src):
     return re.sub(r"if \(wb_done && wb_slot\[n_envs\] != 0 && wb_slot\[e\] != 0 && lane == 0\) \{.*?\n        \}\n", "",
                   src, count=1,
                   flags=re.S)
+
+
+def _no_end_stores(src):
+    """No stores where an episode ends but the reset's own (final observation, length, episode counter):
+    what those scattered stores cost."""
+    changed = re.sub(r"        if \(active\) \{\n            for \(int a = lane; a < NUM_AGENTS; a \+= TPE\) \{\n#line [^\n]*\n"
+                     r"                observe\(e, a, [^\n]*final_obs\);\n#line [^\n]*\n            \}\n        \}\n", "", src,
+                     count=1)
+    for line in ("        last_length[e] = wb_t + 1;\n", "        episode[e] = wb_ep + 1;\n"):
+        assert line in changed, line
+        changed = changed.replace(line, "", 1)
+    return changed
 
 
 def _lazy_episode(src):
@@ -109,6 +122,7 @@ VARIANTS = {
     "block512": (None, None, {}, 512),
     "block1024": (None, None, {}, 1024),
     "no_slot": (_no_slot, None, {}, 128),
+    "no_end_stores": (_no_end_stores, None, {}, 128),
     "lazy_episode": (_lazy_episode, None, {}, 128),
     "lazy_no_ends": (_lazy_episode, None, NO_ENDS, 128),
     "lazy_sampled": (_chain(_lazy_episode, lambda src: _sampled(src, episode=False)), None, {}, 128),
@@ -153,7 +167,8 @@ def one(name: str, num_envs: int, repeats: int) -> float:
     finally:
         codegen_c.c_program, cuda_c.gpu_layout = original, layout
     block_steps = env.RANDOM_BLOCK
-    if name in ("sampled", "lazy_sampled"):  # (the step draws its own actions: env.step() alone, its graph replayed a step at a time)
+    if name in ("sampled", "lazy_sampled"):
+        # (the step draws its own actions: env.step() alone, its graph replayed a step at a time)
         env.sample_actions()
 
         def steps():

@@ -222,7 +222,8 @@ def from_dict(data: dict, cls=None):
         close = {k: [SYNONYMS[k]] if SYNONYMS.get(k) in names else difflib.get_close_matches(k, names, n=1, cutoff=0.6)
                  for k in unknown}
         hint = "; ".join(f"did you mean '{c[0]}' for '{k}'?" for k, c in close.items() if c)
-        raise ConfigError(f"unknown key(s) {unknown} for {cls.__name__}{'; ' + hint if hint else ''}; valid keys: {names}")
+        hint = f"; {hint}" if hint else ""
+        raise ConfigError(f"unknown key(s) {unknown} for {cls.__name__}{hint}; valid keys: {names}")
     values = {k: _coerce(cls, k, hints[k], v) for k, v in data.items()}
     return cls(**values)  # __post_init__ validates
 

@@ -21,14 +21,15 @@ class TerminalCopies:
     def __init__(self, defn, num_envs: int, num_agents: int, device):
         self.defn, self.num_agents, self.device = defn, num_agents, device
         self.num_envs = num_envs
-        self.slot = self._slots()
+        self._new_slots()
         self.retired: list = []  # earlier slot arrays, zeroed, which a CUDA graph captured before may still read
         self.buffers = self._allocate(1)
 
-    def _slots(self) -> torch.Tensor:
+    def _new_slots(self):
         # the flag sits after the slots: where no replica is recorded, a replica whose episode ends reads no
         # slot of its own (a scattered 4-byte read: CartPole at 10M replicas on an H100, 359 -> 345 us a step)
-        return torch.zeros(self.num_envs + 1, dtype=torch.int32, device=self.device)[:self.num_envs]
+        self._flagged = torch.zeros(self.num_envs + 1, dtype=torch.int32, device=self.device)
+        self.slot = self._flagged[:self.num_envs]
 
     def _allocate(self, rows: int) -> dict:
         self.rows = rows
@@ -39,10 +40,7 @@ class TerminalCopies:
     def tensors(self) -> list:
         """The kernels' arguments after the store's arrays: the slots with the flag [E + 1], then each copy
         (kernel order)."""
-        return [self._with_flag(self.slot)] + [self.buffers[spec.name] for _, spec in terminal_arrays(self.defn)]
-
-    def _with_flag(self, slot: torch.Tensor) -> torch.Tensor:
-        return slot.as_strided((self.num_envs + 1,), (1,))
+        return [self._flagged] + [self.buffers[spec.name] for _, spec in terminal_arrays(self.defn)]
 
     def assign(self, replicas: list) -> bool:
         """Copy the episode ends of `replicas` (distinct), replica replicas[k] into row k; True when the
@@ -52,17 +50,17 @@ class TerminalCopies:
         if replaced:
             self.clear()
             self.retired.append(self.slot)
-            self.slot = self._slots()
+            self._new_slots()
             self.buffers = self._allocate(len(replicas))
         self.clear()
         if replicas:
             index = torch.tensor(replicas, dtype=torch.long, device=self.device)
             self.slot.index_copy_(0, index, torch.arange(1, len(replicas) + 1, dtype=torch.int32, device=self.device))
-            self._with_flag(self.slot)[self.num_envs:].fill_(1)
+            self._flagged[self.num_envs] = 1
         return replaced
 
     def clear(self):
-        self._with_flag(self.slot).zero_()
+        self._flagged.zero_()
 
 
 class TrajectoryRecorder:
