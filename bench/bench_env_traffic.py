@@ -12,7 +12,8 @@ For every shipped env (or --envs), on each target and at each size:
   after each use; a slot array left all -1; also tag_grid's in_game with one runner, whose tag
   ends the episode and the same step's reset refills it). Episode-end traffic (final_obs,
   last_length, episode and the reset's writes) is not counted either, so the minimum
-  is a slight underestimate of a real step's needs.
+  is a slight underestimate of a real step's needs. The step keeps final observations where an
+  episode was truncated, as the trainer asks (`--final-obs every-end`: the env's default).
 - launches per step (GPU targets): the CUDA kernels torch.profiler records over LAUNCH_STEPS
   steps of env.step(env.sample_actions()), and of env.random_steps(LAUNCH_STEPS) (CUDA graph
   replays), divided by the steps; memcpy/memset are counted apart. Not applicable on cpu.
@@ -163,13 +164,14 @@ def parse_ncu_csv(text: str) -> list:
     return list(launches.values())
 
 
-def ncu_traffic(name: str, target: str, num_envs: int, params: dict, steps: int = NCU_STEPS) -> dict:
+def ncu_traffic(name: str, target: str, num_envs: int, params: dict, final_obs: str = "truncated",
+                steps: int = NCU_STEPS) -> dict:
     """DRAM bytes and kernel time per step of a child run of this script under Nsight Compute."""
     ncu = shutil.which("ncu")
     if ncu is None:
         return {"skipped": "ncu is not on PATH"}
     child = [sys.executable, str(Path(__file__).resolve()), "--child", "--envs", name, "--targets", target,
-             "--num-envs", str(num_envs), "--ncu-steps", str(steps)]
+             "--num-envs", str(num_envs), "--ncu-steps", str(steps), "--final-obs", final_obs]
     for key, value in params.items():
         child += ["--param", f"{name}:{key}={value}"]
     command = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--print-units", "base",
@@ -201,6 +203,7 @@ def child(args, params) -> int:
     import workbench as wb
     name, target, num_envs = args.envs[0], args.targets[0], args.num_envs[0]
     env = wb.make(name, num_envs=num_envs, target=target, seed=0, **params.get(name, {}))
+    env.keep_final_obs = args.final_obs == "every-end"
     env.sample_actions()
     for _ in range(WARMUP_STEPS):
         env.step()
@@ -240,6 +243,7 @@ def bench_cell(name, target, num_envs, params, min_bytes, copy, args) -> dict:
     row = {"env": name, "target": target, "num_envs": num_envs, "params": params,
            "min_bytes_per_replica_step": min_bytes, "launches": None, "random_steps_launches": None, "dram": None}
     env = wb.make(name, num_envs=num_envs, target=target, seed=0, **params)
+    env.keep_final_obs = row["final_obs_every_end"] = args.final_obs == "every-end"
     if env.device.type == "cuda":
         row["launches"], row["random_steps_launches"] = step_launches(env)
     median, times = step_time(env, args.repeats, args.min_time)
@@ -250,7 +254,7 @@ def bench_cell(name, target, num_envs, params, min_bytes, copy, args) -> dict:
         import torch
         torch.cuda.empty_cache()
     if args.ncu and target != "cpu":
-        row["dram"] = ncu_traffic(name, target, num_envs, params)
+        row["dram"] = ncu_traffic(name, target, num_envs, params, args.final_obs)
     row.update(s_per_step=median, all_s=times, env_steps_per_s=num_envs / median,
                min_bytes_per_s=min_bytes * num_envs / median)
     row["min_share_of_copy"] = row["min_bytes_per_s"] / copy["bytes_per_s"]
@@ -315,6 +319,9 @@ def main(argv=None) -> int:
                              "2000 tag_grid)")
     parser.add_argument("--param", action="append", metavar="ENV:KEY=VALUE",
                         help="env parameter, over this script's defaults for that env (Tag's sizes)")
+    parser.add_argument("--final-obs", choices=("truncated", "every-end"), default="truncated",
+                        help="where the step keeps final observations (Env.keep_final_obs): where truncated, as the "
+                             "trainer asks (default), or at every episode end")
     parser.add_argument("--ncu", action="store_true", help="measure DRAM bytes with Nsight Compute (GPU targets)")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--min-time", type=float, default=0.2, help="seconds per timed batch")

@@ -5,7 +5,9 @@ Each cell: make the env (compile time reported apart), warm up, then `--repeats`
 env.random_steps(), blocks of random steps replayed from one CUDA graph, discrete actions drawn by
 the step kernel itself since 2c850f1), each batch
 bracketed by a device synchronisation; the median is reported. An env-step is one replica step
-(all its agents); agent-steps/s = env-steps/s x num_agents.
+(all its agents); agent-steps/s = env-steps/s x num_agents. The step keeps final observations where
+an episode was truncated, as the trainer asks (`--final-obs every-end`: wherever one ends, the
+env's default; gymnax's step keeps none).
 
     python bench/bench_envs.py --targets cpu --num-envs 1000 100000
     python bench/bench_envs.py --envs cartpole acrobot --num-envs 1e3 1e4 1e5 1e6 1e7 --out runs/bench_envs.json
@@ -39,6 +41,7 @@ def bench_workbench(name, target, num_envs, args, params) -> dict:
     start = time.perf_counter()
     env = wb.make(name, num_envs=num_envs, target=target, seed=0, **params)
     row["make_s"] = time.perf_counter() - start  # includes the kernel compile on first use
+    env.keep_final_obs = row["final_obs"] = args.final_obs == "every-end"
     row["num_agents"] = env.num_agents
     per_call = 1
     if args.actions == "sample":
@@ -111,6 +114,9 @@ def main(argv=None) -> int:
                         help="sample: env.sample_actions() then env.step() from Python every step (default); graph: "
                              "env.random_steps(), the same steps replayed in blocks from one CUDA graph; fixed: "
                              "the step kernel alone")
+    parser.add_argument("--final-obs", choices=("truncated", "every-end"), default="truncated",
+                        help="where the step keeps the final observation (Env.keep_final_obs): where an episode was "
+                             "truncated, as the trainer asks (default), or at every episode end")
     parser.add_argument("--param", action="append", metavar="KEY=VALUE", help="env parameter override")
     parser.add_argument("--gym-num-envs", nargs="*", type=C.count, default=[16, 256],
                         help="gymnasium vector env sizes (empty: no baseline)")

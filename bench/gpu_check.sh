@@ -202,6 +202,9 @@ runpy.run_path('.peers/warpdrive_bench.py', run_name='__main__')"
       fi
       timed envonly_graph python3 bench/bench_envs.py --envs cartpole --targets cuda cuda-c --num-envs 1e3 1e4 1e5 1e6 1e7 \
         --actions graph --gym-num-envs --out "$LOGS/envonly_graph.json"
+      # (final observations at every episode end, the env's default: what the trainer does not ask for costs)
+      timed envonly_graph_every_end python3 bench/bench_envs.py --envs cartpole --targets cuda-c --num-envs 1e6 1e7 \
+        --actions graph --final-obs every-end --gym-num-envs --out "$LOGS/envonly_graph_every_end.json"
       timed envonly_sample python3 bench/bench_envs.py --envs cartpole --targets cuda cuda-c --num-envs 1e3 1e4 1e5 1e6 1e7 \
         --gym-num-envs --out "$LOGS/envonly_sample.json" ;;
     startup)  # a new process to its first iterations, caches warm, against torch's own import (issue: <= 5 s)

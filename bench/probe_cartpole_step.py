@@ -63,7 +63,7 @@ def _no_slot(src):
 def _no_end_stores(src):
     """No stores where an episode ends but the reset's own (final observation, length, episode counter):
     what those scattered stores cost."""
-    changed = re.sub(r"        if \(active\) \{\n            for \(int a = lane; a < NUM_AGENTS; a \+= TPE\) \{\n#line [^\n]*\n"
+    changed = re.sub(r"        if \(\(wb_truncated [^\n]*\) \{\n            for \(int a = lane; a < NUM_AGENTS; a \+= TPE\) \{\n#line [^\n]*\n"
                      r"                observe\(e, a, [^\n]*final_obs\);\n#line [^\n]*\n            \}\n        \}\n", "", src,
                      count=1)
     for line in ("        last_length[e] = wb_t + 1;\n", "        episode[e] = wb_ep + 1;\n"):

@@ -362,26 +362,28 @@ def _build(tmp_path, name, text):
     return exe
 
 
-def _kernel_arrays(defn, n_envs, recorded=()):
+def _kernel_arrays(defn, n_envs, recorded=(), keep_final_obs=True):
     """(name, dtype, element count) of every pointer the kernels take, in order: the store's arrays, then
     the slot array and the terminal copies (one row per replica of `recorded`, at least one); and
-    the C lines that mark `recorded` (replica recorded[k] copies into row k)."""
+    the C lines that mark `recorded` (replica recorded[k] copies into row k) and set the flag of
+    `keep_final_obs` (recorder.TerminalCopies)."""
     def size(s, lead):
         return lead * (defn.num_agents if s.layout == "agent" else 1) * int(np.prod(s.shape, dtype=np.int64))
 
     arrays = [(s.name, s.dtype, size(s, n_envs)) for s in defn.arrays.values()]
-    arrays.append(("wb_slot", np.dtype(np.int32), n_envs + 1))  # the last: 1 while any replica is recorded
+    arrays.append(("wb_slot", np.dtype(np.int32), n_envs + 2))  # then: recording, final obs at every end
     arrays += [(arg, s.dtype, size(s, max(1, len(recorded)))) for arg, s in codegen_c.c_terminal_arrays(defn)]
     marks = [f"    wb_slot[{r}] = {k + 1};" for k, r in enumerate(recorded)]
     marks += [f"    wb_slot[{n_envs}] = 1;"] if recorded else []
+    marks += [f"    wb_slot[{n_envs + 1}] = 1;"] if keep_final_obs else []
     return arrays, marks
 
 
-def _host_run(tmp_path, defn, layout, n_envs, seed, actions, recorded=(), span=None, draw=0):
+def _host_run(tmp_path, defn, layout, n_envs, seed, actions, recorded=(), span=None, draw=0, keep_final_obs=True):
     """Reset then one step per entry of `actions` in the host build (`span` replicas per seed, default
     n_envs); every kernel array (the store's, the slot array and the terminal copies, `recorded`
     marked) after each launch."""
-    arrays, marks = _kernel_arrays(defn, n_envs, recorded)
+    arrays, marks = _kernel_arrays(defn, n_envs, recorded, keep_final_obs)
     grid = (n_envs + layout.envs_per_block - 1) // layout.envs_per_block
     args = ", ".join(["n_envs", "seed", "span", "0"] + [f"{name}.data()" for name, _, _ in arrays])
     step_args = args.replace("span, 0,", f"span, {int(draw)},", 1)
@@ -419,11 +421,12 @@ def _host_run(tmp_path, defn, layout, n_envs, seed, actions, recorded=(), span=N
 
 
 def _compare_with_cpu(tmp_path, defn, layout, n_envs=5, steps=40, seed=3, recorded=(), replicas_per_seed=None,
-                      draw=False):
+                      draw=False, keep_final_obs=True):
     """The host build of `defn`'s C program against the cpu target on the same actions (with `recorded`
-    replicas recorded on both: their terminal copies too; `replicas_per_seed` on both); draw: the steps
-    draw their own actions on both (random_steps), the given ones overwritten."""
+    replicas recorded on both: their terminal copies too; `replicas_per_seed` and `keep_final_obs` on
+    both); draw: the steps draw their own actions on both (random_steps), the given ones overwritten."""
     env = Env(defn, num_envs=n_envs, target="cpu", seed=seed, replicas_per_seed=replicas_per_seed)
+    env.keep_final_obs = keep_final_obs
     if recorded:
         env.record(replicas=recorded)
     copies = {arg: env.terminal.buffers[spec.name] for arg, spec in codegen_c.c_terminal_arrays(defn)}
@@ -445,7 +448,7 @@ def _compare_with_cpu(tmp_path, defn, layout, n_envs=5, steps=40, seed=3, record
         else:
             env.step(torch.from_numpy(act))
         frames.append(snapshot())
-    host = _host_run(tmp_path, defn, layout, n_envs, seed, actions, recorded, replicas_per_seed, draw)
+    host = _host_run(tmp_path, defn, layout, n_envs, seed, actions, recorded, replicas_per_seed, draw, keep_final_obs)
     for k, (want, got) in enumerate(zip(frames, host)):
         for name, expected in want.items():
             actual = got[name].reshape(expected.shape)

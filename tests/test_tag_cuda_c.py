@@ -81,7 +81,8 @@ def host_run_from(tmp_path, defn, layout, n_envs, seed, state, actions):
     """As test_cuda_c._host_run, but the host build starts from `state` (every array) instead of a reset."""
     specs = list(defn.arrays.values())
     grid = (n_envs + layout.envs_per_block - 1) // layout.envs_per_block
-    extra = _kernel_arrays(defn, n_envs)[0][len(specs):]  # the slot array and terminal copies: none recorded
+    arrays, flags = _kernel_arrays(defn, n_envs)  # none recorded, final observations kept at every end
+    extra = arrays[len(specs):]  # the slot array and terminal copies
     args = ", ".join(["n_envs", "seed", "n_envs", "0"] + [f"{s.name}.data()" for s in specs]
                      + [f"{name}.data()" for name, _, _ in extra])
     sizes = [state[s.name].size for s in specs]
@@ -95,7 +96,7 @@ def host_run_from(tmp_path, defn, layout, n_envs, seed, state, actions):
             "    FILE* acts = fopen(argv[3], \"rb\");", "    FILE* out = fopen(argv[4], \"wb\");",
             "    FILE* init = fopen(argv[5], \"rb\");"]
     main += [f"    std::vector<{codegen_c.c_type(s.dtype)}> {s.name}({n});" for s, n in zip(specs, sizes)]
-    main += [f"    std::vector<{codegen_c.c_type(dtype)}> {name}({n});" for name, dtype, n in extra]
+    main += [f"    std::vector<{codegen_c.c_type(dtype)}> {name}({n});" for name, dtype, n in extra] + flags
     main += ["    {", *[io("fread", s, "init") for s in specs], "    }",
              "    for (int k = 0; k < steps; ++k) {",
              "        if (fread(action.data(), sizeof(action[0]), action.size(), acts) != action.size()) return 1;",

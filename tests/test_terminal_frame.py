@@ -139,10 +139,13 @@ def test_recording_nothing_copies_nothing(target):
 
 def test_more_replicas_get_more_rows_which_the_kernels_write():
     env = wb.make("cartpole", num_envs=4, target="cpu", seed=2)
-    old = env.terminal.slot
+    old = env.terminal.tensors()[0]  # the slots, then the flags: recording, final observations at every end
     env.record(replicas=[2, 0, 2, 1])  # a replica asked twice has one row
     assert env.terminal.rows == 3 and env.terminal.slot.tolist() == [2, 3, 1, 0]
-    assert env.terminal.retired == [old] and not old.any()  # a graph captured before copies nothing
+    assert env.terminal.retired == [old] and old.tolist() == [0, 0, 0, 0, 0, 1]  # a graph captured before copies nothing
+    env.keep_final_obs = False  # ... and follows the flag
+    assert old.tolist() == [0] * 6 and env.terminal.tensors()[0].tolist() == [2, 3, 1, 0, 1, 0]
+    env.keep_final_obs = True
     run(env, 200, until_done=[0, 1, 2])
     episodes = env.pull_trajectories()
     assert [e["replica"] for e in episodes] == [2, 0, 2, 1] and all(e["terminal_frame"] for e in episodes)

@@ -4,8 +4,8 @@ Both numba targets share one driver text; they differ only in how a replica and 
 map onto loops or threads (the `header`) and in what a barrier is (`sync`). The driver owns
 the framework's part of a step: clearing rewards and flags, the time-limit truncation,
 episode bookkeeping and the same-step auto-reset of finished replicas with the final
-observation kept (and, for replicas the recorder marks, the state they ended in:
-terminal_arrays). A phase runs over the agents of a replica, over the instances of one of its
+observation kept (where KEEP_FINAL says) and, for replicas the recorder marks, the state they
+ended in (terminal_arrays). A phase runs over the agents of a replica, over the instances of one of its
 ENTITIES (strided over the same lanes), or once per replica (its first lane); a barrier follows
 every phase whatever it runs over.
 
@@ -78,8 +78,14 @@ def terminal_arrays(defn: EnvDefinition) -> list:
     state when its episode ends: `_wb_final_NAME` [S, *NAME's shape after E] keeps, in row
     `_wb_slot[e] - 1`, NAME as the step phases left it, before observe and the auto-reset; replicas
     whose `_wb_slot[e]` is 0 (every replica unless the recorder marks it) are never copied.
-    `_wb_slot[n_envs]` is 1 while any replica is recorded (recorder.TerminalCopies)."""
+    `_wb_slot[n_envs]` is 1 while any replica is recorded, `_wb_slot[n_envs + 1]` while final
+    observations are kept at every episode end (recorder.TerminalCopies; KEEP_FINAL)."""
     return [(f"_wb_final_{name}", spec) for name, spec in defn.arrays.items() if spec.owner == "env"]
+
+
+# where a replica's episode ends, its final observation is observed into final_obs only if the episode
+# was truncated (a learner bootstraps from it), a replica is recorded, or every end is asked for
+KEEP_FINAL = f"_wb_truncated or {SLOT}[n_envs] != 0 or {SLOT}[n_envs + 1] != 0"
 
 
 # draw: 1 when the step draws every agent's action itself (Env.random_steps; drawn_actions), else 0
@@ -222,7 +228,8 @@ def _one_agent_step_body(w: _Writer, defn: EnvDefinition, d: int):
     _draw_actions(w, defn, d)
     for fn in defn.step_phases:
         w.phase(d, defn, fn, STEP_KEY)
-    w.emit(d, "_wb_done = terminated[e] != 0 or truncated[e] != 0 or _wb_t + 1 >= MAX_STEPS",
+    w.emit(d, "_wb_truncated = truncated[e] != 0 or _wb_t + 1 >= MAX_STEPS",
+           "_wb_done = terminated[e] != 0 or _wb_truncated",
            "_wb_next_t = 0 if _wb_done else _wb_t + 1  # the clock that the next observation sees",
            "_wb_next_ep = _wb_ep + 1 if _wb_done else _wb_ep", "_wb_return = _wb_return0 + reward[e, 0]",
            "if _wb_t + 1 >= MAX_STEPS:", "    truncated[e] = 1", "done[e] = 1 if _wb_done else 0", "if _wb_done:")
@@ -230,7 +237,7 @@ def _one_agent_step_body(w: _Writer, defn: EnvDefinition, d: int):
     if clock_seen_after_step(defn):
         w.emit(d + 1, "t[e] = _wb_t + 1  # as the final observation's phases see it")
     for fn in defn.observe_phases:
-        w.phase(d + 1, defn, fn, FINAL_OBSERVE_KEY, rename={"obs": "final_obs"})
+        w.phase(d + 1, defn, fn, FINAL_OBSERVE_KEY, guard=f"({KEEP_FINAL})", rename={"obs": "final_obs"})
     w.emit(d + 1, "last_length[e] = _wb_t + 1")
     for fn in defn.reset_phases:
         w.phase(d + 1, defn, fn, STEP_RESET_KEY)
@@ -260,7 +267,8 @@ def _step_body(w: _Writer, defn: EnvDefinition, d: int):
     for fn in defn.step_phases:
         w.phase(d, defn, fn, STEP_KEY)
         w.barrier(d)
-    w.emit(d, "_wb_done = active and (terminated[e] != 0 or truncated[e] != 0 or _wb_t + 1 >= MAX_STEPS)",
+    w.emit(d, "_wb_truncated = active and (truncated[e] != 0 or _wb_t + 1 >= MAX_STEPS)",
+           "_wb_done = active and (terminated[e] != 0 or _wb_truncated)",
            "_wb_next_t = 0 if _wb_done else _wb_t + 1  # the clock that the next observation sees",
            "_wb_next_ep = _wb_ep + 1 if _wb_done else _wb_ep")
     _copy_terminal(w, defn, d)
@@ -270,7 +278,7 @@ def _step_body(w: _Writer, defn: EnvDefinition, d: int):
            "        truncated[e] = 1", "    done[e] = 1 if _wb_done else 0")
     w.barrier(d)
     for fn in defn.observe_phases:
-        w.phase(d, defn, fn, FINAL_OBSERVE_KEY, guard="_wb_done", rename={"obs": "final_obs"})
+        w.phase(d, defn, fn, FINAL_OBSERVE_KEY, guard=f"_wb_done and ({KEEP_FINAL})", rename={"obs": "final_obs"})
         w.barrier(d)
     for fn in defn.reset_phases:
         w.phase(d, defn, fn, STEP_RESET_KEY, guard="_wb_done")

@@ -2,8 +2,8 @@
 view type per array, the env's own C source, then the `wb_reset` and `wb_step` kernels.
 
 The kernels do what codegen.py's GPU drivers do (clear rewards and flags, time-limit truncation,
-episode bookkeeping, same-step auto-reset keeping final_obs and the recorded replicas' terminal
-states) with the same thread mapping
+episode bookkeeping, same-step auto-reset keeping final_obs where codegen.KEEP_FINAL says and the
+recorded replicas' terminal states) with the same thread mapping
 (codegen.gpu_layout): `TPE` lanes per replica with the agents strided over them (a = lane;
 a < NUM_AGENTS; a += TPE), `EPB` replicas per block, `__syncthreads()` between phases only when a
 replica has more than one lane. Entity phases stride the entity's instances over the same lanes;
@@ -40,6 +40,8 @@ FINAL_OBSERVE_KEY = "wb_make_key(wb_seed, wb_e, {stream}, wb_ep, (wb_u64)wb_t + 
 STEP_RESET_KEY = "wb_make_key(wb_seed, wb_e, {stream}, (long long)wb_ep + 1, WB_RESET_STEP)"
 NEXT_OBSERVE_KEY = "wb_make_key(wb_seed, wb_e, {stream}, wb_next_ep, (wb_u64)wb_next_t + WB_OBSERVE_STEP)"
 RESET_KEY = "wb_make_key(wb_seed, wb_e, {stream}, (long long)episode[e] + 1, WB_RESET_STEP)"
+# codegen.KEEP_FINAL: where an episode ends, whether its final observation is observed into final_obs
+KEEP_FINAL = "wb_truncated || wb_slot[n_envs] != 0 || wb_slot[n_envs + 1] != 0"
 OBSERVE_KEY = "wb_make_key(wb_seed, wb_e, {stream}, episode[e], (wb_u64)t[e] + WB_OBSERVE_STEP)"
 
 
@@ -223,7 +225,8 @@ def _one_lane_step_body(w: _Writer, phases: dict, d: int):
     _draw_actions(w, d)
     for phase in phases["step"]:
         w.phase(d, phase, STEP_KEY)
-    w.emit(d, "const bool wb_done = terminated[e] != 0 || truncated[e] != 0 || wb_t + 1 >= MAX_STEPS;",
+    w.emit(d, "const bool wb_truncated = truncated[e] != 0 || wb_t + 1 >= MAX_STEPS;",
+           "const bool wb_done = terminated[e] != 0 || wb_truncated;",
            "const int wb_next_t = wb_done ? 0 : wb_t + 1;  // the clock that the next observation sees",
            "const int wb_next_ep = wb_done ? wb_ep + 1 : wb_ep;",
            "const float wb_return = wb_return0 + reward[e];",
@@ -232,7 +235,7 @@ def _one_lane_step_body(w: _Writer, phases: dict, d: int):
     if _clock_seen_after_step(phases):
         w.emit(d + 1, "t[e] = wb_t + 1;  // as the final observation's phases see it")
     for phase in phases["observe"]:
-        w.phase(d + 1, phase, FINAL_OBSERVE_KEY, rename={"obs": "final_obs"})
+        w.phase(d + 1, phase, FINAL_OBSERVE_KEY, guard=f"({KEEP_FINAL})", rename={"obs": "final_obs"})
     w.emit(d + 1, "last_length[e] = wb_t + 1;")
     for phase in phases["reset"]:
         w.phase(d + 1, phase, STEP_RESET_KEY)
@@ -265,7 +268,8 @@ def _step_body(w: _Writer, phases: dict, d: int):
     for phase in phases["step"]:
         w.phase(d, phase, STEP_KEY)
         w.barrier(d)
-    w.emit(d, "const bool wb_done = active && (terminated[e] != 0 || truncated[e] != 0 || wb_t + 1 >= MAX_STEPS);",
+    w.emit(d, "const bool wb_truncated = active && (truncated[e] != 0 || wb_t + 1 >= MAX_STEPS);",
+           "const bool wb_done = active && (terminated[e] != 0 || wb_truncated);",
            "const int wb_next_t = wb_done ? 0 : wb_t + 1;  // the clock that the next observation sees",
            "const int wb_next_ep = wb_done ? wb_ep + 1 : wb_ep;")
     _copy_terminal(w, d)
@@ -275,7 +279,7 @@ def _step_body(w: _Writer, phases: dict, d: int):
             "done[e] = wb_done ? 1 : 0;")
     w.barrier(d)
     for phase in phases["observe"]:
-        w.phase(d, phase, FINAL_OBSERVE_KEY, guard="wb_done", rename={"obs": "final_obs"})
+        w.phase(d, phase, FINAL_OBSERVE_KEY, guard=f"wb_done && ({KEEP_FINAL})", rename={"obs": "final_obs"})
         w.barrier(d)
     for phase in phases["reset"]:
         w.phase(d, phase, STEP_RESET_KEY, guard="wb_done")

@@ -109,6 +109,9 @@ class Trainer:
         compile_on = bool(getattr(config, "compile", False)) and self.device.type == "cuda"
         self.fused, self.fused_off = learners.fused_gradients(self)
         self.episode_stats = EpisodeStats(env, self.groups, members=self.M)
+        # the learners bootstrap from final observations only where truncated; the env stores others
+        # only for metrics that read them (Env.keep_final_obs)
+        env.keep_final_obs = bool(self.episode_stats.env_metrics or self.episode_stats.derived)
         self.collector = Collector(self, compile_on)
         self.loss_fn = (MaybeCompiled(ON_POLICY[self.algorithm].chunk_loss, compile_on, f"the {self.algorithm} loss")
                         if self.algorithm in ON_POLICY else None)

@@ -155,7 +155,8 @@ class Env:
         (for single-agent envs [E, ...] is accepted too). Returns (obs [E, A, *O],
         reward [E, A], done [E], info) with info's terminated, truncated, final_obs,
         episode_return and episode_length: where done, those of the episode that just ended
-        (elsewhere the return counts the running episode, the length is the last finished one's).
+        (elsewhere the return counts the running episode, the length is the last finished one's;
+        final_obs where truncated only, with `keep_final_obs` False).
 
         Given actions are range-checked on the device (the store's own tensor, which the trainer
         samples into, is not): out-of-range discrete values and non-finite continuous ones raise
@@ -252,6 +253,21 @@ class Env:
 
     def _replica_state(self, replica):
         return {k: self.store[k][replica].tolist() for k, s in self.definition.arrays.items() if s.owner == "env"}
+
+    @property
+    def keep_final_obs(self) -> bool:
+        """Whether info["final_obs"] is written wherever an episode ends (True, the default) or only where
+        it was truncated and for recorded replicas (False: what a learner bootstraps from; the final
+        observation of a terminated episode is never needed, and storing it is a scattered write, as costly
+        as a dense one). Rows not written keep stale values.
+        The trainer sets it False unless the env's metrics read final observations."""
+        return self.terminal.keep_final_obs
+
+    @keep_final_obs.setter
+    def keep_final_obs(self, keep: bool):
+        if not isinstance(keep, (bool, np.bool_)):
+            raise WorkbenchError(f"keep_final_obs must be True or False, got {keep!r}")
+        self.terminal.keep_final_obs = keep
 
     # -- recording ----------------------------------------------------------------------
     def _kernel_views(self) -> list:

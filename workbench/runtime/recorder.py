@@ -10,26 +10,41 @@ from .store import _TORCH_DTYPES
 
 
 class TerminalCopies:
-    """The step kernel's copies of recorded replicas' terminal states (codegen.terminal_arrays).
+    """The step kernel's copies of recorded replicas' terminal states (codegen.terminal_arrays), and the
+    flags that say where its final observations are kept.
 
     `slot` [E] int32: 0 for a replica nobody records, k for one whose episode ends are copied into row
-    k - 1 of `buffers` (name -> [S, *shape], S >= 1 rows). The kernels take `slot` with one element more
-    after it (`tensors()`): 1 while any replica is recorded. Not recording costs the kernel one read of
-    that flag (the same address for every replica), and memory 4 bytes per replica plus one row of state.
+    k - 1 of `buffers` (name -> [S, *shape], S >= 1 rows). The kernels take `slot` with two flags after
+    it (`tensors()`): [E] is 1 while any replica is recorded, [E + 1] is 1 while final observations are
+    kept at every episode end (`keep_final_obs`; else only where truncated or while recording). Not
+    recording costs the kernel one read of the flags (the same address for every replica), and memory
+    4 bytes per replica plus one row of state.
     """
 
     def __init__(self, defn, num_envs: int, num_agents: int, device):
         self.defn, self.num_agents, self.device = defn, num_agents, device
         self.num_envs = num_envs
+        self._keep_final_obs = True
+        self.retired: list = []  # earlier flagged arrays, not recording, which a CUDA graph captured before may read
         self._new_slots()
-        self.retired: list = []  # earlier slot arrays, zeroed, which a CUDA graph captured before may still read
         self.buffers = self._allocate(1)
 
     def _new_slots(self):
-        # the flag sits after the slots: where no replica is recorded, a replica whose episode ends reads no
+        # the flags sit after the slots: where no replica is recorded, a replica whose episode ends reads no
         # slot of its own (a scattered 4-byte read: CartPole at 10M replicas on an H100, 359 -> 345 us a step)
-        self._flagged = torch.zeros(self.num_envs + 1, dtype=torch.int32, device=self.device)
+        self._flagged = torch.zeros(self.num_envs + 2, dtype=torch.int32, device=self.device)
+        self._flagged[self.num_envs + 1] = int(self._keep_final_obs)
         self.slot = self._flagged[:self.num_envs]
+
+    @property
+    def keep_final_obs(self) -> bool:
+        return self._keep_final_obs
+
+    @keep_final_obs.setter
+    def keep_final_obs(self, keep: bool):
+        self._keep_final_obs = bool(keep)
+        for flagged in [self._flagged] + self.retired:  # (a graph captured earlier follows it too)
+            flagged[self.num_envs + 1] = int(self._keep_final_obs)
 
     def _allocate(self, rows: int) -> dict:
         self.rows = rows
@@ -38,18 +53,18 @@ class TerminalCopies:
                 for _, spec in terminal_arrays(self.defn)}
 
     def tensors(self) -> list:
-        """The kernels' arguments after the store's arrays: the slots with the flag [E + 1], then each copy
+        """The kernels' arguments after the store's arrays: the slots with the flags [E + 2], then each copy
         (kernel order)."""
         return [self._flagged] + [self.buffers[spec.name] for _, spec in terminal_arrays(self.defn)]
 
     def assign(self, replicas: list) -> bool:
         """Copy the episode ends of `replicas` (distinct), replica replicas[k] into row k; True when the
         arrays were replaced (the kernels' arguments changed). Nothing is freed that a graph captured
-        earlier writes: the old slot array is kept, all zeros, so such a graph copies nothing."""
+        earlier writes: the old flagged array is kept, no replica recorded, so such a graph copies nothing."""
         replaced = len(replicas) > self.rows
         if replaced:
             self.clear()
-            self.retired.append(self.slot)
+            self.retired.append(self._flagged)
             self._new_slots()
             self.buffers = self._allocate(len(replicas))
         self.clear()
@@ -60,7 +75,7 @@ class TerminalCopies:
         return replaced
 
     def clear(self):
-        self._flagged.zero_()
+        self._flagged[:self.num_envs + 1].zero_()
 
 
 class TrajectoryRecorder:

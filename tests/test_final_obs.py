@@ -1,0 +1,125 @@
+"""Where final observations are kept: at every episode end by default, only where an episode was
+truncated (and for recorded replicas) with `keep_final_obs` False, which the trainer sets unless the
+env's metrics read them; alike on the cpu target, the cuda target (the CUDA simulator without a GPU)
+and the CUDA C driver (its host build). Nothing else a step writes depends on it."""
+import numpy as np
+import pytest
+import torch
+
+import test_cuda_c
+import workbench as wb
+from workbench.compiler import envdef
+from workbench.compiler.codegen import gpu_layout
+from workbench.runtime.env import Env
+
+
+def clock_env(target, keep):
+    """The clock env (test_cuda_c): 6-step episodes, some terminated before the time limit; its
+    observation shows the clock, so a final observation written there shows the episode's length."""
+    env = Env(envdef.parse("clock", test_cuda_c.CLOCK_PY, "clock.py", {}), num_envs=6, target=target, seed=4)
+    env.keep_final_obs = keep
+    return env
+
+
+def check_truncated_only(frames):
+    """Between frames, final_obs rows change only where the episode was truncated (to the episode's
+    length) or the replica is marked `recorded` in the frame; returns (truncated, terminated) counts."""
+    truncated = terminated = 0
+    for before, after in zip(frames, frames[1:]):
+        done, cut = after["done"].astype(bool), after["truncated"].astype(bool)
+        kept = cut | after.get("recorded", np.zeros_like(cut))
+        np.testing.assert_array_equal(after["final_obs"][kept, 0, 0], after["last_length"][kept])
+        np.testing.assert_array_equal(after["final_obs"][~kept], before["final_obs"][~kept])
+        truncated += int(cut.sum())
+        terminated += int((done & ~cut).sum())
+    return truncated, terminated
+
+
+def test_final_observations_where_truncated_only_when_asked(target):
+    kept, lean = clock_env(target, True), clock_env(target, False)
+    assert kept.keep_final_obs and not lean.keep_final_obs
+    g = torch.Generator().manual_seed(0)
+    frames = [{k: v.cpu().numpy().copy() for k, v in lean.store.items()}]
+    for _ in range(30):
+        actions = torch.randint(0, 3, (6, 1), generator=g, dtype=torch.int32)
+        for env in (kept, lean):
+            env.step(actions.to(env.device))
+        for name in kept.store:  # the same step in every other respect
+            if name != "final_obs":
+                assert torch.equal(kept.store[name], lean.store[name]), name
+        frames.append({k: v.cpu().numpy().copy() for k, v in lean.store.items()})
+        ended = kept.store["done"].bool().cpu()
+        np.testing.assert_array_equal(kept.store["final_obs"].cpu()[ended, 0, 0], kept.store["last_length"].cpu()[ended])
+    truncated, terminated = check_truncated_only(frames)
+    assert truncated > 3 and terminated > 3
+
+
+def test_recording_keeps_every_final_observation(target):
+    env = clock_env(target, False)
+    env.record(replicas=[1])
+    g = torch.Generator().manual_seed(1)
+    ended = 0
+    for _ in range(20):
+        env.step(torch.randint(0, 3, (6, 1), generator=g, dtype=torch.int32).to(env.device))
+        done = env.store["done"].bool().cpu()
+        final = env.store["final_obs"].cpu()
+        np.testing.assert_array_equal(final[done, 0, 0], env.store["last_length"].cpu()[done])
+        ended += int((done & ~env.store["truncated"].bool().cpu()).sum())
+    assert ended > 3
+    env.recorder = None
+    assert not env.keep_final_obs
+
+
+def test_the_flag_is_checked():
+    env = clock_env("cpu", True)
+    with pytest.raises(wb.WorkbenchError, match="keep_final_obs must be True or False, got 'no'"):
+        env.keep_final_obs = "no"
+    assert env.keep_final_obs
+
+
+@test_cuda_c.needs_gxx
+def test_host_build_keeps_final_observations_where_truncated_only_when_asked(tmp_path):
+    frames = test_cuda_c._compare_with_cpu(tmp_path, test_cuda_c.clock_definition(), gpu_layout(1), n_envs=6,
+                                           steps=30, keep_final_obs=False)
+    truncated, terminated = check_truncated_only(frames)
+    assert truncated > 3 and terminated > 3
+
+
+def test_the_trainer_keeps_final_observations_only_for_metrics_that_read_them():
+    cartpole = wb.make_trainer(wb.PPOConfig(env="cartpole", num_envs=4, rollout_length=8, target="cpu"))
+    assert not cartpole.env.keep_final_obs
+    tag = wb.make_trainer(wb.A2CConfig(env="tag_continuous", num_envs=2, rollout_length=4, target="cpu",
+                                       env_params=dict(num_taggers=2, num_runners=3, episode_length=12,
+                                                       num_other_agents_observed=2)))
+    assert tag.env.keep_final_obs  # its runners-tagged metric reads the final observations
+
+
+@pytest.mark.filterwarnings("ignore:policy .shared. looks divergent")  # (DDPG on a toy goal, 4 iterations)
+@pytest.mark.parametrize("algorithm", ["ppo", "ddpg"])
+def test_training_is_the_same_without_terminated_episodes_final_observations(algorithm):
+    """The learners bootstrap only where an episode was truncated: keeping the others changes nothing
+    (one thread throughout: sums split over another count round differently)."""
+    if algorithm == "ppo":
+        config = wb.PPOConfig(env="cartpole", env_params={"max_steps": 20}, num_envs=8, rollout_length=16,
+                              num_minibatches=2, update_epochs=2, target="cpu", seed=3, cpu_threads=1)
+    else:
+        near_the_goal = {"max_steps": 12, "goal_position": -0.5}  # starts on either side: episodes end both ways
+        config = wb.DDPGConfig(env="mountain_car_continuous", env_params=near_the_goal, num_envs=8,
+                               rollout_length=8, target="cpu", seed=3, learning_starts=16, batch_size=32,
+                               cpu_threads=1)
+    runs, threads = [], torch.get_num_threads()
+    torch.set_num_threads(1)  # (as cpu_threads sets it once a trainer is built: its init computes alike too)
+    for keep in (False, True):
+        trainer = wb.make_trainer(config)
+        trainer.env.keep_final_obs = keep
+        trainer.train(num_iterations=4, progress=False)
+        history = [{k: v for k, v in row.items() if k not in ("env_steps_per_s", "time_s")} for row in trainer.history]
+        weights = {k: v.clone() for k, v in trainer.models[trainer.groups[0].name].state_dict().items()}
+        runs.append((history, weights))
+    torch.set_num_threads(threads)
+    (lean, lean_weights), (kept, kept_weights) = runs
+    np.testing.assert_equal(lean, kept)
+    lengths = [row["episode_length"] for row in lean]
+    assert np.nanmin(lengths) < config.env_params["max_steps"]  # some episodes terminated
+    for name in lean_weights:
+        assert torch.equal(lean_weights[name], kept_weights[name]), name
