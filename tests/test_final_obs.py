@@ -98,7 +98,7 @@ def test_the_trainer_keeps_final_observations_only_for_metrics_that_read_them():
 @pytest.mark.parametrize("algorithm", ["ppo", "ddpg"])
 def test_training_is_the_same_without_terminated_episodes_final_observations(algorithm):
     """The learners bootstrap only where an episode was truncated: keeping the others changes nothing
-    (one thread throughout: sums split over another count round differently)."""
+    (one thread: sums split over another count round differently)."""
     if algorithm == "ppo":
         config = wb.PPOConfig(env="cartpole", env_params={"max_steps": 20}, num_envs=8, rollout_length=16,
                               num_minibatches=2, update_epochs=2, target="cpu", seed=3, cpu_threads=1)
@@ -107,8 +107,7 @@ def test_training_is_the_same_without_terminated_episodes_final_observations(alg
         config = wb.DDPGConfig(env="mountain_car_continuous", env_params=near_the_goal, num_envs=8,
                                rollout_length=8, target="cpu", seed=3, learning_starts=16, batch_size=32,
                                cpu_threads=1)
-    runs, threads = [], torch.get_num_threads()
-    torch.set_num_threads(1)  # (as cpu_threads sets it once a trainer is built: its init computes alike too)
+    runs = []
     for keep in (False, True):
         trainer = wb.make_trainer(config)
         trainer.env.keep_final_obs = keep
@@ -116,7 +115,6 @@ def test_training_is_the_same_without_terminated_episodes_final_observations(alg
         history = [{k: v for k, v in row.items() if k not in ("env_steps_per_s", "time_s")} for row in trainer.history]
         weights = {k: v.clone() for k, v in trainer.models[trainer.groups[0].name].state_dict().items()}
         runs.append((history, weights))
-    torch.set_num_threads(threads)
     (lean, lean_weights), (kept, kept_weights) = runs
     np.testing.assert_equal(lean, kept)
     lengths = [row["episode_length"] for row in lean]

@@ -484,6 +484,22 @@ def test_thread_counts_are_chosen_by_measurement(monkeypatch):
     assert threads.configure(0, env_step, learner_pass)["how"] == "environment variables"
 
 
+def test_initial_weights_do_not_depend_on_the_thread_count():
+    """A trainer sets torch's thread count after building its models: one seed must start from the same
+    weights whatever the count was (orthogonal init's QR rounds by it), or a process's first trainer
+    would start elsewhere than its later ones."""
+    before, weights = torch.get_num_threads(), []
+    try:
+        for n in (2, 1):
+            torch.set_num_threads(n)
+            torch.manual_seed(0)
+            weights.append(ActorCritic(6, Discrete(3), (64, 64)).state_dict())
+    finally:
+        torch.set_num_threads(before)
+    for name, value in weights[0].items():
+        assert torch.equal(value, weights[1][name]), name
+
+
 def test_metrics_csv_keeps_its_columns_when_a_report_adds_some(tmp_path):
     """DDPG reports no losses before learning starts: later rows' columns still match the header."""
     path = tmp_path / "metrics.csv"

@@ -94,12 +94,24 @@ class MLP(nn.Sequential):
 ACTIVATIONS = {"tanh": Tanh, "relu": nn.ReLU}
 
 
+def orthogonal_(tensor: torch.Tensor, gain: float) -> torch.Tensor:
+    """nn.init.orthogonal_ on one CPU thread: its QR rounds by the thread count, which a trainer sets only
+    after its models exist (threads.configure), so one seed would start a process's first trainer from
+    other weights than its later ones."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return nn.init.orthogonal_(tensor, gain)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def mlp(sizes, activation=Tanh, out_gain=1.0) -> nn.Sequential:
     layers = []
     for i in range(len(sizes) - 1):
         linear = nn.Linear(sizes[i], sizes[i + 1])
         last = i == len(sizes) - 2
-        nn.init.orthogonal_(linear.weight, out_gain if last else math.sqrt(2))
+        orthogonal_(linear.weight, out_gain if last else math.sqrt(2))
         nn.init.zeros_(linear.bias)
         layers.append(linear)
         if not last:
@@ -236,8 +248,8 @@ class SharedActorCritic(nn.Module):
         self.net = mlp([obs_dim, *hidden, self.head.out_dim + 1], ACTIVATIONS[activation])
         out = self.net[-1].weight
         with torch.no_grad():  # the gains of ActorCritic's two output layers
-            out[:-1].copy_(nn.init.orthogonal_(torch.empty_like(out[:-1]), 0.01))
-            out[-1:].copy_(nn.init.orthogonal_(torch.empty_like(out[-1:]), 1.0))
+            out[:-1].copy_(orthogonal_(torch.empty_like(out[:-1]), 0.01))
+            out[-1:].copy_(orthogonal_(torch.empty_like(out[-1:]), 1.0))
         self.log_std = nn.Parameter(torch.zeros(self.head.out_dim)) if self.head.kind == "gaussian" else None
 
     def forward(self, obs):

@@ -258,8 +258,8 @@ class Env:
     def keep_final_obs(self) -> bool:
         """Whether info["final_obs"] is written wherever an episode ends (True, the default) or only where
         it was truncated and for recorded replicas (False: what a learner bootstraps from; the final
-        observation of a terminated episode is never needed, and storing it is a scattered write, as costly
-        as a dense one). Rows not written keep stale values.
+        observation of a terminated episode is never needed, and storing it is a scattered write: CartPole
+        at 10M replicas on an H100, 313 -> 287 us a step without it). Rows not written keep stale values.
         The trainer sets it False unless the env's metrics read final observations."""
         return self.terminal.keep_final_obs
 
