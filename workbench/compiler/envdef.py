@@ -261,10 +261,6 @@ def exec_source(source: str, filename: str, module_name: str) -> dict:
     return namespace
 
 
-FRAMEWORK_ARRAYS = ("obs", "final_obs", "action", "reward", "terminated", "truncated", "done",
-                    "t", "episode", "last_return", "last_length")
-
-
 def parse(name: str, source: str, filename: str | None = None, overrides: Mapping | None = None) -> EnvDefinition:
     """Parse an env source and resolve its parameters (defaults updated by `overrides`)."""
     filename = filename or f"<warpenv {name}>"
