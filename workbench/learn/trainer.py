@@ -62,6 +62,8 @@ class Trainer:
 
     policies: {name: agent ids} (default: one policy shared by all agents);
     models: optional {name: nn.Module} replacing the default MLP of that policy.
+    The trainer sets `env.keep_final_obs` (False unless the env's metrics read final observations),
+    which stays so after training: set it back to step the env on your own with every end kept.
     """
 
     def __init__(self, env, config, policies=None, models=None, distributed: bool | None = None, split=None):
