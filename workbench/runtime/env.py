@@ -35,11 +35,9 @@ def _kernels(defn, target, debug) -> tuple:
 class Env:
     """All replicas of one environment on one target.
 
-    obs: [E, A, *O] float32; action: [E, A] (Discrete), [E, A, n] (MultiDiscrete) of the smallest
-    of int8, int16 and int32 that holds the categories, or [E, A, n] float32 (Box); reward: [E, A];
-    done/terminated/truncated: [E] bool.
-    The tensors returned by `reset` and `step` are the store's own, rewritten in place by every
-    step (clone what you keep).
+    obs: [E, A, *O] float32; action: [E, A] (Discrete), [E, A, n] (MultiDiscrete) of the smallest of int8,
+    int16 and int32 that fits, or [E, A, n] float32 (Box); reward [E, A]; done, terminated, truncated: [E] bool.
+    `reset` and `step` return the store's own tensors, rewritten in place by every step (clone what you keep).
     replicas_per_seed: block k of that many replicas is exactly an env of them seeded seed + k (None: all one).
     """
 
@@ -151,12 +149,11 @@ class Env:
     def step(self, actions: torch.Tensor | None = None):
         """Advance every replica one step; finished replicas are reset in the same step.
 
-        actions: the store's own action tensor (no copy), or a tensor of its shape
-        (for single-agent envs [E, ...] is accepted too). Returns (obs [E, A, *O],
-        reward [E, A], done [E], info) with info's terminated, truncated, final_obs,
-        episode_return and episode_length: where done, those of the episode that just ended
-        (elsewhere the return counts the running episode, the length is the last finished one's;
-        final_obs where truncated only, with `keep_final_obs` False).
+        actions: the store's own action tensor (no copy), or a tensor of its shape (for single-agent envs
+        [E, ...] too). Returns (obs [E, A, *O], reward [E, A], done [E], info) with info's terminated,
+        truncated, final_obs, episode_return and episode_length: where done, those of the episode that
+        just ended (elsewhere the running return and the last finished length; final_obs where
+        truncated only, with `keep_final_obs` False).
 
         Given actions are range-checked on the device (the store's own tensor, which the trainer
         samples into, is not): out-of-range discrete values and non-finite continuous ones raise
@@ -182,10 +179,9 @@ class Env:
         return self.store["obs"], self.store["reward"], self._done, self.info
 
     def _launch_step(self, draw: bool = False):
-        """One step kernel. On a GPU the launch is captured once in a CUDA graph and replayed:
-        a replay costs a few microseconds where a launch from Python costs 40 to 300 (per
-        argument marshalling), and the store's fixed addresses make the graph valid for good.
-        Inside someone else's capture (the trainer's rollout graph) the kernel is launched as is."""
+        """One step kernel, on a GPU captured once in a CUDA graph and replayed (a few us, where a launch
+        from Python costs 40 to 300; the store's fixed addresses keep the graph valid), launched as is
+        inside someone else's capture (the trainer's rollout graph)."""
         if not self.step_graphs or self.device.type != "cuda" or torch.cuda.is_current_stream_capturing():
             self.kernels.step(*self._scalars(), self._views, draw=int(draw))
             return
@@ -208,13 +204,11 @@ class Env:
     RANDOM_BLOCK = RandomActions.BLOCK  # random steps per CUDA graph replay (random_steps)
 
     def random_steps(self, steps: int):
-        """`steps` steps of every replica with uniformly random actions: a random policy's rollout, for
-        baselines and benchmarks. Discrete and MultiDiscrete actions are drawn by the step kernel itself
-        from the replica's counter-based stream (the key of agent ACTION_STREAM + a at its episode and
-        step: the same actions on every target, no sampler launch); Box actions by sample_actions, then
-        step. On GPUs, blocks of RANDOM_BLOCK steps replay one CUDA graph, the same numbers as step by
-        step. The actions taken are in the action array afterwards. Returns step()'s (obs, reward,
-        done, info) after the last step."""
+        """`steps` steps of every replica with uniformly random actions (a random policy's rollout): discrete
+        actions drawn by the step kernel from the replica's counter-based stream (agent ACTION_STREAM + a's
+        key at its episode and step: alike on every target, no sampler launch), Box ones by sample_actions;
+        on GPUs RANDOM_BLOCK steps a CUDA graph replay. The actions taken are left in the action array.
+        Returns step()'s (obs, reward, done, info) after the last step."""
         return self._random.steps(steps)
 
     def _accept_actions(self, actions):
@@ -256,17 +250,14 @@ class Env:
 
     @property
     def keep_final_obs(self) -> bool:
-        """Whether info["final_obs"] is written wherever an episode ends (True, the default) or only where
-        it was truncated and for recorded replicas (False: what a learner bootstraps from; the final
-        observation of a terminated episode is never needed, and storing it is a scattered write: CartPole
-        at 10M replicas on an H100, 313 -> 287 us a step without it). Rows not written keep stale values.
-        The trainer sets it False unless the env's metrics read final observations."""
+        """info["final_obs"] at every episode end (True, the default) or only where truncated and for recorded
+        replicas (False, the trainer's unless its metrics read them: all a learner bootstraps from, and a
+        scattered store less, CartPole at 10M replicas on an H100: 313 -> 287 us a step); rows not written
+        keep stale values (TerminalCopies)."""
         return self.terminal.keep_final_obs
 
     @keep_final_obs.setter
     def keep_final_obs(self, keep: bool):
-        if not isinstance(keep, (bool, np.bool_)):
-            raise WorkbenchError(f"keep_final_obs must be True or False, got {keep!r}")
         self.terminal.keep_final_obs = keep
 
     # -- recording ----------------------------------------------------------------------
@@ -276,8 +267,7 @@ class Env:
 
     @property
     def recorder(self) -> TrajectoryRecorder | None:
-        """The recording `record` began (None: none); setting None detaches it and the kernels stop
-        keeping terminal states."""
+        """The recording `record` began (None: none); set None, it detaches and terminal states stop."""
         return self._recorder
 
     @recorder.setter
@@ -294,11 +284,10 @@ class Env:
         self._recorder = recorder
 
     def record(self, replicas=(0,), max_steps: int | None = None) -> TrajectoryRecorder:
-        """Keep the last episode of `replicas` on the device until `pull_trajectories()`, ending with the
-        state that ended it. The device keeps 2 * `max_steps` steps (default the env's MAX_STEPS, at most
-        50,000), so the last finished episode up to `max_steps` long is always whole. Asked again for
-        the same replicas and length while recording, or after the recording was detached with no step
-        or reset since, the recording goes on (a Stop and Continue keeps the episodes recorded)."""
+        """Keep the last episode of `replicas` on the device until `pull_trajectories()`, ending with the state
+        that ended it: 2 * `max_steps` steps kept (default MAX_STEPS, at most 50,000), so the last finished
+        episode up to `max_steps` long is whole. Asked again for the same replicas and length while recording,
+        or detached with no step or reset since, the recording goes on (Stop and Continue keep its episodes)."""
         replicas = [int(r) for r in replicas]
         steps = int(max_steps or min(self.definition.max_steps, 50_000))
         previous = self._recorder
@@ -335,8 +324,8 @@ class Env:
         return as_pettingzoo(self, replica)
 
     def as_torchrl(self, group_map: str = "agents"):
-        """A TorchRL EnvBase over all replicas, TensorDicts [E, A, ...] on the env's device
-        (group_map "agents": one group; "policies": the env's agent groups)."""
+        """A TorchRL EnvBase over all replicas, TensorDicts [E, A, ...] on the env's device (group_map
+        "agents": one group; "policies": the env's agent groups)."""
         from ..interop.torchrl import TorchRLEnv
         return TorchRLEnv(self, group_map=group_map)
 

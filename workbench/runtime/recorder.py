@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from ..compiler.codegen import terminal_arrays
+from ..errors import WorkbenchError
 from .store import _TORCH_DTYPES
 
 
@@ -42,6 +43,8 @@ class TerminalCopies:
 
     @keep_final_obs.setter
     def keep_final_obs(self, keep: bool):
+        if not isinstance(keep, (bool, np.bool_)):
+            raise WorkbenchError(f"keep_final_obs must be True or False, got {keep!r}")
         self._keep_final_obs = bool(keep)
         for flagged in [self._flagged] + self.retired:  # (a graph captured earlier follows it too)
             flagged[self.num_envs + 1] = int(self._keep_final_obs)
