@@ -94,6 +94,18 @@ def test_the_trainer_keeps_final_observations_only_for_metrics_that_read_them():
     assert tag.env.keep_final_obs  # its runners-tagged metric reads the final observations
 
 
+@pytest.mark.parametrize("adapter", ["as_gymnasium", "as_sb3", "as_pettingzoo", "as_torchrl"])
+def test_an_adapter_keeps_every_final_observation_after_training(adapter):
+    """Other ecosystems' APIs hand out the final observation of every ended episode: wrapping an env a
+    trainer stepped (keep_final_obs off) turns it back on."""
+    pytest.importorskip({"as_gymnasium": "gymnasium", "as_sb3": "stable_baselines3", "as_pettingzoo": "pettingzoo",
+                         "as_torchrl": "torchrl"}[adapter])
+    trainer = wb.make_trainer(wb.PPOConfig(env="cartpole", num_envs=4, rollout_length=8, target="cpu"))
+    assert not trainer.env.keep_final_obs
+    getattr(trainer.env, adapter)()
+    assert trainer.env.keep_final_obs
+
+
 @pytest.mark.filterwarnings("ignore:policy .shared. looks divergent")  # (DDPG on a toy goal, 4 iterations)
 @pytest.mark.parametrize("algorithm", ["ppo", "ddpg"])
 def test_training_is_the_same_without_terminated_episodes_final_observations(algorithm):

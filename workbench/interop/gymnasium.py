@@ -37,6 +37,7 @@ class GymnasiumVectorEnv(VectorEnv):
                 f"Call env.as_gymnasium(flatten_agents=True) for one sub-env per agent (shared episode ends), "
                 f"or env.as_pettingzoo() / env.as_torchrl() for a multi-agent API")
         self.env = env
+        env.keep_final_obs = True  # infos["final_obs"] at every end (a trainer may have kept them only where truncated)
         self.agents_per_replica = env.num_agents
         self.num_envs = env.num_envs * env.num_agents
         self.single_observation_space = gymnasium_space(env.observation_space)

@@ -30,6 +30,7 @@ class _Agents:
 
     def _setup(self, env):
         self.env = env
+        env.keep_final_obs = True  # final observations at every end (a trainer may have kept them only where truncated)
         self.possible_agents = agent_names(env)
         self._ids = {name: i for i, name in enumerate(self.possible_agents)}
         self._obs_space = gymnasium_space(env.observation_space)

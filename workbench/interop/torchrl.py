@@ -51,6 +51,7 @@ class TorchRLEnv(EnvBase):
     def __init__(self, env, group_map: str = "agents"):
         super().__init__(device=env.device, batch_size=torch.Size([env.num_envs]))
         self.env = env
+        env.keep_final_obs = True  # final observations at every end (a trainer may have kept them only where truncated)
         self.group_map = {name: ids for name, ids in policy_groups(env, group_map).items()}
         self._index = {name: _index(ids) for name, ids in self.group_map.items()}
         self._action = staged_actions(env)
