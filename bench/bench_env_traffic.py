@@ -243,7 +243,8 @@ def bench_cell(name, target, num_envs, params, min_bytes, copy, args) -> dict:
     row = {"env": name, "target": target, "num_envs": num_envs, "params": params,
            "min_bytes_per_replica_step": min_bytes, "launches": None, "random_steps_launches": None, "dram": None}
     env = wb.make(name, num_envs=num_envs, target=target, seed=0, **params)
-    env.keep_final_obs = row["final_obs_every_end"] = args.final_obs == "every-end"
+    row["final_obs"] = args.final_obs
+    env.keep_final_obs = args.final_obs == "every-end"
     if env.device.type == "cuda":
         row["launches"], row["random_steps_launches"] = step_launches(env)
     median, times = step_time(env, args.repeats, args.min_time)

@@ -41,7 +41,8 @@ def bench_workbench(name, target, num_envs, args, params) -> dict:
     start = time.perf_counter()
     env = wb.make(name, num_envs=num_envs, target=target, seed=0, **params)
     row["make_s"] = time.perf_counter() - start  # includes the kernel compile on first use
-    env.keep_final_obs = row["final_obs"] = args.final_obs == "every-end"
+    row["final_obs"] = args.final_obs
+    env.keep_final_obs = args.final_obs == "every-end"
     row["num_agents"] = env.num_agents
     per_call = 1
     if args.actions == "sample":

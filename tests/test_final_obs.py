@@ -21,15 +21,18 @@ def clock_env(target, keep):
     return env
 
 
+def snapshot(env):
+    return {k: v.cpu().numpy().copy() for k, v in env.store.items()}
+
+
 def check_truncated_only(frames):
     """Between frames, final_obs rows change only where the episode was truncated (to the episode's
-    length) or the replica is marked `recorded` in the frame; returns (truncated, terminated) counts."""
+    length); returns (truncated, terminated) counts."""
     truncated = terminated = 0
     for before, after in zip(frames, frames[1:]):
         done, cut = after["done"].astype(bool), after["truncated"].astype(bool)
-        kept = cut | after.get("recorded", np.zeros_like(cut))
-        np.testing.assert_array_equal(after["final_obs"][kept, 0, 0], after["last_length"][kept])
-        np.testing.assert_array_equal(after["final_obs"][~kept], before["final_obs"][~kept])
+        np.testing.assert_array_equal(after["final_obs"][cut, 0, 0], after["last_length"][cut])
+        np.testing.assert_array_equal(after["final_obs"][~cut], before["final_obs"][~cut])
         truncated += int(cut.sum())
         terminated += int((done & ~cut).sum())
     return truncated, terminated
@@ -39,7 +42,7 @@ def test_final_observations_where_truncated_only_when_asked(target):
     kept, lean = clock_env(target, True), clock_env(target, False)
     assert kept.keep_final_obs and not lean.keep_final_obs
     g = torch.Generator().manual_seed(0)
-    frames = [{k: v.cpu().numpy().copy() for k, v in lean.store.items()}]
+    frames = [snapshot(lean)]
     for _ in range(30):
         actions = torch.randint(0, 3, (6, 1), generator=g, dtype=torch.int32)
         for env in (kept, lean):
@@ -47,14 +50,14 @@ def test_final_observations_where_truncated_only_when_asked(target):
         for name in kept.store:  # the same step in every other respect
             if name != "final_obs":
                 assert torch.equal(kept.store[name], lean.store[name]), name
-        frames.append({k: v.cpu().numpy().copy() for k, v in lean.store.items()})
+        frames.append(snapshot(lean))
         ended = kept.store["done"].bool().cpu()
         np.testing.assert_array_equal(kept.store["final_obs"].cpu()[ended, 0, 0], kept.store["last_length"].cpu()[ended])
     truncated, terminated = check_truncated_only(frames)
     assert truncated > 3 and terminated > 3
 
 
-def test_recording_keeps_every_final_observation(target):
+def test_recording_keeps_every_final_observation_until_it_is_detached(target):
     env = clock_env(target, False)
     env.record(replicas=[1])
     g = torch.Generator().manual_seed(1)
@@ -66,8 +69,12 @@ def test_recording_keeps_every_final_observation(target):
         np.testing.assert_array_equal(final[done, 0, 0], env.store["last_length"].cpu()[done])
         ended += int((done & ~env.store["truncated"].bool().cpu()).sum())
     assert ended > 3
-    env.recorder = None
-    assert not env.keep_final_obs
+    env.recorder = None  # detached: back to where truncated only
+    frames = [snapshot(env)]
+    for _ in range(20):
+        env.step(torch.randint(0, 3, (6, 1), generator=g, dtype=torch.int32).to(env.device))
+        frames.append(snapshot(env))
+    assert check_truncated_only(frames)[1] > 3
 
 
 def test_the_flag_is_checked():
