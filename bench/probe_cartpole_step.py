@@ -1,10 +1,13 @@
 """What the CartPole step kernel's time at large sizes depends on: variants of the cuda-c target's
 generated program (source edits of codegen_c.c_program's output, each compiled on its own), timed
-as env.random_steps() (blocks of 32 random steps from one CUDA graph; sample-and-step pairs before
-2c850f1, whose step kernels draw the actions themselves) in steady state.
+in steady state as env.random_steps() (--mode random: blocks of 32 random steps from one CUDA graph;
+sample-and-step pairs before 2c850f1, whose step kernels draw the actions themselves) or as env.step()
+with the actions left in place (--mode step: the learner's step, what bench_env_traffic.py times).
+Final observations are kept where an episode was truncated, as the trainer asks (--final-obs
+every-end: wherever one ends, the env's default; before commit c377ab0 every end kept one).
 
     python bench/probe_cartpole_step.py                 # 1M and 10M replicas, every variant
-    python bench/probe_cartpole_step.py --num-envs 1e7 --variants generated no_ends
+    python bench/probe_cartpole_step.py --num-envs 1e7 --mode step --variants generated drop_length
 
 Variants: generated (as shipped); no_ends (thresholds and time limit out of reach: no episode ever
 ends, so no reset runs); no_ends_float (the same with the parameters and locals in float); sampled
@@ -13,8 +16,13 @@ ends, so no reset runs); no_ends_float (the same with the parameters and locals 
 block256 / block512 / block1024 (replicas a block; 128 as shipped); no_slot (the terminal-frame
 copy's checks removed); no_end_stores (no final observation, length or episode counter stored where an
 episode ends); lazy_episode (the episode counter read only where an episode ends);
-lazy_no_ends, lazy_sampled, lazy_float (lazy_episode with no_ends, sampled, float); generated_x2,
-lazy_x2, lazy_x4, lazy_x2_no_ends (2 or 4 replicas a thread). Prints microseconds a step, median of CUDA-event timings.
+lazy_no_ends, lazy_sampled, lazy_float, lazy_no_end_stores (lazy_episode with no_ends, sampled,
+float, no_end_stores); generated_x2, lazy_x2, lazy_x4, lazy_x2_no_ends (2 or 4 replicas a thread);
+drop_episode, drop_length, lazy_drop_episode (without the episode counter's or the length's store);
+length_in_clock, lazy_length_in_clock (the clock not reset where an episode ends, so that it holds
+the ended episode's length and none is stored apart); warp_episode, warp_episode_length (a warp with
+an ending replica stores every lane's counter, or counter and length: whole lines). Prints
+microseconds a step, median of CUDA-event timings.
 """
 from __future__ import annotations
 
@@ -72,6 +80,18 @@ def _no_end_stores(src):
     return changed
 
 
+def _drop(*what):
+    """Without the named stores where an episode ends: "episode" (the counter's), "length" (last_length's)."""
+    lines = {"episode": "        episode[e] = wb_ep + 1;\n", "length": "        last_length[e] = wb_t + 1;\n"}
+
+    def edit(src):
+        for piece in what:
+            assert lines[piece] in src, piece
+            src = src.replace(lines[piece], "", 1)
+        return src
+    return edit
+
+
 def _lazy_episode(src):
     """The episode counter read only where an episode ends (no phase outside the reset takes a key; the
     drawn actions' key leaves the episode out)."""
@@ -81,6 +101,35 @@ def _lazy_episode(src):
         assert old in src, old
         src = src.replace(old, new, 1)
     return src
+
+
+def _length_in_clock(src):
+    """The clock stored as the steps taken, not reset where an episode ends (done tells the next step to
+    start it from 0): where done it is the ended episode's length, and no length is stored apart."""
+    for old, new in (("    const int wb_t = t[e];  // t before this step: a time limit ends the episode\n",
+                      "    const int wb_t_taken = t[e];\n    const bool wb_was_done = done[e] != 0;\n"
+                      "    const int wb_t = wb_was_done ? 0 : wb_t_taken;\n"),
+                     ("done[e] ? 0.0f : wb_last_return;", "wb_was_done ? 0.0f : wb_last_return;"),
+                     ("        last_length[e] = wb_t + 1;\n", ""),
+                     ("    t[e] = wb_next_t;\n", "    t[e] = wb_t + 1;\n")):
+        assert old in src, old
+        src = src.replace(old, new, 1)
+    return src
+
+
+def _warp_episode(length: bool = False):
+    """A warp with an ending replica stores every lane's episode counter (and, with `length`, every lane's
+    last length: the ending lanes' new one, the others' reloaded): whole lines, no partial sectors."""
+    def edit(src):
+        old = "        episode[e] = wb_ep + 1;\n    }\n"
+        assert old in src
+        new = "    }\n    if (__any_sync(__activemask(), wb_done)) {\n        episode[e] = wb_next_ep;\n"
+        if length:
+            assert "        last_length[e] = wb_t + 1;\n" in src
+            src = src.replace("        last_length[e] = wb_t + 1;\n", "", 1)
+            new += "        last_length[e] = wb_done ? wb_t + 1 : last_length[e];\n"
+        return src.replace(old, new + "    }\n", 1)
+    return edit
 
 
 def _replicas_a_thread(k):
@@ -131,6 +180,14 @@ VARIANTS = {
     "lazy_x4": (_chain(_lazy_episode, _replicas_a_thread(4)), None, {}, 128),
     "lazy_x2_no_ends": (_chain(_lazy_episode, _replicas_a_thread(2)), None, NO_ENDS, 128),
     "lazy_float": (_lazy_episode, _float, {}, 128),
+    "length_in_clock": (_length_in_clock, None, {}, 128),
+    "drop_episode": (_drop("episode"), None, {}, 128),
+    "drop_length": (_drop("length"), None, {}, 128),
+    "lazy_drop_episode": (_chain(_lazy_episode, _drop("episode")), None, {}, 128),
+    "warp_episode": (_warp_episode(), None, {}, 128),
+    "warp_episode_length": (_warp_episode(length=True), None, {}, 128),
+    "lazy_length_in_clock": (_chain(_lazy_episode, _length_in_clock), None, {}, 128),
+    "lazy_no_end_stores": (_chain(_lazy_episode, _no_end_stores), None, {}, 128),
 }
 
 
@@ -150,8 +207,10 @@ def program(name):
     return original, edited
 
 
-def one(name: str, num_envs: int, repeats: int) -> float:
-    """Microseconds a random step of `num_envs` CartPole replicas under the variant."""
+def one(name: str, num_envs: int, repeats: int, mode: str = "random", final_obs: str = "truncated") -> float:
+    """Microseconds a step of `num_envs` CartPole replicas under the variant: a random step (mode
+    "random"), or env.step() with the actions left in place (mode "step", as the learner steps); final
+    observations kept where truncated (as the trainer asks) or at every end (the env's default)."""
     import workbench as wb
     from workbench.compiler import codegen, codegen_c
     from workbench.compiler.targets import cuda_c
@@ -166,8 +225,9 @@ def one(name: str, num_envs: int, repeats: int) -> float:
         env = wb.make("cartpole", num_envs=num_envs, target="cuda-c", seed=0, **params)
     finally:
         codegen_c.c_program, cuda_c.gpu_layout = original, layout
+    env.keep_final_obs = final_obs == "every-end"
     block_steps = env.RANDOM_BLOCK
-    if name in ("sampled", "lazy_sampled"):
+    if name in ("sampled", "lazy_sampled") or mode == "step":
         # (the step draws its own actions: env.step() alone, its graph replayed a step at a time)
         env.sample_actions()
 
@@ -185,13 +245,18 @@ def main(argv=None) -> int:
     parser.add_argument("--num-envs", nargs="+", type=C.count, default=[10**6, 10**7])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--mode", choices=["random", "step"], default="random",
+                        help="random: env.random_steps(); step: env.step() with the actions left in place")
+    parser.add_argument("--final-obs", choices=("truncated", "every-end"), default="truncated",
+                        help="where the step keeps the final observation (Env.keep_final_obs): where an episode was "
+                             "truncated, as the trainer asks, or wherever one ends, the env's default")
     args = parser.parse_args(argv)
     info = C.machine()
-    print(f"# probe_cartpole_step on {info['gpu']}; torch {info['torch']}")
+    print(f"# probe_cartpole_step on {info['gpu']}; torch {info['torch']}; mode {args.mode}, final obs {args.final_obs}")
     rows = []
     for n in args.num_envs:
         for name in args.variants:
-            us = one(name, n, args.repeats)
+            us = one(name, n, args.repeats, args.mode, args.final_obs)
             rows.append([f"{n:,}", name, f"{us:.1f}"])
             print(f"  {n:>10,} {name:14s} {us:8.1f} us/step", flush=True)
     print()
