@@ -47,10 +47,48 @@ def test_check_env_seeds_replicas_in_blocks_as_a_population_does(monkeypatch):
     monkeypatch.setattr(env_module, "make", recording)
     # blocks of 2 seeded apart, stepped past several auto-resets on both targets
     report = wb.check_env("cartpole", targets=("cpu", "cuda"), num_envs=4, steps=tiny(60, 30), replicas_per_seed=2)
-    assert "passed" in str(report) and made == [2, 2]
+    assert "passed" in str(report) and made == [2, 2, 2]  # (the third: the first target's twin)
     made.clear()
     population_env = original("cartpole", num_envs=6, target="cpu", replicas_per_seed=3)
     wb.check_env(population_env, targets=("cpu", "cpu"), num_envs=6, steps=5)
-    assert made == [3, 3]  # a given env's own blocks
+    assert made == [3, 3, 3]  # a given env's own blocks
     with pytest.raises(wb.WorkbenchError, match="replicas_per_seed must divide num_envs=4"):
         wb.check_env("cartpole", targets=("cpu",), num_envs=4, steps=2, replicas_per_seed=3)
+
+
+OBSERVE_COUNTS = '''
+from workbench.envdef import Box, Discrete, per_env
+from workbench.rng import uniform_range
+
+PARAMS = dict(max_steps=50)
+NUM_AGENTS = 1
+MAX_STEPS = "max_steps"
+OBSERVATION = Box(shape=(2,))
+ACTION = Discrete(2)
+STATE = dict(position=per_env(), looks=per_env("int32"))
+
+
+def reset(env, agent, key, position):
+    position[env] = uniform_range(key, 0, -1.0, 1.0)
+
+
+def step(env, agent, action, position, terminated, reward):
+    position[env] += 0.5 if action[env, agent] == 1 else -0.5
+    reward[env, agent] = 1.0
+    if abs(position[env]) > 2.0:
+        terminated[env] = 1
+
+
+def observe(env, agent, position, looks, obs):
+    looks[env] += 1
+    obs[env, agent, 0] = position[env]
+    obs[env, agent, 1] = looks[env]
+'''
+
+
+def test_check_env_catches_an_observe_that_changes_state():
+    """`looks` counts observe's calls, the final observation's among them: under the trainer, which takes no
+    final observation where an episode terminates, it would count otherwise."""
+    wb.register("observe_counts", OBSERVE_COUNTS)
+    with pytest.raises(wb.ConsistencyError, match=r"observe changes 'looks' .*move the change into a STEP phase"):
+        wb.check_env("observe_counts", targets=("cpu",), num_envs=4, steps=40)

@@ -49,6 +49,21 @@ def _contract(env, name):
             raise ConsistencyError(f"{name} on {env.target.name}: '{arr}' holds NaN or inf")
 
 
+def _final_observe_changes_nothing(ref, twin, name):
+    """`twin` took the same step as `ref` without the final observation where an episode terminated (as the
+    trainer steps): every array but final_obs must agree, else observe changed state a later step reads."""
+    for arr in [n for n in ref.store if n not in ("obs", "final_obs")] + ["obs"]:  # (obs last: it shows the cause)
+        a, b = ref.store[arr].cpu(), twin.store[arr].cpu()
+        same = (a == b) | (a.isnan() & b.isnan()) if a.dtype.is_floating_point else a == b
+        if not bool(same.all()):
+            where = tuple(int(i) for i in (~same).nonzero()[0])
+            raise ConsistencyError(
+                f"{name}: observe changes '{arr}' (index {where}), which a later step reads. The trainer skips the "
+                f"final observation where an episode terminates (Env.keep_final_obs = False), so training would "
+                f"see other values; let observe only compute the observation (obs) and move the change into a "
+                f"STEP phase")
+
+
 def check_env(name_or_env, targets=None, *, num_envs: int = 8, steps: int = 64, seed: int = 0, rtol: float = 1e-4,
               atol: float = 1e-5, replicas_per_seed: int | None = None, **params) -> CheckReport:
     """Run one env on each of `targets` in lockstep and compare every array after every step.
@@ -57,8 +72,10 @@ def check_env(name_or_env, targets=None, *, num_envs: int = 8, steps: int = 64, 
 
     Each step starts every target from the first target's state (so float32 rounding cannot
     accumulate into a different trajectory), applies the same actions, and compares all arrays.
-    Also checks shapes, finiteness and the auto-reset contract (t restarts at 0, the episode
-    counter moves on, final_obs keeps the last observation). Raises ConsistencyError.
+    Also checks shapes, finiteness, the auto-reset contract (t restarts at 0, the episode counter
+    moves on, final_obs keeps the last observation) and that observe changes no state: a twin of the
+    first target's env steps without the final observation where an episode terminates, as the
+    trainer does, and must end every step equal but for final_obs. Raises ConsistencyError.
     """
     from .env import make
     from .env import Env
@@ -81,6 +98,9 @@ def check_env(name_or_env, targets=None, *, num_envs: int = 8, steps: int = 64, 
     envs = [make(name, num_envs=num_envs, target=t, seed=seed, debug=True, replicas_per_seed=replicas_per_seed,
                  **params) for t in targets]
     ref = envs[0]
+    twin = make(name, num_envs=num_envs, target=targets[0], seed=seed, debug=True, replicas_per_seed=replicas_per_seed,
+                **params)
+    twin.keep_final_obs = False
     names = list(ref.store)
     if ref.definition.obs_state:  # the observation is the state: a difference is named by its state array
         names.remove("obs")
@@ -113,7 +133,7 @@ def check_env(name_or_env, targets=None, *, num_envs: int = 8, steps: int = 64, 
     finished = 0
     for k in range(steps):
         snap = {n: t.cpu() for n, t in ref.store.items()}
-        for env in envs[1:]:
+        for env in envs[1:] + [twin]:  # (before any step: on cpu, snap holds ref's own tensors)
             env.store.load_snapshot(snap)
         before_t = snap["t"].clone()
         before_ep = snap["episode"].clone()
@@ -122,6 +142,8 @@ def check_env(name_or_env, targets=None, *, num_envs: int = 8, steps: int = 64, 
             env.step(actions.to(env.device))
             _contract(env, name)
         compare(f"after step {k + 1}")
+        twin.step(actions.to(twin.device))
+        _final_observe_changes_nothing(ref, twin, name)
         done = ref.store["done"].cpu().bool()
         t_after = ref.store["t"].cpu()
         if not torch.equal(t_after[done], torch.zeros_like(t_after[done])):
