@@ -94,7 +94,12 @@ def test_host_build_keeps_final_observations_where_truncated_only_when_asked(tmp
 
 def test_the_trainer_keeps_final_observations_only_for_metrics_that_read_them():
     cartpole = wb.make_trainer(wb.PPOConfig(env="cartpole", num_envs=4, rollout_length=8, target="cpu"))
-    assert not cartpole.env.keep_final_obs
+    assert not cartpole.keep_final_obs and not cartpole.env.keep_final_obs
+    cartpole.env.keep_final_obs = True  # the user's own setting, between trainings
+    seen = []
+    cartpole.train(num_iterations=2, progress=False, callback=lambda i, m: seen.append(cartpole.env.keep_final_obs))
+    assert seen == [False, False]  # while it trains: the trainer's
+    assert cartpole.env.keep_final_obs  # then the env's own again
     tag = wb.make_trainer(wb.A2CConfig(env="tag_continuous", num_envs=2, rollout_length=4, target="cpu",
                                        env_params=dict(num_taggers=2, num_runners=3, episode_length=12,
                                                        num_other_agents_observed=2)))
@@ -129,8 +134,10 @@ def test_training_is_the_same_without_terminated_episodes_final_observations(alg
     runs = []
     for keep in (False, True):
         trainer = wb.make_trainer(config)
-        trainer.env.keep_final_obs = keep
-        trainer.train(num_iterations=4, progress=False)
+        trainer.keep_final_obs = keep
+        seen = []
+        trainer.train(num_iterations=4, progress=False, callback=lambda i, m: seen.append(trainer.env.keep_final_obs))
+        assert seen == [keep] * 4
         history = [{k: v for k, v in row.items() if k not in ("env_steps_per_s", "time_s")} for row in trainer.history]
         weights = {k: v.clone() for k, v in trainer.models[trainer.groups[0].name].state_dict().items()}
         runs.append((history, weights))

@@ -13,9 +13,9 @@ Episode bookkeeping: `last_return` [E, A] is each replica's return so far, this 
 where `done`, the return of the episode that just ended (a replica done at the last step starts its
 count anew); `last_length` [E] is the length of the last finished episode. Both are read where done
 (episode statistics). The return is written every step, densely, instead of kept in a second array
-and copied where an episode ends: a scattered 4-byte store costs a dense array's worth, the memory
-reading the rest of its sector to write it (CartPole at 10M replicas on an H100: 336 -> 328 us a
-step). The length is stored where an episode ends: densely it would cost long episodes more than it
+and copied where an episode ends: a scattered 4-byte store costs about a dense array's worth
+(CartPole at 10M replicas on an H100: 336 -> 328 us a step), and not for its partial sectors: whole
+lines stored by every warp with an ending replica cost as much (docs/benchmarks.md). The length is stored where an episode ends: densely it would cost long episodes more than it
 saves short ones (Pendulum at 10M: 363 -> 400 us; CartPole's random episodes: -7).
 
 Random numbers: a phase's key is `make_key(seed + e // span, e % span, a, episode, step)`, so a
