@@ -252,7 +252,8 @@ def main(argv=None) -> int:
                              "truncated, as the trainer asks, or wherever one ends, the env's default")
     args = parser.parse_args(argv)
     info = C.machine()
-    print(f"# probe_cartpole_step on {info['gpu']}; torch {info['torch']}; mode {args.mode}, final obs {args.final_obs}")
+    print(f"# probe_cartpole_step on {info['gpu']}; torch {info['torch']}; mode {args.mode}, "
+          f"final obs {args.final_obs}")
     rows = []
     for n in args.num_envs:
         for name in args.variants:

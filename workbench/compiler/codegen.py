@@ -15,8 +15,9 @@ count anew); `last_length` [E] is the length of the last finished episode. Both 
 (episode statistics). The return is written every step, densely, instead of kept in a second array
 and copied where an episode ends: a scattered 4-byte store costs about a dense array's worth
 (CartPole at 10M replicas on an H100: 336 -> 328 us a step), and not for its partial sectors: whole
-lines stored by every warp with an ending replica cost as much (docs/benchmarks.md). The length is stored where an episode ends: densely it would cost long episodes more than it
-saves short ones (Pendulum at 10M: 363 -> 400 us; CartPole's random episodes: -7).
+lines stored by every warp with an ending replica cost as much (docs/benchmarks.md). The length is
+stored where an episode ends: densely it would cost long episodes more than it saves short ones
+(Pendulum at 10M: 363 -> 400 us; CartPole's random episodes: -7).
 
 Random numbers: a phase's key is `make_key(seed + e // span, e % span, a, episode, step)`, so a
 block of `span` replicas draws exactly what a separate env of `span` replicas seeded `seed + k`

@@ -65,7 +65,7 @@ class Trainer:
     keep_final_obs: whether the env keeps the final observation of every ended episode while this
     trainer steps it (Env.keep_final_obs; default: only where its metrics read them, else only where
     truncated, which is all the learners read). Set on the env when the trainer is made and at each
-    train(); when train() returns, the env has its own setting back.
+    train(); when train() returns, the env has the setting it had when the trainer was made.
     """
 
     def __init__(self, env, config, policies=None, models=None, distributed: bool | None = None, split=None):
