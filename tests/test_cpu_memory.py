@@ -1,0 +1,56 @@
+"""The CPU trainer keeps freed tensor memory in the process (learn/cpu_memory.py)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from workbench.learn import cpu_memory
+
+# allocates and frees twelve 2 MB tensors 20 times (a CPU learner's pass, in small), prints the
+# minor page faults it took; "on": with the thresholds fixed first, "trainer": after a CPU trainer
+CHURN = """
+import resource, sys, torch
+from workbench.learn import cpu_memory
+if sys.argv[1] == "on":
+    assert cpu_memory.keep_freed_memory()
+elif sys.argv[1] == "trainer":
+    from workbench.learn import config as cfg
+    from workbench.learn.trainer import make_trainer
+    make_trainer(cfg.from_dict({"env": "cartpole", "target": "cpu", "num_envs": 8, "rollout_length": 4}))
+def churn():
+    tensors = [torch.ones(512 * 1024) for _ in range(12)]
+    del tensors
+churn(); churn()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(20):
+    churn()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def faults(mode: str, **env) -> int:
+    environ = {k: v for k, v in os.environ.items() if k not in cpu_memory.USER_VARIABLES and k != "LD_PRELOAD"}
+    out = subprocess.run([sys.executable, "-c", CHURN, mode], capture_output=True, text=True, check=True,
+                         env={**environ, **env}, timeout=300)
+    return int(out.stdout.split()[-1])
+
+
+@pytest.mark.skipif(cpu_memory.why_not() == "not glibc", reason="glibc's allocator only")
+def test_freed_tensors_come_back_without_page_faults():
+    default, kept, by_trainer = faults("off"), faults("on"), faults("trainer")
+    assert default > 20 * 12 * 256  # glibc unmapped or trimmed every block: (at least) each page faulted again
+    assert kept < default / 50 and by_trainer < default / 50, (default, kept, by_trainer)
+
+
+@pytest.mark.skipif(cpu_memory.why_not() == "not glibc", reason="glibc's allocator only")
+def test_the_users_allocator_settings_are_left_alone(monkeypatch):
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "1")
+    assert cpu_memory.why_not() == "the user set MALLOC_TRIM_THRESHOLD_"
+    assert faults("trainer", MALLOC_TRIM_THRESHOLD_="1") > 20 * 12 * 256
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_")
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=1")
+    assert cpu_memory.why_not() == "the user set GLIBC_TUNABLES"
+    monkeypatch.delenv("GLIBC_TUNABLES")
+    monkeypatch.setenv("LD_PRELOAD", "libjemalloc.so.2")
+    assert "LD_PRELOAD" in cpu_memory.why_not()
