@@ -70,6 +70,7 @@ def run(env, num_envs, T, compile_on):
     del trainer
     eager = wb.make_trainer(config_for(env, num_envs, T, compile_on, graph=False))
     eager.train(num_iterations=2)
+    eager.env.keep_final_obs = eager.keep_final_obs  # (what train() sets while it runs)
     torch.cuda.synchronize()
     phases = {}
     with torch.no_grad(), profile(activities=[ProfilerActivity.CUDA]) as prof:

@@ -94,12 +94,16 @@ def test_host_build_keeps_final_observations_where_truncated_only_when_asked(tmp
 
 def test_the_trainer_keeps_final_observations_only_for_metrics_that_read_them():
     cartpole = wb.make_trainer(wb.PPOConfig(env="cartpole", num_envs=4, rollout_length=8, target="cpu"))
-    assert not cartpole.keep_final_obs and not cartpole.env.keep_final_obs
-    cartpole.env.keep_final_obs = True  # the user's own setting, between trainings
+    assert not cartpole.keep_final_obs and cartpole.env.keep_final_obs  # the env's own until train()
     seen = []
     cartpole.train(num_iterations=2, progress=False, callback=lambda i, m: seen.append(cartpole.env.keep_final_obs))
     assert seen == [False, False]  # while it trains: the trainer's
     assert cartpole.env.keep_final_obs  # then the env's own again
+    cartpole.keep_final_obs = True  # the trainer's setting, and the user's own for the env, changed between trainings
+    cartpole.env.keep_final_obs = False
+    seen.clear()
+    cartpole.train(num_iterations=1, progress=False, callback=lambda i, m: seen.append(cartpole.env.keep_final_obs))
+    assert seen == [True] and not cartpole.env.keep_final_obs
     tag = wb.make_trainer(wb.A2CConfig(env="tag_continuous", num_envs=2, rollout_length=4, target="cpu",
                                        env_params=dict(num_taggers=2, num_runners=3, episode_length=12,
                                                        num_other_agents_observed=2)))
@@ -113,7 +117,7 @@ def test_an_adapter_keeps_every_final_observation_after_training(adapter):
     pytest.importorskip({"as_gymnasium": "gymnasium", "as_sb3": "stable_baselines3", "as_pettingzoo": "pettingzoo",
                          "as_torchrl": "torchrl"}[adapter])
     trainer = wb.make_trainer(wb.PPOConfig(env="cartpole", num_envs=4, rollout_length=8, target="cpu"))
-    assert not trainer.env.keep_final_obs
+    trainer.env.keep_final_obs = False  # (as while the trainer trains)
     getattr(trainer.env, adapter)()
     assert trainer.env.keep_final_obs
 

@@ -83,7 +83,11 @@ def test_each_lightning_step_trains_on_one_rollout_with_the_algorithms_own_updat
         changes["centralised_critic"] = ("runners",)
     trainer, twin = wb.make_trainer(tag_config(**changes)), wb.make_trainer(tag_config(**changes))
     assert torch.equal(flat_parameters(trainer), flat_parameters(twin))
+    flags, run_iteration = [], trainer.run_iteration
+    trainer.run_iteration = lambda: (flags.append(trainer.env.keep_final_obs), run_iteration())
+    trainer.env.keep_final_obs = False  # the user's own; the trainer's is True (a metric reads final observations)
     lightning = fit(RolloutModule(trainer, iterations_per_epoch=3), tmp_path)
+    assert flags == [True] * 3 and not trainer.env.keep_final_obs  # the trainer's while it trains, then the env's
     twin.train(num_iterations=3)
     per_iteration = trainer.E * trainer.T
     assert lightning.global_step == trainer.iteration == twin.iteration == 3

@@ -135,6 +135,11 @@ class RolloutModule(L.LightningModule):
     def on_train_start(self):
         self._started = self._window_start = time.perf_counter()
         self._window_steps = 0
+        env = self.trainer_.env  # the trainer's final-observation setting while it trains, as Trainer.train
+        self._env_keeps_final_obs, env.keep_final_obs = env.keep_final_obs, self.trainer_.keep_final_obs
+
+    def on_train_end(self):
+        self.trainer_.env.keep_final_obs = self._env_keeps_final_obs
 
     def training_step(self, batch, batch_idx):
         trainer, config = self.trainer_, self.trainer_.config

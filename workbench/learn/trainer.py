@@ -64,8 +64,8 @@ class Trainer:
     models: optional {name: nn.Module} replacing the default MLP of that policy.
     keep_final_obs: whether the env keeps the final observation of every ended episode while this
     trainer steps it (Env.keep_final_obs; default: only where its metrics read them, else only where
-    truncated, which is all the learners read). Set on the env when the trainer is made and at each
-    train(); when train() returns, the env has the setting it had when the trainer was made.
+    truncated, which is all the learners read). The env has it while train() runs, and its own
+    setting before and after.
     """
 
     def __init__(self, env, config, policies=None, models=None, distributed: bool | None = None, split=None):
@@ -115,9 +115,7 @@ class Trainer:
         self.episode_stats = EpisodeStats(env, self.groups, members=self.M)
         # the learners bootstrap from final observations only where truncated; the env stores others
         # only for metrics that read them (Env.keep_final_obs)
-        self._env_keeps_final_obs = env.keep_final_obs
         self.keep_final_obs = bool(self.episode_stats.env_metrics or self.episode_stats.derived)
-        env.keep_final_obs = self.keep_final_obs
         self.collector = Collector(self, compile_on)
         self.loss_fn = (MaybeCompiled(ON_POLICY[self.algorithm].chunk_loss, compile_on, f"the {self.algorithm} loss")
                         if self.algorithm in ON_POLICY else None)
@@ -266,7 +264,7 @@ class Trainer:
         earlier = earlier if math.isfinite(earlier) else 0.0
         self._interrupt = None
         previous = interrupts.install(self)
-        self.env.keep_final_obs = self.keep_final_obs
+        env_keeps_final_obs, self.env.keep_final_obs = self.env.keep_final_obs, self.keep_final_obs
         try:
             while self.iteration < stop_at:
                 compiling = self.graph.state == "eager-first" and (
@@ -303,7 +301,7 @@ class Trainer:
                 signal.signal(sig, handler)
             if bar is not None:
                 bar.close()
-            self.env.keep_final_obs = self._env_keeps_final_obs
+            self.env.keep_final_obs = env_keeps_final_obs
         wall = time.perf_counter() - start
         saved = self.save(save_dir / "checkpoint.pt") if save_dir is not None else None
         return TrainResult(self.iteration, self.env_steps, wall, stopped_by, metrics, list(self.history),
