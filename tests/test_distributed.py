@@ -46,9 +46,19 @@ def test_two_rank_training_keeps_parameters_identical_and_resumes_single_process
 def test_population_split_over_ranks_equals_one_process(tmp_path):
     """Members split over 2 ranks (no gradient crosses them) learn exactly what one process training
     every member learns: the same reports, and one checkpoint holding every member."""
+    population_split_equals_one_process(tmp_path, "cpu")
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")
+def test_population_split_over_two_gpus_equals_one_gpu(tmp_path):
+    """The same over NCCL: each rank's members on its own GPU, against one GPU training all four."""
+    population_split_equals_one_process(tmp_path, "cuda")
+
+
+def population_split_equals_one_process(tmp_path, target):
     import json
     import importlib.util
-    out = torchrun("population", str(tmp_path))
+    out = torchrun("population", str(tmp_path), target)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "rank 0 trains members [0, 1]" in out.stdout and "rank 1 trains members [2, 3]" in out.stdout
     for rank in (0, 1):
@@ -58,7 +68,7 @@ def test_population_split_over_ranks_equals_one_process(tmp_path):
     spec = importlib.util.spec_from_file_location("distributed_job", JOB)
     job = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(job)
-    single = wb.make_trainer(job.population_config(str(tmp_path / "single")), distributed=False)
+    single = wb.make_trainer(job.population_config(str(tmp_path / "single"), **job.TARGETS[target]), distributed=False)
     single.train(progress=False)
     for mine, theirs in zip(split, single.history):
         assert len(mine["members"]) == 4
@@ -66,10 +76,10 @@ def test_population_split_over_ranks_equals_one_process(tmp_path):
             assert (m["member"], m["seed"], m["lr"]) == (t["member"], t["seed"], t["lr"])
             for key in ("return/shared", "policy_loss/shared", "value_loss/shared", "entropy/shared"):
                 assert m[key] == pytest.approx(t[key], rel=1e-4, abs=1e-6, nan_ok=True), key
-    merged = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    merged = torch.load(tmp_path / "checkpoint.pt", map_location="cpu", weights_only=False)
     assert merged["population"]["members"] == 4 and merged["signature"]["members"] == 4
     for name, value in single.models["shared"].state_dict().items():
-        torch.testing.assert_close(merged["models"]["shared"][name], value, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(merged["models"]["shared"][name], value.cpu(), rtol=1e-4, atol=1e-6)
     assert (tmp_path / "metrics.csv").read_text().count("\n") == 1 + 3 * 4  # header + a row per member
     from workbench.learn.runs import load_policy  # (an ordinary population's checkpoint: one member loads alone)
     assert load_policy(tmp_path, member=3).config.lr == pytest.approx(3e-3)

@@ -480,8 +480,16 @@ def test_thread_counts_are_chosen_by_measurement(monkeypatch):
 
     report = threads.configure(0, env_step, learner_pass)
     assert (report["env"], report["learner"]) == (1, 2) == (chosen["env"], chosen["learner"])
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # two torchrun ranks share the 2 cores: nothing to measure
+    assert threads.configure(0, env_step, learner_pass)["how"] == "one core" and chosen == {"env": 1, "learner": 1}
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    chosen.clear()
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # (as torchrun sets it): numba, which does not read it, follows
     assert threads.configure(0, env_step, learner_pass)["how"] == "environment variables"
+    assert chosen == {"env": 1, "learner": 1}  # (torch's again: numba's OpenMP pool may have set it to its own)
+    monkeypatch.setenv("NUMBA_NUM_THREADS", "2")  # the user's own numba count stays
+    chosen.clear()
+    assert threads.configure(0, env_step, learner_pass)["how"] == "environment variables" and chosen == {"learner": 1}
 
 
 def test_initial_weights_do_not_depend_on_the_thread_count():

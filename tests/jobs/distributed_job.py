@@ -1,4 +1,5 @@
-"""Jobs launched by tests/test_distributed.py under torchrun (2 processes, gloo, cpu target)."""
+"""Jobs launched by tests/test_distributed.py under torchrun (2 processes; gloo on the cpu target, the
+population job also NCCL on 2 GPUs)."""
 import contextlib
 import copy
 import os
@@ -94,6 +95,10 @@ def train(run_dir, die_at=None):
         print(f"rank {rank} resumed with its own policy noise", flush=True)
 
 
+# the population job's settings per target (fp32 on GPUs: both sides of the comparison compute alike)
+TARGETS = {"cpu": {}, "cuda": {"target": "cuda", "precision": "fp32"}}
+
+
 def population_config(run_dir=None, **changes):
     """4 members (2 seeds x 2 learning rates) of CartPole PPO; split over 2 ranks, 2 members each."""
     settings = dict(env="cartpole", num_envs=8, rollout_length=16, num_minibatches=2, update_epochs=2, target="cpu",
@@ -102,22 +107,24 @@ def population_config(run_dir=None, **changes):
     return wb.PPOConfig(**{**settings, **changes})
 
 
-def population(run_dir):
+def population(run_dir, target="cpu"):
     """A population split over the ranks: each trains its members, every rank sees every member's
     report, rank 0's checkpoint holds every member, and every rank resumes its own from it."""
     import json
     from workbench.learn import runs
-    trainer, result = runs.run_training(population_config(run_dir), progress=False, show_run_folder=False)
+    trainer, result = runs.run_training(population_config(run_dir, **TARGETS[target]), progress=False,
+                                        show_run_folder=False)
     rank = dist.get_rank()
     print(f"rank {rank} trains members {[m.index for m in trainer.members]}", flush=True)
     print(f"rank {rank} reports members {[m['member'] for m in result.metrics['members']]}", flush=True)
     if rank == 0:
         with open(os.path.join(run_dir, "split_history.json"), "w") as fh:
             json.dump(trainer.history, fh)
-    resumed = wb.make_trainer(population_config(None, total_env_steps=8 * 16 * 4))
+    resumed = wb.make_trainer(population_config(None, total_env_steps=8 * 16 * 4, **TARGETS[target]))
     resumed.load(os.path.join(run_dir, "checkpoint.pt"))
-    before = [p.detach().clone() for p in resumed.models["shared"].parameters()]
-    weights = torch.load(os.path.join(run_dir, "checkpoint.pt"), weights_only=False)["models"]["shared"]
+    before = [p.detach().cpu() for p in resumed.models["shared"].parameters()]
+    weights = torch.load(os.path.join(run_dir, "checkpoint.pt"), map_location="cpu",
+                         weights_only=False)["models"]["shared"]
     start = resumed.members[0].index
     mine = all(torch.equal(p, weights[name][start:start + resumed.M])
                for p, (name, _) in zip(before, resumed.models["shared"].named_parameters()))
@@ -134,6 +141,6 @@ if __name__ == "__main__":
     elif mode == "die":
         train(sys.argv[2], die_at=2)
     elif mode == "population":
-        population(sys.argv[2])
+        population(*sys.argv[2:4])
     dist.barrier()  # no rank tears gloo down while the other still talks to it (an abort at exit otherwise)
     dist.destroy_process_group()

@@ -7,6 +7,13 @@ trainer times one env step and one learner pass at 1 thread and at all cores, an
 count for each pool. A process measures each kind of work once (`key`: the env, its replicas, the
 model): a later trainer of the same work reuses the counts, so two runs of one seed in a notebook
 compute alike (a matmul split over another thread count rounds differently).
+
+Ranks that torchrun starts on one host share its cores: each measures over its share
+(LOCAL_WORLD_SIZE). numba does not read OMP_NUM_THREADS, which torchrun sets to 1 for every rank,
+and its OpenMP pool, once started, sets the OpenMP runtime it shares with torch to its own count:
+where OMP_NUM_THREADS (or MKL_NUM_THREADS) is set, torch gets that count again and numba too unless
+NUMBA_NUM_THREADS is set (with every core each, two ranks on two cores trained 20 times slower than
+one process).
 """
 from __future__ import annotations
 
@@ -16,7 +23,8 @@ import time
 
 import torch
 
-USER_VARIABLES = ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS", "MKL_NUM_THREADS")
+TORCH_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+USER_VARIABLES = TORCH_VARIABLES + ("NUMBA_NUM_THREADS",)
 
 _measured: dict = {}  # key of the work -> the counts measured for it in this process
 
@@ -31,6 +39,12 @@ def available_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+def process_cores() -> int:
+    """This process's share of the cores: torchrun's ranks on one host split them (LOCAL_WORLD_SIZE)."""
+    ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE") or 1)
+    return max(1, available_cores() // max(1, ranks_here))
 
 
 def _time(fn, repeats: int = 3) -> float:
@@ -70,17 +84,23 @@ def configure(requested: int, env_step, learner_pass, key=None) -> dict:
     """Set numba's and torch's thread counts for CPU training and return what was chosen.
 
     requested > 0 sets both pools to it; 0 measures `env_step()` and `learner_pass()` (callables
-    doing one representative unit of work) at 1 thread and at all cores, unless the user fixed the
-    counts through the environment variables, which are then left as they are. A `key` naming
+    doing one representative unit of work) at 1 thread and at this process's cores, unless the user
+    fixed the counts through the environment variables, which are then left as they are (numba
+    following torch where only torch's are set). A `key` naming
     the work (hashable) measured before in this process reuses that measurement ("reused": True).
     """
-    cores = available_cores()
+    cores = process_cores()
     if requested > 0:
         _set_numba(requested)
         torch.set_num_threads(requested)
         return {"env": requested, "learner": requested, "how": "cpu_threads"}
     if any(os.environ.get(v) for v in USER_VARIABLES):
         import numba
+        torch_threads = next((int(os.environ[v]) for v in TORCH_VARIABLES if os.environ.get(v)), None)
+        if not os.environ.get("NUMBA_NUM_THREADS") and torch_threads:
+            _set_numba(torch_threads)
+        if torch_threads:  # (numba's OpenMP pool, when it starts, sets the runtime torch shares to its own count)
+            torch.set_num_threads(torch_threads)
         return {"env": numba.get_num_threads(), "learner": torch.get_num_threads(), "how": "environment variables"}
     if cores == 1:
         _set_numba(1)
