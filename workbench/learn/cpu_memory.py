@@ -4,9 +4,9 @@ glibc's malloc returns a large freed block to the kernel: above its mmap thresho
 to the largest block freed so far) a block is unmapped on free, and the top of the heap is trimmed
 once more than twice that threshold is free there. A CPU learner allocates and frees tensors of a
 few MB on every pass (a population's activations: [M x rows, hidden] floats), so each pass touched
-fresh pages again: 8 CartPole members on 2 cores took 70 to 90 thousand page faults every 10
-iterations, and their training ran about 9% slower than with the thresholds fixed (mmap above 32
-MB, the heap trimmed above 128 MB free: about 2 thousand faults).
+fresh pages again: 8 CartPole members on 2 cores took about 68 thousand page faults and 0.24 s of
+system time every 10 iterations, against 1 to 3 thousand faults and 0.05 s with the thresholds
+fixed (mmap above 32 MB, the heap trimmed above 128 MB free; bench/bench_cpu_allocator.py).
 
 `keep_freed_memory` fixes both thresholds once per process. It leaves the allocator alone where the
 user chose its settings (glibc's MALLOC_* variables or a malloc tunable in GLIBC_TUNABLES), where
