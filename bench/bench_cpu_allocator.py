@@ -7,9 +7,9 @@ learn/cpu_memory.py (freed memory kept in the process) saves.
 Each measurement is a fresh process (the allocator's settings are per process): a trainer of
 bench_population.py's peer shape (CartPole PPO, 64 envs x 64 steps a member) trains 3 iterations,
 then `--iterations` more are timed, with the process's CPU time (user and system) and its minor
-page faults. "default" leaves glibc's
-thresholds as they are, "kept" is what a CPU trainer sets. Rounds alternate the two; the table
-gives medians and the ratio of the largest member count to the smallest.
+page faults. "default" leaves glibc's thresholds as they are, "kept" is what a CPU trainer sets.
+Rounds alternate the two; the table gives medians and the ratio of the largest member count to the
+smallest.
 """
 from __future__ import annotations
 

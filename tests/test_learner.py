@@ -487,6 +487,14 @@ def test_thread_counts_are_chosen_by_measurement(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # (as torchrun sets it): numba, which does not read it, follows
     assert threads.configure(0, env_step, learner_pass)["how"] == "environment variables"
     assert chosen == {"env": 1, "learner": 1}  # (torch's again: numba's OpenMP pool may have set it to its own)
+    chosen.clear()
+    monkeypatch.setenv("OMP_NUM_THREADS", "2,1")  # nested OpenMP: the outer count
+    threads.configure(0, env_step, learner_pass)
+    assert chosen == {"env": 2, "learner": 2}
+    chosen.clear()
+    monkeypatch.setenv("OMP_NUM_THREADS", "many")  # not a count: both pools left as they are
+    assert threads.configure(0, env_step, learner_pass)["how"] == "environment variables" and chosen == {}
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("NUMBA_NUM_THREADS", "2")  # the user's own numba count stays
     chosen.clear()
     assert threads.configure(0, env_step, learner_pass)["how"] == "environment variables" and chosen == {"learner": 1}

@@ -47,6 +47,12 @@ def process_cores() -> int:
     return max(1, available_cores() // max(1, ranks_here))
 
 
+def _first_count(value: str) -> int | None:
+    """The outermost thread count of an OpenMP variable ("4" or, nested, "4,2"); None if it is not one."""
+    head = value.split(",")[0].strip()
+    return int(head) if head.isdigit() and int(head) > 0 else None
+
+
 def _time(fn, repeats: int = 3) -> float:
     fn()  # first call pays for any lazy initialisation
     times = []
@@ -96,7 +102,7 @@ def configure(requested: int, env_step, learner_pass, key=None) -> dict:
         return {"env": requested, "learner": requested, "how": "cpu_threads"}
     if any(os.environ.get(v) for v in USER_VARIABLES):
         import numba
-        torch_threads = next((int(os.environ[v]) for v in TORCH_VARIABLES if os.environ.get(v)), None)
+        torch_threads = next((n for v in TORCH_VARIABLES if (n := _first_count(os.environ.get(v, "")))), None)
         if not os.environ.get("NUMBA_NUM_THREADS") and torch_threads:
             _set_numba(torch_threads)
         if torch_threads:  # (numba's OpenMP pool, when it starts, sets the runtime torch shares to its own count)
