@@ -96,6 +96,24 @@ def test_each_lightning_step_trains_on_one_rollout_with_the_algorithms_own_updat
     torch.testing.assert_close(flat_parameters(trainer), flat_parameters(twin), rtol=0, atol=1e-6)
 
 
+def test_a_fit_that_raises_gives_the_env_its_own_final_obs_setting(tmp_path):
+    """Lightning calls no module hook when a fit raises: the module's callback restores the setting."""
+    import workbench as wb
+    trainer = wb.make_trainer(tag_config())
+    flags, run_iteration = [], trainer.run_iteration
+
+    def second_fails():
+        flags.append(trainer.env.keep_final_obs)
+        if len(flags) == 2:
+            raise RuntimeError("the second iteration fails")
+        run_iteration()
+    trainer.run_iteration = second_fails
+    trainer.env.keep_final_obs = False
+    with pytest.raises(RuntimeError, match="the second iteration fails"):
+        fit(RolloutModule(trainer, iterations_per_epoch=3), tmp_path)
+    assert flags == [True, True] and not trainer.env.keep_final_obs
+
+
 def test_anneal_lr_and_target_kl_are_the_trainers(tmp_path):
     import torch
 

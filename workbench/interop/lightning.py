@@ -139,7 +139,16 @@ class RolloutModule(L.LightningModule):
         self._env_keeps_final_obs, env.keep_final_obs = env.keep_final_obs, self.trainer_.keep_final_obs
 
     def on_train_end(self):
-        self.trainer_.env.keep_final_obs = self._env_keeps_final_obs
+        self._give_env_its_setting()
+
+    def _give_env_its_setting(self):
+        kept = self.__dict__.pop("_env_keeps_final_obs", None)
+        if kept is not None:
+            self.trainer_.env.keep_final_obs = kept
+
+    def configure_callbacks(self):
+        # a fit that raises calls no module hook, only the callbacks' on_exception
+        return [_EnvSettingOnException()]
 
     def training_step(self, batch, batch_idx):
         trainer, config = self.trainer_, self.trainer_.config
@@ -176,3 +185,10 @@ class RolloutModule(L.LightningModule):
                                                     for r in returns):
             rank_zero_info(f"target_return={config.target_return} reached at iteration {trainer.iteration}")
             self.trainer.should_stop = True
+
+
+class _EnvSettingOnException(L.Callback):
+    """Gives the env its own keep_final_obs back when a fit raises (on_train_end runs only when it ends)."""
+
+    def on_exception(self, trainer, pl_module, exception):
+        pl_module._give_env_its_setting()
