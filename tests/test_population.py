@@ -25,7 +25,8 @@ CASES = {
     "a2c-cartpole": ("a2c", "cartpole", {}),
     "ppo-tag-mappo-norm": ("ppo", "tag_continuous", {"env_params": TAG, "normalize_obs": True,
                                                      "centralised_critic": ["runners"]}),
-    "a2c-tag": ("a2c", "tag_continuous", {"env_params": TAG}),
+    # (a chunk of 1024 samples, the floor: 256 a member, 14 of its 16 steps of 6 x 3 runners, then 2)
+    "a2c-tag": ("a2c", "tag_continuous", {"env_params": TAG, "rollout_length": 16, "learner_memory_gb": 1e-9}),
     "a2c-tag-shared-body-relu": ("a2c", "tag_continuous", {"env_params": TAG, "shared_body": True,
                                                            "activation": "relu"}),
     "ppo-pendulum-gaussian": ("ppo", "pendulum", {"env_params": {"max_steps": 12}, "normalize_obs": True}),
@@ -96,6 +97,33 @@ def test_member_equals_standalone(case, probe_env):
             for key, value in alone.models[name].state_dict().items():
                 assert torch.allclose(member_state(model, k)[key], value, rtol=1e-4, atol=1e-5), (k, name, key)
     assert episodes > 0  # the reports compared held finished episodes
+
+
+def test_member_rows_are_the_index_gather_of_their_samples():
+    """MemberSamples.take (strided copies of whole steps or a piece of one) gives what Batch.take of
+    the members' sample ids gathers, and its chunks cover each member's samples once, in order."""
+    from types import SimpleNamespace
+
+    from workbench.learn.members import MemberSamples
+    from workbench.learn.rollout import Batch
+    M, T, E, n = 3, 5, 6, 4  # 8 samples a member a step
+    samples = MemberSamples(SimpleNamespace(members=M, device=torch.device("cpu")), T, E, n)
+    g = torch.Generator().manual_seed(0)
+    B = T * E * n
+    fields = {"obs": torch.randn(B, 7, generator=g), "values": torch.randn(B, generator=g),
+              "mask": torch.rand(B, generator=g) > 0.3,
+              "actions": torch.randint(0, 5, (B, 2), generator=g)}
+    batch, ids = Batch(fields, torch.randn(T * E, 3, generator=g), agents_per_replica=n), samples.all()
+    for chunk in (1, 3, 8, 13, 16, 40, 1000):
+        parts = samples.chunks(chunk)
+        assert torch.equal(torch.cat([torch.arange(p.start, p.stop) for p in parts]), torch.arange(samples.size))
+        assert all(p.stop - p.start <= chunk for p in parts), chunk
+        for p in parts:
+            got, want = samples.take(batch, p), batch.take(ids[:, p].reshape(-1))
+            assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want), (chunk, p)
+    assert torch.equal(samples.rows(fields["obs"]).reshape(M, -1, 7), fields["obs"][ids])
+    with pytest.raises(ValueError, match="span part of two steps of 8"):
+        samples.rows(fields["obs"], slice(4, 12))
 
 
 def test_members_differ_and_seeds_are_consecutive():

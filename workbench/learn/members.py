@@ -316,6 +316,40 @@ class MemberSamples:
             self._all = self.global_ids(local).contiguous()
         return self._all
 
+    def chunks(self, chunk: int) -> list:
+        """Slices of each member's own samples, at most `chunk` long, each whole steps or a piece of
+        one step: the rectangles `rows` copies without an index gather."""
+        per_step, chunk = self.per_step, max(1, int(chunk))
+        if chunk >= per_step:
+            steps = chunk // per_step
+            return [slice(t * per_step, min(t + steps, self.T) * per_step) for t in range(0, self.T, steps)]
+        return [slice(t * per_step + j, t * per_step + min(j + chunk, per_step))
+                for t in range(self.T) for j in range(0, per_step, chunk)]
+
+    def rows(self, x, part: slice | None = None):
+        """x [T * E * n, ...] (the population's samples) -> [M * len(part), ...]: every member's own
+        samples `part` (a slice of `chunks`; all of them by default), grouped by member. A strided
+        copy: the A2C update's index gathers of these rows took a tenth of its time (Tag, 8 members)."""
+        part = part or slice(0, self.size)
+        start, stop, per_step = part.start, part.stop, self.per_step
+        by_step = x.reshape(self.T, self.members, per_step, *x.shape[1:])
+        if start % per_step == 0 and stop % per_step == 0:
+            block = by_step[start // per_step:stop // per_step].transpose(0, 1)
+        elif start // per_step == (stop - 1) // per_step:
+            t = start // per_step
+            block = by_step[t, :, start - t * per_step:stop - t * per_step]
+        else:
+            raise ValueError(f"samples {start}:{stop} span part of two steps of {per_step}: take them from chunks()")
+        return block.reshape(self.members * (stop - start), *x.shape[1:])
+
+    def take(self, batch, part: slice) -> dict:
+        """batch.take of every member's samples `part` (a slice of `chunks`), grouped by member."""
+        out = {k: self.rows(v, part) for k, v in batch.fields.items()}
+        if batch.state is not None:  # (a centralised critic's joint state: one row per replica-step)
+            ids = self.all()[:, part].reshape(-1)
+            out["state"], out["agent"] = batch.state[ids // batch.n], ids % batch.n
+        return out
+
 
 class MemberNorm(RunningNorm):
     """RunningNorm of M members: statistics [M, O], observations as rows grouped by member."""

@@ -65,14 +65,14 @@ def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int
     hp = hp or config
     members = samples.members if samples is not None and samples.members > 1 else 1
     mask = batch["mask"]
-    ids = samples.all() if members > 1 else None  # [M, B / M]
     # over all ranks' samples; each rank divides by count / world, so the averaged gradients are the global mean's
-    if ids is None:
+    if members == 1:
         count, adv_mean, adv_std = masked_moments(batch["advantages"], mask, sync=sync,
                                                   moments=config.normalize_advantages)
         count, adv_mean, adv_std = (None if v is None else v.reshape(1) for v in (count, adv_mean, adv_std))
     else:
-        count, adv_mean, adv_std = masked_moments(batch["advantages"][ids], mask[ids], dim=1, sync=sync,
+        count, adv_mean, adv_std = masked_moments(samples.rows(batch["advantages"]).reshape(members, -1),
+                                                  samples.rows(mask).reshape(members, -1), dim=1, sync=sync,
                                                   moments=config.normalize_advantages)
     count = count / (sync.context.world_size if sync is not None else 1)
 
@@ -82,10 +82,10 @@ def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int
         local[-1] += (~torch.isfinite(local[:-1].sum(0))).float()
     else:
         optimizer.zero_grad(set_to_none=True)  # the first backward writes the gradients: no zeroing kernels
-        per_member = batch.size // members
-        for part in chunks(per_member, max(1, chunk_size // members)):
+        parts = chunks(batch.size, chunk_size) if members == 1 else samples.chunks(chunk_size // members)
+        for part in parts:
             with autocast():
-                take = batch.take(part) if ids is None else batch.take(ids[:, part].reshape(-1))
+                take = batch.take(part) if members == 1 else samples.take(batch, part)
                 part_loss, part_stats = loss_fn(model, take, config, count, adv_mean, adv_std, hp, members)
             part_loss.backward()
             local += part_stats
