@@ -257,6 +257,22 @@ def test_tf32_is_on_only_while_a_bf16_trainer_computes():
     assert torch.backends.cuda.matmul.allow_tf32 is False and torch.backends.cudnn.allow_tf32 is False
 
 
+def test_learner_memory_by_default_is_a_tenth_of_the_gpus_and_2_gb_on_the_cpu(monkeypatch):
+    from types import SimpleNamespace
+
+    from workbench.learn import learners
+    config = wb.A2CConfig(env="cartpole", target="cpu")
+    assert config.learner_memory_gb == 0
+    assert learners.learner_memory_gb(config, torch.device("cpu")) == 2.0
+    for total_gb, bound in ((80, 8.0), (141, 14.1), (16, 2.0)):
+        monkeypatch.setattr(torch.cuda, "get_device_properties",
+                            lambda device, total=total_gb: SimpleNamespace(total_memory=total * 2**30))
+        assert learners.learner_memory_gb(config, torch.device("cuda", 0)) == pytest.approx(bound)
+    assert learners.learner_memory_gb(wb.A2CConfig(learner_memory_gb=0.5), torch.device("cuda", 0)) == 0.5
+    with pytest.raises(cfg.ConfigError, match="learner_memory_gb must be >= 0 .0 picks from the device's memory"):
+        wb.A2CConfig(env="cartpole", learner_memory_gb=-1)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_learner_memory_stays_within_its_bound_on_the_gpu():
     """A2C on Tag with a small learner_memory_gb: the batch is processed in chunks and the peak of an

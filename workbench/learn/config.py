@@ -74,8 +74,9 @@ class RunConfig:
                                    "model) in two; false: the torch path.")
     precision: str = _f("auto", "Learner arithmetic: fp32, tf32 (tensor-core matmuls) or bf16 (autocast, and "
                                 "rollout observations stored in bf16); auto: bf16 on a GPU, fp32 on the CPU.")
-    learner_memory_gb: float = _f(2.0, "Bound on the learner's activations: a batch or minibatch needing more is "
-                                       "processed in chunks with gradient accumulation (the same update).")
+    learner_memory_gb: float = _f(0.0, "Bound on the learner's activations: a batch or minibatch needing more is "
+                                       "processed in chunks with gradient accumulation (the same update). 0: a "
+                                       "tenth of the GPU's memory, at least 2 (8 on an 80 GB GPU); 2 on the CPU.")
     centralised_critic: tuple = _f((), "Policies whose value function sees the replica's joint observation "
                                        "(MAPPO with PPO, or A2C), e.g. [runners]; [all] for every policy.")
     cpu_threads: int = _f(0, "Threads for the CPU target's kernels and torch (0: chosen by measuring 1 thread "
@@ -237,7 +238,7 @@ def validate(config) -> None:
               ("rollout_length", config.rollout_length >= 1, "must be >= 1"),
               ("log_every", config.log_every >= 1, "must be >= 1"),
               ("precision", config.precision in PRECISIONS, f"must be one of {PRECISIONS}"),
-              ("learner_memory_gb", config.learner_memory_gb > 0, "must be > 0"),
+              ("learner_memory_gb", config.learner_memory_gb >= 0, "must be >= 0 (0 picks from the device's memory)"),
               ("cpu_threads", config.cpu_threads >= 0, "must be >= 0 (0 picks by measurement)")]
     checks.append(("seeds", config.seeds >= 1, "must be >= 1 (members with seeds seed, seed + 1, ...)"))
     if isinstance(config, PPOConfig):

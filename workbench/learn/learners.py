@@ -186,6 +186,22 @@ def fused_gradients(tr):
     return served, reasons
 
 
+LEARNER_MEMORY_GB = 2.0  # learner_memory_gb 0 on the CPU, and the least on a GPU
+LEARNER_MEMORY_SHARE = 0.1  # ... else this share of the GPU's memory
+
+
+def learner_memory_gb(config, device: torch.device) -> float:
+    """config.learner_memory_gb, or for 0 a tenth of the GPU's memory (at least LEARNER_MEMORY_GB; that on
+    the CPU). Fewer, larger chunks: Tag's population of 8 (A2C, 2.75 M samples a member) iterated in
+    0.441 s with 8 GB against 0.471 s with 2 on an H100, one member in 0.077 against 0.081 s."""
+    if config.learner_memory_gb > 0:
+        return float(config.learner_memory_gb)
+    if device.type != "cuda":
+        return LEARNER_MEMORY_GB
+    total_gb = torch.cuda.get_device_properties(device).total_memory / 2**30
+    return max(LEARNER_MEMORY_GB, LEARNER_MEMORY_SHARE * total_gb)
+
+
 def chunk_size(tr, g) -> int:
     """Samples per learner chunk: activations of a forward and backward pass of the actor and the
     critic, estimated per sample, kept within `learner_memory_gb`."""
@@ -197,7 +213,7 @@ def chunk_size(tr, g) -> int:
     if g.name in tr.central:
         floats += tr.state_dim + g.n
     bytes_per_float = 2 if tr.precision == "bf16" else 4  # (autocast keeps the activations in bf16)
-    return max(1024, int(tr.config.learner_memory_gb * 2**30 / (bytes_per_float * floats)))
+    return max(1024, int(learner_memory_gb(tr.config, tr.device) * 2**30 / (bytes_per_float * floats)))
 
 
 def anneal(tr, total_iters: int):
