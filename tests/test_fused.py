@@ -401,8 +401,17 @@ def test_fused_uniform_draws_the_streams_numbers_bit_for_bit():
             got = fused_draws.uniform(shape, site, offset)
             assert got.shape == want.shape and torch.equal(got, want), (step, shape, site, offset)
         assert torch.equal(fused_draws.normal((999,), 7), torch_draws.normal((999,), 7))
+        # into a rollout's [step, member, rows] noise block: each member's rows strided, no copy
+        b, r = 3, 50
+        want = torch_draws.uniform((b, r), 4, offset=7 * r)
+        for draws in (fused_draws, torch_draws):
+            block = torch.zeros(b, len(seeds), r, device=DEVICE)
+            got = draws.uniform((b, r), 4, offset=7 * r, out=block.transpose(0, 1))
+            assert got.data_ptr() == block.data_ptr() and torch.equal(block, want.transpose(0, 1))
         torch_draws.advance()
         fused_draws.advance()
+    with pytest.raises(ValueError, match="whose rows of r are contiguous"):
+        fused_draws.uniform((6, 4), 1, out=torch.zeros(len(seeds), 4, 6, device=DEVICE).transpose(1, 2))
 
 
 @pytest.mark.skipif(not GPU, reason="a launch of more than 65535 programs on one axis is the GPU's limit")

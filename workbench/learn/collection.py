@@ -181,8 +181,7 @@ class Collector:
         per_member = buffer.shape[1] // M * buffer.shape[2]
         draw = tr.streams.normal if tr.head.kind == "gaussian" else tr.streams.uniform
         site = [h.name for h in tr.groups].index(g.name)
-        block = draw((b, per_member), site, offset=t * per_member)  # [M, b, per_member]
-        buffer.view(b, M, per_member).copy_(block.transpose(0, 1))
+        draw((b, per_member), site, offset=t * per_member, out=buffer.view(b, M, per_member).transpose(0, 1))
 
     def _policy_step(self, g, obs, state, t, record: bool = False):
         """Sample the group's actions for obs [E, n, O] into its buffer's step t (actions, logp,

@@ -451,9 +451,21 @@ class FusedUniform:
     elementwise passes): the same numbers, bit for bit."""
     BLOCK = 1024
 
-    def __call__(self, streams, n: int, site_term: int, offset: int):
-        """[M, n] float32 uniforms of `streams` (site_term: the call site's hashed term)."""
-        out = torch.empty((streams.members, n), dtype=torch.float32, device=streams.device)
-        _rollout_kernels().member_uniform[(-(-n // self.BLOCK), streams.members)](
-            streams.keys, streams.counter, out, n, offset, site_term, BLOCK=self.BLOCK)
+    def __call__(self, streams, n: int, site_term: int, offset: int, out=None):
+        """[M, n] float32 uniforms of `streams` (site_term: the call site's hashed term), or written
+        into out [M, ..., r] of n elements a member with contiguous rows of r (a member's rows may
+        interleave with the other members', as a rollout's [step, member, ...] noise does)."""
+        M = streams.members
+        if out is None:
+            out = torch.empty((M, n), dtype=torch.float32, device=streams.device)
+        try:
+            rows = out.view(M, -1, out.shape[-1])
+        except RuntimeError:
+            rows = None
+        if rows is None or rows.shape[1] * rows.shape[2] != n or rows.stride(2) != 1 or out.dtype != torch.float32:
+            raise ValueError(f"out {tuple(out.shape)} {out.dtype} cannot take a [{M}, {n}] float32 draw: give a "
+                             "float32 tensor [members, ..., r] whose rows of r are contiguous")
+        _rollout_kernels().member_uniform[(-(-n // self.BLOCK), M)](
+            streams.keys, streams.counter, out, n, offset, site_term, rows.shape[2], rows.stride(1), rows.stride(0),
+            BLOCK=self.BLOCK)
         return out

@@ -153,9 +153,10 @@ def mix32(x):
 
 
 @triton.jit
-def member_uniform(keys, counter, out, n, offset, site_term, BLOCK: tl.constexpr):
-    """out [M, n]: element offset + i of member m's uniform stream at the counter's iteration and the
-    call site (site_term: the site's hashed term), the same bits and floats as
+def member_uniform(keys, counter, out, n, offset, site_term, row, row_stride, member_stride, BLOCK: tl.constexpr):
+    """Element offset + i of member m's uniform stream at the counter's iteration and the call site
+    (site_term: the site's hashed term) into out at m * member_stride + (i // row) * row_stride +
+    i % row (a contiguous [M, n]: row = row_stride = member_stride = n), the same bits and floats as
     streams.MemberStreams.uniform's torch ops (its reference) in one pass."""
     m = tl.program_id(1).to(tl.int64)
     i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -164,7 +165,8 @@ def member_uniform(keys, counter, out, n, offset, site_term, BLOCK: tl.constexpr
     member = mix32(tl.load(keys + m) ^ call)
     index = ((i + offset).to(tl.int64) * 0x9E3779B9) & 0xFFFFFFFF
     bits = mix32((member + index) & 0xFFFFFFFF)
-    tl.store(out + m * n + i, ((bits >> 8).to(tl.float32) + 0.5) * 5.9604644775390625e-08, mask=ok)
+    place = m * member_stride + (i // row) * row_stride + i % row
+    tl.store(out + place, ((bits >> 8).to(tl.float32) + 0.5) * 5.9604644775390625e-08, mask=ok)
 
 
 @triton.jit

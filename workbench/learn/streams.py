@@ -78,21 +78,26 @@ class MemberStreams:
         call = _mix((self.counter * _GOLDEN + _site_term(site)) & _MASK)
         return _mix((_mix(self.keys ^ call) + index) & _MASK)
 
-    def uniform(self, shape, site: int, offset: int = 0):
+    def uniform(self, shape, site: int, offset: int = 0, out=None):
         """Uniform in (0, 1), float32 [M, *shape]; `offset` shifts the element index (a block of a
-        larger draw gives the numbers the whole draw would have there)."""
+        larger draw gives the numbers the whole draw would have there). With out [M, *shape] (a view
+        whose last dimension is contiguous) the numbers go there, with no copy where fused."""
         n = math.prod(shape)
         if self.fused is not None:
+            if out is not None:
+                return self.fused(self, n, _site_term(site), offset, out)
             return self.fused(self, n, _site_term(site), offset).reshape(self.members, *shape)
         bits = self._bits(n, site, offset)
-        return ((bits >> 8).to(torch.float32) + 0.5).mul_(2.0 ** -24).reshape(self.members, *shape)
+        u = ((bits >> 8).to(torch.float32) + 0.5).mul_(2.0 ** -24).reshape(self.members, *shape)
+        return u if out is None else out.copy_(u)
 
-    def normal(self, shape, site: int, offset: int = 0):
-        """Standard normal, float32 [M, *shape] (Box-Muller over two uniforms per element)."""
+    def normal(self, shape, site: int, offset: int = 0, out=None):
+        """Standard normal, float32 [M, *shape] (Box-Muller over two uniforms per element), or into out."""
         n = math.prod(shape)
         u = self.uniform((2 * n,), site, 2 * offset).reshape(self.members, n, 2)
         radius = torch.sqrt(-2.0 * torch.log(u[..., 0]))
-        return (radius * torch.cos((2 * math.pi) * u[..., 1])).reshape(self.members, *shape)
+        z = (radius * torch.cos((2 * math.pi) * u[..., 1])).reshape(self.members, *shape)
+        return z if out is None else out.copy_(z)
 
     def permutations(self, n: int, site: int):
         """[M, n] int64: an independent random permutation of range(n) per member."""
