@@ -7,6 +7,10 @@ process, so each compiles its own kernel and a fault in one does not end the oth
 
     python bench/bench_wide_step.py                              # 1 k, 10 k, 100 k rows; 8 members x 10 k
     python bench/bench_wide_step.py --rows 100000 --variants 128,8,sync 64,4,sync 128,8,wgmma
+    python bench/bench_wide_step.py --shapes 8:10000 --variants 128,8,sync 128,8,sync-t 128,8,sync-p2
+
+(-t: stacked weights laid out as nn.Linear's; -pR: R persistent programs a multiprocessor; -z: every
+member acting with member 0's weights)
 
 Prints RESULT lines (JSON): microseconds a step (median of CUDA-event timings over graph replays)
 and the share of rows whose actions equal the torch path's (bf16 near-ties may differ).
@@ -30,7 +34,7 @@ def one(members: int, rows: int, block: int, warps: int, mma: str, repeats: int 
 
     from workbench.compiler.envdef import MultiDiscrete
     from workbench.learn import fused, fused_wide
-    from workbench.learn.members import stack_members
+    from workbench.learn.members import nn_linear_layout, stack_members
     from workbench.learn.policies import ActionHead, ActorCritic
     device = torch.device("cuda")
     space = MultiDiscrete([21, 21])
@@ -58,10 +62,17 @@ def one(members: int, rows: int, block: int, warps: int, mma: str, repeats: int 
         sample(logits, noise, out[0], out[1])
         out[2].copy_(value.reshape(-1))
 
-    fused_wide._tiles = lambda rows, members: (block, warps)
+    variant = mma
+    mma, *flags = mma.split("-")
+    if "t" in flags and members > 1:  # stacked weights laid out as nn.Linear's
+        nn_linear_layout(rollout)
+    persist = next((int(f[1:]) for f in flags if f.startswith("p")), 0)
+    fused_wide._tiles = lambda rows, members: (block, warps, persist)
     fused_wide.MMA_SYNC = mma == "sync"
     step = fused_wide.FusedWidePolicyStep(rollout, head, members, "bf16")
-    row = dict(task="wide_step", members=members, rows=rows, block=block, warps=warps, mma=mma)
+    if "z" in flags:  # every member acting with member 0's weights (where weight reads cost, not the layout)
+        step.strides.zero_()
+    row = dict(task="wide_step", members=members, rows=rows, block=block, warps=warps, mma=variant)
     for name, fn in (("torch", torch_path), ("wide", lambda: step(obs, noise, *out))):
         for _ in range(3):
             fn()
@@ -79,7 +90,7 @@ def one(members: int, rows: int, block: int, warps: int, mma: str, repeats: int 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", nargs="*", default=SHAPES, help="members:rows per member")
-    parser.add_argument("--variants", nargs="*", default=VARIANTS, help="rows a program,warps,sync|wgmma")
+    parser.add_argument("--variants", nargs="*", default=VARIANTS, help="rows a program,warps,sync|wgmma[-t][-pR][-z]")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # (a child process: shape/variant)
     args = parser.parse_args()
     if args.one:

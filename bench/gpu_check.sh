@@ -106,7 +106,10 @@ for stage in $STAGES; do
           timed "sanitize_${i}_${tool}_$1_$2" compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 3 \
             python3 bench/sanitize_env.py "$1" --target "$2" "${@:3}"
         done
-      done ;;
+      done
+      # the rollout's wide policy step as built (mma.sync), every program shape
+      timed sanitize_wide_step_memcheck compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 \
+        python3 bench/sanitize_wide_step.py --mma sync ;;
     bench)
       timed bench_classic python3 bench/bench_envs.py --envs cartpole acrobot mountain_car mountain_car_continuous pendulum \
         --targets cuda --num-envs 1e3 1e4 1e5 1e6 1e7 --gym-num-envs 16 256 --out "$LOGS/bench_classic.json"

@@ -11,7 +11,7 @@ triton = pytest.importorskip("triton", reason="the fused kernels need Triton (pi
 from workbench.compiler.envdef import Box, Discrete, MultiDiscrete  # noqa: E402
 from workbench.learn import fused, fused_wide  # noqa: E402
 from workbench.learn.compiled import act_and_record  # noqa: E402
-from workbench.learn.members import stack_members  # noqa: E402
+from workbench.learn.members import nn_linear_layout, stack_members  # noqa: E402
 from workbench.learn.policies import ActionHead, ActorCritic, SharedActorCritic  # noqa: E402
 
 GPU = torch.cuda.is_available()
@@ -24,12 +24,15 @@ def _kernels(triton_kernels):
     """Every test here runs the kernels (conftest.triton_kernels)."""
 
 
-def policy(M, O, space, hidden, shared=False, act="tanh"):
+def policy(M, O, space, hidden, shared=False, act="tanh", nn_layout=False):
     nets = []
     for k in range(M):
         torch.manual_seed(20 + k)
         nets.append((SharedActorCritic if shared else ActorCritic)(O, space, hidden, act))
     model = (stack_members(nets) if M > 1 else nets[0]).to(DEVICE)
+    if nn_layout:  # stacked weights laid out in memory as nn.Linear's (the kernels' STACKED 2)
+        nn_linear_layout(model)
+        assert not model.net[0].weight.is_contiguous() if shared else not model.actor[0].weight.is_contiguous()
     model.head = ActionHead(space).to(DEVICE)
     for p in model.parameters():  # (the output layers start near 0: logits of some spread to sample from)
         p.data.add_(0.05 * torch.randn_like(p))
@@ -54,15 +57,18 @@ def reference(model, obs, noise):
     (1, MultiDiscrete([5, 3]), (160, 96), 70, False, "tanh"),  # (a partial tile; layers of no power of two)
     (2, Discrete(4), (48, 200), 64, False, "tanh"),
     (1, MultiDiscrete([21, 21]), (256, 256), 40, False, "tanh"),  # Tag's heads and WarpDrive's layers
-    (2, MultiDiscrete([5, 3]), (48, 200), 64, True, "tanh"),  # one body: the value is the output layer's last column
-    (1, MultiDiscrete([21, 21]), (256, 256), 40, True, "relu"),  # WarpDrive's network (43 outputs, ReLU)
-    (2, Discrete(4), (48, 200), 64, False, "relu"),
+    (2, MultiDiscrete([5, 3]), (48, 200), 64, True, "tanh+nn"),  # one body: the value is the output layer's
+    (1, MultiDiscrete([21, 21]), (256, 256), 40, True, "relu"),  # last column; WarpDrive's network (43 outputs, ReLU)
+    (2, Discrete(4), (48, 200), 64, False, "relu+nn"),  # (+nn: members' weights laid out as nn.Linear's)
 ])
 @pytest.mark.parametrize("tiles", ["TINY_STEP", "SMALL_STEP", "LARGE_STEP"])  # (each program shape _tiles picks)
 def test_wide_policy_step_matches_torch(M, space, hidden, rows, shared, act, tiles, monkeypatch):
     monkeypatch.setattr(fused_wide, "_tiles", lambda rows, members, shape=getattr(fused_wide, tiles): shape)
     O = 13
-    model = policy(M, O, space, hidden, shared, act)
+    act, _, nn_layout = act.partition("+")
+    model = policy(M, O, space, hidden, shared, act, nn_layout == "nn")
+    assert fused_wide._layout(fused._linear_layers(model.actor if not shared else model.net)) == (
+        0 if M == 1 else 2 if nn_layout else 1)
     assert fused_wide.unsupported(model, model.head, DEVICE) is None
     assert fused.unsupported(model, model.head, "ppo", DEVICE) is not None  # (outside the narrow kernels)
     g = torch.Generator().manual_seed(8)
@@ -131,12 +137,14 @@ def test_tag_trains_with_the_wide_step_in_bf16(shared_body, activation):
                for name in ("taggers", "runners"))
 
 
-@pytest.mark.parametrize("M,shared,act", [(1, False, "tanh"), (2, False, "tanh"), (2, True, "tanh"), (2, True, "relu")])
+@pytest.mark.parametrize("M,shared,act", [(1, False, "tanh"), (2, False, "tanh"), (2, True, "tanh"),
+                                          (2, True, "relu+nn")])
 def test_wide_truncated_values_match_torch(M, shared, act):
     """V(final observation) of one step where a replica was truncated and not terminated, else 0,
     for agents 1..2 of 4 (a group's), a step without truncations included."""
     E_member, A, O = 37, 4, 9
-    model = policy(M, O, MultiDiscrete([4, 3]), (96, 160), shared, act)
+    act, _, nn_layout = act.partition("+")
+    model = policy(M, O, MultiDiscrete([4, 3]), (96, 160), shared, act, nn_layout == "nn")
     g = torch.Generator().manual_seed(3)
     final_obs = torch.randn(M * E_member, A, O, generator=g).to(DEVICE)
     step = fused_wide.FusedWidePolicyStep(model, model.head, M, PRECISION)

@@ -370,3 +370,31 @@ def test_a_single_runs_optimiser_state_moves_between_member_adam_and_torch_adam(
     again.load_state_dict(theirs.state_dict())
     assert torch.equal(again.exp_avg, mine.exp_avg) and torch.equal(again.exp_avg_sq, mine.exp_avg_sq)
     assert float(again.steps) == 2.0 and float(again.lr) == pytest.approx(3e-3)
+
+
+def test_rollout_copies_of_stacked_members_in_nn_linear_layout_refresh_to_the_same_values():
+    """The rollout's bf16 copies of stacked members the wide step may serve hold their weights laid out
+    as nn.Linear's ([M, out, in] in memory): the same tensors' values after a refresh, the same outputs,
+    and the other models' copies stay [M, in, out]."""
+    from workbench.learn import learners
+    nets = []
+    for k in range(3):
+        torch.manual_seed(k)
+        nets.append(ActorCritic(7, Discrete(4), (16, 24)))
+    models = {"wide": stack_members(nets), "narrow": stack_members(copy.deepcopy(nets))}
+    copies, pairs = learners.rollout_copies(models, True, nn_layout={"wide"})
+    for p in models["wide"].parameters():
+        p.data.add_(0.25)  # (a learner's step, which the refresh must carry over)
+    torch._foreach_copy_(*pairs)
+    wide, narrow = copies["wide"].actor[0].weight, copies["narrow"].actor[0].weight
+    assert wide.dtype == torch.bfloat16 and not wide.is_contiguous() and wide.transpose(1, 2).is_contiguous()
+    assert narrow.is_contiguous()
+    for mine, theirs in zip(copies["wide"].parameters(), models["wide"].parameters()):
+        assert mine.shape == theirs.shape and torch.equal(mine, theirs.detach().to(mine.dtype))
+    x = torch.randn(3 * 5, 7)
+    with torch.no_grad():
+        got, want = copies["wide"](x.bfloat16()), copies["narrow"](x.bfloat16())
+    assert not torch.equal(got[0].float(), want[0].float())  # (the refresh moved the wide copy only)
+    with torch.no_grad():
+        ref = models["wide"](x)
+    torch.testing.assert_close(got[0].float(), ref[0], rtol=0.05, atol=0.05)

@@ -215,17 +215,27 @@ def head_sample(out, out_stride, noise, starts, actions, logp, rows, HEADS: tl.c
 
 
 @triton.jit
-def tile_offsets(m, stride, IN: tl.constexpr, OUT: tl.constexpr, r0, c0, R: tl.constexpr, C: tl.constexpr,
+def tile_offsets(IN: tl.constexpr, OUT: tl.constexpr, r0, c0, R: tl.constexpr, C: tl.constexpr,
                  STACKED: tl.constexpr):
-    """Offsets and bounds of the tile [r0:r0 + R, c0:c0 + C] of member m's weight as [in, out]
-    (MemberLinear's [M, in, out], members `stride` elements apart, or nn.Linear's [out, in])."""
+    """Offsets within one member's weight, and bounds, of the tile [r0:r0 + R, c0:c0 + C] of the
+    weight as [in, out]: STACKED 1 holds it as MemberLinear's [in, out], 0 (nn.Linear) and 2 (a
+    stacked copy laid out as nn.Linear's, members.nn_linear_layout) as [out, in]."""
     i = r0 + tl.arange(0, R)[:, None]
     o = c0 + tl.arange(0, C)[None, :]
-    if STACKED:
-        off = m * stride + i * OUT + o
+    if STACKED == 1:
+        off = i * OUT + o
     else:
         off = o * IN + i
     return off, (i < IN) & (o < OUT)
+
+
+@triton.jit
+def member_base(x, m, stride, STACKED: tl.constexpr):
+    """Member m's first element of a stacked parameter x (members `stride` elements apart)."""
+    if STACKED:
+        return x + m.to(tl.int64) * stride
+    else:
+        return x
 
 
 @triton.jit
@@ -241,45 +251,80 @@ def wide_mlp(obs, row, valid, w1, b1, w2, b2, w3, b3, strides, m, O: tl.constexp
     L2) and no activation leaves the program. The loops are not unrolled: unrolled, the compiler
     hoists every tile's loads and runs out of registers."""
     h1c = tl.arange(0, H1P)
+    w1 = member_base(w1, m, tl.load(strides), STACKED)
+    w2 = member_base(w2, m, tl.load(strides + 2), STACKED)
+    w3 = member_base(w3, m, tl.load(strides + 4), STACKED)
     acc = tl.zeros((BLOCK, H1P), tl.float32)
     for k0 in range(0, OP, KC):
         f = k0 + tl.arange(0, KC)
         x = tl.load(obs + row[:, None] * O + f[None, :], mask=valid[:, None] & (f[None, :] < O), other=0.0)
-        off, ok = tile_offsets(m, tl.load(strides), O, H1, k0, 0, KC, H1P, STACKED)
+        off, ok = tile_offsets(O, H1, k0, 0, KC, H1P, STACKED)
         acc += dot(operand(x.to(tl.float32), DOT), operand(tl.load(w1 + off, mask=ok, other=0.0), DOT), DOT)
-    B1 = tl.load(b1 + m * tl.load(strides + 1) * STACKED + h1c, mask=h1c < H1, other=0.0).to(tl.float32)
+    B1 = tl.load(member_base(b1, m, tl.load(strides + 1), STACKED) + h1c, mask=h1c < H1, other=0.0).to(tl.float32)
     h1 = operand(activation(acc + B1[None, :], TANH), DOT)
     out = tl.zeros((BLOCK, KP), tl.float32)
     for n0 in range(0, H2P, NC):
-        off, ok = tile_offsets(m, tl.load(strides + 2), H1, H2, 0, n0, H1P, NC, STACKED)
+        off, ok = tile_offsets(H1, H2, 0, n0, H1P, NC, STACKED)
         W2 = operand(tl.load(w2 + off, mask=ok, other=0.0), DOT)
         c = n0 + tl.arange(0, NC)
-        B2 = tl.load(b2 + m * tl.load(strides + 3) * STACKED + c, mask=c < H2, other=0.0).to(tl.float32)
+        B2 = tl.load(member_base(b2, m, tl.load(strides + 3), STACKED) + c, mask=c < H2, other=0.0).to(tl.float32)
         h2 = operand(activation(dot(h1, W2, DOT) + B2[None, :], TANH), DOT)
-        off, ok = tile_offsets(m, tl.load(strides + 4), H2, K, n0, 0, NC, KP, STACKED)
+        off, ok = tile_offsets(H2, K, n0, 0, NC, KP, STACKED)
         out += dot(h2, operand(tl.load(w3 + off, mask=ok, other=0.0), DOT), DOT)
     kc = tl.arange(0, KP)
-    B3 = tl.load(b3 + m * tl.load(strides + 5) * STACKED + kc, mask=kc < K, other=0.0).to(tl.float32)
+    B3 = tl.load(member_base(b3, m, tl.load(strides + 5), STACKED) + kc, mask=kc < K, other=0.0).to(tl.float32)
     return out + B3[None, :]
 
 
 @triton.jit
 def wide_policy_step(
         obs, noise, aw1, ab1, aw2, ab2, aw3, ab3, cw1, cb1, cw2, cb2, cw3, cb3, strides, starts, actions, logp,
-        values, rows, obs_out, env_action, n, agents, first,
+        values, rows, obs_out, env_action, n, agents, first, members, sms,
         O: tl.constexpr, OP: tl.constexpr, H1: tl.constexpr, H1P: tl.constexpr, H2: tl.constexpr,
         H2P: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, C1: tl.constexpr, C1P: tl.constexpr,
         C2: tl.constexpr, C2P: tl.constexpr, HEADS: tl.constexpr, KC: tl.constexpr, NC: tl.constexpr,
         BLOCK: tl.constexpr,
-        STACKED: tl.constexpr, DOT: tl.constexpr, TANH: tl.constexpr, RECORD: tl.constexpr, SHARED: tl.constexpr):
+        STACKED: tl.constexpr, DOT: tl.constexpr, TANH: tl.constexpr, RECORD: tl.constexpr, SHARED: tl.constexpr,
+        PERSIST: tl.constexpr):
     """policy_step for wide layers (wide_mlp) and discrete or MultiDiscrete heads (sample_heads):
     program (tile, m) takes BLOCK of member m's `rows` rows (tiles on the grid's first axis, which
     holds 2^31 - 1 programs where the others hold 65535); actions [N, HEADS], logp and values [N].
     RECORD: also the observations into obs_out [N, O] and the actions into the env's action array
     env_action [E, agents, HEADS] (row r: agent first + r % n of replica r // n). SHARED: one MLP
-    (aw*) whose output column K is the value (SharedActorCritic); the cw* are not read."""
-    m = tl.program_id(1)
-    r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    (aw*) whose output column K is the value (SharedActorCritic); the cw* are not read.
+    PERSIST R > 0 (stacked members of many rows): a grid of sms * R programs, the (member, tile)
+    items cut into sms runs of consecutive items, program p taking every R-th item of run p % sms:
+    a program's items are mostly one member's, whose weights its earlier tiles left in L1."""
+    if PERSIST == 0:
+        wide_policy_tile(tl.program_id(1), tl.program_id(0), obs, noise, aw1, ab1, aw2, ab2, aw3, ab3, cw1, cb1,
+                         cw2, cb2, cw3, cb3, strides, starts, actions, logp, values, rows, obs_out, env_action, n,
+                         agents, first, O, OP, H1, H1P, H2, H2P, K, KP, C1, C1P, C2, C2P, HEADS, KC, NC, BLOCK,
+                         STACKED, DOT, TANH, RECORD, SHARED)
+    else:
+        p = tl.program_id(0)
+        tiles = (rows + BLOCK - 1) // BLOCK
+        work = tiles.to(tl.int64) * members
+        s = p % sms
+        start = s * work // sms
+        end = (s + 1) * work // sms
+        for w in range(start + p // sms, end, PERSIST):
+            wide_policy_tile((w // tiles).to(tl.int32), (w % tiles).to(tl.int32), obs, noise, aw1, ab1, aw2, ab2,
+                             aw3, ab3, cw1, cb1, cw2, cb2, cw3, cb3, strides, starts, actions, logp, values, rows,
+                             obs_out, env_action, n, agents, first, O, OP, H1, H1P, H2, H2P, K, KP, C1, C1P, C2,
+                             C2P, HEADS, KC, NC, BLOCK, STACKED, DOT, TANH, RECORD, SHARED)
+
+
+@triton.jit
+def wide_policy_tile(
+        m, tile, obs, noise, aw1, ab1, aw2, ab2, aw3, ab3, cw1, cb1, cw2, cb2, cw3, cb3, strides, starts, actions,
+        logp, values, rows, obs_out, env_action, n, agents, first,
+        O: tl.constexpr, OP: tl.constexpr, H1: tl.constexpr, H1P: tl.constexpr, H2: tl.constexpr,
+        H2P: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, C1: tl.constexpr, C1P: tl.constexpr,
+        C2: tl.constexpr, C2P: tl.constexpr, HEADS: tl.constexpr, KC: tl.constexpr, NC: tl.constexpr,
+        BLOCK: tl.constexpr,
+        STACKED: tl.constexpr, DOT: tl.constexpr, TANH: tl.constexpr, RECORD: tl.constexpr, SHARED: tl.constexpr):
+    """wide_policy_step's work for tile `tile` of member m's rows."""
+    r = tile * BLOCK + tl.arange(0, BLOCK)
     valid = r < rows
     row = m.to(tl.int64) * rows + r
     cols = tl.arange(0, KP)

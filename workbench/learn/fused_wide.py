@@ -28,24 +28,33 @@ MAX_OUT = 128
 #   10 k               56.8               46.3    48.8     86.1
 #   100 k              395.2              268.2   302.3    493.7
 #   8 members x 10 k   432.9              453.4   379.9    654.0
+# Stacked members of many rows run one persistent program of 128 rows a multiprocessor, each taking
+# a run of one member's tiles, their weights laid out as nn.Linear's (members.nn_linear_layout): 8 members x
+# 10 k, 294 us against 385 a program a tile ([M, in, out] weights) and 304 for the torch path.
 TINY_ROWS = 4096  # at most: 32 rows a program (fewer programs than SMs at 64 rows)
-TINY_STEP = (32, 4)
-SMALL_STEP = (64, 4)
-LARGE_STEP = (128, 8)  # stacked members of more than SMALL_ROWS rows in all
+TINY_STEP = (32, 4, 0)  # (rows a program, warps, persistent programs a multiprocessor or 0)
+SMALL_STEP = (64, 4, 0)
+LARGE_STEP = (128, 8, 1)  # stacked members of more than SMALL_ROWS rows in all
 SMALL_ROWS = 32768
 NC = 64
 KC = 32  # observation features taken at a time by the first layer
 # mma.sync rather than Hopper's warpgroup MMA: under Triton 3.6 a test of this kernel (fp32 weights,
-# 48 x 200 layers) read out of bounds on an H100 with the warpgroup code, as fused.py's kernels did;
+# 48 x 200 layers) read out of bounds on an H100 with the warpgroup code, as fused.py's kernels did
+# (compute-sanitizer: an out-of-range shared address at 64 rows a program; bench/sanitize_wide_step.py);
 # the warpgroup code was faster where it ran (Tag, 100 k rows: 257 us against 308)
 MMA_SYNC = True
 
 
 def _tiles(rows: int, members: int) -> tuple:
-    """(rows, warps) of a program for a launch over `rows` rows of each of `members` members."""
+    """(rows, warps, persistent programs a multiprocessor) of a launch over `rows` rows of each of
+    `members` members."""
     if rows * members <= TINY_ROWS:
         return TINY_STEP
     return SMALL_STEP if members == 1 or rows * members <= SMALL_ROWS else LARGE_STEP
+
+
+def _multiprocessors(device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
 
 
 def unsupported(model, head, device, precision: str = "bf16") -> str | None:
@@ -99,6 +108,19 @@ def final_value_steps(tr, steps: dict) -> dict:
             and tr.env.store["final_obs"].is_contiguous()}
 
 
+def _layout(layers) -> int:
+    """The kernels' STACKED code of an MLP's linear layers: 0 nn.Linear, 1 MemberLinear as stacked
+    ([M, in, out] in memory), 2 MemberLinear laid out as nn.Linear's (members.nn_linear_layout)."""
+    if not isinstance(layers[0], MemberLinear):
+        return 0
+    if all(layer.weight.is_contiguous() for layer in layers):
+        return 1
+    if all(layer.weight.transpose(1, 2).is_contiguous() for layer in layers):
+        return 2
+    raise ValueError("the wide policy step takes a stacked model's weights all [M, in, out] or all laid out as "
+                     "nn.Linear's (members.nn_linear_layout), not a mix")
+
+
 class FusedWidePolicyStep:
     """One launch per rollout step of a policy: for obs [N, O] (rows grouped by member) the actions
     (a Gumbel-max sample of each head from the uniform noise [N, D]), their summed log-probability and
@@ -110,7 +132,7 @@ class FusedWidePolicyStep:
         self.members, self.agents = members, agents
         nets = _nets(model)
         self.shared = len(nets) == 1
-        self.stacked = isinstance(nets[0][0], MemberLinear)
+        self.stacked = _layout([m for net in nets for m in fused._linear_layers(net)])
         self.dot = {"bf16": 0, "tf32": 1}.get(precision, 2)
         # the hidden layers' activation for the kernels (fused_kernels.activation)
         self.act = 2 if isinstance(nets[0][1], torch.nn.ReLU) else fused._tanh_mode(self.dot)
@@ -127,6 +149,7 @@ class FusedWidePolicyStep:
         self.strides = fused._member_strides(self.params, device)
         self.heads = len(head.splits_or_n())
         self.starts = head.starts(device)
+        self.sms = _multiprocessors(device)
 
     def __call__(self, obs, noise, actions_out, logp_out, values_out, obs_out=None, env_action=None, agents=None):
         """obs [N, O], noise [N, D] -> actions_out [N, heads] (int64; returned as [N] for one head),
@@ -135,13 +158,14 @@ class FusedWidePolicyStep:
         at the agents `agents` (a slice: the group's ids) of each replica."""
         kernel = fused._rollout_kernels().wide_policy_step
         obs, rows, recording = fused.step_arguments(obs, self.members, actions_out, obs_out, env_action, agents)
-        block, warps = _tiles(rows, self.members)
+        block, warps, persist = _tiles(rows, self.members)
+        grid = (self.sms * persist,) if persist else (-(-rows // block), self.members)
         with fused._compile_switches(MMA_SYNC):
-            kernel[(-(-rows // block), self.members)](
+            kernel[grid](
                 obs, noise, *self.params, self.strides, self.starts, actions_out, logp_out, values_out, rows,
-                *recording, **self.sizes, HEADS=self.heads, BLOCK=block, STACKED=int(self.stacked), DOT=self.dot,
-                TANH=self.act, RECORD=obs_out is not None, SHARED=int(self.shared),
-                num_warps=warps)
+                *recording, self.members, self.sms, **self.sizes, HEADS=self.heads, BLOCK=block,
+                STACKED=int(self.stacked), DOT=self.dot, TANH=self.act, RECORD=obs_out is not None,
+                SHARED=int(self.shared), PERSIST=persist, num_warps=warps)
         return actions_out.reshape(-1) if self.heads == 1 else actions_out.reshape(-1, self.heads)
 
     def truncated_values(self, final_obs, truncated, terminated, out, agents: slice | None = None):
@@ -155,7 +179,7 @@ class FusedWidePolicyStep:
         n = agents.stop - agents.start
         rows = E // self.members * n
         s = self.sizes
-        block, warps = _tiles(rows, self.members)
+        block, warps, _ = _tiles(rows, self.members)
         with fused._compile_switches(MMA_SYNC):
             kernel[(-(-rows // block), self.members)](
                 final_obs, truncated, terminated, *self.params[6:], self.strides[6:], out, rows, n, A, agents.start,

@@ -12,7 +12,8 @@ import torch
 from . import cpu_memory, fused, threads
 from .algorithms import ddpg
 from ..compiler.envdef import Box
-from .members import MemberAdam, MemberLinear, MemberNorm, PopulationError, member_count, stack_members
+from .members import (MemberAdam, MemberLinear, MemberNorm, PopulationError, member_count, nn_linear_layout,
+                      stack_members)
 from .policies import ActorCritic, CentralisedActorCritic, DeterministicActor, QCritic, SharedActorCritic
 from .rollout import PolicyMapError, RolloutBuffer, RunningNorm
 from .streams import MemberStreams
@@ -131,13 +132,14 @@ def build_ddpg(tr, g, agent):
     return agent, optimizers, buffer
 
 
-def rollout_copies(models: dict, bf16: bool):
+def rollout_copies(models: dict, bf16: bool, nn_layout=()):
     """The models the rollout acts with, and (copy tensors, source tensors) to refresh them from.
 
     Under bf16 autocast every forward pass would cast each weight to bf16 again (a kernel per weight
     per step); instead the rollout acts with a copy whose linear layers hold bf16 weights. Every
     parameter and buffer of the copy (log_std, norms, embeddings, a user model's buffers) is paired
-    with its source, so one copy kernel per iteration refreshes all of it."""
+    with its source, so one copy kernel per iteration refreshes all of it. The copies of the models
+    named in nn_layout hold stacked weights laid out as nn.Linear's (members.nn_linear_layout)."""
     if not bf16:
         return dict(models), ([], [])
     copies, shadows, sources = {}, [], []
@@ -149,6 +151,8 @@ def rollout_copies(models: dict, bf16: bool):
                     if getattr(module, attr) is not None:
                         setattr(module, attr, torch.nn.Parameter(getattr(module, attr).detach().to(torch.bfloat16),
                                                                  requires_grad=False))
+        if name in nn_layout:
+            nn_linear_layout(shadow)
         for mine, theirs in ((shadow.named_parameters(), model.named_parameters()),
                              (shadow.named_buffers(), model.named_buffers())):
             theirs = dict(theirs)

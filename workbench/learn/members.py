@@ -53,6 +53,16 @@ class MemberLinear(nn.Module):
         return {"weight": self.weight[k].t().contiguous(), "bias": self.bias[k, 0].contiguous()}
 
 
+def nn_linear_layout(model) -> None:
+    """Lays out the weights of a stacked model's MemberLinear layers as nn.Linear's, [M, out, in] in
+    memory (still [M, in, out] as tensors, so torch's path is unchanged): fused_wide's tiles of a
+    member then load as one nn.Linear's do. In place; the model's other references to
+    the old tensors (a refresh list, an optimiser) must be taken after."""
+    for module in model.modules():
+        if isinstance(module, MemberLinear) and module.weight.is_contiguous():
+            module.weight.data = module.weight.data.transpose(1, 2).contiguous().transpose(1, 2)
+
+
 def _check_stackable(model, name: str):
     for path, module in model.named_modules():
         if isinstance(module, nn.Linear) or not list(module.parameters(recurse=False)):

@@ -106,12 +106,15 @@ class Trainer:
             if config.normalize_obs:
                 self.norms[g.name] = learners.running_norm(self)
         self.samples = {g.name: MemberSamples(self.streams, self.T, self.E, g.n) for g in self.groups}
+        self.fused, self.fused_off = learners.fused_gradients(self)
+        # stacked members the narrow kernels do not serve act through the wide step or torch: both read
+        # weights laid out as nn.Linear's as fast or faster (members.nn_linear_layout)
         self.rollout_models, self._copy_pairs = learners.rollout_copies(
-            self.models, self.precision == "bf16" and self.algorithm in ON_POLICY)
+            self.models, self.precision == "bf16" and self.algorithm in ON_POLICY,
+            nn_layout={name for name in self.models if self.M > 1 and name not in self.fused})
         self.chunk_size = {g.name: learners.chunk_size(self, g) for g in self.groups}
 
         compile_on = bool(getattr(config, "compile", False)) and self.device.type == "cuda"
-        self.fused, self.fused_off = learners.fused_gradients(self)
         self.episode_stats = EpisodeStats(env, self.groups, members=self.M)
         # the learners bootstrap from final observations only where truncated; the env stores others
         # only for metrics that read them (Env.keep_final_obs)
