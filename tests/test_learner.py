@@ -293,7 +293,7 @@ def test_bf16_rollout_copies_train_as_autocast_does(config, monkeypatch):
     runs = []
     for shadow in (True, False):
         if not shadow:
-            monkeypatch.setattr(learners, "rollout_copies", lambda models, bf16: (dict(models), ([], [])))
+            monkeypatch.setattr(learners, "rollout_copies", lambda models, bf16, nn_layout=(): (dict(models), ([], [])))
         trainer = wb.make_trainer(config)
         assert (trainer.rollout_models[trainer.groups[0].name] is trainer.models[trainer.groups[0].name]) != shadow
         trainer.train(num_iterations=3)
