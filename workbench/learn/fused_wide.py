@@ -31,7 +31,9 @@ MAX_OUT = 128
 # Stacked members of many rows run one persistent program of 128 rows a multiprocessor, each taking
 # a run of one member's tiles, their weights laid out as nn.Linear's (members.nn_linear_layout): 8 members x
 # 10 k, 294 us against 385 a program a tile ([M, in, out] weights) and 304 for the torch path.
-TINY_ROWS = 4096  # at most: 32 rows a program (fewer programs than SMs at 64 rows)
+# At most TINY_ROWS rows in all: 32 rows a program (64 would leave an H100's 132 SMs fewer programs than
+# SMs): 8 members x 1 k rows (Tag's taggers) 48.7 us against 61.1 at 64 rows
+TINY_ROWS = 8192
 TINY_STEP = (32, 4, 0)  # (rows a program, warps, persistent programs a multiprocessor or 0)
 SMALL_STEP = (64, 4, 0)
 LARGE_STEP = (128, 8, 1)  # stacked members of more than SMALL_ROWS rows in all
