@@ -213,3 +213,90 @@ def test_linear_activation_kernel_matches_torch(rows, K, N, act):
         fused._linear_kernels().linear_activation[(-(-rows // 32), -(-N // 64), 3)](
             xs, ws, bs, got, rows, K * N, N, N, 1, K=K, N=N, BM=32, BN=64, BK=16, ACT=mode)
     torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("rows,Kn,N,act,members,column_major",
+                         [(70, 48, 256, "relu", 0, False), (130, 256, 104, "tanh", 0, True),
+                          (50, 8, 64, "tanh", 3, True), (40, 256, 128, "relu", 3, False)])
+def test_backward_into_hidden_matches_torch(rows, Kn, N, act, members, column_major):
+    """linear_kernels.linear_backward_activation (a layer's input gradient dz W times the previous
+    hidden layer's activation derivative, with that layer's bias gradient from the same tile) against
+    torch, for one layer (nn.Linear's [Kn, N] weight) and three stacked members ([M, N, Kn]), with a
+    row-major or a column-major dz: bf16 on a GPU (to bf16's rounding), float32 in Triton's interpreter."""
+    torch.manual_seed(7)
+    dtype = torch.bfloat16 if GPU else torch.float32
+    M = max(members, 1)
+    dz = torch.randn(M * rows, Kn, device=DEVICE)
+    dz = (dz.t().contiguous().t() if column_major else dz).to(dtype)
+    w = (torch.randn(M, Kn, N, device=DEVICE) / Kn ** 0.5).to(dtype)
+    pre = torch.randn(M * rows, N, device=DEVICE)
+    y = (pre.tanh() if act == "tanh" else pre.relu()).to(dtype)
+    deriv = 1 - y.float() ** 2 if act == "tanh" else (y.float() > 0).float()
+    want = torch.cat([dz[k * rows:(k + 1) * rows].float() @ w[k].float() for k in range(M)]) * deriv
+    wc = w.transpose(1, 2).contiguous() if members else w[0]
+    if GPU:
+        got, db = padded_linear._backward_into_hidden(dz, wc, y, act, members)
+        tol = 2e-2
+    else:
+        got = torch.empty_like(y)
+        programs = -(-rows // 32)
+        partials = torch.empty(M, programs, N)
+        strides = (N * Kn, 1, Kn) if members else (0, N, 1)
+        fused._linear_kernels().linear_backward_activation[(programs, -(-N // 64), M)](
+            dz, wc, y, got, partials, rows, dz.stride(0), dz.stride(1), *strides, K=Kn, N=N, BM=32, BN=64, BK=16,
+            RELU=int(act == "relu"))
+        db = partials.sum(1, keepdim=True)
+        tol = 1e-5
+    torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)
+    assert db.dtype == torch.float32 and db.shape == (M, 1, N)
+    torch.testing.assert_close(db, want.reshape(M, rows, N).sum(1, keepdim=True), rtol=tol, atol=tol * rows ** 0.5)
+
+
+def test_mlp_runs_as_one_chain(monkeypatch):
+    """policies.MLP hands a run of (linear, activation) pairs ending in an output layer, or in an
+    activation (a shared body's hidden layers), to padded_linear.Chain as one function, for one policy and
+    stacked members; its outputs and gradients are the layer-by-layer path's."""
+    from workbench.learn.members import stack_members
+    calls = []
+    apply = padded_linear.Chain.apply
+    monkeypatch.setattr(padded_linear.Chain, "apply", lambda *a: calls.append(a[1]) or apply(*a))
+    torch.manual_seed(8)
+    nets = [mlp([13, 32, 24, 5], activation=torch.nn.ReLU).to(DEVICE),
+            stack_members([mlp([13, 32, 24, 5]).to(DEVICE) for _ in range(3)])]
+    for net, rows in zip(nets, (45, 3 * 20)):
+        x = torch.randn(rows, 13, device=DEVICE)
+        upstream = torch.randn(rows, 5, device=DEVICE)
+        for mine, ref in zip(*_on_both_paths(net, x, lambda out: (out * upstream).sum())):
+            torch.testing.assert_close(mine, ref, rtol=1e-4, atol=1e-5)
+        with _padded_layers(True):
+            hidden = net.hidden(x)
+        assert hidden.shape == (rows, 24)
+    assert calls == [("relu", "relu", None), ("relu", "relu"), ("tanh", "tanh", None), ("tanh", "tanh")]
+
+
+@pytest.mark.skipif(not GPU, reason="bf16 autocast is the GPU's")
+@pytest.mark.parametrize("members", [0, 3])
+def test_chain_in_bf16_matches_layer_by_layer_functions(members, monkeypatch):
+    """In bf16 Chain (its backward's fused kernel) gives the gradients of the per-layer functions
+    (LinearReLU ..., whose backward is cuBLAS's matmul then the activation kernel) to bf16's rounding,
+    for one policy and stacked members, at Tag's widths."""
+    from workbench.learn import policies
+    from workbench.learn.members import stack_members
+    torch.manual_seed(9)
+    nets = [mlp([78, 256, 256, 42], activation=torch.nn.ReLU).to(DEVICE) for _ in range(max(members, 1))]
+    net = stack_members(nets) if members else nets[0]
+    rows = 3000 * max(members, 1)
+    x = torch.randn(rows, 78, device=DEVICE)
+    upstream = torch.randn(rows, 42, device=DEVICE)
+    results = []
+    for chain in (True, False):
+        if not chain:
+            monkeypatch.setattr(policies, "_chain", lambda layers: None)
+        net.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = net(x)
+        (out.float() * upstream).sum().backward()
+        results.append([out.detach().float()] + [p.grad.clone() for p in net.parameters()])
+    for (name, _), mine, ref in zip([("output", None)] + list(net.named_parameters()), *results):
+        err = float((mine - ref).abs().max() / ref.abs().max())
+        assert err < 0.02, f"{name}: off by {err:.4f} of its largest element"

@@ -1,5 +1,6 @@
 """Triton kernel of padded_linear.py (imported on first use, so that TRITON_INTERPRET set by then is
-honoured): a bf16 linear layer with its bias and activation (tanh or ReLU) in the matmul's epilogue."""
+honoured): a bf16 linear layer with its bias and activation (tanh or ReLU) in the matmul's epilogue, and
+the backward matmul into a hidden layer with its activation's derivative and bias gradient in the epilogue."""
 import triton
 import triton.language as tl
 
@@ -30,3 +31,40 @@ def linear_activation(x, w, b, y, rows, w_member, b_member, wk, wn, K: tl.conste
     out = activation(acc + bias[None, :], ACT)
     tl.store(y + r[:, None] * N + c[None, :], out.to(y.dtype.element_ty),
              mask=(local[:, None] < rows) & (c[None, :] < N))
+
+
+@triton.jit
+def linear_backward_activation(dz, w, y, dh, partials, rows, dz_row, dz_col, w_member, wk, wn, K: tl.constexpr,
+                               N: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                               RELU: tl.constexpr):
+    """The gradient of a hidden layer's pre-activation from the next layer's, for program (p, q, m):
+    dh = (dz W) * act'(y) with y = act(h) the hidden layer's output [M * rows, N] (tanh: 1 - y^2;
+    RELU: y > 0), for rows [BM p, BM (p + 1)) of member m's `rows` and columns [BN q, BN (q + 1)),
+    and dh's column sums over those rows into partials [M, programs, N] (the hidden layer's bias
+    gradient, summed after in a fixed order). dz [M * rows, K] is the next layer's pre-activation
+    gradient, its element (r, k) at r * dz_row + k * dz_col; member m's W of the next layer at
+    w + m * w_member, its element (k, n) at k * wk + n * wn (nn.Linear's [K, N]: wk = N, wn = 1;
+    MemberLinear's [M, N, K]: wk = 1, wn = K); float32 accumulation. Where cuBLAS writes dz W and a
+    second kernel reads it back beside y, the tile stays on chip."""
+    p = tl.program_id(0)
+    m = tl.program_id(2)
+    local = p.to(tl.int64) * BM + tl.arange(0, BM)
+    r = m.to(tl.int64) * rows + local
+    c = tl.program_id(1) * BN + tl.arange(0, BN)
+    w += m.to(tl.int64) * w_member
+    acc = tl.zeros((BM, BN), tl.float32)
+    for k0 in range(0, K, BK):
+        k = k0 + tl.arange(0, BK)
+        a = tl.load(dz + r[:, None] * dz_row + k[None, :] * dz_col, mask=(local[:, None] < rows) & (k[None, :] < K),
+                    other=0.0)
+        wt = tl.load(w + k[:, None] * wk + c[None, :] * wn, mask=(k[:, None] < K) & (c[None, :] < N), other=0.0)
+        acc = tl.dot(a, wt, acc)
+    ok = (local[:, None] < rows) & (c[None, :] < N)
+    at = r[:, None] * N + c[None, :]
+    out = tl.load(y + at, mask=ok, other=0.0).to(tl.float32)
+    if RELU:
+        d = tl.where(out > 0.0, acc, 0.0)
+    else:
+        d = acc * (1.0 - out * out)
+    tl.store(dh + at, d.to(dh.dtype.element_ty), mask=ok)
+    tl.store(partials + (m * tl.num_programs(0) + p) * N + c, tl.sum(d, 0), mask=c < N)

@@ -7,13 +7,18 @@ Tag's 256-wide policies):
   sums, which torch reduces at about a third of the memory bandwidth);
 - MemberLinearTanh, MemberLinearReLU and MemberLinearOut, the same for stacked members
   (members.MemberLinear's [M, in, out] weights: batched matmuls, each member's bias gradient its own);
+- Chain, an MLP's layers as one function (policies.MLP's usual path), whose backward makes each hidden
+  layer's pre-activation and bias gradients in the epilogue of the matmul that reaches it
+  (linear_kernels.linear_backward_activation), where layer by layer that matmul's [rows, units]
+  result is written, then read back beside the layer's output;
 - all of them padded to multiples of 8 features in and out (output layers: `Linear`, and
   `LinearSplit` for a shared body's head and value), with zero columns: a [rows, 78] observation or
   a [rows, 42] head sends cuBLAS to kernels for 2- and 4-byte aligned rows, which took about 33 of
   the 148 ms of Tag's update at 1000 x 100 on an H100 (the aligned layers' GEMMs 16 ms).
 
 In bf16 an activation layer's forward pass is one Triton kernel with the bias and activation in the
-matmul's epilogue (linear_kernels.linear_activation); the other matmuls stay cuBLAS's. The values are
+matmul's epilogue (linear_kernels.linear_activation), and in Chain the backward matmul into a hidden layer
+is one Triton kernel too; the other matmuls stay cuBLAS's. The values are
 those of nn.Linear (and its activation) in autocast's type, to bf16's rounding."""
 from __future__ import annotations
 
@@ -22,6 +27,9 @@ import torch
 BLOCK = 64  # rows per program of activation_backward_bias
 ALIGN = 8  # features: 16-byte rows in bf16
 GEMM_ROWS = 64  # rows per program of linear_kernels.linear_activation (64 x 256 tiles, 4 warps: the fastest tried)
+# linear_kernels.linear_backward_activation's rows, columns, warps and stages a program: the fastest of 15
+# tried at Tag's sizes on an H100 (bench/bench_backward_hidden.py)
+BACKWARD_TILE = (128, 128, 4, 3)
 
 
 def _padded(n: int) -> int:
@@ -88,31 +96,69 @@ def _padded_grad(dy: torch.Tensor, width: int, dtype) -> torch.Tensor:
     return _pad_columns(dy.to(dtype), width)
 
 
+def _autocast_dtype(x):
+    return torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else x.dtype
+
+
+def _padded_layer(weight, bias, dtype, members: bool):
+    """(weight, bias) in dtype padded to multiples of 8 features in and out, zeros in the new places:
+    nn.Linear's [Np, Kp] and [Np], or MemberLinear's [M, Kp, Np] and [M, 1, Np]."""
+    M, K, N = weight.shape if members else (1, weight.shape[1], weight.shape[0])
+    Np, Kp = _padded(N), _padded(K)
+    wc = weight.to(dtype)
+    if (Np, Kp) != (N, K):
+        wc = torch.nn.functional.pad(wc, (0, Np - N, 0, Kp - K) if members else (0, Kp - K, 0, Np - N))
+    bc = bias.to(dtype)
+    if Np != N:
+        bc = torch.nn.functional.pad(bc, (0, Np - N))
+    return wc.contiguous(), bc.contiguous()
+
+
+def _layer(xc, wc, bc, act: str | None, members: bool):
+    """act(xc wc^T + bc) [rows, Np] of padded operands (_padded_layer's; with `members`, member m's rows
+    of xc through member m's layer); act 'tanh', 'relu' or None (an output layer)."""
+    if act and xc.dtype == torch.bfloat16 and xc.is_cuda:
+        return _linear_activation_bf16(xc, wc, bc, act)
+    if members:
+        y = torch.baddbmm(bc, xc.reshape(wc.shape[0], -1, wc.shape[1]), wc).reshape(-1, wc.shape[2])
+    else:
+        y = torch.addmm(bc, xc, wc.t())
+    if act:
+        y = y.tanh_() if act == "tanh" else y.relu_()
+    return y
+
+
 def _forward(ctx, x, weight, bias, act: str | None, members: bool = False):
     """x W^T + b for x [rows, in], weight [out, in] (nn.Linear's) and bias [out]; with `members`, member
     m's rows of x [M * n, in] through weight [M, in, out] and bias [M, 1, out] (MemberLinear's).
     Features padded in and out to multiples of 8, then act ('tanh', 'relu' or None: an output layer).
     Returns [rows, out], a view of [rows, out padded] when out is not a multiple of 8."""
-    dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else x.dtype
-    M, K, N = weight.shape if members else (1, weight.shape[1], weight.shape[0])
-    Np, Kp = _padded(N), _padded(K)
+    dtype = _autocast_dtype(x)
     with torch.autocast("cuda", enabled=False):
-        xc = _pad_columns(x.to(dtype), Kp)
-        wc = weight.to(dtype)
-        if (Np, Kp) != (N, K):
-            wc = torch.nn.functional.pad(wc, (0, Np - N, 0, Kp - K) if members else (0, Kp - K, 0, Np - N))
-        bc = bias.to(dtype)
-        if Np != N:
-            bc = torch.nn.functional.pad(bc, (0, Np - N))
-        if act and dtype == torch.bfloat16 and xc.is_cuda:
-            y = _linear_activation_bf16(xc, wc.contiguous(), bc.contiguous(), act)
-        else:
-            y = torch.baddbmm(bc, xc.reshape(M, -1, Kp), wc).reshape(-1, Np) if members else torch.addmm(bc, xc, wc.t())
-            if act:
-                y = y.tanh_() if act == "tanh" else y.relu_()
+        wc, bc = _padded_layer(weight, bias, dtype, members)
+        xc = _pad_columns(x.to(dtype), wc.shape[1])
+        y = _layer(xc, wc, bc, act, members)
+    N, K = (weight.shape[2], weight.shape[1]) if members else weight.shape
     ctx.save_for_backward(xc, wc, y if act else None)
-    ctx.shape, ctx.act, ctx.members = (N, K), act, M if members else 0
-    return y if Np == N else y[:, :N]
+    ctx.shape, ctx.act, ctx.members = (N, K), act, weight.shape[0] if members else 0
+    return y if y.shape[1] == N else y[:, :N]
+
+
+def _weight_grad(xc, dz, N: int, K: int, members: int):
+    """The unpadded weight gradient from a layer's padded input xc [rows, Kp] and pre-activation
+    gradient dz [rows, Np]: nn.Linear's [N, K], or for `members` M stacked ones [M, K, N]."""
+    if not members:
+        return (dz.t() @ xc)[:N, :K]
+    xs, dzs = xc.reshape(members, -1, xc.shape[1]), dz.reshape(members, -1, dz.shape[1])
+    return torch.bmm(xs.transpose(1, 2), dzs)[:, :K, :N]
+
+
+def _input_grad(dz, wc, K: int, members: int):
+    """dz [rows, Np] through a padded weight wc (nn.Linear's [Np, Kp], or [M, Kp, Np] for `members`)
+    back to the layer's input: [rows, K]."""
+    if not members:
+        return (dz @ wc)[:, :K]
+    return torch.bmm(dz.reshape(members, -1, dz.shape[1]), wc.transpose(1, 2))[:, :, :K].reshape(-1, K)
 
 
 def _backward(ctx, dz):
@@ -120,13 +166,24 @@ def _backward(ctx, dz):
     dW [M, in, out])."""
     xc, wc, _ = ctx.saved_tensors
     N, K = ctx.shape
-    if not ctx.members:
-        dx = (dz @ wc)[:, :K] if ctx.needs_input_grad[0] else None
-        return dx, (dz.t() @ xc)[:N, :K]
-    M, Np, Kp = ctx.members, wc.shape[2], wc.shape[1]
-    dz, xc = dz.reshape(M, -1, Np), xc.reshape(M, -1, Kp)
-    dx = torch.bmm(dz, wc.transpose(1, 2))[:, :, :K].reshape(-1, K) if ctx.needs_input_grad[0] else None
-    return dx, torch.bmm(xc.transpose(1, 2), dz)[:, :K, :N]
+    dx = _input_grad(dz, wc, K, ctx.members) if ctx.needs_input_grad[0] else None
+    return dx, _weight_grad(xc, dz, N, K, ctx.members)
+
+
+def _activation_grad(dy, y, act: str, members: int):
+    """A hidden layer's pre-activation gradient dz [rows, H] from its output y [rows, H] and the
+    output's gradient dy [rows, <= H], and each member's bias gradient [M, 1, H] (float32), in one
+    kernel (fused_kernels.activation_backward_bias)."""
+    from . import fused
+    M = max(members, 1)
+    n, H = y.shape[0] // M, y.shape[1]
+    dy = _pad_columns(dy.to(y.dtype), H).contiguous()
+    dz = torch.empty_like(y)
+    programs = max(1, -(-n // BLOCK))
+    partials = torch.empty((M, programs, H), dtype=torch.float32, device=y.device)
+    fused._kernels().activation_backward_bias[(programs, M)](
+        dy, y, dz, partials, n, H=H, HP=fused._pow2(H, 1), BLOCK=BLOCK, RELU=int(act == "relu"))
+    return dz, partials.sum(1, keepdim=True)
 
 
 class _ActivationLayer(torch.autograd.Function):
@@ -136,18 +193,9 @@ class _ActivationLayer(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
-        from . import fused
-        y = ctx.saved_tensors[2]
-        M = max(ctx.members, 1)
-        n, H = y.shape[0] // M, y.shape[1]
-        dy = _pad_columns(dy.to(y.dtype), H).contiguous()
-        dz = torch.empty_like(y)
-        programs = max(1, -(-n // BLOCK))
-        partials = torch.empty((M, programs, H), dtype=torch.float32, device=y.device)
-        fused._kernels().activation_backward_bias[(programs, M)](
-            dy, y, dz, partials, n, H=H, HP=fused._pow2(H, 1), BLOCK=BLOCK, RELU=int(ctx.act == "relu"))
+        dz, db = _activation_grad(dy, ctx.saved_tensors[2], ctx.act, ctx.members)
         dx, dw = _backward(ctx, dz)
-        db = partials.sum(1, keepdim=True)[:, :, :ctx.shape[0]]
+        db = db[:, :, :ctx.shape[0]]
         return dx, dw, db if ctx.members else db.reshape(-1)
 
 
@@ -237,6 +285,76 @@ class LinearSplit(torch.autograd.Function):
             part.zero_() if grad is None else part.copy_(grad)
         dx, dw = _backward(ctx, dz)
         return dx, dw, dz.sum(0, dtype=torch.float32)[:N]
+
+
+def _backward_into_hidden(dz, wc, y, act: str, members: int):
+    """The previous (hidden) layer's pre-activation gradient from a layer's dz [rows, Np] and padded
+    weight wc (nn.Linear's [Np, Kp], or stacked [M, Kp, Np] for `members`) given that hidden layer's
+    output y [rows, Kp]: (dz wc) * act'(y), and each member's bias gradient [M, 1, Kp] (float32). In
+    bf16 on GPUs one kernel (linear_kernels.linear_backward_activation); elsewhere the matmul, then
+    _activation_grad's kernel."""
+    from . import fused
+    if not (y.dtype == torch.bfloat16 and y.is_cuda):
+        return _activation_grad(_input_grad(dz, wc, y.shape[1], members), y, act, members)
+    M = max(members, 1)
+    n, Kp, Np = y.shape[0] // M, y.shape[1], dz.shape[1]
+    BM, BN, warps, stages = BACKWARD_TILE
+    BN = min(BN, fused._pow2(Kp))
+    programs = max(1, -(-n // BM))
+    dh = torch.empty_like(y)
+    partials = torch.empty((M, programs, Kp), dtype=torch.float32, device=y.device)
+    strides = (Kp * Np, 1, Np) if members else (0, Kp, 1)
+    fused._linear_kernels().linear_backward_activation[(programs, -(-Kp // BN), M)](
+        dz, wc, y, dh, partials, n, dz.stride(0), dz.stride(1), *strides, K=Np, N=Kp, BM=BM, BN=BN,
+        BK=32 if Np >= 32 else 16, RELU=int(act == "relu"), num_warps=warps, num_stages=stages)
+    return dh, partials.sum(1, keepdim=True)
+
+
+class Chain(torch.autograd.Function):
+    """An MLP's layers as one function: x [rows, in] through linear layers (nn.Linear's weight [out, in]
+    and bias [out], or, with `members`, MemberLinear's [M, in, out] and [M, 1, out]), each followed by
+    its activation in `acts` ('tanh', 'relu', or None for an output layer, the last only). Forward as
+    LinearTanh, LinearReLU and Linear (or their members' forms) one after another, the padded features
+    carried from layer to layer; backward with each hidden layer's pre-activation and bias gradients
+    made in the epilogue of the matmul that reaches it (_backward_into_hidden), where layer by layer
+    the matmul's [rows, units] result is written and read back."""
+
+    @staticmethod
+    def forward(ctx, x, acts, members, *params):
+        dtype = _autocast_dtype(x)
+        padded, outputs = [], []
+        with torch.autocast("cuda", enabled=False):
+            for weight, bias in zip(params[0::2], params[1::2]):
+                padded.append(_padded_layer(weight, bias, dtype, members))
+            h = xc = _pad_columns(x.to(dtype), padded[0][0].shape[1])
+            for (wc, bc), act in zip(padded, acts):
+                h = _layer(h, wc, bc, act, members)
+                outputs.append(h)
+        ctx.save_for_backward(xc, *(wc for wc, _ in padded), *outputs)
+        ctx.acts, ctx.members = acts, params[0].shape[0] if members else 0
+        ctx.shapes = [(w.shape[2], w.shape[1]) if members else tuple(w.shape) for w in params[0::2]]
+        N = ctx.shapes[-1][0]
+        return h if h.shape[1] == N else h[:, :N]
+
+    @staticmethod
+    def backward(ctx, dy):
+        L, M = len(ctx.acts), ctx.members
+        xc, weights, outputs = ctx.saved_tensors[0], ctx.saved_tensors[1:L + 1], ctx.saved_tensors[L + 1:]
+        if ctx.acts[-1] is None:  # as Linear's and MemberLinearOut's backward
+            Np = outputs[-1].shape[1]
+            dz = _padded_grad(dy, Np, outputs[-1].dtype) if M else _pad_columns(dy.to(outputs[-1].dtype), Np)
+            db = dz.reshape(max(M, 1), -1, Np).sum(1, keepdim=True, dtype=torch.float32)
+        else:
+            dz, db = _activation_grad(dy, outputs[-1], ctx.acts[-1], M)
+        grads = [None] * (2 * L)
+        for i in reversed(range(L)):
+            N, K = ctx.shapes[i]
+            grads[2 * i] = _weight_grad(xc if i == 0 else outputs[i - 1], dz, N, K, M)
+            grads[2 * i + 1] = db[:, :, :N] if M else db.reshape(-1)[:N]
+            if i > 0:
+                dz, db = _backward_into_hidden(dz, weights[i], outputs[i - 1], ctx.acts[i - 1], M)
+        dx = _input_grad(dz, weights[0], ctx.shapes[0][1], M) if ctx.needs_input_grad[0] else None
+        return (dx, None, None, *grads)
 
 
 def serves(x: torch.Tensor) -> bool:

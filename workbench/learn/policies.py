@@ -73,7 +73,14 @@ class MLP(nn.Sequential):
 
     @staticmethod
     def run(x, layers):
-        """x through `layers` on the padded layers (the GPU path while gradients are recorded)."""
+        """x through `layers` on the padded layers (the GPU path while gradients are recorded): as one
+        padded_linear.Chain when they are linear layers of one kind, each but the last followed by an
+        activation, else pair by pair."""
+        chain = _chain(layers)
+        if chain is not None:
+            linears, acts = chain
+            params = [p for layer in linears for p in (layer.weight, layer.bias)]
+            return padded_linear.Chain.apply(x, acts, isinstance(linears[0], MemberLinear), *params)
         i = 0
         while i < len(layers):
             layer = layers[i]
@@ -89,6 +96,25 @@ class MLP(nn.Sequential):
                 x = layer(x)
                 i += 1
         return x
+
+
+def _chain(layers):
+    """(linear layers, their activations: 'tanh', 'relu' or None for an output layer) when `layers` is
+    linear layers of one kind with biases, each followed by Tanh or ReLU but perhaps the last; else None."""
+    linears, acts = [], []
+    kind = type(layers[0]) if layers else None
+    i = 0
+    while i < len(layers):
+        layer = layers[i]
+        if type(layer) is not kind or kind not in _PADDED or layer.bias is None:
+            return None
+        act = activation_kind(layers[i + 1]) if i + 1 < len(layers) else None
+        if act is None and i + 1 < len(layers):
+            return None
+        linears.append(layer)
+        acts.append(None if act is None else ("tanh" if act is nn.Tanh else "relu"))
+        i += 2 if act is not None else 1
+    return (linears, tuple(acts)) if linears else None
 
 
 ACTIVATIONS = {"tanh": Tanh, "relu": nn.ReLU}
