@@ -27,8 +27,8 @@ import torch
 BLOCK = 64  # rows per program of activation_backward_bias
 ALIGN = 8  # features: 16-byte rows in bf16
 GEMM_ROWS = 64  # rows per program of linear_kernels.linear_activation (64 x 256 tiles, 4 warps: the fastest tried)
-# linear_kernels.linear_backward_activation's rows, columns, warps and stages a program: the fastest of 15
-# tried at Tag's sizes on an H100 (bench/bench_backward_hidden.py)
+# linear_kernels.linear_backward_activation's rows, columns, warps and stages a program: of 17 tried, the fastest
+# over Tag's five shapes together on an H100 (bench/bench_backward_hidden.py; docs/benchmarks.md)
 BACKWARD_TILE = (128, 128, 4, 3)
 
 
