@@ -111,7 +111,11 @@ def population(run_dir, target="cpu"):
     """A population split over the ranks: each trains its members, every rank sees every member's
     report, rank 0's checkpoint holds every member, and every rank resumes its own from it."""
     import json
-    from workbench.learn import runs
+    import time
+    from workbench.learn import checkpoint, runs
+    if os.environ["RANK"] == "0":  # a slow disk: rank 1 must not look for the checkpoint before it is written
+        save_atomic = checkpoint.save_atomic
+        checkpoint.save_atomic = lambda *args, **kwargs: time.sleep(3) or save_atomic(*args, **kwargs)
     trainer, result = runs.run_training(population_config(run_dir, **TARGETS[target]), progress=False,
                                         show_run_folder=False)
     rank = dist.get_rank()

@@ -220,7 +220,8 @@ def _fork_metrics(source: Path, dest: Path, upto: int):
 
 
 def run_training(config, *, resume=None, progress=True, policies=None, show_run_folder: bool = True):
-    """Train per `config`, writing its run folder; returns (trainer, result). `resume` is a
+    """Train per `config`, writing its run folder; returns (trainer, result), on every rank of a
+    distributed run once rank 0 has written the whole folder. `resume` is a
     checkpoint to continue from; one outside config.run_dir forks its run into run_dir.
     show_run_folder: print what the run folder holds at the end."""
     from .loggers import compose, make_logger
@@ -267,6 +268,11 @@ def run_training(config, *, resume=None, progress=True, policies=None, show_run_
         plot_learning_curve(trainer.history, run_dir / "learning_curve.png", f"{config.env} {config.algorithm}")
         if show_run_folder:
             print(run_folder_contents(run_dir))
+    if trainer.sync is not None or trainer.ranks is not None:
+        import torch.distributed
+        # rank 0 writes the run folder: no rank returns before it is complete (a rank that goes on to
+        # load the checkpoint would otherwise find none, or the last one)
+        torch.distributed.barrier()
     return trainer, result
 
 
