@@ -272,7 +272,7 @@ def test_an_exported_member_trains_on_as_it_would_in_its_population(tmp_path, ca
     trainer.train(num_iterations=2)
     trainer.save(tmp_path / "checkpoint.pt")
     path = export_member(tmp_path, 1)
-    assert path == tmp_path / "member_1.pt"
+    assert path == tmp_path / "member_1" / "checkpoint.pt"
     on = trainer.train(num_iterations=2).history[-2:]
     member = make_trainer(population.member_config(config, 1)).load(path)
     assert len(member.history) == 0 or member.history[-1]["iteration"] == 2
@@ -317,6 +317,41 @@ def test_cli_trains_a_sweep_and_writes_its_ranking(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["evaluate", str(run), "--member", "worst"])
     assert "--member: a member's index (0, 1, ...) or best, not 'worst'" in capsys.readouterr().err
+
+
+def test_an_exported_member_is_a_run_of_its_own_that_trains_on_beside_its_population(tmp_path, capsys):
+    """export-member writes a run folder (member_K: checkpoint, the member's config and reports), which
+    trains on, evaluates and replays as any run; a member exported to a file trains on into a folder
+    named after it; neither writes into the population's folder, and nothing is overwritten."""
+    from workbench.cli import main
+    from workbench.learn.runs import load_policy
+    run = tmp_path / "run"
+    assert main(["train", "cartpole", "--seeds", "2", "--sweep", "lr=1e-3,3e-3", "--num-envs", "8",
+                 "--total-env-steps", "512", "--target", "cpu", "--cpu-threads", "1", "--run-dir", str(run)]) == 0
+    population_checkpoint = (run / "checkpoint.pt").read_bytes()
+    capsys.readouterr()
+    assert main(["export-member", str(run), "--member", "2"]) == 0
+    folder = run / "member_2"
+    assert f"--resume {folder}" in capsys.readouterr().out
+    saved = cfg.load_yaml(folder / "config.yaml")
+    member = population.member_config(cfg.load_yaml(run / "config.yaml"), 2)
+    assert (saved.seeds, saved.sweep, saved.run_dir) == (1, None, str(folder))
+    assert (saved.seed, saved.lr) == (member.seed, member.lr) and member.lr == 3e-3
+    with (folder / "metrics.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert rows and all(r["member"] == "2" for r in rows)
+    assert main(["export-member", str(run), "--member", "2"]) == 2
+    assert "already holds a run" in capsys.readouterr().err
+    assert main(["train", "--resume", str(folder), "--total-env-steps", "1024"]) == 0
+    assert load_policy(folder).env_steps == 1024
+    assert main(["evaluate", str(folder), "--num-envs", "2", "--episodes", "1"]) == 0
+    assert main(["export-member", str(run), "--member", "0", "--out", str(run / "m0.pt")]) == 0
+    assert main(["train", "--resume", str(run / "m0.pt"), "--total-env-steps", "1024"]) == 0
+    assert (run / "m0" / "checkpoint.pt").is_file()
+    assert load_policy(run / "m0").config.seed == population.member_config(cfg.load_yaml(run / "config.yaml"), 0).seed
+    assert main(["train", "--resume", str(run / "m0.pt"), "--total-env-steps", "2048"]) == 2
+    assert "holds the run trained on from" in capsys.readouterr().err
+    assert (run / "checkpoint.pt").read_bytes() == population_checkpoint
 
 
 def test_a_single_runs_member_adam_steps_as_torch_adam_and_loads_its_state():

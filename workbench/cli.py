@@ -182,7 +182,8 @@ def cmd_evaluate(args) -> int:
 def cmd_export_member(args) -> int:
     from .learn.runs import export_member
     path = export_member(_checkpoint_path(args.run), args.member, args.out)
-    print(f"wrote {path}: resume it with python -m workbench train --resume {path}")
+    run = path.parent if args.out is None else path  # a run folder of its own, or the file alone
+    print(f"wrote {run}: resume it with python -m workbench train --resume {run}")
     return 0
 
 
@@ -272,11 +273,12 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", default=None, help="also write the results to this JSON file")
     ev.add_argument("--member", default="best", type=_member,
                     help="of a population's run: the member to evaluate (an index, or best)")
-    export = sub.add_parser("export-member", help="write one member of a population's run as a single run's "
-                                                  "checkpoint (resume, evaluate and replay it as any run)")
+    export = sub.add_parser("export-member", help="write one member of a population's run as a single run "
+                                                  "(resume, evaluate and replay it as any run)")
     export.add_argument("run", help="population run folder or checkpoint")
     export.add_argument("--member", default="best", type=_member, help="the member to export (an index, or best)")
-    export.add_argument("--out", default=None, help="checkpoint path (default: member_K.pt in the run folder)")
+    export.add_argument("--out", default=None, help="write only the checkpoint, to this file (default: a run folder "
+                        "member_K in the population's run folder: checkpoint.pt, config.yaml, metrics.csv)")
     export.set_defaults(func=cmd_export_member)
     ev.set_defaults(func=cmd_evaluate)
     rollouts = sub.add_parser("rollouts", help="random-action rollouts of every shipped env, env-steps/s")

@@ -141,7 +141,12 @@ def _resume(run_or_checkpoint, requested):
     path, payload = load_checkpoint(run_or_checkpoint)
     run_dir = path.parent
     saved_file = run_dir / "config.yaml"
-    config = cfg.load_yaml(saved_file) if saved_file.is_file() else cfg.from_dict(payload["config"])
+    if _exported_member_file(path, payload):
+        # its own config (the folder's config.yaml is its population's), and a folder named after the
+        # file to train on into
+        config, run_dir = cfg.from_dict(payload["config"]), path.with_suffix("")
+    else:
+        config = cfg.load_yaml(saved_file) if saved_file.is_file() else cfg.from_dict(payload["config"])
     signature = payload["signature"]
     for key, theirs in (("env", signature["env"]), ("algorithm", signature["algorithm"])):
         if getattr(config, key) != theirs:
@@ -151,6 +156,12 @@ def _resume(run_or_checkpoint, requested):
             raise ResumeError(f"cannot resume {str(run_dir)!r} with {key}={getattr(requested, key)!r}: that run "
                               f"trained {key}={theirs!r} (drop the config argument to continue the run as it was)")
     return cfg.replace(config, run_dir=str(run_dir)), path, payload
+
+
+def _exported_member_file(path: Path, payload: dict) -> bool:
+    """Whether `path` is a population member exported to a file of its own (export-member --out), which
+    may lie beside its population's run folder."""
+    return bool(payload.get("member_of")) and path.name != "checkpoint.pt"
 
 
 def _reached(history, target) -> bool:
@@ -188,6 +199,10 @@ def run_config(config=None, *, resume=None, changes=None):
                                       f"a run ({name}); continue it with --resume {fork} (resume= from Python), or "
                                       f"name a new folder")
             changes["run_dir"] = str(fork)
+        elif _exported_member_file(checkpoint, payload) and (Path(config.run_dir) / "checkpoint.pt").exists():
+            raise ResumeError(f"{config.run_dir!r} holds the run trained on from {str(checkpoint)!r} already: "
+                              f"continue it with --resume {config.run_dir}, or fork the member into a new folder "
+                              f"with --run-dir")
         if ("target_return" not in changes and config.target_return is not None
                 and changes.get("total_env_steps", config.total_env_steps) > config.total_env_steps
                 and _reached(payload.get("history"), config.target_return)):
@@ -238,7 +253,7 @@ def run_training(config, *, resume=None, progress=True, policies=None, show_run_
         run_dir.mkdir(parents=True, exist_ok=True)
         cfg.save_yaml(config, run_dir / "config.yaml")
         _keep_env_source(trainer.env.definition, run_dir)
-        if resume and Path(resume).parent.resolve() != run_dir.resolve():
+        if resume and Path(resume).parent.resolve() != run_dir.resolve() and Path(resume).name == "checkpoint.pt":
             _fork_metrics(Path(resume).parent / "metrics.csv", run_dir / "metrics.csv", trainer.iteration)
     say = print if trainer.is_main else (lambda *a, **k: None)
     total = trainer.M * (trainer.ranks.context.world_size if trainer.ranks is not None else 1)
@@ -326,15 +341,31 @@ def run_folder_contents(run_dir: Path) -> str:
 
 
 def export_member(run_or_checkpoint, member="best", path=None):
-    """Write member `member` (an index or "best") of a population run as an ordinary single-run
-    checkpoint (default: member_K.pt beside the run's checkpoint); returns its path. Resume, evaluate
-    and replay it as any run's checkpoint."""
+    """Write member `member` (an index or "best") of a population run as an ordinary single run: by
+    default a run folder member_K beside the run's checkpoint (checkpoint.pt, config.yaml with the
+    member's seed and hyperparameters, metrics.csv of its reports, the env's source where the run kept
+    one), or with `path` its checkpoint alone; returns the checkpoint's path. Resume, evaluate and replay
+    it as any run: training it on continues exactly as the member would have in its population."""
     from . import checkpoint as ckpt
+    from .metrics import append_csv
     from .population import member_payload
     source, payload = load_checkpoint(run_or_checkpoint)
     single = member_payload(payload, member)
-    k = single["member_of"]["member"]
-    path = Path(path) if path is not None else source.parent / f"member_{k}.pt"
     for key in ("format", "version"):
         single.pop(key, None)
-    return ckpt.save_atomic(single, path)
+    if path is not None:
+        return ckpt.save_atomic(single, Path(path))
+    folder = source.parent / f"member_{single['member_of']['member']}"
+    if (folder / "checkpoint.pt").exists():
+        raise ResumeError(f"{str(folder)!r} already holds a run (checkpoint.pt), which exporting again would "
+                          f"overwrite: continue it with --resume {folder}, or export to a new file with --out")
+    folder.mkdir(parents=True, exist_ok=True)
+    config = cfg.replace(cfg.from_dict(single["config"]), run_dir=str(folder))
+    single["config"] = cfg.to_dict(config)
+    cfg.save_yaml(config, folder / "config.yaml")
+    for name in set(SOURCE_FILES.values()) | {"env_source.py"}:
+        if (source.parent / name).is_file():
+            (folder / name).write_text((source.parent / name).read_text())
+    for report in single["history"]:
+        append_csv(folder / "metrics.csv", report)
+    return ckpt.save_atomic(single, folder / "checkpoint.pt")
