@@ -330,6 +330,9 @@ def test_an_exported_member_is_a_run_of_its_own_that_trains_on_beside_its_popula
                  "--total-env-steps", "512", "--target", "cpu", "--cpu-threads", "1", "--run-dir", str(run)]) == 0
     population_checkpoint = (run / "checkpoint.pt").read_bytes()
     capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--seeds", "3"]) == 2
+    assert "continues its 4 member(s) (seeds=2, sweep={'lr': [0.001, 0.003]}); the seeds and sweep asked make 6" \
+        in capsys.readouterr().err
     assert main(["export-member", str(run), "--member", "2"]) == 0
     folder = run / "member_2"
     assert f"--resume {folder}" in capsys.readouterr().out

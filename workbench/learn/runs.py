@@ -183,7 +183,8 @@ def run_config(config=None, *, resume=None, changes=None):
     whose env, algorithm, num_envs and env_params `changes` may not alter. A run_dir other than the
     resumed run's folder forks the run there (that folder must not hold a run yet); a total_env_steps
     raised past the budget of a run that stopped at its target_return drops that target_return
-    (unless `changes` sets one), so the run trains on to the new budget."""
+    (unless `changes` sets one), so the run trains on to the new budget; seeds and sweep may not change
+    how many members the run has."""
     changes = dict(changes or {})
     if resume:
         config, checkpoint, payload = _resume(resume, config)
@@ -191,6 +192,14 @@ def run_config(config=None, *, resume=None, changes=None):
             if key in changes and changes[key] != getattr(config, key):
                 raise ResumeError(f"resuming {config.run_dir!r} continues the run as trained; {key} cannot change "
                                   f"({getattr(config, key)!r} -> {changes[key]!r})")
+        if "seeds" in changes or "sweep" in changes:
+            from .population import members_of
+            had, asked = len(members_of(config)), len(members_of(cfg.replace(config, **{
+                key: changes[key] for key in ("seeds", "sweep") if key in changes})))
+            if asked != had:
+                raise ResumeError(f"resuming {config.run_dir!r} continues its {had} member(s) (seeds={config.seeds}, "
+                                  f"sweep={config.sweep}); the seeds and sweep asked make {asked}: drop them to "
+                                  f"continue the run, or start a new run")
         fork = changes.pop("run_dir", None)
         if fork and Path(fork).resolve() != Path(config.run_dir).resolve():
             for name in ("checkpoint.pt", "metrics.csv"):
