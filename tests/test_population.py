@@ -314,6 +314,8 @@ def test_cli_trains_a_sweep_and_writes_its_ranking(tmp_path, capsys):
     assert sorted(float(r["lr"]) for r in rows) == [1e-3, 3e-3] and all(int(r["members"]) == 2 for r in rows)
     assert main(["train", "cartpole", "--sweep", "lr=fast", "--target", "cpu"]) == 2
     assert "--sweep takes NAME=V1,V2" in capsys.readouterr().err
+    assert main(["train", "cartpole", "--sweep", "lr=1e-3", "--sweep", "lr=3e-3", "--target", "cpu"]) == 2
+    assert "--sweep names lr twice; give all its values in one: --sweep lr=0.001,0.003" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["evaluate", str(run), "--member", "worst"])
     assert "--member: a member's index (0, 1, ...) or best, not 'worst'" in capsys.readouterr().err
@@ -348,6 +350,8 @@ def test_an_exported_member_is_a_run_of_its_own_that_trains_on_beside_its_popula
     assert main(["train", "--resume", str(folder), "--total-env-steps", "1024"]) == 0
     assert load_policy(folder).env_steps == 1024
     assert main(["evaluate", str(folder), "--num-envs", "2", "--episodes", "1"]) == 0
+    assert main(["evaluate", str(folder), "--member", "1"]) == 2
+    assert "is a single run's checkpoint, not a population's; evaluate it without --member" in capsys.readouterr().err
     assert main(["export-member", str(run), "--member", "0", "--out", str(run / "m0.pt")]) == 0
     assert main(["train", "--resume", str(run / "m0.pt"), "--total-env-steps", "1024"]) == 0
     assert (run / "m0" / "checkpoint.pt").is_file()

@@ -38,7 +38,12 @@ def _overrides(args) -> dict:
             if name in vars(args) and getattr(args, name) is not None:
                 values[name] = getattr(args, name)
     for item in getattr(args, "sweep_items", None) or []:
-        values.setdefault("sweep", {}).update(_sweep_item(item))
+        (name, swept), = _sweep_item(item).items()
+        if name in values.get("sweep", {}):
+            from .learn.config import ConfigError
+            raise ConfigError(f"--sweep names {name} twice; give all its values in one: --sweep {name}="
+                              + ",".join(str(v) for v in values["sweep"][name] + swept))
+        values.setdefault("sweep", {})[name] = swept
     for item in args.set or []:
         if "=" not in item:
             from .learn.config import ConfigError
@@ -155,8 +160,11 @@ def cmd_evaluate(args) -> int:
     from .learn import population, trainer_state
     path, payload = load_checkpoint(_checkpoint_path(args.checkpoint))  # registers a %%warpenv env it kept
     if payload.get("population"):
-        payload = population.member_payload(payload, args.member)
+        payload = population.member_payload(payload, "best" if args.member is None else args.member)
         print(f"member {payload['member_of']['member']} of {payload['member_of']['members']}")
+    elif args.member is not None:
+        raise cfg.ConfigError(f"--member {args.member}: {str(path)!r} is a single run's checkpoint, not a "
+                              f"population's; evaluate it without --member")
     config = cfg.from_dict(payload["config"])
     config = cfg.replace(config, num_envs=args.num_envs or config.num_envs, run_dir=None,
                          target=args.target or config.target)
@@ -271,8 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="only these policies replaced by random actions (no names: only the trained policies); "
                          "default: each policy replaced in turn")
     ev.add_argument("--json", default=None, help="also write the results to this JSON file")
-    ev.add_argument("--member", default="best", type=_member,
-                    help="of a population's run: the member to evaluate (an index, or best)")
+    ev.add_argument("--member", default=None, type=_member,
+                    help="of a population's run: the member to evaluate (an index, or best: the default)")
     export = sub.add_parser("export-member", help="write one member of a population's run as a single run "
                                                   "(resume, evaluate and replay it as any run)")
     export.add_argument("run", help="population run folder or checkpoint")
