@@ -10,9 +10,14 @@ import torch
 import workbench as wb
 
 
-def test_unknown_env_lists_known():
-    with pytest.raises(wb.UnknownEnvError, match="unknown env 'cartpol'; known envs: .*cartpole"):
+def test_unknown_env_lists_known_and_suggests_the_closest():
+    with pytest.raises(wb.UnknownEnvError, match="unknown env 'cartpol'; did you mean 'cartpole'\\?; known envs: "):
         wb.make("cartpol", num_envs=2, target="cpu")
+    with pytest.raises(wb.UnknownEnvError, match="unknown env 'zzz'; known envs: acrobot"):
+        wb.make("zzz", num_envs=2, target="cpu")
+    from workbench.learn.config import ConfigError
+    with pytest.raises(ConfigError, match="no config file 'tag_continous'; did you mean 'tag_continuous'\\?"):
+        wb.train("tag_continous")
 
 
 def test_cuda_without_gpu_names_available_targets():
@@ -37,7 +42,8 @@ def test_num_envs_out_of_range(bad):
 
 
 def test_unknown_parameter():
-    with pytest.raises(wb.EnvDefinitionError, match="unknown parameter.*'gravty'.*takes"):
+    with pytest.raises(wb.EnvDefinitionError, match="unknown parameter.*'gravty'\\]; did you mean 'gravity' for "
+                                                    "'gravty'\\?; this env takes"):
         wb.make("cartpole", num_envs=2, target="cpu", gravty=3.0)
 
 

@@ -1,4 +1,13 @@
 """Errors with short, precise messages; in IPython they render without a long traceback."""
+import difflib
+
+
+def did_you_mean(word: str, candidates, show=str) -> str:
+    """'; did you mean X?' (or 'X, Y or Z?') naming the closest candidates, else ''."""
+    found = [show(f) for f in difflib.get_close_matches(word, sorted(set(candidates)), n=3, cutoff=0.75)]
+    if not found:
+        return ""
+    return f"; did you mean {found[0] if len(found) == 1 else ', '.join(found[:-1]) + ' or ' + found[-1]}?"
 
 
 class WorkbenchError(Exception):

@@ -32,7 +32,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import EnvDefinitionError, EnvParameterError
+from ..errors import EnvDefinitionError, EnvParameterError, did_you_mean
 
 SPECIAL_ARGS = ("env", "agent", "key")
 # names of the generated drivers' own arguments and locals (codegen, codegen_c): an array or entity so named
@@ -269,7 +269,8 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
     overrides = dict(overrides or {})
     unknown = sorted(set(overrides) - set(defaults))
     if unknown:
-        raise EnvDefinitionError(f"{name}: unknown parameter(s) {unknown}; this env takes {sorted(defaults)}")
+        hints = "".join(did_you_mean(k, defaults, lambda c, k=k: f"{c!r} for {k!r}") for k in unknown)
+        raise EnvDefinitionError(f"{name}: unknown parameter(s) {unknown}{hints}; this env takes {sorted(defaults)}")
     params = {**defaults, **overrides}
     for key, value in params.items():
         if key in defaults and isinstance(defaults[key], (int, float)) and not isinstance(value, (int, float, np.number)):

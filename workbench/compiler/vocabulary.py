@@ -10,11 +10,10 @@ value means in a phase: the numba targets bind it to a helper or a `math` functi
 from __future__ import annotations
 
 import ast
-import difflib
 import inspect
 
 from . import helpers, rng
-from ..errors import EnvDefinitionError
+from ..errors import EnvDefinitionError, did_you_mean
 
 PYTHON_TARGETS = ("cpu", "cuda")
 
@@ -86,14 +85,6 @@ def _where(name: str, node: ast.AST, lines: list) -> str:
     return f"{name}: line {node.lineno}: {text}"
 
 
-def _did_you_mean(word: str, candidates, show=str) -> str:
-    """'; did you mean X?' (or 'X, Y or Z?') naming the closest candidates, else ''."""
-    found = [show(f) for f in difflib.get_close_matches(word, sorted(set(candidates)), n=3, cutoff=0.75)]
-    if not found:
-        return ""
-    return f"; did you mean {found[0] if len(found) == 1 else ', '.join(found[:-1]) + ' or ' + found[-1]}?"
-
-
 def _import_hint(name: str) -> str:
     return f" ({IMPORT_OF[name]})" if name in IMPORT_OF else ""
 
@@ -130,12 +121,12 @@ def _numpy_call(node: ast.Call, attr: str, shown: str) -> str | None:
     prefix = shown[:-len(attr)]
     if not hasattr(numpy, attr):
         return f"{shown} is not a numpy function" + (
-            _did_you_mean(attr, list(NUMPY) + list(NUMPY_SCALARS), lambda c: prefix + c)
-            or _did_you_mean(attr, dir(numpy), lambda c: prefix + c))
+            did_you_mean(attr, list(NUMPY) + list(NUMPY_SCALARS), lambda c: prefix + c)
+            or did_you_mean(attr, dir(numpy), lambda c: prefix + c))
     alternative = NUMPY_ALTERNATIVES.get(attr, "a numpy function of the list in docs/writing-an-env.md ('What a "
                                                "phase may use')")
     return f"{shown} does not compile on target(s) cuda, cuda-c; use {alternative}" + \
-        _did_you_mean(attr, NUMPY, lambda c: prefix + c)
+        did_you_mean(attr, NUMPY, lambda c: prefix + c)
 
 
 REFUSED_BUILTINS = {"sum": "a loop accumulating into a local", "sorted": "an insertion into a small local",
@@ -169,7 +160,7 @@ def _call_problem(node: ast.Call, local_functions: set, namespace: dict) -> str 
             if chain[0] in MATH:
                 return None
             if not hasattr(math, chain[0]):
-                return f"{shown} is not a math function" + _did_you_mean(chain[0], MATH, lambda c: f"{root}.{c}")
+                return f"{shown} is not a math function" + did_you_mean(chain[0], MATH, lambda c: f"{root}.{c}")
             return f"{shown} does not compile on target(s) cuda, cuda-c; use a function of the portable list in " \
                    f"docs/writing-an-env.md"
         return None
@@ -255,14 +246,14 @@ def _undefined_message(missing: str, fn: ast.FunctionDef, namespace: dict, param
                 f"(def {fn.name}({', '.join([a.arg for a in fn.args.args] + [missing])}))")
     candidates = set(_local_names(fn)) | set(params) | set(arrays) | HELPERS | RANDOM | ATOMICS | BUILTINS | \
         {k for k in namespace if not k.startswith("__")}
-    return text + _did_you_mean(missing, candidates, lambda c: f"'{c}'" + ("" if c in namespace else _import_hint(c)))
+    return text + did_you_mean(missing, candidates, lambda c: f"'{c}'" + ("" if c in namespace else _import_hint(c)))
 
 
 def _numpy_attribute(node: ast.Attribute, namespace: dict) -> str | None:
     """np.NAME read (not called) where numpy has no NAME."""
     import numpy
     if isinstance(node.value, ast.Name) and namespace.get(node.value.id) is numpy and not hasattr(numpy, node.attr):
-        return f"{node.value.id}.{node.attr} is not a numpy name" + _did_you_mean(
+        return f"{node.value.id}.{node.attr} is not a numpy name" + did_you_mean(
             node.attr, list(NUMPY) + list(NUMPY_SCALARS) + ["pi", "e", "inf", "nan"], lambda c: f"{node.value.id}.{c}")
     return None
 

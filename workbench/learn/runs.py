@@ -40,7 +40,9 @@ def resolve_config(name_or_path: str) -> Path:
     if found is not None:
         return found
     names = sorted(p.name[:-5] for p in resources.files("workbench.configs").iterdir() if p.name.endswith(".yaml"))
-    raise cfg.ConfigError(f"no config file {name_or_path!r}; shipped configs: {names}; an env registered in this "
+    from ..errors import did_you_mean
+    hint = did_you_mean(Path(name_or_path).stem, names, repr)
+    raise cfg.ConfigError(f"no config file {name_or_path!r}{hint}; shipped configs: {names}; an env registered in this "
                           f"process (wb.register, %%warpenv) trains from Python with a default config: "
                           f"wb.train(ENV_NAME)")
 

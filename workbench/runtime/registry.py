@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from ..compiler import envdef, envdef_c
-from ..errors import UnknownEnvError
+from ..errors import UnknownEnvError, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,8 @@ def register(name: str, source: str, *, language: str = "python", filename: str 
 def lookup(name: str) -> EnvSource:
     _load_builtins()
     if name not in _REGISTRY:
-        raise UnknownEnvError(f"unknown env '{name}'; known envs: {', '.join(sorted(_REGISTRY))}")
+        raise UnknownEnvError(f"unknown env '{name}'{did_you_mean(name, _REGISTRY, lambda c: repr(c))}; known envs: "
+                              f"{', '.join(sorted(_REGISTRY))}")
     return _REGISTRY[name]
 
 
