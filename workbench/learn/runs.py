@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import config as cfg
 from .report import returns_text
-from ..errors import WorkbenchError
+from ..errors import WorkbenchError, did_you_mean
 
 # torch (through .checkpoint, .trainer) is imported where used: the CLI imports this module, and
 # `python -m workbench --help` needs no torch.
@@ -40,7 +40,6 @@ def resolve_config(name_or_path: str) -> Path:
     if found is not None:
         return found
     names = sorted(p.name[:-5] for p in resources.files("workbench.configs").iterdir() if p.name.endswith(".yaml"))
-    from ..errors import did_you_mean
     hint = did_you_mean(Path(name_or_path).stem, names, repr)
     raise cfg.ConfigError(f"no config file {name_or_path!r}{hint}; shipped configs: {names}; an env registered in this "
                           f"process (wb.register, %%warpenv) trains from Python with a default config: "
@@ -374,7 +373,7 @@ def export_member(run_or_checkpoint, member="best", path=None):
     config = cfg.replace(cfg.from_dict(single["config"]), run_dir=str(folder))
     single["config"] = cfg.to_dict(config)
     cfg.save_yaml(config, folder / "config.yaml")
-    for name in set(SOURCE_FILES.values()) | {"env_source.py"}:
+    for name in set(SOURCE_FILES.values()):
         if (source.parent / name).is_file():
             (folder / name).write_text((source.parent / name).read_text())
     for report in single["history"]:

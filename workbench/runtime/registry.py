@@ -58,7 +58,7 @@ def register(name: str, source: str, *, language: str = "python", filename: str 
 def lookup(name: str) -> EnvSource:
     _load_builtins()
     if name not in _REGISTRY:
-        raise UnknownEnvError(f"unknown env '{name}'{did_you_mean(name, _REGISTRY, lambda c: repr(c))}; known envs: "
+        raise UnknownEnvError(f"unknown env '{name}'{did_you_mean(name, _REGISTRY, repr)}; known envs: "
                               f"{', '.join(sorted(_REGISTRY))}")
     return _REGISTRY[name]
 
