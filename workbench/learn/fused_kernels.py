@@ -37,6 +37,16 @@ def activation(x, ACT: tl.constexpr):
 
 
 @triton.jit
+def activation_derivative(dy, y, RELU: tl.constexpr):
+    """A hidden layer's pre-activation gradient from its output y and the output's gradient dy: dy (1 - y^2)
+    for tanh, dy where y > 0 for ReLU (RELU 1)."""
+    if RELU:
+        return tl.where(y > 0.0, dy, 0.0)
+    else:
+        return dy * (1.0 - y * y)
+
+
+@triton.jit
 def operand(w, DOT: tl.constexpr):
     """A weight tile in the dots' input type (bf16 under DOT 0), cast once outside a program's loop."""
     if DOT == 0:
@@ -443,9 +453,6 @@ def activation_backward_bias(dy, y, dz, partials, rows, H: tl.constexpr, HP: tl.
     at = r[:, None] * H + c[None, :]
     g = tl.load(dy + at, mask=ok, other=0.0).to(tl.float32)
     out = tl.load(y + at, mask=ok, other=0.0).to(tl.float32)
-    if RELU:
-        d = tl.where(out > 0.0, g, 0.0)
-    else:
-        d = g * (1.0 - out * out)
+    d = activation_derivative(g, out, RELU)
     tl.store(dz + at, d.to(dz.dtype.element_ty), mask=ok)
     tl.store(partials + (m * tl.num_programs(0) + p) * H + c, tl.sum(d, 0), mask=c < H)

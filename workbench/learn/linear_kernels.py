@@ -4,7 +4,22 @@ the backward matmul into a hidden layer with its activation's derivative and bia
 import triton
 import triton.language as tl
 
-from .fused_kernels import activation
+from .fused_kernels import activation, activation_derivative
+
+
+@triton.jit
+def tile_product(a, a_row, a_col, w, wk, wn, r, local, rows, c, K: tl.constexpr, N: tl.constexpr, BM: tl.constexpr,
+                 BN: tl.constexpr, BK: tl.constexpr):
+    """The [BM, BN] float32 tile A W of rows r (local row `local` < rows) and columns c: A's element (r, k) at
+    a + r * a_row + k * a_col, W's (k, n) at w + k * wk + n * wn, both K deep."""
+    acc = tl.zeros((BM, BN), tl.float32)
+    for k0 in range(0, K, BK):
+        k = k0 + tl.arange(0, BK)
+        at = tl.load(a + r[:, None] * a_row + k[None, :] * a_col, mask=(local[:, None] < rows) & (k[None, :] < K),
+                     other=0.0)
+        wt = tl.load(w + k[:, None] * wk + c[None, :] * wn, mask=(k[:, None] < K) & (c[None, :] < N), other=0.0)
+        acc = tl.dot(at, wt, acc)
+    return acc
 
 
 @triton.jit
@@ -20,13 +35,7 @@ def linear_activation(x, w, b, y, rows, w_member, b_member, wk, wn, K: tl.conste
     local = tl.program_id(0).to(tl.int64) * BM + tl.arange(0, BM)
     r = m.to(tl.int64) * rows + local
     c = tl.program_id(1) * BN + tl.arange(0, BN)
-    w += m.to(tl.int64) * w_member
-    acc = tl.zeros((BM, BN), tl.float32)
-    for k0 in range(0, K, BK):
-        k = k0 + tl.arange(0, BK)
-        a = tl.load(x + r[:, None] * K + k[None, :], mask=(local[:, None] < rows) & (k[None, :] < K), other=0.0)
-        wt = tl.load(w + c[None, :] * wn + k[:, None] * wk, mask=(k[:, None] < K) & (c[None, :] < N), other=0.0)
-        acc = tl.dot(a, wt, acc)
+    acc = tile_product(x, K, 1, w + m.to(tl.int64) * w_member, wk, wn, r, local, rows, c, K, N, BM, BN, BK)
     bias = tl.load(b + m * b_member + c, mask=c < N, other=0.0).to(tl.float32)
     out = activation(acc + bias[None, :], ACT)
     tl.store(y + r[:, None] * N + c[None, :], out.to(y.dtype.element_ty),
@@ -51,20 +60,10 @@ def linear_backward_activation(dz, w, y, dh, partials, rows, dz_row, dz_col, w_m
     local = p.to(tl.int64) * BM + tl.arange(0, BM)
     r = m.to(tl.int64) * rows + local
     c = tl.program_id(1) * BN + tl.arange(0, BN)
-    w += m.to(tl.int64) * w_member
-    acc = tl.zeros((BM, BN), tl.float32)
-    for k0 in range(0, K, BK):
-        k = k0 + tl.arange(0, BK)
-        a = tl.load(dz + r[:, None] * dz_row + k[None, :] * dz_col, mask=(local[:, None] < rows) & (k[None, :] < K),
-                    other=0.0)
-        wt = tl.load(w + k[:, None] * wk + c[None, :] * wn, mask=(k[:, None] < K) & (c[None, :] < N), other=0.0)
-        acc = tl.dot(a, wt, acc)
+    acc = tile_product(dz, dz_row, dz_col, w + m.to(tl.int64) * w_member, wk, wn, r, local, rows, c, K, N, BM, BN,
+                       BK)
     ok = (local[:, None] < rows) & (c[None, :] < N)
     at = r[:, None] * N + c[None, :]
-    out = tl.load(y + at, mask=ok, other=0.0).to(tl.float32)
-    if RELU:
-        d = tl.where(out > 0.0, acc, 0.0)
-    else:
-        d = acc * (1.0 - out * out)
+    d = activation_derivative(acc, tl.load(y + at, mask=ok, other=0.0).to(tl.float32), RELU)
     tl.store(dh + at, d.to(dh.dtype.element_ty), mask=ok)
     tl.store(partials + (m * tl.num_programs(0) + p) * N + c, tl.sum(d, 0), mask=c < N)
