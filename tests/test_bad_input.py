@@ -387,6 +387,26 @@ def test_cli_switches_algorithm_with_set(capsys, monkeypatch):
     assert isinstance(seen["config"], wb.A2CConfig)
 
 
+def test_cli_set_and_sweep_take_several_items_after_one_flag(capsys, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(cli, "run_training", lambda config, **k: seen.setdefault("config", config) and
+                        (None, types.SimpleNamespace(stopped_by="budget")))
+    assert cli.main(["train", "cartpole", "--run-dir", "unused", "--set", "gamma=0.98", "update_epochs=2",
+                     "--set", "hidden_sizes=[16]", "--seeds", "2", "--sweep", "lr=1e-3,3e-3", "ent_coef=0,0.01"]) == 0
+    config = seen["config"]
+    assert (config.gamma, config.update_epochs, config.hidden_sizes) == (0.98, 2, (16,))
+    assert config.sweep == {"lr": [1e-3, 3e-3], "ent_coef": [0, 0.01]} and config.seeds == 2
+
+
+@pytest.mark.parametrize("flag", ["--set", "--sweep"])
+def test_cli_config_after_set_or_sweep_says_to_move_it(flag, capsys, monkeypatch):
+    """The flags take every word after them, the config's name too: the error says so."""
+    monkeypatch.setattr(cli, "run_training", lambda *a, **k: pytest.fail("trained despite a bad option"))
+    item = "gamma=0.98" if flag == "--set" else "lr=1e-3,3e-3"
+    _assert_one_line_error(*_cli(["train", flag, item, "cartpole"], capsys)[::2],
+                           f"got 'cartpole' (put the config cartpole before {flag}, which takes every word after it)")
+
+
 def test_cli_interrupted_training_says_where_the_checkpoint_went(tmp_path, capsys, monkeypatch):
     (tmp_path / "checkpoint.pt").write_bytes(b"saved")
     result = types.SimpleNamespace(stopped_by="interrupted", iterations=7)

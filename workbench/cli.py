@@ -47,7 +47,7 @@ def _overrides(args) -> dict:
     for item in args.set or []:
         if "=" not in item:
             from .learn.config import ConfigError
-            raise ConfigError(f"--set takes key=value, got {item!r}")
+            raise ConfigError(f"--set takes key=value, got {item!r}" + _misplaced_positional(item, "--set"))
         key, value = item.split("=", 1)
         try:
             values[key] = yaml.safe_load(value)
@@ -56,6 +56,15 @@ def _overrides(args) -> dict:
             raise ConfigError(f"--set {item}: the value {value!r} is not valid YAML ({yaml_problem(exc)}); "
                               f"e.g. --set hidden_sizes=[64,64]") from None
     return values
+
+
+def _misplaced_positional(item: str, flag: str) -> str:
+    """A hint for a --set or --sweep item without '=' that names a config: given after the flag, which takes
+    every word that follows it."""
+    from .learn.runs import _config_file
+    if "=" not in item and (_config_file(item) is not None or item.endswith((".yaml", ".yml"))):
+        return f" (put the config {item} before {flag}, which takes every word after it)"
+    return ""
 
 
 def _sweep_item(item: str) -> dict:
@@ -68,7 +77,8 @@ def _sweep_item(item: str) -> dict:
     except ValueError:
         values = []
     if not key or not values:
-        raise ConfigError(f"--sweep takes NAME=V1,V2,... with numbers, e.g. --sweep lr=1e-3,3e-4; got {item!r}")
+        raise ConfigError(f"--sweep takes NAME=V1,V2,... with numbers, e.g. --sweep lr=1e-3,3e-4; got {item!r}"
+                          + _misplaced_positional(item, "--sweep"))
     return {key.strip(): values}
 
 
@@ -237,11 +247,11 @@ def _add_config_options(parser):
                                    type=lambda s: s.lower() in ("1", "true", "yes"), help=doc)
             elif base in (int, float, str):
                 group.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, type=base, help=doc)
-    parser.add_argument("--sweep", action="append", dest="sweep_items", metavar="NAME=V1,V2,...",
-                        help="train a population over these values of a hyperparameter (repeat for a grid; each "
-                             "setting times --seeds members), e.g. --sweep lr=1e-3,3e-4 --sweep ent_coef=0,0.01")
-    parser.add_argument("--set", action="append", metavar="KEY=VALUE",
-                        help="any config key, value in YAML syntax (e.g. --set hidden_sizes=[128,128])")
+    parser.add_argument("--sweep", action="extend", nargs="+", dest="sweep_items", metavar="NAME=V1,V2,...",
+                        help="train a population over these values of a hyperparameter (several names for a grid; "
+                             "each setting times --seeds members), e.g. --sweep lr=1e-3,3e-4 ent_coef=0,0.01")
+    parser.add_argument("--set", action="extend", nargs="+", metavar="KEY=VALUE",
+                        help="config keys, values in YAML syntax (e.g. --set hidden_sizes=[128,128] gamma=0.98)")
 
 
 def build_parser() -> argparse.ArgumentParser:
