@@ -321,6 +321,11 @@ def test_cli_trains_a_sweep_and_writes_its_ranking(tmp_path, capsys):
     assert "--member: a member's index (0, 1, ...) or best, not 'worst'" in capsys.readouterr().err
 
 
+def _csv_rows(path):
+    with open(path) as fh:
+        return list(csv.DictReader(fh))
+
+
 def test_an_exported_member_is_a_run_of_its_own_that_trains_on_beside_its_population(tmp_path, capsys):
     """export-member writes a run folder (member_K: checkpoint, the member's config and reports), which
     trains on, evaluates and replays as any run; a member exported to a file trains on into a folder
@@ -342,19 +347,26 @@ def test_an_exported_member_is_a_run_of_its_own_that_trains_on_beside_its_popula
     member = population.member_config(cfg.load_yaml(run / "config.yaml"), 2)
     assert (saved.seeds, saved.sweep, saved.run_dir) == (1, None, str(folder))
     assert (saved.seed, saved.lr) == (member.seed, member.lr) and member.lr == 3e-3
-    with (folder / "metrics.csv").open() as fh:
-        rows = list(csv.DictReader(fh))
-    assert rows and all(r["member"] == "2" for r in rows)
+    population_rows = [r for r in _csv_rows(run / "metrics.csv") if r["member"] == "2"]
+    exported_rows = _csv_rows(folder / "metrics.csv")
+    assert exported_rows and not {"member", "seed", "lr"} & set(exported_rows[0])
+    assert [r["mean_return"] for r in exported_rows] == [r["mean_return"] for r in population_rows]
     assert main(["export-member", str(run), "--member", "2"]) == 2
     assert "already holds a run" in capsys.readouterr().err
     assert main(["train", "--resume", str(folder), "--total-env-steps", "1024"]) == 0
     assert load_policy(folder).env_steps == 1024
+    resumed_rows = _csv_rows(folder / "metrics.csv")
+    assert len(resumed_rows) > len(exported_rows) and all(v != "" for r in resumed_rows for v in r.values())
     assert main(["evaluate", str(folder), "--num-envs", "2", "--episodes", "1"]) == 0
     assert main(["evaluate", str(folder), "--member", "1"]) == 2
     assert "is a single run's checkpoint, not a population's; evaluate it without --member" in capsys.readouterr().err
     assert main(["export-member", str(run), "--member", "0", "--out", str(run / "m0.pt")]) == 0
     assert main(["train", "--resume", str(run / "m0.pt"), "--total-env-steps", "1024"]) == 0
     assert (run / "m0" / "checkpoint.pt").is_file()
+    member_0_rows = [r for r in _csv_rows(run / "metrics.csv") if r["member"] == "0"]
+    m0_rows = _csv_rows(run / "m0" / "metrics.csv")
+    assert [r["mean_return"] for r in m0_rows[:len(member_0_rows)]] == [r["mean_return"] for r in member_0_rows]
+    assert len(m0_rows) > len(member_0_rows) and all(v != "" for r in m0_rows for v in r.values())
     assert load_policy(run / "m0").config.seed == population.member_config(cfg.load_yaml(run / "config.yaml"), 0).seed
     assert main(["train", "--resume", str(run / "m0.pt"), "--total-env-steps", "2048"]) == 2
     assert "holds the run trained on from" in capsys.readouterr().err

@@ -215,12 +215,14 @@ def member_payload(payload: dict, k) -> dict:
     norms = {name: {key: (v[k].squeeze(-1) if key == "count" else v[k]).clone() for key, v in state.items()}
              for name, state in payload["norms"].items()}
     member = members_of(config)[k]
+    population_columns = {"member", "seed", *member.values}  # a single run's reports have none: its config says them
     signature = {**payload["signature"], "members": 1}
     rng = dict(payload["rng"])
     rng["streams"] = {"counter": payload["rng"]["streams"]["counter"], "seeds": [member.seed + 1]}
     out = {**payload, "config": cfg.to_dict(member_config(config, k)), "signature": signature, "models": models,
            "optimizers": optimizers, "norms": norms, "rng": rng, "population": None, "replay": replay,
-           "history": [r["members"][k] for r in history if r.get("members")],
+           "history": [{key: v for key, v in r["members"][k].items() if key not in population_columns}
+                       for r in history if r.get("members")],
            "env_state": member_env_state(payload["env_state"], info["members"], k),
            "env_seed": member.seed, "member_of": {"members": info["members"], "member": k}}
     return out

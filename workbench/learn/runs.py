@@ -250,6 +250,7 @@ def run_training(config, *, resume=None, progress=True, policies=None, show_run_
     checkpoint to continue from; one outside config.run_dir forks its run into run_dir.
     show_run_folder: print what the run folder holds at the end."""
     from .loggers import compose, make_logger
+    from .metrics import append_csv
     from .report import plot_learning_curve
     from .trainer import make_trainer
 
@@ -265,6 +266,9 @@ def run_training(config, *, resume=None, progress=True, policies=None, show_run_
         _keep_env_source(trainer.env.definition, run_dir)
         if resume and Path(resume).parent.resolve() != run_dir.resolve() and Path(resume).name == "checkpoint.pt":
             _fork_metrics(Path(resume).parent / "metrics.csv", run_dir / "metrics.csv", trainer.iteration)
+        elif resume and not (run_dir / "metrics.csv").exists():  # a checkpoint file trained on into a new folder
+            for report in trainer.history:
+                append_csv(run_dir / "metrics.csv", report)
     say = print if trainer.is_main else (lambda *a, **k: None)
     total = trainer.M * (trainer.ranks.context.world_size if trainer.ranks is not None else 1)
     members = f"{total} members x " if trainer.M > 1 else ""
