@@ -21,7 +21,8 @@ PARAMS = dict(dt=0.2, link_length_1=1.0, link_length_2=1.0, link_mass_1=1.0, lin
               max_vel_1=4 * math.pi, max_vel_2=9 * math.pi, torque_noise_max=0.0, book_or_nips="book",
               reset_low=-0.1, reset_high=0.1, max_steps=500)
 PARAM_DOCS = dict(
-    dt="Seconds per step.", link_length_1="Length of the upper link (m).", link_length_2="Length of the lower link (m).",
+    dt="Seconds per step.", link_length_1="Length of the upper link (m).",
+    link_length_2="Length of the lower link (m).",
     link_mass_1="Mass of the upper link (kg).", link_mass_2="Mass of the lower link (kg).",
     link_com_pos_1="Centre of mass of the upper link, from its pivot (m).",
     link_com_pos_2="Centre of mass of the lower link, from its pivot (m).", link_moi="Moment of inertia of each link.",

@@ -79,7 +79,8 @@ PARAM_DOCS = dict(
     max_speed_tagger="Speed cap of a tagger.", max_speed_runner="Speed cap of a runner.",
     max_acceleration="Greatest acceleration step.", min_acceleration="Least acceleration step.",
     max_turn="Greatest turn per step (rad).", min_turn="Least turn per step (rad).",
-    num_acceleration_levels="Acceleration actions besides the no-op.", num_turn_levels="Turn actions besides the no-op.",
+    num_acceleration_levels="Acceleration actions besides the no-op.",
+    num_turn_levels="Turn actions besides the no-op.",
     edge_hit_penalty="Reward added when an agent hits a wall (<= 0 is a penalty).",
     full_observation="Whether each agent observes every other agent (else its nearest k).",
     num_other_agents_observed="k: the nearest agents in a partial observation.",
@@ -152,7 +153,8 @@ def validate_params(p):
     if not p.grid_length > 0:
         return f"grid_length (the arena side) must be positive, got {p.grid_length!r}"
     if not p.tagging_distance > 0:
-        return f"tagging_distance must be positive (the radius is tagging_distance * grid_length), got {p.tagging_distance!r}"
+        return (f"tagging_distance must be positive (the radius is tagging_distance * grid_length), "
+                f"got {p.tagging_distance!r}")
     if not is_int(p.episode_length) or p.episode_length < 1:
         return f"episode_length must be an int >= 1, got {p.episode_length!r}"
     for name in ("max_speed_tagger", "max_speed_runner"):
@@ -368,7 +370,8 @@ def tagger_in_reach(env, px, py, x, y, cell_count, cell_members):
                     scan_all = True
                 else:
                     for s in range(n):
-                        best, best_d2 = nearer_tagger(env, np.int64(cell_members[env, c, s]), px, py, x, y, r2, best, best_d2)
+                        best, best_d2 = nearer_tagger(env, np.int64(cell_members[env, c, s]), px, py, x, y, r2,
+                                                      best, best_d2)
     if scan_all:
         best = -1
         for j in range(np.int64(num_taggers)):

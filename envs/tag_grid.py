@@ -61,7 +61,8 @@ PARAM_DOCS = dict(
     num_taggers="Taggers per replica (agents 0 .. num_taggers-1).", num_runners="Runners per replica.",
     grid_length="Side L of the grid (L + 1 cells a side).", episode_length="Steps before truncation.",
     wall_hit_penalty="Cost of a move off the grid.", tag_reward_for_tagger="Reward of a tagger per runner tagged.",
-    tag_penalty_for_runner="Cost to a runner of being tagged.", step_cost_for_tagger="Cost to a tagger of a step without a tag.",
+    tag_penalty_for_runner="Cost to a runner of being tagged.",
+    step_cost_for_tagger="Cost to a tagger of a step without a tag.",
     full_observation="Whether each agent observes every agent (else the nearest opponent).",
     shared_tag_reward="Whether every tagger shares the reward of a tag (else only the taggers on the cell).",
 )

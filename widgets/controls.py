@@ -135,7 +135,8 @@ class RunForm:
                                   f"target=..., env_params=..., algorithm=...), not as config fields")
             unknown = sorted(set(overrides) - names)
             if unknown:
-                raise ConfigError(f"unknown {cls.__name__} field(s) {unknown}; fields: {sorted(names - set(CONTROLLED))}")
+                raise ConfigError(f"unknown {cls.__name__} field(s) {unknown}; "
+                                  f"fields: {sorted(names - set(CONTROLLED))}")
         form = ConfigForm(cls, exclude=CONTROLLED, apart=POPULATION)
         for name, value in values.items():
             if name in form.inputs and type(form.inputs[name]) is type(self.config_form.inputs[name]):

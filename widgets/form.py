@@ -202,7 +202,8 @@ class ConfigForm(widgets.VBox):
     def set(self, **values) -> None:
         for name, value in values.items():
             if name not in self.inputs:
-                raise ConfigError(f"{self.cls.__name__} has no field {name!r} in this form; fields: {list(self.inputs)}")
+                raise ConfigError(f"{self.cls.__name__} has no field {name!r} in this form; "
+                                  f"fields: {list(self.inputs)}")
             widget = self.inputs[name]
             widget.value = _text(value, name) if isinstance(widget, widgets.Text) else value
 

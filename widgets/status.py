@@ -67,7 +67,8 @@ def describe_state(runner) -> str:
     returns over the members once an episode ended)."""
     spec, c = runner.spec, runner.spec.config
     what = (f"training {c.algorithm.upper()}" if spec.mode == "train"
-            else f"rollouts ({'policy of ' + os.path.basename(spec.checkpoint) if spec.checkpoint else 'random actions'})")
+            else f"rollouts "
+                 f"({'policy of ' + os.path.basename(spec.checkpoint) if spec.checkpoint else 'random actions'})")
     members = members_text(c) if spec.mode == "train" else ""
     if members:
         what += f" as {members}"
@@ -89,7 +90,8 @@ def describe_state(runner) -> str:
                 f"{'; ' + summary if summary else ''}{folder}")
     if state == "stopped":
         more = "; Continue goes on, New run starts again" if spec.mode == "train" and spec.world_size == 1 else ""
-        return f"stopped (Stop pressed) after {done}{', ' + summary if summary else ''}: {what} on {c.env}{folder}{more}"
+        return (f"stopped (Stop pressed) after {done}{', ' + summary if summary else ''}: "
+                f"{what} on {c.env}{folder}{more}")
     if state == "finished":
         reason = {"budget": "total_env_steps reached", "target_return": "target_return reached"}.get(
             runner.stopped_by, str(runner.stopped_by))

@@ -273,7 +273,8 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
         raise EnvDefinitionError(f"{name}: unknown parameter(s) {unknown}{hints}; this env takes {sorted(defaults)}")
     params = {**defaults, **overrides}
     for key, value in params.items():
-        if key in defaults and isinstance(defaults[key], (int, float)) and not isinstance(value, (int, float, np.number)):
+        if (key in defaults and isinstance(defaults[key], (int, float))
+                and not isinstance(value, (int, float, np.number))):
             raise EnvDefinitionError(f"{name}: parameter '{key}' must be a number, got {value!r}")
     validate = namespace.get("validate_params")
     if validate is not None:

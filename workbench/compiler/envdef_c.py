@@ -115,7 +115,8 @@ def _c_block_python(name: str, source: str) -> str:
     first_line = source.count("\n", 0, start)
     body = source[start + len(C_BLOCK):end].split("\n")
     rest = textwrap.dedent("\n".join(body[1:])).split("\n") if len(body) > 1 else []
-    prelude = "from workbench.compiler.envdef import Box, Discrete, MultiDiscrete, per_agent, per_entity, per_env; import math"
+    prelude = ("from workbench.compiler.envdef import Box, Discrete, MultiDiscrete, per_agent, per_entity, per_env; "
+               "import math")
     head = body[0].strip()
     lines = [""] * first_line + [prelude + (f"; {head}" if head else "")] + rest
     return "\n".join(lines) + "\n"

@@ -134,7 +134,8 @@ def clear() -> int:
 
 if __name__ == "__main__":
     import argparse
-    parser = argparse.ArgumentParser(prog="python -m workbench.compiler.kernel_cache", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m workbench.compiler.kernel_cache",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("--clear", action="store_true", help="delete every cached kernel")
     args = parser.parse_args()
     if args.clear:

@@ -99,7 +99,8 @@ def auto_scale(config, *, margin: float = 0.2, start: int = 1024, max_envs: int 
             trainer.train(num_iterations=1)
             if trainer.device.type == "cuda":
                 torch.cuda.synchronize()
-                return float(torch.cuda.max_memory_allocated()), trainer.steps_per_iteration / (time.perf_counter() - start_t)
+                return (float(torch.cuda.max_memory_allocated()),
+                        trainer.steps_per_iteration / (time.perf_counter() - start_t))
             rate = trainer.steps_per_iteration / (time.perf_counter() - start_t)
             return float(_host_bytes(trainer)), rate
         finally:

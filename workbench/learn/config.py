@@ -66,7 +66,8 @@ class RunConfig:
     cuda_graph: bool = _f(True, "Replay each training iteration (rollout, advantages, every update) from CUDA "
                                  "graphs on GPU targets.")
     compile: bool = _f(False, "torch.compile the policy step, the step's bookkeeping, the minibatch loss and GAE on "
-                               "GPU targets: 1.3 to 1.5x more CartPole env-steps/s, after a first iteration that compiles for "
+                               "GPU targets: 1.3 to 1.5x more CartPole env-steps/s, "
+                               "after a first iteration that compiles for "
                                "about 35 s (CartPole) to over 4 min (two Tag policies); pays off past ~1e9 env-steps.")
     fused_kernels: bool = _f(True, "On GPUs, run the default MLP policy's learner (PPO, A2C; discrete actions) "
                                    "with fused Triton kernels: a minibatch's gradient in one launch per network, a "
@@ -85,11 +86,13 @@ class RunConfig:
     progress: bool = _f(False, "Show a progress bar with env-steps/s and an ETA while training.")
     checkpoint_every: int = _f(0, "Save a checkpoint every this many iterations into run_dir (0: only at the end).")
     run_dir: str = _f(None, "Folder for metrics.csv, the learning curve, checkpoints (None: no files).")
-    logger: str = _f("csv", "Experiment logger besides metrics.csv: csv (none), tensorboard or wandb (offline without a key).")
+    logger: str = _f("csv", "Experiment logger besides metrics.csv: csv (none), tensorboard or wandb "
+                            "(offline without a key).")
 
     def __post_init__(self):
         """Every config, however built, has a known algorithm, typed fields and sane ranges."""
-        fixed = type(self).__dataclass_fields__["algorithm"].default if "algorithm" in self.__dataclass_fields__ else None
+        fixed = (type(self).__dataclass_fields__["algorithm"].default if "algorithm" in self.__dataclass_fields__
+                 else None)
         algorithm = getattr(self, "algorithm", None)
         if fixed is not None and algorithm != fixed:
             classes = ", ".join(f"{k} ({c.__name__})" for k, c in ALGORITHMS.items())

@@ -125,7 +125,8 @@ def member_slice(members: int, context: Context) -> tuple:
         fits = [n for n in range(2, min(members, 64) + 1) if members % n == 0]
         raise DistributedError(f"a population of {members} members splits over ranks evenly, one block of members "
                                f"per rank; {world} ranks do not divide it: launch with torchrun --nproc-per-node "
-                               f"{' or '.join(map(str, fits[:4])) or 1}, or change seeds/sweep to a multiple of {world}")
+                               f"{' or '.join(map(str, fits[:4])) or 1}, "
+                               f"or change seeds/sweep to a multiple of {world}")
     per = members // world
     return context.rank * per, (context.rank + 1) * per
 

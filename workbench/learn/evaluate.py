@@ -171,7 +171,8 @@ def format_comparison(results: dict) -> str:
     if "tag_rate" in trained:
         if "random taggers" in results:
             lines.append(f"taggers: tag rate {trained['tag_rate']:.3f} trained vs "
-                         f"{results['random taggers']['tag_rate']:.3f} for random taggers (against the trained runners)")
+                         f"{results['random taggers']['tag_rate']:.3f} for random taggers "
+                         f"(against the trained runners)")
         if "random runners" in results:
             lines.append(f"runners: survival {trained['runner_survival']:.3f} trained vs "
                          f"{results['random runners']['runner_survival']:.3f} for random runners "

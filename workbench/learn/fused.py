@@ -106,7 +106,8 @@ def unsupported(model, head, algorithm: str, device) -> str | None:
         return f"the fused kernels compute PPO's and A2C's losses, not {algorithm}'s"
     if type(model) is not ActorCritic:
         return ("the fused kernels compute the default ActorCritic's gradients, not "
-                + ("a shared body's (shared_body)" if type(model).__name__ == "SharedActorCritic" else "a custom model's"))
+                + ("a shared body's (shared_body)" if type(model).__name__ == "SharedActorCritic"
+                   else "a custom model's"))
     if head.kind != "discrete":
         return f"the fused kernels handle discrete action heads, not {head.kind} ones"
     for net in (model.actor, model.critic):

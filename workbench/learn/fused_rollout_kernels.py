@@ -49,7 +49,8 @@ def policy_step(
     tl.store(logp + row, chosen - lse, mask=valid)
     tl.store(values + row, value, mask=valid)
     if RECORD:
-        tl.store(obs_out + row[:, None] * O + o_in[None, :], x.to(obs_out.dtype.element_ty, fp_downcast_rounding="rtne"),
+        tl.store(obs_out + row[:, None] * O + o_in[None, :],
+                 x.to(obs_out.dtype.element_ty, fp_downcast_rounding="rtne"),
                  mask=valid[:, None] & (o_in[None, :] < O))
         tl.store(env_action + (row // n) * agents + first + row % n, action.to(env_action.dtype.element_ty),
                  mask=valid)
@@ -134,7 +135,8 @@ def step_record(done, terminated, truncated, final_obs, reward, last_return, las
                     j = jj if FINAL else metric_start + jj
                     rows = (e * A + j)[:, None] * O + o[None, :]
                     x = tl.load(final_obs + rows, mask=take, other=0.0)
-                    if FINAL:  # (rows of episodes that did not end keep stale, finite values the critic's pass multiplies by 0)
+                    # (rows of episodes that did not end keep stale, finite values the critic's pass multiplies by 0)
+                    if FINAL:
                         tl.store(final_obs_out + rows, x, mask=take)
                     if METRIC:
                         out_of_game = tl.max((x != 0).to(tl.float32), 1) == 0

@@ -187,7 +187,8 @@ class MemberAdam:
         self._gathered = True
 
     def _gather(self):
-        grads = [(p.grad if p.grad is not None else z).reshape(self.members, -1) for p, z in zip(self.params, self._no_grad)]
+        grads = [(p.grad if p.grad is not None else z).reshape(self.members, -1)
+                 for p, z in zip(self.params, self._no_grad)]
         torch.cat(grads, dim=1, out=self.grad)
         self._gathered = True
 

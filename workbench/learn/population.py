@@ -117,7 +117,8 @@ def best_member(report: dict) -> int:
     members = report.get("members")
     if not members:
         return 0
-    finite = [(m["mean_return"], -m["member"]) for m in members if m.get("mean_return", float("nan")) == m.get("mean_return")]
+    finite = [(m["mean_return"], -m["member"]) for m in members
+              if m.get("mean_return", float("nan")) == m.get("mean_return")]
     return -max(finite)[1] if finite else 0  # (a tie: the lowest index, as the ranking's table says)
 
 
@@ -209,7 +210,8 @@ def member_payload(payload: dict, k) -> dict:
         models[name] = _unstack_state(state, layout, k)
         shapes = {p: tuple(models[name][p].shape) for p in layout["params"]}
         saved = payload["optimizers"][name]
-        optimizers[name] = ([_unstack_adam(o, layout, shapes, k, prefix) for o, prefix in zip(saved, ("actor.", "critic."))]
+        optimizers[name] = ([_unstack_adam(o, layout, shapes, k, prefix)
+                             for o, prefix in zip(saved, ("actor.", "critic."))]
                             if isinstance(saved, (list, tuple)) else _unstack_adam(saved, layout, shapes, k))
     replay = {name: _unstack_replay(state, info["members"], k) for name, state in payload.get("replay", {}).items()}
     norms = {name: {key: (v[k].squeeze(-1) if key == "count" else v[k]).clone() for key, v in state.items()}

@@ -148,7 +148,8 @@ class RolloutBuffer:
     def batch(self) -> "Batch":
         """The rollout flattened to B = T * E * n samples (views, no copies)."""
         T, E, n = self.shape
-        fields = {"obs": self.obs.reshape(T * E * n, -1), "actions": self.actions.reshape((T * E * n,) + self.actions.shape[3:]),
+        fields = {"obs": self.obs.reshape(T * E * n, -1),
+                  "actions": self.actions.reshape((T * E * n,) + self.actions.shape[3:]),
                   "logp": self.logp.reshape(-1), "values": self.values.reshape(-1),
                   "advantages": self.advantages.reshape(-1), "returns": self.returns.reshape(-1),
                   "mask": self.mask[:T].reshape(-1)}

@@ -79,7 +79,8 @@ class Sampler:
         if self.kind == "cpu" or self.simulated:
             self.device = torch.device("cpu")
         else:
-            self.device = torch.device(device) if device is not None else torch.device("cuda", torch.cuda.current_device())
+            self.device = (torch.device(device) if device is not None
+                           else torch.device("cuda", torch.cuda.current_device()))
             if self.device.index is None:
                 self.device = torch.device("cuda", torch.cuda.current_device())
         self.state = torch.zeros(2, dtype=torch.int64, device=self.device)
@@ -94,7 +95,8 @@ class Sampler:
     @classmethod
     def for_env(cls, env, seed: int | None = None) -> "Sampler":
         """A sampler on `env`'s target and device (seed defaults to the env's seed)."""
-        return cls(env.target, seed=env.seed if seed is None else seed, device=env.device if env.device.type == "cuda" else None)
+        return cls(env.target, seed=env.seed if seed is None else seed,
+                   device=env.device if env.device.type == "cuda" else None)
 
     def reseed(self, seed: int) -> None:
         """Restart the streams from `seed` (writes the device state; do this outside graph capture)."""
@@ -107,7 +109,8 @@ class Sampler:
         return int(self.state[1])
 
     # -- public sampling calls ----------------------------------------------------------
-    def categorical(self, logits: torch.Tensor, out: torch.Tensor | None = None, *, probs: bool = False) -> torch.Tensor:
+    def categorical(self, logits: torch.Tensor, out: torch.Tensor | None = None, *,
+                    probs: bool = False) -> torch.Tensor:
         """One category per row of `logits` [*B, K] (or probabilities [*B, K] with probs=True:
         non-negative, need not be normalised) into out [*B] int8, int16 or int32 (int32 when made here);
         returns out."""

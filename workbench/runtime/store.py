@@ -163,5 +163,6 @@ class DataStore(Mapping):
         return len(self._tensors)
 
     def __repr__(self):
-        rows = ", ".join(f"{k}: {tuple(v.shape)} {str(v.dtype).replace('torch.', '')}" for k, v in self._tensors.items())
+        rows = ", ".join(f"{k}: {tuple(v.shape)} {str(v.dtype).replace('torch.', '')}"
+                         for k, v in self._tensors.items())
         return f"DataStore({self.device}; {rows})"
