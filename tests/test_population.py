@@ -244,6 +244,7 @@ def test_streams_are_uniform_normal_and_independent_of_the_others():
 @pytest.mark.parametrize("changes, message", [
     ({"seeds": 0}, "seeds must be >= 1"),
     ({"sweep": {"learning_rate": [1e-3]}}, "the hyperparameters ppo members can differ in are"),
+    ({"sweep": {"ent_coeff": [0.01]}}, r"'max_grad_norm'\]; did you mean 'ent_coef'\?"),
     ({"sweep": {"lr": []}}, "must be a non-empty list of numbers"),
     ({"sweep": {"lr": [1e-3, -1.0]}}, r"sweep\['lr'\] holds -1.0, not a valid lr: .*lr must be > 0"),
     ({"sweep": {"gamma": [0.99, 1.5]}}, r"sweep\['gamma'\] holds 1.5, not a valid gamma: .*gamma must be in \[0, 1\]"),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from ..errors import WorkbenchError
+from ..errors import WorkbenchError, did_you_mean
 
 
 class ConfigError(WorkbenchError, ValueError):
@@ -278,7 +278,7 @@ def _validate_sweep(config) -> None:
     for key, values in config.sweep.items():
         if key not in allowed:
             raise ConfigError(f"{name}.sweep names {key!r}; the hyperparameters {config.algorithm} members can "
-                              f"differ in are {list(allowed)}")
+                              f"differ in are {list(allowed)}{did_you_mean(key, allowed, repr)}")
         if not isinstance(values, (list, tuple)) or not values or not all(
                 isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values):
             raise ConfigError(f"{name}.sweep[{key!r}] must be a non-empty list of numbers, e.g. "
