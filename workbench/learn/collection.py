@@ -162,10 +162,8 @@ class Collector:
                     buf.state[t].copy_(state)
                 self.send(g, self._policy_step(g, obs, state, t))
             tr.env.step()
-            record_outcome(self.terminated[t], self.truncated[t],
-                           self.final_obs[t] if self.final_obs is not None else None,
-                           [tr.buffers[g.name].rewards[t] for g in tr.groups],
-                           [tr.buffers[g.name].mask[t + 1] for g in tr.groups])
+            record_outcome(self.terminated[t], self.truncated[t], self.final_obs[t] if self.final_obs is not None else None,
+                           [tr.buffers[g.name].rewards[t] for g in tr.groups], [tr.buffers[g.name].mask[t + 1] for g in tr.groups])
             if per_step_final_values:
                 self._final_values_of_step(t)
         if self.active is not None and not recorded_masks:

@@ -45,8 +45,7 @@ class Env:
 
     def __init__(self, defn: EnvDefinition, *, num_envs: int, target: str, seed: int = 0, debug: bool = False,
                  replicas_per_seed: int | None = None):
-        if (not isinstance(num_envs, (int, np.integer)) or isinstance(num_envs, bool)
-                or not 1 <= num_envs <= MAX_NUM_ENVS):
+        if not isinstance(num_envs, (int, np.integer)) or isinstance(num_envs, bool) or not 1 <= num_envs <= MAX_NUM_ENVS:
             raise WorkbenchError(f"num_envs must be an int in [1, {MAX_NUM_ENVS}], got {num_envs!r}")
         self.definition = defn
         self.name = defn.name
