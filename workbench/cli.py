@@ -1,4 +1,4 @@
-"""`python -m workbench ...`: demo (the main job), train, evaluate, rollouts, check, envs."""
+"""`python -m workbench ...`: demo (the main job), train, evaluate, export-member, rollouts, check, envs."""
 from __future__ import annotations
 
 import argparse
