@@ -61,8 +61,8 @@ def _overrides(args) -> dict:
 def _misplaced_positional(item: str, flag: str) -> str:
     """A hint for a --set or --sweep item without '=' that names a config: given after the flag, which takes
     every word that follows it."""
-    from .learn.runs import _config_file
-    if "=" not in item and (_config_file(item) is not None or item.endswith((".yaml", ".yml"))):
+    from .learn.runs import config_file
+    if "=" not in item and (config_file(item) is not None or item.endswith((".yaml", ".yml"))):
         return f" (put the config {item} before {flag}, which takes every word after it)"
     return ""
 

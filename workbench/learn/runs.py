@@ -26,7 +26,8 @@ class ResumeError(WorkbenchError, ValueError):
     """A run folder that cannot be resumed; the message names what is missing or different."""
 
 
-def _config_file(name_or_path: str) -> Path | None:
+def config_file(name_or_path: str) -> Path | None:
+    """The config file a name means (a path, or a shipped config's name: configs/NAME.yaml), or None."""
     path = Path(name_or_path)
     if path.exists():
         return path
@@ -36,7 +37,7 @@ def _config_file(name_or_path: str) -> Path | None:
 
 def resolve_config(name_or_path: str) -> Path:
     """A config file path, or the name of a shipped config (configs/NAME.yaml)."""
-    found = _config_file(name_or_path)
+    found = config_file(name_or_path)
     if found is not None:
         return found
     names = sorted(p.name[:-5] for p in resources.files("workbench.configs").iterdir() if p.name.endswith(".yaml"))
@@ -73,7 +74,7 @@ def default_config(env: str, algorithm: str | None = None):
 def load_config(name_or_path: str, algorithm: str | None = None):
     """A config file, a shipped config's name, or (with neither of that name) the default config of the
     env registered under it (default_config)."""
-    found = _config_file(name_or_path)
+    found = config_file(name_or_path)
     if found is None:
         from ..runtime import registry
         if name_or_path in registry.names():
