@@ -245,13 +245,19 @@ def _fork_metrics(source: Path, dest: Path, upto: int):
         csv.writer(fh).writerows([rows[0]] + [r for r in rows[1:] if len(r) > col and int(r[col]) <= upto])
 
 
+def _write_reports(path: Path, reports: list):
+    """A new run folder's metrics.csv from a checkpoint's reports (its history)."""
+    from .metrics import append_csv
+    for report in reports:
+        append_csv(path, report)
+
+
 def run_training(config, *, resume=None, progress=True, policies=None, show_run_folder: bool = True):
     """Train per `config`, writing its run folder; returns (trainer, result), on every rank of a
     distributed run once rank 0 has written the whole folder. `resume` is a
     checkpoint to continue from; one outside config.run_dir forks its run into run_dir.
     show_run_folder: print what the run folder holds at the end."""
     from .loggers import compose, make_logger
-    from .metrics import append_csv
     from .report import plot_learning_curve
     from .trainer import make_trainer
 
@@ -268,8 +274,7 @@ def run_training(config, *, resume=None, progress=True, policies=None, show_run_
         if resume and Path(resume).parent.resolve() != run_dir.resolve() and Path(resume).name == "checkpoint.pt":
             _fork_metrics(Path(resume).parent / "metrics.csv", run_dir / "metrics.csv", trainer.iteration)
         elif resume and not (run_dir / "metrics.csv").exists():  # a checkpoint file trained on into a new folder
-            for report in trainer.history:
-                append_csv(run_dir / "metrics.csv", report)
+            _write_reports(run_dir / "metrics.csv", trainer.history)
     say = print if trainer.is_main else (lambda *a, **k: None)
     total = trainer.M * (trainer.ranks.context.world_size if trainer.ranks is not None else 1)
     members = f"{total} members x " if trainer.M > 1 else ""
@@ -362,7 +367,6 @@ def export_member(run_or_checkpoint, member="best", path=None):
     one), or with `path` its checkpoint alone; returns the checkpoint's path. Resume, evaluate and replay
     it as any run: training it on continues exactly as the member would have in its population."""
     from . import checkpoint as ckpt
-    from .metrics import append_csv
     from .population import member_payload
     source, payload = load_checkpoint(run_or_checkpoint)
     single = member_payload(payload, member)
@@ -381,6 +385,5 @@ def export_member(run_or_checkpoint, member="best", path=None):
     for name in set(SOURCE_FILES.values()):
         if (source.parent / name).is_file():
             (folder / name).write_text((source.parent / name).read_text())
-    for report in single["history"]:
-        append_csv(folder / "metrics.csv", report)
+    _write_reports(folder / "metrics.csv", single["history"])
     return ckpt.save_atomic(single, folder / "checkpoint.pt")
