@@ -408,9 +408,12 @@ def test_cli_config_after_set_or_sweep_says_to_move_it(flag, capsys, monkeypatch
 
 
 def test_cli_interrupted_training_says_where_the_checkpoint_went(tmp_path, capsys, monkeypatch):
-    (tmp_path / "checkpoint.pt").write_bytes(b"saved")
     result = types.SimpleNamespace(stopped_by="interrupted", iterations=7)
-    monkeypatch.setattr(cli, "run_training", lambda config, **k: (None, result))
+
+    def interrupted_run(config, **kwargs):
+        (tmp_path / "checkpoint.pt").write_bytes(b"saved")
+        return None, result
+    monkeypatch.setattr(cli, "run_training", interrupted_run)
     code, _out, err = _cli(["train", "cartpole", "--run-dir", str(tmp_path)], capsys)
     assert code == 130
     assert f"interrupted after 7 iterations: checkpoint saved to {tmp_path / 'checkpoint.pt'}" in err
@@ -447,3 +450,89 @@ def test_package_attributes_load_on_first_use():
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         wb.nothing_here  # noqa: B018
     assert Path(wb.__file__).name == "__init__.py"
+
+
+def test_a_new_run_into_a_folder_holding_a_run_is_refused_and_nothing_is_overwritten(tmp_path, capsys):
+    (tmp_path / "checkpoint.pt").write_bytes(b"the earlier run")
+    (tmp_path / "metrics.csv").write_text("iteration\n1\n")
+    _assert_one_line_error(*_cli(["train", "cartpole", "--run-dir", str(tmp_path)], capsys)[::2],
+                           "already holds a run (checkpoint.pt, metrics.csv)", f"--resume {tmp_path}")
+    from workbench.learn.runs import ResumeError
+    with pytest.raises(ResumeError, match="already holds a run"):
+        wb.train("cartpole", run_dir=str(tmp_path))
+    assert (tmp_path / "checkpoint.pt").read_bytes() == b"the earlier run"
+    assert (tmp_path / "metrics.csv").read_text() == "iteration\n1\n" and not (tmp_path / "config.yaml").exists()
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["cartpole", "--set", "num_envs="], ["PPOConfig.num_envs needs a value", "its default is 1024"]),
+    (["cartpole", "--set", "gamma=null"], ["PPOConfig.gamma needs a value"]),
+    (["cartpole", "--set", "hidden_sizes=[0]"], ["hidden_sizes must be one or more layer widths, each >= 1"]),
+    (["cartpole", "--seed", "99999999999999999999"], ["PPOConfig.seed must be in [0, 4611686018427387904]"]),
+    (["cartpole", "--set", "gae_lambda=5"], ["PPOConfig.gae_lambda must be in [0, 1], got 5.0"]),
+    (["cartpole", "--set", "ent_coef=-1"], ["PPOConfig.ent_coef must be >= 0"]),
+    (["cartpole", "--max-grad-norm", "-1"], ["PPOConfig.max_grad_norm must be >= 0"]),
+    (["cartpole", "--sweep", "lr=inf,1e-3"], ["sweep['lr'] holds inf", "lr must be a finite number"]),
+    (["pendulum", "--lr", "1"], ["DDPG learns at actor_lr and critic_lr and does not read lr", "--actor-lr"]),
+    (["pendulum", "--set", "updates_per_rollout=0"], ["DDPGConfig.updates_per_rollout must be >= 1"]),
+    (["pendulum", "--set", "actor_lr=-1"], ["DDPGConfig.actor_lr must be > 0"]),
+])
+def test_cli_config_values_out_of_range_are_one_line_errors_before_anything_runs(tmp_path, capsys, argv, words):
+    _assert_one_line_error(*_cli(["train", *argv, "--run-dir", str(tmp_path / "run")], capsys)[::2], *words)
+    assert not (tmp_path / "run").exists()
+
+
+def test_numbers_yaml_reads_as_text_are_numbers(tmp_path):
+    """YAML 1.1 reads 1e-3 and 1e6 as strings; a config field of a number takes them as numbers."""
+    (tmp_path / "c.yaml").write_text("env: cartpole\nlr: 1e-3\ntotal_env_steps: 2e6\n")
+    config = cfg.load_yaml(tmp_path / "c.yaml")
+    assert (config.lr, config.total_env_steps) == (1e-3, 2_000_000) and type(config.total_env_steps) is int
+    assert cfg.from_dict({"lr": "3e-4"}).lr == 3e-4
+    with pytest.raises(cfg.ConfigError, match=r"PPOConfig.lr must be float, got 'fast' \(str\)"):
+        cfg.from_dict({"lr": "fast"})
+    (tmp_path / "bad.yaml").write_text("env: cartpole\nnum_envs: -3\n")
+    with pytest.raises(cfg.ConfigError, match=r"bad.yaml: PPOConfig.num_envs must be >= 1, got -3"):
+        cfg.load_yaml(tmp_path / "bad.yaml")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["train", "cartpole", "--normalize-obs", "ture"], "argument --normalize-obs: true or false, not 'ture'"),
+    (["train", "cartpole", "--total-env-steps", "1e6x"], "argument --total-env-steps: an integer (e.g. 1000000, 1e6)"),
+    (["evaluate", "run", "--steps", "-5"], "argument --steps: an integer >= 1, not '-5'"),
+    (["evaluate", "run", "--num-envs", "0"], "argument --num-envs: an integer >= 1, not '0'"),
+])
+def test_cli_flag_values_are_checked_as_they_are_read(capsys, argv, words):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    assert exited.value.code == 2 and words in capsys.readouterr().err
+
+
+def test_cli_flags_take_numbers_as_written():
+    args = cli.build_parser().parse_args(["train", "cartpole", "--total-env-steps", "1e6", "--normalize-obs", "off",
+                                          "--lr", "3e-4"])
+    assert (args.total_env_steps, args.normalize_obs, args.lr) == (1_000_000, False, 3e-4)
+
+
+def test_cli_an_allocation_that_fails_is_a_one_line_error(capsys, monkeypatch):
+    def allocate(config, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: you "
+                           "tried to allocate 1024000000000 bytes.")
+    monkeypatch.setattr(cli, "run_training", allocate)
+    _assert_one_line_error(*_cli(["train", "cartpole", "--run-dir", "unused"], capsys)[::2],
+                           "error: out of memory (", "lower num_envs, rollout_length")
+    monkeypatch.setattr(cli, "run_training", lambda config, **kwargs: 1 / 0)
+    with pytest.raises(ZeroDivisionError):  # other errors are bugs: their traceback stays
+        cli.main(["train", "cartpole", "--run-dir", "unused"])
+
+
+def test_cpu_threads_beyond_the_cores_train_on_the_cores():
+    from workbench.learn import threads
+    before = torch.get_num_threads()
+    try:
+        with pytest.warns(UserWarning, match=r"cpu_threads=999 is more than this machine's \d+ cores"):
+            chosen = threads.configure(999, lambda: None, lambda: None)
+        assert chosen["learner"] == threads.available_cores() == torch.get_num_threads()
+        threads.apply({"env": 500, "learner": 500})  # a bigger machine's counts, in its checkpoint
+        assert torch.get_num_threads() == threads.available_cores()
+    finally:
+        torch.set_num_threads(before)

@@ -339,8 +339,11 @@ def test_an_exported_member_is_a_run_of_its_own_that_trains_on_beside_its_popula
     population_checkpoint = (run / "checkpoint.pt").read_bytes()
     capsys.readouterr()
     assert main(["train", "--resume", str(run), "--seeds", "3"]) == 2
-    assert "continues its 4 member(s) (seeds=2, sweep={'lr': [0.001, 0.003]}); the seeds and sweep asked make 6" \
-        in capsys.readouterr().err
+    assert "seeds cannot change (2 -> 3)" in capsys.readouterr().err
+    assert main(["train", "--resume", str(run), "--sweep", "lr=1e-2,2e-2"]) == 2  # as many members, other values
+    assert "sweep cannot change ({'lr': [0.001, 0.003]} -> {'lr': [0.01, 0.02]})" in capsys.readouterr().err
+    assert main(["train", "--resume", str(run), "--seed", "100"]) == 2
+    assert "seed cannot change (0 -> 100)" in capsys.readouterr().err
     assert main(["export-member", str(run), "--member", "2"]) == 0
     folder = run / "member_2"
     assert f"--resume {folder}" in capsys.readouterr().out

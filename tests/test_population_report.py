@@ -228,3 +228,28 @@ def test_plot_learning_curve_writes_a_png_for_each_kind_of_history(tmp_path, cas
     blue, orange, red = (pixels_near(path, c) for c in (BLUE, ORANGE, RED))
     assert blue > 100  # the single policy, the first setting or the runners
     assert (orange > 100) == (case == "sweep") and (red > 100) == (case == "teams")
+
+
+def test_a_member_without_an_episode_in_the_last_window_is_ranked_by_its_latest_return():
+    """Long episodes and a short log window leave a member's last mean return NaN: the ranking and
+    the best member take each member's latest finite report, not NaN for all."""
+    from workbench.learn.population import best_member, latest_report
+    table = [[10.0, 20.0, 30.0, 5.0, 1.0, 2.0], [NAN, 50.0, NAN, NAN, 3.0, NAN]]
+    history = population_history(table, SWEEP)
+    assert best_member(history[-1]) == 1  # of the last report alone: member 1's 50 beats member 4's 3
+    latest = latest_report(history)
+    assert [m["mean_return"] for m in latest["members"]] == [10.0, 50.0, 30.0, 5.0, 3.0, 2.0]
+    assert [m["iteration"] for m in latest["members"]] == [1, 2, 1, 1, 2, 1]
+    assert best_member(history) == 1 and best_member(population_history([[7.0, 1.0], [NAN, 2.0]])) == 0
+    rows = ranking.sweep_settings(latest)
+    assert [(r["values"]["lr"], r["mean"], r["missing"]) for r in rows] == [(1e-3, 30.0, 0), (3e-4, 10 / 3, 0)]
+
+
+def test_a_learning_curve_without_any_episode_says_so_and_warns_nothing(tmp_path):
+    import warnings
+    history = [{"iteration": t, "env_steps": 1000 * t, "env_steps_per_s": 6.0e5, "return/shared": NAN,
+                "mean_return": NAN} for t in range(1, 3)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        path = report.plot_learning_curve(history, tmp_path / "learning_curve.png", "acrobot ppo")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

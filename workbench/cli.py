@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -94,7 +95,12 @@ def cmd_train(args) -> int:
             raise ResumeError("--auto-scale changes num_envs, which a resumed run keeps; drop one of the two")
         from .learn.autoscale import auto_scale
         config, _report = auto_scale(config)
-    _trainer, result = run_training(config, resume=checkpoint)
+        one_iteration = config.num_envs * config.rollout_length
+        if config.total_env_steps < one_iteration:
+            print(f"note: total_env_steps={config.total_env_steps} is less than one iteration at num_envs="
+                  f"{config.num_envs} ({one_iteration} env-steps: {config.rollout_length} steps of each replica): the "
+                  f"run trains one iteration; raise --total-env-steps or drop --auto-scale")
+    _trainer, result = run_training(config, resume=checkpoint, progress=changes.get("progress", True))
     return exit_code(result, config)
 
 
@@ -168,6 +174,8 @@ def cmd_evaluate(args) -> int:
     from .learn.runs import load_checkpoint
     from .learn.trainer import make_trainer
     from .learn import population, trainer_state
+    if args.json and not Path(args.json).resolve().parent.is_dir():
+        raise cfg.ConfigError(f"--json {args.json}: the folder {str(Path(args.json).parent)!r} does not exist")
     path, payload = load_checkpoint(_checkpoint_path(args.checkpoint))  # registers a %%warpenv env it kept
     if payload.get("population"):
         payload = population.member_payload(payload, "best" if args.member is None else args.member)
@@ -232,6 +240,44 @@ def cmd_envs(args) -> int:
     return 0
 
 
+def _boolean(text: str) -> bool:
+    """A flag's true or false (true/false, yes/no, on/off, 1/0)."""
+    value = {"true": True, "yes": True, "on": True, "1": True,
+             "false": False, "no": False, "off": False, "0": False}.get(text.lower())
+    if value is None:
+        raise argparse.ArgumentTypeError(f"true or false, not {text!r}")
+    return value
+
+
+def _integer(text: str) -> int:
+    """An integer, also written as 1e6 or 1_000_000."""
+    try:
+        number = float(text.replace("_", ""))
+    except ValueError:
+        number = math.nan
+    if not number.is_integer():
+        raise argparse.ArgumentTypeError(f"an integer (e.g. 1000000, 1e6), not {text!r}")
+    return int(number)
+
+
+def _count(text: str) -> int:
+    """An integer >= 1."""
+    number = _integer(text)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"an integer >= 1, not {text!r}")
+    return number
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number (e.g. 3e-4, 0.99), not {text!r}") from None
+
+
+ARGUMENT_TYPES = {bool: _boolean, int: _integer, float: _float, str: str}
+
+
 def _add_config_options(parser):
     from .learn.config import ALGORITHMS, describe
     seen = set()
@@ -242,11 +288,9 @@ def _add_config_options(parser):
                 continue
             seen.add(name)
             base = getattr(kind, "__origin__", kind)
-            if base is bool:
-                group.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None,
-                                   type=lambda s: s.lower() in ("1", "true", "yes"), help=doc)
-            elif base in (int, float, str):
-                group.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, type=base, help=doc)
+            if base in (bool, int, float, str):
+                group.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, type=ARGUMENT_TYPES[base],
+                                   help=doc)
     parser.add_argument("--sweep", action="extend", nargs="+", dest="sweep_items", metavar="NAME=V1,V2,...",
                         help="train a population over these values of a hyperparameter (several names for a grid; "
                              "each setting times --seeds members), e.g. --sweep lr=1e-3,3e-4 ent_coef=0,0.01")
@@ -258,8 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m workbench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="the main job: train CartPole with PPO on the best target until solved")
-    demo.add_argument("--target", default=None)
-    demo.add_argument("--run-dir", default=None)
+    demo.add_argument("--target", default=None, help="kernel target (default: the best one here)")
+    demo.add_argument("--run-dir", default=None, help="run folder (default: runs/demo-<date>)")
     demo.set_defaults(func=cmd_demo)
     train = sub.add_parser("train", help="train from a config file or a shipped config name")
     train.add_argument("config", nargs="?", default=None, help="config file or shipped config name "
@@ -279,11 +323,12 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("evaluate", help="evaluate a run's policies against random ones (per-episode returns "
                                           "and the env's metrics, e.g. Tag's tag rate)")
     ev.add_argument("checkpoint", help="run folder (its checkpoint.pt) or checkpoint file")
-    ev.add_argument("--episodes", type=int, default=1, help="episodes counted per replica")
-    ev.add_argument("--steps", type=int, default=None, help="steps to play (default: episodes x the env's MAX_STEPS)")
-    ev.add_argument("--num-envs", type=int, default=None)
-    ev.add_argument("--target", default=None)
-    ev.add_argument("--seed", type=int, default=None, help="env and sampling seed (default: the run's seed)")
+    ev.add_argument("--episodes", type=_count, default=1, help="episodes counted per replica")
+    ev.add_argument("--steps", type=_count, default=None, help="steps to play (default: episodes x the env's "
+                                                               "MAX_STEPS)")
+    ev.add_argument("--num-envs", type=_count, default=None, help="replicas to play (default: the run's num_envs)")
+    ev.add_argument("--target", default=None, help="kernel target (default: the run's)")
+    ev.add_argument("--seed", type=_integer, default=None, help="env and sampling seed (default: the run's seed)")
     ev.add_argument("--deterministic", action="store_true", help="act with the policies' modes, not samples")
     ev.add_argument("--random", nargs="*", default=None,
                     help="only these policies replaced by random actions (no names: only the trained policies); "
@@ -292,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--member", default=None, type=_member,
                     help="of a population's run: the member to evaluate (an index, or best: the default)")
     export = sub.add_parser("export-member", help="write one member of a population's run as a single run "
-                                                  "(resume, evaluate and replay it as any run)")
+                                                  "(resume and evaluate it as any run; wb.replay plays it)")
     export.add_argument("run", help="population run folder or checkpoint")
     export.add_argument("--member", default="best", type=_member, help="the member to export (an index, or best)")
     export.add_argument("--out", default=None, help="write only the checkpoint, to this file (default: a run folder "
@@ -301,15 +346,15 @@ def build_parser() -> argparse.ArgumentParser:
     ev.set_defaults(func=cmd_evaluate)
     rollouts = sub.add_parser("rollouts", help="random-action rollouts of every shipped env, env-steps/s")
     rollouts.add_argument("--target", default=None)
-    rollouts.add_argument("--num-envs", type=int, default=100_000)
-    rollouts.add_argument("--steps", type=int, default=100)
-    rollouts.add_argument("--seed", type=int, default=0)
+    rollouts.add_argument("--num-envs", type=_count, default=100_000)
+    rollouts.add_argument("--steps", type=_count, default=100)
+    rollouts.add_argument("--seed", type=_integer, default=0)
     rollouts.set_defaults(func=cmd_rollouts)
     check = sub.add_parser("check", help="cross-target consistency check of envs")
     check.add_argument("envs", nargs="*")
     check.add_argument("--targets", nargs="+", default=None)
-    check.add_argument("--num-envs", type=int, default=16)
-    check.add_argument("--steps", type=int, default=64)
+    check.add_argument("--num-envs", type=_count, default=16)
+    check.add_argument("--steps", type=_count, default=64)
     check.set_defaults(func=cmd_check)
     envs = sub.add_parser("envs", help="list the registered envs")
     envs.set_defaults(func=cmd_envs)
@@ -328,6 +373,13 @@ def one_line(exc: BaseException) -> str:
     return "; ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether an error is an allocation that failed (torch's CUDA or CPU allocator, numpy, Python)."""
+    text = str(exc)
+    return isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" or \
+        "out of memory" in text or "can't allocate memory" in text
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     from .errors import WorkbenchError
@@ -335,6 +387,12 @@ def main(argv=None) -> int:
         return args.func(args)
     except (WorkbenchError, yaml.YAMLError, OSError) as exc:
         print(f"error: {one_line(exc)}", file=sys.stderr)
+        return 2
+    except (MemoryError, RuntimeError) as exc:
+        if not out_of_memory(exc):
+            raise
+        print(f"error: out of memory ({one_line(exc)}); lower num_envs, rollout_length, hidden_sizes, seeds or "
+              f"buffer_size, or set learner_memory_gb", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

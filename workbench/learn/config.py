@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import numbers
 import typing
 from dataclasses import dataclass, field
@@ -158,6 +159,7 @@ class DDPGConfig(RunConfig):
 
 
 PRECISIONS = ("auto", "fp32", "tf32", "bf16")
+MAX_SEED = 2**62  # seeds key 64-bit random streams, with room for a population's seed + k
 ALGORITHMS = {"a2c": A2CConfig, "ppo": PPOConfig, "ddpg": DDPGConfig}
 
 
@@ -168,9 +170,15 @@ def describe(cls) -> list:
 
 
 def _coerce(cls, name, kind, value):
-    if value is None:
-        return None
     origin = typing.get_origin(kind) or kind
+    if value is None:
+        default = cls.__dataclass_fields__[name].default
+        if default is None:
+            return None
+        raise ConfigError(f"{cls.__name__}.{name} needs a value ({origin.__name__}; its default is {default!r}), "
+                          f"got none (null or an empty value)")
+    if isinstance(value, str) and origin in (int, float):
+        value = _number_text(value, value)  # YAML 1.1 reads 1e-3 and 1e6 as strings
     if origin is bool:
         if isinstance(value, bool):
             return value
@@ -203,6 +211,15 @@ def _coerce(cls, name, kind, value):
             return dict(value)
     raise ConfigError(f"{cls.__name__}.{name} must be {getattr(kind, '__name__', kind)}, got {value!r} "
                       f"({type(value).__name__})")
+
+
+def _number_text(text: str, otherwise):
+    """A number written as text (1e-3, 1e6, 0.5), or `otherwise`."""
+    try:
+        number = float(text)
+    except ValueError:
+        return otherwise
+    return int(number) if number.is_integer() and "." not in text and "e" not in text.lower() else number
 
 
 # other libraries' names for the config's keys (Stable-Baselines3, CleanRL), for "did you mean"
@@ -242,15 +259,33 @@ def validate(config) -> None:
               ("log_every", config.log_every >= 1, "must be >= 1"),
               ("precision", config.precision in PRECISIONS, f"must be one of {PRECISIONS}"),
               ("learner_memory_gb", config.learner_memory_gb >= 0, "must be >= 0 (0 picks from the device's memory)"),
-              ("cpu_threads", config.cpu_threads >= 0, "must be >= 0 (0 picks by measurement)")]
+              ("cpu_threads", config.cpu_threads >= 0, "must be >= 0 (0 picks by measurement)"),
+              ("max_grad_norm", config.max_grad_norm >= 0, "must be >= 0 (0 disables clipping)"),
+              ("checkpoint_every", config.checkpoint_every >= 0, "must be >= 0 (0: a checkpoint at the end only)"),
+              ("seed", 0 <= config.seed <= MAX_SEED, f"must be in [0, {MAX_SEED}]"),
+              ("hidden_sizes", len(config.hidden_sizes) >= 1 and all(w >= 1 for w in config.hidden_sizes),
+               "must be one or more layer widths, each >= 1, e.g. [64, 64]")]
     checks.append(("seeds", config.seeds >= 1, "must be >= 1 (members with seeds seed, seed + 1, ...)"))
+    if not isinstance(config, DDPGConfig):
+        checks += [("gae_lambda", 0.0 <= config.gae_lambda <= 1.0, "must be in [0, 1]"),
+                   ("ent_coef", config.ent_coef >= 0, "must be >= 0"),
+                   ("vf_coef", config.vf_coef > 0, "must be > 0 (the critic learns from it)")]
     if isinstance(config, PPOConfig):
         checks += [("num_minibatches", config.num_minibatches >= 1, "must be >= 1"),
                    ("update_epochs", config.update_epochs >= 1, "must be >= 1"),
-                   ("clip_coef", config.clip_coef > 0, "must be > 0")]
+                   ("clip_coef", config.clip_coef > 0, "must be > 0"),
+                   ("target_kl", config.target_kl is None or config.target_kl > 0, "must be > 0 (or null: no early stop)")]
     if isinstance(config, DDPGConfig):
         checks += [("tau", 0.0 < config.tau <= 1.0, "must be in (0, 1]"),
-                   ("batch_size", 1 <= config.batch_size <= config.buffer_size, "must be in [1, buffer_size]")]
+                   ("buffer_size", config.buffer_size >= 1, "must be >= 1"),
+                   ("batch_size", 1 <= config.batch_size <= config.buffer_size, "must be in [1, buffer_size]"),
+                   ("actor_lr", config.actor_lr > 0, "must be > 0"),
+                   ("critic_lr", config.critic_lr > 0, "must be > 0"),
+                   ("updates_per_rollout", config.updates_per_rollout >= 1, "must be >= 1 (else nothing learns)"),
+                   ("learning_starts", config.learning_starts >= 0, "must be >= 0"),
+                   ("exploration_noise", config.exploration_noise >= 0, "must be >= 0")]
+    checks += [(f.name, math.isfinite(getattr(config, f.name)), "must be a finite number")
+               for f in dataclasses.fields(config) if isinstance(getattr(config, f.name), float)]
     checks.append(("activation", config.activation in (None, "tanh", "relu"), "must be tanh or relu (or null)"))
     if config.shared_body:
         checks += [("shared_body", not isinstance(config, DDPGConfig),
@@ -346,7 +381,10 @@ def load_yaml(path) -> object:
         raise ConfigError(f"{path}: not valid YAML at {yaml_problem(exc)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config file holds a mapping of keys to values")
-    return from_dict(data)
+    try:
+        return from_dict(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
 
 
 def save_yaml(config, path) -> None:

@@ -9,6 +9,7 @@ values of setting s. Member k of a population learns exactly what a standalone r
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 import torch
@@ -109,11 +110,27 @@ class Hyper:
 
 
 # -- one member out of a population's checkpoint -------------------------------------------------
+def latest_report(history: list) -> dict:
+    """A population's last report with each member's entry the member's latest one that has a mean
+    return: where no episode ended in the last log window (long episodes, a short log_every) its
+    return is NaN there, and its earlier reports are what the run knows of it."""
+    last = dict(history[-1])
+    if not last.get("members"):
+        return last
+    latest = {}
+    for report in history:
+        for m in report.get("members") or ():
+            if m.get("mean_return", math.nan) == m.get("mean_return") or m["member"] not in latest:
+                latest[m["member"]] = m
+    last["members"] = [latest.get(m["member"], m) for m in last["members"]]
+    return last
+
+
 def best_member(report: dict) -> int:
-    """The member whose last report has the highest mean return (a population's last report, or
-    its history)."""
+    """The member whose latest report has the highest mean return (of a population's last report, or
+    of its history: latest_report)."""
     if isinstance(report, list):
-        report = report[-1]
+        report = latest_report(report)
     members = report.get("members")
     if not members:
         return 0

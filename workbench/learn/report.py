@@ -48,7 +48,10 @@ def plot_learning_curve(history: list, path, title: str = "") -> Path:
             if pts:
                 label = "policy" if name == "shared" and len(keys) == 1 else name
                 ax.plot(*zip(*pts), label=label, color=team_colour(name, index))
-        ax.legend(loc="best")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="best")
+        else:
+            ax.text(0.5, 0.5, "no episode ended yet", ha="center", va="center", transform=ax.transAxes, color="0.4")
     ax.set_xlabel("env-steps")
     ax.set_ylabel("mean episode return")
     ax.set_title(title or "learning curve")

@@ -176,35 +176,31 @@ def _reached(history, target) -> bool:
     return True
 
 
-FIXED_ON_RESUME = ("env", "algorithm", "num_envs", "env_params")
+FIXED_ON_RESUME = ("env", "algorithm", "num_envs", "env_params", "seed", "seeds", "sweep", "hidden_sizes",
+                   "activation", "shared_body", "centralised_critic")
+RUN_FILES = ("checkpoint.pt", "metrics.csv")  # a folder holding either holds a run
 
 
 def run_config(config=None, *, resume=None, changes=None):
     """(config, checkpoint or None) of a run: `config` with `changes` and run_dir defaulting to
-    runs/ENV-DATE; with `resume` (a run folder or checkpoint) the config the run was trained with,
-    whose env, algorithm, num_envs and env_params `changes` may not alter. A run_dir other than the
-    resumed run's folder forks the run there (that folder must not hold a run yet); a total_env_steps
-    raised past the budget of a run that stopped at its target_return drops that target_return
-    (unless `changes` sets one), so the run trains on to the new budget; seeds and sweep may not change
-    how many members the run has."""
+    runs/ENV-DATE (a folder that holds no run yet); with `resume` (a run folder or checkpoint) the config
+    the run was trained with, whose FIXED_ON_RESUME fields (env, algorithm, replicas, seeds, sweep,
+    networks) `changes` may not alter. A run_dir other than the resumed run's folder forks the run there
+    (that folder must not hold a run yet); a total_env_steps raised past the budget of a run that stopped
+    at its target_return drops that target_return (unless `changes` sets one), so the run trains on to
+    the new budget."""
     changes = dict(changes or {})
     if resume:
         config, checkpoint, payload = _resume(resume, config)
+        _check_changes(config, changes)
         for key in FIXED_ON_RESUME:
-            if key in changes and changes[key] != getattr(config, key):
+            if key in changes and getattr(cfg.replace(config, **{key: changes[key]}), key) != getattr(config, key):
                 raise ResumeError(f"resuming {config.run_dir!r} continues the run as trained; {key} cannot change "
-                                  f"({getattr(config, key)!r} -> {changes[key]!r})")
-        if "seeds" in changes or "sweep" in changes:
-            from .population import members_of
-            had, asked = len(members_of(config)), len(members_of(cfg.replace(config, **{
-                key: changes[key] for key in ("seeds", "sweep") if key in changes})))
-            if asked != had:
-                raise ResumeError(f"resuming {config.run_dir!r} continues its {had} member(s) (seeds={config.seeds}, "
-                                  f"sweep={config.sweep}); the seeds and sweep asked make {asked}: drop them to "
-                                  f"continue the run, or start a new run")
+                                  f"({getattr(config, key)!r} -> {changes[key]!r}): drop it to continue the run, "
+                                  f"or start a new run")
         fork = changes.pop("run_dir", None)
         if fork and Path(fork).resolve() != Path(config.run_dir).resolve():
-            for name in ("checkpoint.pt", "metrics.csv"):
+            for name in RUN_FILES:
                 if (Path(fork) / name).exists():
                     raise ResumeError(f"cannot fork {config.run_dir!r} into {str(fork)!r}: that folder already holds "
                                       f"a run ({name}); continue it with --resume {fork} (resume= from Python), or "
@@ -226,10 +222,23 @@ def run_config(config=None, *, resume=None, changes=None):
     if config is None:
         raise cfg.ConfigError("train needs a config (a file or a shipped config's name), or a run to resume "
                               "(--resume RUN_DIR; resume=RUN_DIR from Python)")
+    _check_changes(config, changes)
     config = cfg.replace(config, **changes)
     if not config.run_dir:
         config = cfg.replace(config, run_dir=default_run_dir(config))
+    held = [name for name in RUN_FILES if (Path(config.run_dir) / name).exists()]
+    if held:
+        raise ResumeError(f"run folder {config.run_dir!r} already holds a run ({', '.join(held)}), which a new run "
+                          f"would overwrite: continue it with --resume {config.run_dir} (resume= from Python), or "
+                          f"name a new folder (--run-dir; run_dir=)")
     return config, None
+
+
+def _check_changes(config, changes: dict):
+    """Refuses changes the run's algorithm would not read: DDPG's learning rates are actor_lr and critic_lr."""
+    if changes.get("algorithm", config.algorithm) == "ddpg" and "lr" in changes:
+        raise cfg.ConfigError(f"DDPG learns at actor_lr and critic_lr and does not read lr (asked lr={changes['lr']!r}):"
+                              f" set those instead (--actor-lr and --critic-lr; actor_lr= and critic_lr=)")
 
 
 def _fork_metrics(source: Path, dest: Path, upto: int):
@@ -294,8 +303,9 @@ def run_training(config, *, resume=None, progress=True, policies=None, show_run_
         + (f"and {warmup} {result.warmup_s:.1f} s " if result.warmup_s else "")
         + "apart); " + (returns_text(result.metrics) or "no episode ended"))
     if config.sweep and trainer.history and trainer.is_main:
+        from .population import latest_report
         from .ranking import ranking_text, sweep_settings, write_ranking_csv
-        rows = sweep_settings(trainer.history[-1])
+        rows = sweep_settings(latest_report(trainer.history))
         say(ranking_text(rows))
         if run_dir is not None:
             write_ranking_csv(rows, run_dir / "ranking.csv")

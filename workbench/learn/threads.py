@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
+import warnings
 
 import torch
 
@@ -81,9 +82,10 @@ def pick(candidates, setter, work) -> tuple:
 
 
 def apply(chosen: dict) -> None:
-    """Set both pools to counts chosen earlier ({"env": n, "learner": m}, as `configure` returns)."""
-    _set_numba(int(chosen["env"]))
-    torch.set_num_threads(int(chosen["learner"]))
+    """Set both pools to counts chosen earlier ({"env": n, "learner": m}, as `configure` returns), at
+    most this machine's cores (a checkpoint's counts may come from a larger machine)."""
+    _set_numba(min(int(chosen["env"]), available_cores()))
+    torch.set_num_threads(min(int(chosen["learner"]), available_cores()))
 
 
 def configure(requested: int, env_step, learner_pass, key=None) -> dict:
@@ -97,6 +99,10 @@ def configure(requested: int, env_step, learner_pass, key=None) -> dict:
     """
     cores = process_cores()
     if requested > 0:
+        if requested > available_cores():  # more threads than cores: every pool would wait on the others
+            warnings.warn(f"cpu_threads={requested} is more than this machine's {available_cores()} cores: "
+                          f"training with {available_cores()}", stacklevel=3)
+            requested = available_cores()
         _set_numba(requested)
         torch.set_num_threads(requested)
         return {"env": requested, "learner": requested, "how": "cpu_threads"}
