@@ -180,7 +180,7 @@ def cmd_evaluate(args) -> int:
     if payload.get("population"):
         payload = population.member_payload(payload, "best" if args.member is None else args.member)
         print(f"member {payload['member_of']['member']} of {payload['member_of']['members']}")
-    elif args.member is not None:
+    elif args.member not in (None, 0, "best"):  # (as load_policy and replay: a single run is its own member 0)
         raise cfg.ConfigError(f"--member {args.member}: {str(path)!r} is a single run's checkpoint, not a "
                               f"population's; evaluate it without --member")
     config = cfg.from_dict(payload["config"])
