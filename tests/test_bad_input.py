@@ -536,3 +536,17 @@ def test_cpu_threads_beyond_the_cores_train_on_the_cores():
         assert torch.get_num_threads() == threads.available_cores()
     finally:
         torch.set_num_threads(before)
+
+
+def test_check_env_takes_one_target_name_and_names_a_misspelt_keyword():
+    report = wb.check_env("cartpole", targets="cpu", num_envs=2, steps=2)
+    assert report.targets == ("cpu",)
+    with pytest.raises(EnvParameterError, match=r"pass targets=\('cpu', \.\.\.\), not target='cpu'"):
+        wb.check_env("cartpole", target="cpu")
+
+
+def test_a_folder_named_as_an_env_is_not_its_config(tmp_path, monkeypatch):
+    from workbench.learn.runs import config_file
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cartpole").mkdir()
+    assert config_file("cartpole").name == "cartpole.yaml" and config_file("cartpole").is_file()

@@ -29,7 +29,7 @@ class ResumeError(WorkbenchError, ValueError):
 def config_file(name_or_path: str) -> Path | None:
     """The config file a name means (a path, or a shipped config's name: configs/NAME.yaml), or None."""
     path = Path(name_or_path)
-    if path.exists():
+    if path.is_file():  # (a folder of the name, e.g. an env's sources, is not a config)
         return path
     shipped = resources.files("workbench.configs") / f"{name_or_path.removesuffix('.yaml')}.yaml"
     return Path(str(shipped)) if shipped.is_file() else None

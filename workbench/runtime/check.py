@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from ..compiler.envdef import Box, Discrete, MultiDiscrete
-from ..errors import ConsistencyError
+from ..errors import ConsistencyError, EnvParameterError
 
 
 @dataclass
@@ -89,11 +89,14 @@ def check_env(name_or_env, targets=None, *, num_envs: int = 8, steps: int = 64, 
             replicas_per_seed = own
     else:
         name, base_target = name_or_env, None
+    if "target" in params:  # (make's keyword; here the env's parameters are the free keywords)
+        raise EnvParameterError(f"check_env compares targets: pass targets=({params['target']!r}, ...), not "
+                                f"target={params['target']!r}")
     if targets is None:
         targets = [t for t in ("cpu", "cuda") if t in available_targets()]
         if base_target and base_target not in targets:
             targets.insert(0, base_target)
-    targets = tuple(targets)
+    targets = (targets,) if isinstance(targets, str) else tuple(targets)
     # debug kernels: bounds checked where the target can, an out-of-bounds access named by array, index and line
     envs = [make(name, num_envs=num_envs, target=t, seed=seed, debug=True, replicas_per_seed=replicas_per_seed,
                  **params) for t in targets]
