@@ -550,3 +550,9 @@ def test_a_folder_named_as_an_env_is_not_its_config(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "cartpole").mkdir()
     assert config_file("cartpole").name == "cartpole.yaml" and config_file("cartpole").is_file()
+
+
+def test_a_new_run_into_the_folder_of_a_run_that_saved_no_checkpoint_says_to_delete_it(tmp_path, capsys):
+    (tmp_path / "metrics.csv").write_text("iteration,return/shared\n1,nan\n")
+    _assert_one_line_error(*_cli(["train", "cartpole", "--run-dir", str(tmp_path)], capsys)[::2],
+                           "already holds a run (metrics.csv)", "no checkpoint to continue from: delete the folder")

@@ -228,9 +228,10 @@ def run_config(config=None, *, resume=None, changes=None):
         config = cfg.replace(config, run_dir=default_run_dir(config))
     held = [name for name in RUN_FILES if (Path(config.run_dir) / name).exists()]
     if held:
+        keep = f"continue it with --resume {config.run_dir} (resume= from Python)" if "checkpoint.pt" in held else \
+            "it has no checkpoint to continue from: delete the folder"
         raise ResumeError(f"run folder {config.run_dir!r} already holds a run ({', '.join(held)}), which a new run "
-                          f"would overwrite: continue it with --resume {config.run_dir} (resume= from Python), or "
-                          f"name a new folder (--run-dir; run_dir=)")
+                          f"would overwrite: {keep}, or name a new folder (--run-dir; run_dir=)")
     return config, None
 
 
