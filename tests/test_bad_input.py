@@ -556,3 +556,32 @@ def test_a_new_run_into_the_folder_of_a_run_that_saved_no_checkpoint_says_to_del
     (tmp_path / "metrics.csv").write_text("iteration,return/shared\n1,nan\n")
     _assert_one_line_error(*_cli(["train", "cartpole", "--run-dir", str(tmp_path)], capsys)[::2],
                            "already holds a run (metrics.csv)", "no checkpoint to continue from: delete the folder")
+
+
+def test_a_count_parameter_takes_whole_numbers_and_validate_params_errors_name_their_line():
+    from workbench.errors import EnvDefinitionError
+    with pytest.raises(EnvDefinitionError, match=r"'num_taggers' is a count \(its default is \d+\): it must be a "
+                                                  r"whole number, got 2.5"):
+        wb.make("tag_continuous", num_envs=2, target="cpu", num_taggers=2.5)
+    assert wb.make("tag_grid", num_envs=2, target="cpu", num_taggers=2.0, num_runners=1).num_agents == 3
+    source = '''
+from workbench.envdef import Box, Discrete, per_env
+PARAMS = dict(speed=1.0)
+NUM_AGENTS = 1
+OBSERVATION = Box(shape=(1,))
+ACTION = Discrete(2)
+STATE = dict(x=per_env())
+def validate_params(p):
+    if p.sped < 0:
+        return "speed must be >= 0"
+def reset(env, x):
+    x[env] = 0.0
+def step(env, x):
+    x[env] += speed
+def observe(env, agent, x, obs):
+    obs[env, agent, 0] = x[env]
+'''
+    wb.register("typo_in_validate", source)
+    with pytest.raises(EnvDefinitionError, match="validate_params raised AttributeError at line 9: .*'sped'") as err:
+        wb.make("typo_in_validate", num_envs=1, target="cpu")
+    assert err.value.line == 9

@@ -262,3 +262,140 @@ def test_a_state_array_named_as_a_kernel_variable_is_refused(state):
     wb.register("shadowed", KEYS.replace("drawn", state))
     with pytest.raises(wb.EnvDefinitionError, match=f"STATE name '{state}' is one the generated kernels use.*rename"):
         wb.make("shadowed", num_envs=2, target="cpu")
+
+
+@pytest.mark.parametrize("old, new, line, words", [
+    ("STATE = dict(x=per_env())", "STATE = dict(x=per_env())\ndef uniform(a, b):\n    return (a + b) / 2",
+     "line 8: def uniform(a, b):", ["function 'uniform' has a reserved name",
+                                    "the workbench's random draw uniform(key, i) (workbench.rng)"]),
+    ("STATE = dict(x=per_env())", "STATE = dict(x=per_env())\nPARAMS = dict(speed=1.0, clip=0.2)",
+     "line 8: PARAMS = dict(speed=1.0, clip=0.2)",
+     ["parameter 'clip' has a reserved name", "numpy-like helper clip(x, low, high) (workbench.helpers)"]),
+    ("STATE = dict(x=per_env())", "STATE = dict(x=per_env())\nPARAMS = dict(\n    sign=-1.0,\n)",
+     "line 9: sign=-1.0,", ["parameter 'sign' has a reserved name", "numpy-like helper sign(x)"]),
+    ("STATE = dict(x=per_env())", "STATE = dict(x=per_env())\ndef atomic_add(array, index, value):\n    return 0",
+     "line 8: def atomic_add(", ["function 'atomic_add' has a reserved name"]),
+])
+def test_an_env_name_the_kernels_define_after_it_is_refused(old, new, line, words):
+    """Before: the workbench's uniform/clip silently replaced the env's own (a wrong value, or a typing error)."""
+    with pytest.raises(wb.EnvDefinitionError) as info:
+        make_variant("reserved_name", old, new)
+    text = str(info.value)
+    assert text.startswith(f"reserved_name: {line}") and "rename it (e.g. 'my_" in text
+    assert all(w in text for w in words), text
+
+
+def test_an_env_own_helper_and_imported_draws_still_compile():
+    # an own `def sign` is kept by the kernels (the helper is left out), and an imported uniform is the same one
+    wb.register("own_helper", SIX.replace("x[env] + 1.0", "sign(-1.0) + clip(9.0, 0.0, 1.0)").replace(
+        "STATE = dict(x=per_env())", "STATE = dict(x=per_env())\nfrom workbench.rng import uniform\n"
+        "from numpy import clip\ndef sign(v):\n    return 5.0"))
+    env = wb.make("own_helper", num_envs=3, target="cpu")
+    env.step()
+    assert env.data["x"].tolist() == [6.0, 6.0, 6.0]
+
+
+def test_a_row_store_into_a_per_agent_array_is_refused():
+    """Before: reward[env] = ... in a per-agent phase wrote every agent's entry (a race on a GPU)."""
+    with pytest.raises(wb.EnvDefinitionError) as info:
+        make_variant("row_store", "reward[env, agent] = 1.0", "reward[env] = 1.0")
+    assert str(info.value) == (
+        "row_store: line 14: reward[env] = 1.0\n    'reward' takes 2 indices (per agent, shape [E, A] (float32)), "
+        "given 1: this writes every agent's entry of the replica from each agent (a race on a GPU); "
+        "write reward[env, agent] = ...")
+
+
+def test_a_row_read_used_as_a_value_names_the_array():
+    """Before: numba's "No implementation of function abs ... array(float32, 1d, C)", naming no array."""
+    with pytest.raises(wb.EnvDefinitionError) as info:
+        make_variant("row_read", "obs[env, agent, i] = x[env]", "obs[env, agent, i] = abs(obs[env, agent] - x[env])")
+    assert str(info.value).startswith("row_read: line 19: obs[env, agent, i] = abs(obs[env, agent] - x[env])\n    "
+                                      "'obs' takes 3 indices (per agent, shape [E, A, 6] (float32)), given 2: "
+                                      "obs[env, agent] is a whole row of the array, not one value; "
+                                      "write obs[env, agent, i]")
+
+
+RESET_TWICE = textwrap.dedent('''
+    from workbench.compiler.envdef import Box, Discrete, per_agent, per_env
+    NUM_AGENTS = 2
+    MAX_STEPS = 3
+    OBSERVATION = Box(shape=(1,))
+    ACTION = Discrete(2)
+    STATE = dict(x=per_agent(), total=per_env())
+
+    def place(env, agent, x):
+        x[env, agent] = agent + 1.0
+
+    def clear(env, total):
+        total[env] = 10.0
+
+    RESET = [place, clear]
+
+    def step(env, agent, x, total, reward):
+        x[env, agent] += 1.0
+        atomic_add(total, env, x[env, agent])
+        reward[env, agent] = x[env, agent]
+
+    def observe(env, agent, total, obs):
+        obs[env, agent, 0] = total[env]
+''')
+RESET_ONCE = RESET_TWICE.replace("RESET = [place, clear]", '''
+def reset(env, agent, x, total):
+    x[env, agent] = agent + 1.0
+    if agent == 0:
+        total[env] = 10.0''')
+
+
+def test_reset_list_steps_as_one_reset_function():
+    """Before: RESET = [...] without a function named reset was refused ("does not define reset")."""
+    wb.register("reset_list", RESET_TWICE)
+    wb.register("reset_one", RESET_ONCE)
+    listed, single = (wb.make(n, num_envs=2, target="cpu") for n in ("reset_list", "reset_one"))
+    assert listed.reset()[:, :, 0].tolist() == [[10.0, 10.0]] * 2 == single.reset()[:, :, 0].tolist()
+    for _ in range(7):  # MAX_STEPS 3: two resets on the way
+        obs_l, reward_l, done_l, _ = listed.step()
+        obs_s, reward_s, done_s, _ = single.step()
+        assert torch.equal(obs_l, obs_s) and torch.equal(reward_l, reward_s) and torch.equal(done_l, done_s)
+    assert listed.data["x"].tolist() == [[2.0, 3.0]] * 2  # reset after step 6, then one step: place ran
+    assert listed.data["total"].tolist() == [15.0] * 2  # clear ran too: 10 + 2 + 3
+    wb.register("no_reset", RESET_TWICE.replace("RESET = [place, clear]", ""))
+    with pytest.raises(wb.EnvDefinitionError, match=r"no reset function \(define `reset` or `RESET = \[...\]`\)"):
+        wb.make("no_reset", num_envs=2, target="cpu")
+
+
+@pytest.mark.parametrize("old, new, words", [
+    ("ACTION = Discrete(2)", "ACTION = Discrete(0)", "Discrete(n) needs n >= 1 (the number of actions), got n=0"),
+    ("ACTION = Discrete(2)", "ACTION = MultiDiscrete((3, 0))", "needs every count >= 1"),
+    ("ACTION = Discrete(2)", "ACTION = MultiDiscrete(())", "MultiDiscrete(nvec) needs at least one action"),
+    ("ACTION = Discrete(2)", "ACTION = Box(low=1.0, high=-1.0, shape=(1,))",
+     "Box low=1.0 is above high=-1.0 (or NaN): give low <= high"),
+    ("OBSERVATION = Box(shape=(6,))", "OBSERVATION = Box(shape=(-1,))",
+     "Box shape (-1,) has a negative dimension: make every dimension >= 0"),
+    ("STATE = dict(x=per_env())", "STATE = dict(x=per_env(), y=per_env(shape=(2, -3)))",
+     "STATE['y'] has shape (2, -3): a dimension is negative; make every dimension >= 0"),
+])
+def test_an_invalid_space_or_shape_is_refused_at_its_declaration(old, new, words):
+    """Before: accepted, then torch, numba or the trainer failed far from the declaration."""
+    with pytest.raises(wb.EnvDefinitionError) as info:
+        make_variant("bad_declaration", old, new.replace("MultiDiscrete(", "__import__('workbench').envdef."
+                                                         "MultiDiscrete("))
+    text = str(info.value)
+    assert text.startswith(f"bad_declaration: line {SIX.splitlines().index(old) + 1}: ") and words in text, text
+
+
+def test_a_function_defined_inside_a_phase_is_told_to_move_out():
+    with pytest.raises(wb.EnvDefinitionError) as info:
+        make_variant("nested_def", "    x[env] = x[env] + 1.0",
+                     "    def half(v):\n        return v * 0.5\n    x[env] = half(x[env])")
+    assert str(info.value) == (
+        "nested_def: line 15: x[env] = half(x[env])\n    'half' is defined inside step() (line 13); the kernels "
+        "see only functions defined at the env source's top level: move `def half` out of step(), above it")
+
+
+def test_a_draw_without_key_is_told_to_take_key():
+    wb.register("no_key", KEYS.replace("def step(env, agent, key, drawn):", "def step(env, agent, drawn):"))
+    with pytest.raises(wb.EnvDefinitionError) as info:
+        wb.make("no_key", num_envs=2, target="cpu")
+    assert "name 'key' is not defined" in str(info.value)
+    assert str(info.value).endswith("'key' is the phase's random stream (what the random draws take): add it to "
+                                    "the phase's parameters (def step(env, agent, drawn, key))")

@@ -135,3 +135,92 @@ def test_nan_detected_in_debug_mode():
     env.step(torch.zeros(2, 1, dtype=torch.int32))
     with pytest.raises(wb.NonFiniteError, match="non-finite value in 'obs' of replica 0"):
         env.step(torch.zeros(2, 1, dtype=torch.int32))
+
+
+HELPER_ERROR = textwrap.dedent('''
+    from workbench.envdef import Box, Discrete, per_agent
+
+    NUM_AGENTS = 1
+    MAX_STEPS = 10
+    OBSERVATION = Box(shape=(1,))
+    ACTION = Discrete(2)
+    STATE = dict(x=per_agent())
+
+    def bonus(v):
+        return v + (1, 2)
+
+    def reset(env, agent, x):
+        x[env, agent] = 0.0
+
+    def step(env, agent, x, reward):
+        reward[env, agent] = bonus(x[env, agent])
+
+    def observe(env, agent, obs):
+        obs[env, agent, 0] = 0.0
+''')
+
+
+def test_compile_error_in_a_helper_names_the_helper_line_with_the_disk_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_CACHE_DIR", str(tmp_path / "kernels"))
+    monkeypatch.chdir(tmp_path)  # numba shows the kernel module's path relative to the working directory
+    wb.register("helper_error_env", HELPER_ERROR)
+    with pytest.raises(wb.EnvCompileError) as info:
+        wb.make("helper_error_env", num_envs=1, target="cpu")
+    assert info.value.line == 11, str(info.value)  # the helper's line, not its caller's (line 17)
+    assert "at line 11:\n    return v + (1, 2)" in str(info.value)
+    assert (tmp_path / "kernels").is_dir()
+
+
+def test_numba_error_outside_typing_is_a_one_line_env_compile_error():
+    wb.register("try_except_env", HELPER_ERROR.replace("reward[env, agent] = bonus(x[env, agent])", textwrap.dedent('''
+        try:
+                x[env, agent] = 1.0 / x[env, agent]
+            except ZeroDivisionError as err:
+                x[env, agent] = 0.0''').strip()))
+    with pytest.raises(wb.EnvCompileError) as info:  # numba's UnsupportedBytecodeError, no NumbaError
+        wb.make("try_except_env", num_envs=1, target="cpu")
+    lines = str(info.value).splitlines()
+    assert info.value.line == 19 and lines[1].strip() == "except ZeroDivisionError as err:", str(info.value)
+    assert len(lines) == 3 and "cannot be stored into variable (err)" in lines[2]
+    assert "Raised from" in info.value.details  # numba's whole text stays in the details
+
+
+NVRTC_LOG = '''
+
+<warpenv walk_c>(21): error: identifier "scael" is undefined
+      reward(env, agent) = scael * pos(env, agent);
+                           ^
+
+<workbench driver>(95): warning #550-D: variable "wb_e" was set but never used
+      int wb_e = e;
+          ^
+
+Remark: The warnings can be suppressed with "-diag-suppress <warning-number>"
+
+<workbench driver>(199): warning #177-D: variable "wb_next_t" was declared but never referenced
+      const int wb_next_t = wb_done ? 0 : wb_t + 1;  // the clock that the next observation sees
+                ^
+
+default_program(7): warning #177-D: variable "wb_params::scale" was declared but never referenced
+  constexpr double scale = 0.5;
+                   ^
+
+1 error detected in the compilation of "default_program".
+'''
+
+
+def test_cuda_c_error_keeps_only_the_env_errors_and_the_log_in_details():
+    from types import SimpleNamespace
+    from workbench.compiler.targets.cuda_c import _compile_error
+    source = "\n" * 20 + "    reward(env, agent) = scael * pos(env, agent);\n"
+    defn = SimpleNamespace(name="walk_c", c_filename="<warpenv walk_c>", c_source=source)
+    error = _compile_error(defn, NVRTC_LOG)
+    assert error.line == 21
+    assert str(error).splitlines() == [
+        "env 'walk_c' failed to compile for target 'cuda-c' at line 21 of <warpenv walk_c>:",
+        "    reward(env, agent) = scael * pos(env, agent);",
+        '  <warpenv walk_c>(21): error: identifier "scael" is undefined']
+    assert "warning #550-D" in error.details and "-diag-suppress" in error.details
+    driver_only = _compile_error(defn, NVRTC_LOG.replace("<warpenv walk_c>(21): error", "<workbench driver>(40): error"))
+    assert driver_only.line is None
+    assert str(driver_only).splitlines()[1:] == ['  <workbench driver>(40): error: identifier "scael" is undefined']

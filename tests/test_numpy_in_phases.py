@@ -167,3 +167,51 @@ def test_host_code_keeps_numpy():
     env = wb.make("numpy_host", num_envs=2, target="cpu")
     env.step()
     assert env.data["x"].tolist() == [0.5, 0.5]
+
+
+DIVISIONS = ["np.mod(x[env], y[env])", "np.remainder(x[env], y[env])", "np.floor_divide(x[env], y[env])",
+             "np.fmod(x[env], y[env])", "math.fmod(x[env], y[env])", "np.mod(m[env], n[env])",
+             "np.floor_divide(m[env], n[env])", "np.fmod(m[env], n[env])", "math.fmod(m[env], n[env])"]
+DIVISION_SOURCE = textwrap.dedent('''
+    import math
+    import numpy as np
+    from workbench.envdef import Box, Discrete, per_env
+
+    NUM_AGENTS = 1
+    MAX_STEPS = 1000
+    OBSERVATION = Box(shape=(1,))
+    ACTION = Discrete(2)
+    STATE = dict(x=per_env("float64"), y=per_env("float64"), m=per_env("int32"), n=per_env("int32"),
+                 out=per_env("float64", (N,)))
+
+    def reset(env, x):
+        x[env] = 0.0
+
+    def step(env, x, y, m, n, out):
+        BODY
+
+    def observe(env, agent, out, obs):
+        obs[env, agent, 0] = out[env, 0]
+''').replace("N,", f"{len(DIVISIONS)},").replace("BODY", "\n    ".join(
+    f"out[env, {k}] = {expr}" for k, expr in enumerate(DIVISIONS)))
+
+
+def test_division_functions_by_zero_and_signs_match_numpy(target):
+    """np.mod/remainder/floor_divide/fmod and math.fmod with numpy's values for a zero divisor (float: nan
+    or +-inf, int: 0) and C fmod's sign (the dividend's, -0.0 kept)."""
+    wb.register("numpy_divisions", DIVISION_SOURCE)
+    x = np.array([7.0, -7.0, 0.0, -0.0, 7.5, -7.5, np.inf, np.nan, 5.0, -6.0])
+    y = np.array([0.0, 0.0, 0.0, 3.0, 2.0, 2.0, 3.0, 0.0, np.inf, -3.0])
+    m = np.array([7, -7, 0, 5, -5, 7, -7, 3, 0, 1], dtype=np.int32)
+    n = np.array([0, 0, 0, 3, 3, -3, -3, 0, 2, 1], dtype=np.int32)
+    env = wb.make("numpy_divisions", num_envs=len(x), target=target)
+    for key, value in dict(x=x, y=y, m=m, n=n).items():
+        env.data[key].copy_(torch.as_tensor(value))
+    env.step()
+    got = env.data["out"].cpu().numpy()
+    with np.errstate(all="ignore"):
+        want = np.stack([np.mod(x, y), np.remainder(x, y), np.floor_divide(x, y), np.fmod(x, y), np.fmod(x, y),
+                         np.mod(m, n), np.floor_divide(m, n), np.fmod(m, n), np.fmod(m, n)], axis=1).astype(np.float64)
+    np.testing.assert_array_equal(got, want)
+    finite = ~np.isnan(want)
+    np.testing.assert_array_equal(np.signbit(got[finite]), np.signbit(want[finite]))  # -0.0 from fmod(-0.0, 3)

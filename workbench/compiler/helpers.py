@@ -105,9 +105,18 @@ def _np_exp2(x):
     return 2.0 ** x
 
 
+# the three below rely on numpy's division-by-zero results (float: nan or inf, int: 0): the cpu and
+# cuda targets compile them with numba's numpy error model, the simulator binds numpy's own functions
 def _np_mod(x, y):
     return x % y  # the sign of y, as np.mod and Python's %
 
 
 def _np_floor_divide(x, y):
     return x // y
+
+
+def _np_fmod(x, y):
+    rest = abs(x) % abs(y)  # exact for operands of one sign
+    if x < 0:
+        return -rest
+    return x - rest if x == 0 else rest  # x - rest keeps the sign of a zero x (C fmod(-0.0, y) is -0.0)

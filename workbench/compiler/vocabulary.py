@@ -3,7 +3,8 @@
 `check_source` walks the env's syntax tree before anything compiles and raises EnvDefinitionError
 for a call some target cannot compile (naming the function, the env's line, the targets that lack
 it and the portable alternative), for an array indexed with more indices than its layout has
-(a per-agent index into a per-replica array), for a constant index past the end of an axis, and for
+(a per-agent index into a per-replica array) or too few where one value is meant (a per-agent phase
+storing a whole row, arithmetic on a row), for a constant index past the end of an axis, and for
 a name nothing defines (with the closest name that exists). `NUMPY` says what `np.NAME(...)` of one
 value means in a phase: the numba targets bind it to a helper or a `math` function (targets/_numba.py).
 """
@@ -32,7 +33,7 @@ def _numpy_table() -> dict:
     table = {name: (f"math.{name}", "x") for name in
              "sqrt exp expm1 log log2 log10 log1p sin cos tan sinh cosh tanh degrees radians fabs isnan isinf "
              "isfinite".split()}
-    table.update({name: (f"math.{name}", "x, y") for name in ("hypot", "copysign", "fmod")})
+    table.update({name: (f"math.{name}", "x, y") for name in ("hypot", "copysign")})
     table.update({np_name: (f"math.{name}", "x") for np_name, name in dict(
         arcsin="asin", arccos="acos", arctan="atan", arcsinh="asinh", arccosh="acosh", arctanh="atanh",
         deg2rad="radians", rad2deg="degrees", asin="asin", acos="acos", atan="atan", asinh="asinh", acosh="acosh",
@@ -43,14 +44,15 @@ def _numpy_table() -> dict:
         sign="sign", abs="abs", absolute="abs", square="square", exp2="exp2").items()})
     table.update({name: (f"_np_{twin}", "x, y") for name, twin in dict(
         minimum="minimum", maximum="maximum", fmin="fmin", fmax="fmax", power="power", pow="power", mod="mod",
-        remainder="mod",
-        floor_divide="floor_divide").items()})
+        remainder="mod", floor_divide="floor_divide", fmod="fmod").items()})
     table["clip"] = ("_np_clip", "x, lo, hi")
     table["where"] = ("_np_where", "condition, a, b")
     return table
 
 
 NUMPY = _numpy_table()
+# math functions a phase may call that not every target compiles with C's meaning: the helper each becomes
+MATH_TWINS = {"fmod": "_np_fmod"}
 
 # numpy functions with no meaning for one value in a phase, with what to write instead
 NUMPY_ALTERNATIVES = {
@@ -199,7 +201,30 @@ def _constant(node: ast.expr):
     return None
 
 
-def _check_subscript(name: str, node: ast.Subscript, spec, lines: list, params: dict):
+def _full_index(spec) -> str:
+    """`name[env, agent, i]`: every index of the array, as a phase would write it."""
+    trailing = ["i", "j", "k", "l", "m"][:len(spec.shape)] + ["n"] * max(0, len(spec.shape) - 5)
+    return f"{spec.name}[{', '.join(['env'] + (['agent'] if spec.layout == 'agent' else []) + trailing)}]"
+
+
+# a row (too few indices) used as one value: arithmetic or a scalar function of it
+_SCALAR_USES = (ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp)
+_SCALAR_CALLS = frozenset("abs min max float int bool round".split()) | MATH | HELPERS | frozenset(NUMPY)
+
+
+def _used_as_one_value(node: ast.Subscript, parent) -> bool:
+    if isinstance(parent, _SCALAR_USES):
+        return True
+    if isinstance(parent, ast.Call) and node in parent.args:
+        func = parent.func
+        called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+        return called in _SCALAR_CALLS
+    return isinstance(parent, (ast.Assign, ast.AugAssign)) and parent.value is node and all(
+        isinstance(t, ast.Subscript) for t in (parent.targets if isinstance(parent, ast.Assign) else [parent.target]))
+
+
+def _check_subscript(name: str, node: ast.Subscript, spec, lines: list, params: dict, per_agent_phase: bool = False,
+                     parent=None):
     index = node.slice
     items = list(index.elts) if isinstance(index, ast.Tuple) else [index]
     ndim = _ndim(spec)
@@ -208,6 +233,16 @@ def _check_subscript(name: str, node: ast.Subscript, spec, lines: list, params: 
         raise EnvDefinitionError(
             f"{_where(name, node, lines)}\n    '{spec.name}' takes {ndim} ind{'ex' if ndim == 1 else 'ices'} "
             f"({_shape_text(spec)}), given {len(items)}: write {hint}", line=node.lineno)
+    given = f"'{spec.name}' takes {ndim} ind{'ex' if ndim == 1 else 'ices'} ({_shape_text(spec)}), given {len(items)}"
+    if per_agent_phase and spec.layout == "agent" and len(items) < 2 and isinstance(node.ctx, ast.Store):
+        # agents of a replica run concurrently: a row store is every agent writing every agent's entry
+        raise EnvDefinitionError(
+            f"{_where(name, node, lines)}\n    {given}: this writes every agent's entry of the replica from each "
+            f"agent (a race on a GPU); write {_full_index(spec)} = ...", line=node.lineno)
+    if len(items) < ndim and isinstance(node.ctx, ast.Load) and _used_as_one_value(node, parent):
+        raise EnvDefinitionError(
+            f"{_where(name, node, lines)}\n    {given}: {ast.unparse(node)} is a whole row of the array, not one "
+            f"value; write {_full_index(spec)}", line=node.lineno)
     full = [None] + ([None] if spec.layout == "agent" else []) + list(spec.shape)
     for axis, item in enumerate(items):
         value = _constant(item)
@@ -225,8 +260,17 @@ KERNEL_GLOBALS = frozenset("NUM_AGENTS MAX_STEPS TPE EPB RESET_STEP OBSERVE_STEP
 
 
 def _local_names(fn: ast.FunctionDef) -> set:
+    """Names `fn` binds: its arguments, the arguments of functions and lambdas inside it, and assignments."""
     names = {a.arg for a in fn.args.args}
+    names |= {a.arg for node in ast.walk(fn) if isinstance(node, (ast.FunctionDef, ast.Lambda)) and node is not fn
+              for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs}
     return names | {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+
+
+def _nested_function(fn: ast.FunctionDef, missing: str):
+    """The function named `missing` defined inside `fn`, else None."""
+    return next((node for node in ast.walk(fn) if isinstance(node, ast.FunctionDef) and node is not fn
+                 and node.name == missing), None)
 
 
 def _undefined(fn: ast.FunctionDef, known: set):
@@ -240,10 +284,17 @@ def _undefined(fn: ast.FunctionDef, known: set):
 
 
 def _undefined_message(missing: str, fn: ast.FunctionDef, namespace: dict, params: dict, arrays: dict) -> str:
+    nested = _nested_function(fn, missing)
+    if nested is not None:
+        return (f"'{missing}' is defined inside {fn.name}() (line {nested.lineno}); the kernels see only functions "
+                f"defined at the env source's top level: move `def {missing}` out of {fn.name}(), above it")
     text = f"name '{missing}' is not defined (not a parameter, array, local or function of the env)"
+    with_it = f"(def {fn.name}({', '.join([a.arg for a in fn.args.args] + [missing])}))"
     if missing in arrays:
-        return (f"{text}; '{missing}' is an array: take it as an argument of the phase "
-                f"(def {fn.name}({', '.join([a.arg for a in fn.args.args] + [missing])}))")
+        return f"{text}; '{missing}' is an array: take it as an argument of the phase {with_it}"
+    if missing == "key":
+        return f"{text}; 'key' is the phase's random stream (what the random draws take): add it to the " \
+               f"phase's parameters {with_it}"
     candidates = set(_local_names(fn)) | set(params) | set(arrays) | HELPERS | RANDOM | ATOMICS | BUILTINS | \
         {k for k in namespace if not k.startswith("__")}
     return text + did_you_mean(missing, candidates, lambda c: f"'{c}'" + ("" if c in namespace else _import_hint(c)))
@@ -293,6 +344,7 @@ def check_source(name: str, source: str, phases: list, arrays: dict, params: dic
             raise EnvDefinitionError(f"{_where(name, missing, lines)}\n    "
                                      f"{_undefined_message(missing.id, fn, namespace, params, arrays)}",
                                      line=missing.lineno)
+        parents = {child: node for node in ast.walk(fn) for child in ast.iter_child_nodes(node)}
         for node in ast.walk(fn):
             problem = None
             if isinstance(node, ast.Call):
@@ -304,4 +356,5 @@ def check_source(name: str, source: str, phases: list, arrays: dict, params: dic
             if fn_name in phase_names and isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
                 array = node.value.id
                 if array in arguments and array in arrays and array not in rebound:
-                    _check_subscript(name, node, arrays[array], lines, params)
+                    _check_subscript(name, node, arrays[array], lines, params, "agent" in arguments,
+                                     parents.get(node))

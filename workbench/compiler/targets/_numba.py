@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import inspect
 import math
+import os
 import re
 from pathlib import Path
 
@@ -35,20 +36,47 @@ def _helpers_for(defn: EnvDefinition) -> str:
 def _numpy_text() -> str:
     """After the jit wrap: every global naming numpy (`import numpy as np`) becomes a module whose
     functions are vocabulary.NUMPY's portable ones (other names fall through to numpy: np.float32,
-    np.pi), and every function imported from numpy (`from numpy import clip`) its portable twin."""
+    np.pi), every global naming math one whose vocabulary.MATH_TWINS are helpers (math.fmod), and
+    every function imported from numpy or math (`from numpy import clip`) its portable twin."""
     lines = ["import math as _wb_math", "import types as _wb_types",
              "_wb_numpy = _wb_types.ModuleType('workbench_phase_numpy')",
-             "_wb_numpy.__getattr__ = lambda _wb_attr: getattr(_wb_np, _wb_attr)"]
+             "_wb_numpy.__getattr__ = lambda _wb_attr: getattr(_wb_np, _wb_attr)",
+             "_wb_phase_math = _wb_types.ModuleType('workbench_phase_math')",
+             "_wb_phase_math.__getattr__ = lambda _wb_attr: getattr(_wb_math, _wb_attr)"]
     lines += [f"_wb_numpy.{name} = {target.replace('math.', '_wb_math.')}"
               for name, (target, _args) in vocabulary.NUMPY.items()]
+    lines += [f"_wb_phase_math.{name} = {twin}" for name, twin in vocabulary.MATH_TWINS.items()]
     lines += ["_wb_twins = {id(getattr(_wb_np, _wb_n)): getattr(_wb_numpy, _wb_n) for _wb_n in "
               f"{sorted(vocabulary.NUMPY)!r} if hasattr(_wb_np, _wb_n)}}",
+              f"_wb_twins.update({{id(getattr(_wb_math, _wb_n)): getattr(_wb_phase_math, _wb_n) for _wb_n in "
+              f"{sorted(vocabulary.MATH_TWINS)!r}}})",
               "for _wb_name, _wb_value in list(globals().items()):",
               "    if _wb_value is _wb_np and not _wb_name.startswith('_wb_'):",
               "        globals()[_wb_name] = _wb_numpy",
+              "    elif _wb_value is _wb_math and not _wb_name.startswith('_wb_'):",
+              "        globals()[_wb_name] = _wb_phase_math",
               "    elif id(_wb_value) in _wb_twins:",
               "        globals()[_wb_name] = _wb_twins[id(_wb_value)]"]
     return "\n".join(lines) + "\n"
+
+
+# Plain Python (the CUDA simulator, the out-of-bounds replay) runs the division helpers on Python
+# scalars too, where `%` by zero raises: numpy's own functions give numpy's values there.
+HOST_DIVISION = '''
+def _np_mod(x, y):
+    with _wb_np.errstate(all="ignore"):
+        return _wb_np.remainder(x, y)
+
+
+def _np_floor_divide(x, y):
+    with _wb_np.errstate(all="ignore"):
+        return _wb_np.floor_divide(x, y)
+
+
+def _np_fmod(x, y):
+    with _wb_np.errstate(all="ignore"):
+        return _wb_np.fmod(x, y)
+'''
 
 
 _SEPARATOR = "\n\n# ---- workbench kernel module: everything below is generated ----\n"
@@ -155,13 +183,15 @@ def _reason(text: str) -> list:
     if missing:
         return [f"name '{missing.group(1) or missing.group(2)}' is not defined (not a parameter, array, local or "
                 f"function of the env)"]
-    kept = []
+    kept, quoting = [], False
     for ln in text.splitlines():
         stripped = ln.strip()
-        if not stripped or stripped.startswith(_NOISE) or re.match(r"^\d+\s*\|", stripped) or stripped.startswith(">"):
+        quoting = stripped.startswith('File "') or (quoting and bool(stripped))  # numba quotes the source below
+        if quoting or not stripped or stripped.startswith(_NOISE) or re.match(r"^\d+\s*\|", stripped) or stripped.startswith(">"):
             if stripped.startswith(">>>") and kept and kept[-1].startswith("No implementation"):
                 kept.append(stripped.lstrip("> ").strip())
             continue
+        stripped = re.sub(r"\.*\s*Raised from .*$", ".", stripped)  # the place: the env's line says it
         if stripped not in kept:
             kept.append(stripped)
     if kept and kept[0].startswith("No implementation") and len(kept) > 1 and "(" in kept[1]:
@@ -169,28 +199,50 @@ def _reason(text: str) -> list:
     return [k[:240] for k in kept[:2]]
 
 
+_PLACE = re.compile(r'File "(?P<file>[^"\n]+)", line (?P<line>\d+)'
+                    r'|(?:\bat|Raised from) (?P<at>[^\n]+?) \((?P<at_line>\d+)\)')
+
+
+def _same_file(shown: str, names: set) -> bool:
+    """numba shows a file relative to the working directory when it lies below it."""
+    if shown in names:
+        return True
+    return not shown.startswith("<") and os.path.realpath(shown) in {os.path.realpath(n) for n in names
+                                                                     if not n.startswith("<")}
+
+
+def is_compile_failure(kernel, exc: BaseException) -> bool:
+    """True when `exc` comes from numba compiling `kernel` (a numba error, or any error while no
+    signature of it has compiled), not from running the compiled kernel."""
+    from numba.core.errors import NumbaError
+    if isinstance(exc, NumbaError) or type(exc).__module__ in ("numba.core.errors", "numba.cuda.core.errors"):
+        return True
+    return getattr(kernel, "signatures", None) == []  # the simulator's kernels have none: never
+
+
 def compile_error(defn: EnvDefinition, target: str, exc: BaseException, module_file: str | None = None
                   ) -> EnvCompileError:
-    """The env's line and one or two lines of the compiler's reason; the full text in `details`."""
-    text = _ANSI.sub("", str(exc))
+    """The env's line and one or two lines of the compiler's reason; the full text in `details`.
+    The line is the innermost place in the env's source that numba names (it lists the failing
+    statement first, then its callers)."""
+    text = _ANSI.sub("", str(exc)) or type(exc).__name__
     env_lines = defn.source.count("\n") + 1
+    names = {defn.filename, module_file} - {None}
     lines = []
-    for name in {defn.filename, module_file} - {None}:
-        escaped = re.escape(name)
-        lines += [int(n) for n in re.findall(rf'File "{escaped}", line (\d+)', text)]
-        lines += [int(n) for n in re.findall(rf"at {escaped} \((\d+)\)", text)]
-    lines = [n for n in lines if n <= env_lines]  # later lines are the generated drivers'
+    for m in _PLACE.finditer(text):
+        shown, number = (m.group("file"), m.group("line")) if m.group("file") else (m.group("at"), m.group("at_line"))
+        if _same_file(shown.strip(), names) and int(number) <= env_lines:  # later lines are the generated drivers'
+            lines.append(int(number))
     src = defn.source.splitlines()
     missing = re.search(r"NameError: name '(\w+)' is not defined|Untyped global name '(\w+)'", text)
     if not lines and missing:
         word = re.compile(rf"\b{missing.group(1) or missing.group(2)}\b")
         lines = [k + 1 for k, ln in enumerate(src) if word.search(ln.split("#")[0])][:1]
-    where = ""
-    if lines and 0 < lines[-1] <= len(src):
-        where = f" at line {lines[-1]}:\n    {src[lines[-1] - 1].strip()}"
+    line = lines[0] if lines and 0 < lines[0] <= len(src) else None
+    where = f" at line {line}:\n    {src[line - 1].strip()}" if line else ""
     reason = "\n".join("  " + ln for ln in _reason(text))
     return EnvCompileError(f"env '{defn.name}' failed to compile for target '{target}'{where}\n{reason}",
-                           line=lines[-1] if lines else None, details=text)
+                           line=line, details=text)
 
 
 class _OutOfBounds(Exception):
@@ -230,8 +282,8 @@ def locate_out_of_bounds(defn: EnvDefinition, kernel: str, n_envs: int, seed: in
     import sys
     import warnings
     from ...errors import EnvIndexError
-    text = module_text(defn, prelude=prelude, imports="prange = range", device_decorator="(lambda f: f)",
-                       layout=codegen.Layout(1, 1), gpu=False)
+    text = module_text(defn, prelude=prelude + HOST_DIVISION, imports="prange = range",
+                       device_decorator="(lambda f: f)", layout=codegen.Layout(1, 1), gpu=False)
     if text is None:
         return None
     filename = f"<workbench replay {defn.name}>"

@@ -6,7 +6,7 @@ import numba
 import torch
 
 from ..codegen import Layout
-from ._numba import build_namespace, compile_error, locate_out_of_bounds, module_is_cached
+from ._numba import build_namespace, compile_error, is_compile_failure, locate_out_of_bounds, module_is_cached
 
 _PRELUDE = '''
 def atomic_add(array, index, value):
@@ -51,10 +51,10 @@ class CpuKernels:
         before = [v.copy() for v in views] if self.boundscheck else None
         try:
             fn(n_envs, seed, span, draw, *views)
-        except numba.core.errors.NumbaError as exc:
-            raise compile_error(self.defn, "cpu", exc, self.module_file) from None
-        except IndexError:
-            if not self.boundscheck:
+        except Exception as exc:  # noqa: BLE001 - numba raises errors outside NumbaError too (try/except as err)
+            if is_compile_failure(fn, exc):
+                raise compile_error(self.defn, "cpu", exc, self.module_file) from None
+            if not self.boundscheck or not isinstance(exc, IndexError):
                 raise
             located = locate_out_of_bounds(self.defn, fn.py_func.__name__, n_envs, seed, span, before, None,
                                            _PRELUDE, "cpu", draw)
@@ -82,7 +82,11 @@ class CpuTarget:
         return tensor.numpy()
 
     def _module(self, boundscheck):
-        device = "_wb_numba.njit(boundscheck=True)" if boundscheck else "_wb_numba.njit"
+        # the np.mod/floor_divide/fmod helpers (`_np_*`) divide with numpy's results for a zero divisor,
+        # as on the GPU; the env's own code keeps Python's ZeroDivisionError
+        checks = "boundscheck=True, " if boundscheck else ""
+        device = (f"(lambda f: _wb_numba.njit(f, {checks}"
+                  "error_model='numpy' if f.__name__.startswith('_np_') else 'python'))")
         return dict(prelude=_PRELUDE, imports="import numba as _wb_numba\nfrom numba import prange",
                     device_decorator=device, layout=Layout(1, 1), gpu=False)
 

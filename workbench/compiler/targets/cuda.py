@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 from ..codegen import gpu_layout
-from ._numba import build_namespace, compile_error, locate_out_of_bounds, module_is_cached
+from ._numba import (HOST_DIVISION, build_namespace, compile_error, is_compile_failure, locate_out_of_bounds,
+                     module_is_cached)
 
 if not hasattr(np, "row_stack"):  # numba-cuda 0.30 still calls np.row_stack, removed in numpy 2.5
     np.row_stack = np.vstack
@@ -91,16 +92,18 @@ class CudaKernels:
         return stream
 
     def _run(self, kernel, n_envs, seed, span, views, draw=0):
-        from numba.core.errors import NumbaError
         envs_per_block = min(self.layout.envs_per_block, n_envs)  # small runs (and the simulator) launch less
         grid = (n_envs + envs_per_block - 1) // envs_per_block
         token = _NO_FMA.set(True)  # the first launch compiles
         before = [v.copy() for v in views] if simulator_enabled() else None  # to locate an IndexError
         try:
             kernel[grid, envs_per_block * self.layout.threads_per_env, self._stream()](n_envs, seed, span, draw, *views)
-        except NumbaError as exc:
-            raise compile_error(self.defn, "cuda", exc, self.module_file) from None
-        except IndexError:  # the simulator's arrays check their bounds
+        except Exception as exc:  # noqa: BLE001 - numba raises errors outside NumbaError too (try/except as err)
+            if is_compile_failure(kernel, exc):
+                raise compile_error(self.defn, "cuda", exc, self.module_file) from None
+            if not isinstance(exc, IndexError):
+                raise
+            # the simulator's arrays check their bounds
             from .cpu import _PRELUDE as host_prelude
             located = None if before is None else locate_out_of_bounds(
                 self.defn, kernel.py_func.__name__, n_envs, seed, span, before, None, host_prelude, "cuda", draw)
@@ -153,7 +156,8 @@ class CudaTarget:
 
     def _module(self, defn, layout, boundscheck):
         device = "cuda.jit(device=True)"
-        return dict(prelude=_PRELUDE, imports="from numba import cuda", device_decorator=device,
+        prelude = _PRELUDE + HOST_DIVISION if simulator_enabled() else _PRELUDE
+        return dict(prelude=prelude, imports="from numba import cuda", device_decorator=device,
                     layout=layout or gpu_layout(defn.num_agents), gpu=True)
 
     def is_cached(self, defn, boundscheck=False) -> bool:

@@ -35,20 +35,25 @@ def nvrtc_problem() -> str | None:
 
 
 def _compile_error(defn: EnvDefinition, log: str) -> EnvCompileError:
-    """The first error of an NVRTC log, with the env's own C line when it lies in the env source."""
-    kept = [ln for ln in log.splitlines() if ln.strip()]
-    where, line = "", None
+    """The errors of an NVRTC log at the env's own C lines (at most two; the first error elsewhere
+    when none is the env's), without the warnings about the generated driver; the whole log in
+    `details`."""
     name = defn.c_filename or ""
-    for ln in kept:
-        m = _LOG_LINE.match(ln.strip())
-        if m and m.group("file") == name:
-            line = int(m.group("line"))
-            src = defn.c_source.splitlines()
-            text = src[line - 1].strip() if 0 < line <= len(src) else ""
-            where = f" at line {line} of {Path(name).name}:\n    {text}"
-            break
-    summary = "\n".join(kept[:12])
-    return EnvCompileError(f"env '{defn.name}' failed to compile for target 'cuda-c'{where}\n{summary}", line=line)
+    errors = [m for m in map(_LOG_LINE.match, (ln.strip() for ln in log.splitlines())) if m]
+    own = [m for m in errors if m.group("file") == name]
+    shown = [m.string for m in (own[:2] or errors[:1])]
+    if not shown:  # no error with a place: the log's first error line, else its first line
+        lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+        shown = [next((ln for ln in lines if "error" in ln), lines[0] if lines else "NVRTC gave no log")]
+    where, line = "", None
+    if own:
+        line = int(own[0].group("line"))
+        src = defn.c_source.splitlines()
+        text = src[line - 1].strip() if 0 < line <= len(src) else ""
+        where = f" at line {line} of {Path(name).name}:\n    {text}"
+    summary = "\n".join("  " + ln for ln in shown)
+    return EnvCompileError(f"env '{defn.name}' failed to compile for target 'cuda-c'{where}\n{summary}", line=line,
+                           details=log.strip())
 
 
 def _cubin_path(source: str, options) -> Path:
