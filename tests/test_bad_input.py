@@ -560,13 +560,9 @@ def test_a_new_run_into_the_folder_of_a_run_that_saved_no_checkpoint_says_to_del
 
 def test_a_count_parameter_takes_whole_numbers_and_validate_params_errors_name_their_line():
     from workbench.errors import EnvDefinitionError
-    with pytest.raises(EnvDefinitionError, match=r"'num_taggers' is a count \(its default is \d+\): it must be a "
-                                                  r"whole number, got 2.5"):
-        wb.make("tag_continuous", num_envs=2, target="cpu", num_taggers=2.5)
-    assert wb.make("tag_grid", num_envs=2, target="cpu", num_taggers=2.0, num_runners=1).num_agents == 3
     source = '''
 from workbench.envdef import Box, Discrete, per_env
-PARAMS = dict(speed=1.0)
+PARAMS = dict(speed=1.0, cells=4)
 NUM_AGENTS = 1
 OBSERVATION = Box(shape=(1,))
 ACTION = Discrete(2)
@@ -585,3 +581,8 @@ def observe(env, agent, x, obs):
     with pytest.raises(EnvDefinitionError, match="validate_params raised AttributeError at line 9: .*'sped'") as err:
         wb.make("typo_in_validate", num_envs=1, target="cpu")
     assert err.value.line == 9
+    wb.register("counted", source.replace("p.sped", "p.speed"))
+    with pytest.raises(EnvDefinitionError, match=r"'cells' is a count \(its default is 4\): it must be a whole number, "
+                                                  r"got 2.5"):
+        wb.make("counted", num_envs=1, target="cpu", cells=2.5)
+    assert wb.make("counted", num_envs=1, target="cpu", cells=2.0).definition.params["cells"] == 2

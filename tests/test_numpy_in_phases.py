@@ -200,10 +200,10 @@ def test_division_functions_by_zero_and_signs_match_numpy(target):
     """np.mod/remainder/floor_divide/fmod and math.fmod with numpy's values for a zero divisor (float: nan
     or +-inf, int: 0) and C fmod's sign (the dividend's, -0.0 kept)."""
     wb.register("numpy_divisions", DIVISION_SOURCE)
-    x = np.array([7.0, -7.0, 0.0, -0.0, 7.5, -7.5, np.inf, np.nan, 5.0, -6.0])
-    y = np.array([0.0, 0.0, 0.0, 3.0, 2.0, 2.0, 3.0, 0.0, np.inf, -3.0])
-    m = np.array([7, -7, 0, 5, -5, 7, -7, 3, 0, 1], dtype=np.int32)
-    n = np.array([0, 0, 0, 3, 3, -3, -3, 0, 2, 1], dtype=np.int32)
+    x = np.array([7.0, -7.0, 0.0, -0.0, 7.5, -7.5, np.inf, np.nan, 5.0, -6.0, -5.0, 5.0, -0.0, 0.0])
+    y = np.array([0.0, 0.0, 0.0, 3.0, 2.0, 2.0, 3.0, 0.0, np.inf, -3.0, np.inf, -np.inf, np.inf, -np.inf])
+    m = np.array([7, -7, 0, 5, -5, 7, -7, 3, 0, 1, 9, -9, 4, -4], dtype=np.int32)
+    n = np.array([0, 0, 0, 3, 3, -3, -3, 0, 2, 1, 4, 4, -3, -3], dtype=np.int32)
     env = wb.make("numpy_divisions", num_envs=len(x), target=target)
     for key, value in dict(x=x, y=y, m=m, n=n).items():
         env.data[key].copy_(torch.as_tensor(value))

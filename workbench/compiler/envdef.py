@@ -35,6 +35,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import EnvDefinitionError, EnvParameterError, did_you_mean
+from .declaration_checks import box_problem, check_reserved_names, refuse_declaration
 
 SPECIAL_ARGS = ("env", "agent", "key")
 # names of the generated drivers' own arguments and locals (codegen, codegen_c): an array or entity so named
@@ -233,132 +234,6 @@ def _shape(shape, params, what):
     return tuple(_as_int(s, params, what) for s in shape)
 
 
-def _reserved_names() -> dict:
-    """Name -> what it is, for every global the numba kernel modules define after the env's code
-    (workbench.rng's source, workbench.helpers' source, the atomics): an env's own global of that
-    name would be silently replaced by it."""
-    from . import helpers, rng
-    reserved = {}
-    for module, what in ((rng, "a name of workbench.rng's random-number code"),
-                         (helpers, "a name of workbench.helpers' math code")):
-        for node in ast.parse(inspect.getsource(module)).body:
-            if isinstance(node, ast.FunctionDef):
-                arguments = ", ".join(a.arg for a in node.args.args)
-                kind = "random draw" if module is rng else "numpy-like helper"
-                public = "workbench.rng" if module is rng else "workbench.helpers"
-                reserved[node.name] = f"the workbench's {kind} {node.name}({arguments}) ({public})"
-            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-                for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
-                    if isinstance(target, ast.Name):
-                        reserved.setdefault(target.id, what)
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                for alias in node.names:
-                    reserved.setdefault((alias.asname or alias.name).split(".")[0], what)
-    for atomic in ("atomic_add", "atomic_max", "atomic_min"):
-        reserved[atomic] = f"the workbench's atomic {atomic}(array, index, value)"
-    return reserved
-
-
-def _top_level_lines(source: str) -> dict:
-    """Name -> (line, how the env binds it: "function" or "global") of the last top-level binding of each name."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return {}
-    found = {}
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            found[node.name] = (node.lineno, "function" if isinstance(node, ast.FunctionDef) else "global")
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            for alias in node.names:
-                found[(alias.asname or alias.name).split(".")[0]] = (node.lineno, "global")
-        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
-                for leaf in ast.walk(target):
-                    if isinstance(leaf, ast.Name):
-                        found[leaf.id] = (node.lineno, "global")
-    return found
-
-
-def _param_line(source: str, key: str):
-    """The line of `key` inside the PARAMS declaration (or of PARAMS itself), else None."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return None
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(_is_name(t, "PARAMS") for t in node.targets):
-            value = node.value
-            if isinstance(value, ast.Dict):
-                for k in value.keys:
-                    if isinstance(k, ast.Constant) and k.value == key:
-                        return k.lineno
-            if isinstance(value, ast.Call):
-                for keyword_arg in value.keywords:
-                    if keyword_arg.arg == key:
-                        return keyword_arg.lineno
-            return node.lineno
-    return None
-
-
-def _check_reserved_names(name: str, source: str, namespace: dict, params: Mapping) -> None:
-    """EnvDefinitionError for an env global or parameter named like something the kernels define
-    after the env's code (a random draw, a helper, an atomic), which would replace it silently."""
-    from . import helpers, rng
-    reserved = _reserved_names()
-    lines = source.splitlines()
-    bound = _top_level_lines(source)
-
-    def refuse(reserved_name, kind, line):
-        text = lines[line - 1].strip() if line and 0 < line <= len(lines) else ""
-        where = f"line {line}: {text}\n    " if line else ""
-        raise EnvDefinitionError(
-            f"{name}: {where}the env's {kind} '{reserved_name}' has a reserved name: it is "
-            f"{reserved[reserved_name]}, which the kernels define after the env's code and which would replace "
-            f"the env's own; rename it (e.g. 'my_{reserved_name}')",
-            line=line)
-
-    for key in params:
-        if key in reserved:
-            refuse(key, "parameter", _param_line(source, key))
-    for global_name, value in namespace.items():
-        if global_name not in reserved:
-            continue
-        if value is getattr(rng, global_name, None) or value is getattr(helpers, global_name, None):
-            continue  # imported from workbench: the same thing the kernels define
-        line, kind = bound.get(global_name, (None, "global"))
-        own_helper = hasattr(helpers, global_name) and inspect.isfunction(getattr(helpers, global_name)) \
-            and kind == "function" and inspect.isfunction(value)
-        from_numpy = callable(value) and getattr(np, getattr(value, "__name__", ""), None) is value
-        if own_helper or (from_numpy and not hasattr(rng, global_name)):
-            continue  # the kernels keep the env's own def of a helper, and re-bind a numpy import to its twin
-        refuse(global_name, kind, line)
-
-
-def _box_problem(box: Box) -> str | None:
-    """Why a Box (its shape resolved) is not a valid space, with the fix; None when it is."""
-    if min(box.shape, default=1) < 0:
-        return f"Box shape {box.shape} has a negative dimension: make every dimension >= 0"
-    try:
-        low = np.broadcast_to(np.asarray(box.low, dtype=np.float64), box.shape)
-        high = np.broadcast_to(np.asarray(box.high, dtype=np.float64), box.shape)
-    except (TypeError, ValueError):
-        return f"Box low={box.low!r} and high={box.high!r} must be numbers or arrays of shape {box.shape}"
-    if np.isnan(low).any() or np.isnan(high).any() or (low > high).any():
-        return f"Box low={box.low!r} is above high={box.high!r} (or NaN): give low <= high"
-    return None
-
-
-def _refuse_declaration(name: str, source: str, declared: str, problem: str | None) -> None:
-    """EnvDefinitionError naming the source line that declares `declared`, when there is a problem."""
-    if problem is None:
-        return
-    line = _top_level_lines(source).get(declared, (None,))[0]
-    lines = source.splitlines()
-    where = f"line {line}: {lines[line - 1].strip()}\n    " if line and 0 < line <= len(lines) else f"{declared}: "
-    raise EnvDefinitionError(f"{name}: {where}{problem}", line=line)
-
-
 def exec_source(source: str, filename: str, module_name: str) -> dict:
     """Run an env source into a fresh namespace; a syntax error names the source line."""
     lines = source.splitlines(True)
@@ -399,18 +274,12 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
     if unknown:
         hints = "".join(did_you_mean(k, defaults, lambda c, k=k: f"{c!r} for {k!r}") for k in unknown)
         raise EnvDefinitionError(f"{name}: unknown parameter(s) {unknown}{hints}; this env takes {sorted(defaults)}")
-    _check_reserved_names(name, source, namespace, defaults)
+    check_reserved_names(name, source, namespace, defaults)
     params = {**defaults, **overrides}
     for key, value in params.items():
         if (key in defaults and isinstance(defaults[key], (int, float))
                 and not isinstance(value, (int, float, np.number))):
             raise EnvDefinitionError(f"{name}: parameter '{key}' must be a number, got {value!r}")
-        if isinstance(defaults.get(key), int) and not isinstance(defaults[key], bool) and not isinstance(
-                value, (bool, np.bool_)) and not float(value).is_integer():
-            raise EnvDefinitionError(f"{name}: parameter '{key}' is a count (its default is {defaults[key]!r}): "
-                                     f"it must be a whole number, got {value!r}")
-        if isinstance(defaults.get(key), int) and not isinstance(defaults[key], bool):
-            params[key] = int(value)  # (2.0 for a count: shapes and loops take ints)
     validate = namespace.get("validate_params")
     if validate is not None:
         try:
@@ -423,6 +292,12 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
                                      line=line) from None
         if message:
             raise EnvParameterError(f"{name}: {message}")
+    for key, value in params.items():  # (after the env's own checks, whose messages say more)
+        if isinstance(defaults.get(key), int) and not isinstance(defaults[key], bool):
+            if not isinstance(value, (bool, np.bool_)) and not float(value).is_integer():
+                raise EnvDefinitionError(f"{name}: parameter '{key}' is a count (its default is {defaults[key]!r}): "
+                                         f"it must be a whole number, got {value!r}")
+            params[key] = int(value)  # (2.0 for a count: shapes and loops take ints)
 
     for required in ("NUM_AGENTS", "OBSERVATION", "ACTION", "observe"):
         if required not in namespace:
@@ -442,11 +317,11 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
     if not isinstance(obs_space, Box):
         raise EnvDefinitionError(f"{name}: OBSERVATION must be a Box, got {obs_space!r}")
     obs_space = Box(obs_space.low, obs_space.high, _shape(obs_space.shape, params, "OBSERVATION.shape"))
-    _refuse_declaration(name, source, "OBSERVATION", _box_problem(obs_space))
+    refuse_declaration(name, source, "OBSERVATION", box_problem(obs_space))
     action = namespace["ACTION"]
     if isinstance(action, Discrete):
         action = Discrete(_as_int(action.n, params, "ACTION.n"))
-        _refuse_declaration(name, source, "ACTION", None if action.n >= 1 else
+        refuse_declaration(name, source, "ACTION", None if action.n >= 1 else
                             f"Discrete(n) needs n >= 1 (the number of actions), got n={action.n}: declare "
                             f"Discrete(n) with n >= 1")
         act_shape, act_dtype = (), action_dtype(action.n)
@@ -454,15 +329,15 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
         nvec = action.nvec if isinstance(action.nvec, (tuple, list)) else (action.nvec,)
         action = MultiDiscrete(tuple(_as_int(n, params, "ACTION.nvec") for n in nvec))
         if not action.nvec:
-            _refuse_declaration(name, source, "ACTION", "MultiDiscrete(nvec) needs at least one action: declare "
+            refuse_declaration(name, source, "ACTION", "MultiDiscrete(nvec) needs at least one action: declare "
                                 "MultiDiscrete((n0, n1, ...)) with every n >= 1, or Discrete(n) for one action")
-        _refuse_declaration(name, source, "ACTION", None if min(action.nvec) >= 1 else
+        refuse_declaration(name, source, "ACTION", None if min(action.nvec) >= 1 else
                             f"MultiDiscrete(nvec) needs every count >= 1 (the number of choices of each action), "
                             f"got nvec={action.nvec}: make every entry >= 1")
         act_shape, act_dtype = (len(action.nvec),), action_dtype(max(action.nvec))
     elif isinstance(action, Box):
         action = Box(action.low, action.high, _shape(action.shape, params, "ACTION.shape"))
-        _refuse_declaration(name, source, "ACTION", _box_problem(action))
+        refuse_declaration(name, source, "ACTION", box_problem(action))
         act_shape, act_dtype = action.shape, np.float32
     else:
         raise EnvDefinitionError(f"{name}: ACTION must be Discrete, MultiDiscrete or Box, got {action!r}")
@@ -500,7 +375,7 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
         if decl.dtype not in _DTYPES:
             raise EnvDefinitionError(f"{name}: STATE['{arr_name}'] dtype '{decl.dtype}' not in {sorted(_DTYPES)}")
         shape = _shape(decl.shape, params, f"STATE['{arr_name}'].shape")
-        _refuse_declaration(name, source, "STATE", None if min(shape, default=0) >= 0 else
+        refuse_declaration(name, source, "STATE", None if min(shape, default=0) >= 0 else
                             f"STATE['{arr_name}'] has shape {shape}: a dimension is negative; make every "
                             f"dimension >= 0")
         if decl.layout == "entity":

@@ -106,16 +106,30 @@ def _np_exp2(x):
 
 
 # the three below rely on numpy's division-by-zero results (float: nan or inf, int: 0): the cpu and
-# cuda targets compile them with numba's numpy error model, the simulator binds numpy's own functions
+# cuda targets compile them with numba's numpy error model, the simulator binds numpy's own functions.
+# A finite x over an infinite y takes its own branch: numba-cuda's float % and // give nan there
+# (x - floor(x / y) * y is 0 * inf), numpy x, y or a signed zero. `y - y != 0` is true only for +-inf
+# (and false for every int), so the branches type the same for ints and floats.
 def _np_mod(x, y):
+    if y == y and y - y != 0 and x - x == 0:
+        if x == 0:
+            return x - x if y > 0 else -(x - x)
+        return x if (x > 0) == (y > 0) else y
     return x % y  # the sign of y, as np.mod and Python's %
 
 
 def _np_floor_divide(x, y):
+    if y == y and y - y != 0 and x - x == 0:
+        zero = x - x
+        if x == 0 or (x > 0) == (y > 0):
+            return zero if (math.copysign(1.0, x) > 0) == (y > 0) else -zero
+        return zero - 1
     return x // y
 
 
 def _np_fmod(x, y):
+    if y == y and y - y != 0 and x - x == 0:
+        return x  # C fmod(x, +-inf)
     rest = abs(x) % abs(y)  # exact for operands of one sign
     if x < 0:
         return -rest

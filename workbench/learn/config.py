@@ -274,7 +274,8 @@ def validate(config) -> None:
         checks += [("num_minibatches", config.num_minibatches >= 1, "must be >= 1"),
                    ("update_epochs", config.update_epochs >= 1, "must be >= 1"),
                    ("clip_coef", config.clip_coef > 0, "must be > 0"),
-                   ("target_kl", config.target_kl is None or config.target_kl > 0, "must be > 0 (or null: no early stop)")]
+                   ("target_kl", config.target_kl is None or config.target_kl > 0,
+                    "must be > 0 (or null: no early stop)")]
     if isinstance(config, DDPGConfig):
         checks += [("tau", 0.0 < config.tau <= 1.0, "must be in (0, 1]"),
                    ("buffer_size", config.buffer_size >= 1, "must be >= 1"),

@@ -238,8 +238,9 @@ def run_config(config=None, *, resume=None, changes=None):
 def _check_changes(config, changes: dict):
     """Refuses changes the run's algorithm would not read: DDPG's learning rates are actor_lr and critic_lr."""
     if changes.get("algorithm", config.algorithm) == "ddpg" and "lr" in changes:
-        raise cfg.ConfigError(f"DDPG learns at actor_lr and critic_lr and does not read lr (asked lr={changes['lr']!r}):"
-                              f" set those instead (--actor-lr and --critic-lr; actor_lr= and critic_lr=)")
+        raise cfg.ConfigError(f"DDPG learns at actor_lr and critic_lr and does not read lr (asked "
+                              f"lr={changes['lr']!r}): set those instead (--actor-lr and --critic-lr; actor_lr= and "
+                              f"critic_lr=)")
 
 
 def _fork_metrics(source: Path, dest: Path, upto: int):

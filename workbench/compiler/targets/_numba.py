@@ -187,7 +187,8 @@ def _reason(text: str) -> list:
     for ln in text.splitlines():
         stripped = ln.strip()
         quoting = stripped.startswith('File "') or (quoting and bool(stripped))  # numba quotes the source below
-        if quoting or not stripped or stripped.startswith(_NOISE) or re.match(r"^\d+\s*\|", stripped) or stripped.startswith(">"):
+        if (quoting or not stripped or stripped.startswith(_NOISE) or re.match(r"^\d+\s*\|", stripped)
+                or stripped.startswith(">")):
             if stripped.startswith(">>>") and kept and kept[-1].startswith("No implementation"):
                 kept.append(stripped.lstrip("> ").strip())
             continue
