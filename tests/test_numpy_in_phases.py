@@ -215,3 +215,32 @@ def test_division_functions_by_zero_and_signs_match_numpy(target):
     np.testing.assert_array_equal(got, want)
     finite = ~np.isnan(want)
     np.testing.assert_array_equal(np.signbit(got[finite]), np.signbit(want[finite]))  # -0.0 from fmod(-0.0, 3)
+
+
+def test_a_division_by_zero_in_the_env_own_code_is_numpy_arithmetic_on_the_cpu():
+    """x / 0.0 is inf and an int // 0 is 0 on the cpu target, as numba-cuda computes them on the GPU
+    (Python's error model raised ZeroDivisionError from inside the parallel loop, in make() itself)."""
+    wb.register("divides_by_zero", textwrap.dedent('''
+        from workbench.envdef import Box, Discrete, per_env
+
+        NUM_AGENTS = 1
+        OBSERVATION = Box(shape=(1,))
+        ACTION = Discrete(2)
+        STATE = dict(x=per_env(), y=per_env(), k=per_env("int32"))
+
+        def reset(env, x, y, k):
+            x[env] = 1.0
+            y[env] = 1.0
+            k[env] = 5
+
+        def step(env, x, y, k):
+            x[env] = x[env] / (y[env] - 1.0)
+            k[env] = k[env] // (k[env] - k[env])
+
+        def observe(env, agent, x, obs):
+            obs[env, agent, 0] = x[env]
+    '''))
+    env = wb.make("divides_by_zero", num_envs=3, target="cpu")
+    env.reset()
+    env.step()
+    assert torch.isinf(env.data["x"]).all() and (env.data["k"] == 0).all()

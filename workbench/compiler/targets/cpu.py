@@ -37,7 +37,8 @@ class CpuKernels:
         self.module = ns["_wb_cached_module"]
         self.module_file = ns.get("__file__")
         # bounds-checked kernels run replicas in order: an IndexError leaves a parallel region badly
-        options = dict(parallel=not boundscheck, boundscheck=boundscheck, cache=self.module is not None)
+        options = dict(parallel=not boundscheck, boundscheck=boundscheck, cache=self.module is not None,
+                       error_model="numpy")
         self._reset = numba.njit(**options)(ns["_wb_reset"])
         self._step = numba.njit(**options)(ns["_wb_step"])
         self.driver_source = ns["_wb_driver_source"]
@@ -82,11 +83,10 @@ class CpuTarget:
         return tensor.numpy()
 
     def _module(self, boundscheck):
-        # the np.mod/floor_divide/fmod helpers (`_np_*`) divide with numpy's results for a zero divisor,
-        # as on the GPU; the env's own code keeps Python's ZeroDivisionError
-        checks = "boundscheck=True, " if boundscheck else ""
-        device = (f"(lambda f: _wb_numba.njit(f, {checks}"
-                  "error_model='numpy' if f.__name__.startswith('_np_') else 'python'))")
+        # numpy's error model, as numba-cuda's on the GPU: one env source means the same on both (x / 0.0
+        # is inf, an int // 0 is 0), where Python's would raise from inside the parallel loop
+        device = "_wb_numba.njit(boundscheck=True, error_model='numpy')" if boundscheck else \
+            "_wb_numba.njit(error_model='numpy')"
         return dict(prelude=_PRELUDE, imports="import numba as _wb_numba\nfrom numba import prange",
                     device_decorator=device, layout=Layout(1, 1), gpu=False)
 
