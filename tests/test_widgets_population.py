@@ -154,7 +154,7 @@ def test_a_sweep_run_shows_its_ranked_settings(sweep_panel):
     table = ranking_text(rows)
     assert table.splitlines()[0].split()[:3] == ["rank", "lr", "members"]
     assert panel.ranking.endswith(table) and panel.ranking.startswith("Sweep settings ranked")
-    assert "2 seeds" in panel.ranking and "at iteration 3" in panel.ranking
+    assert "2 seeds" in panel.ranking and "by iteration 3" in panel.ranking
     assert "a population of 4 members (2 seeds x 2 settings of lr)" in panel.status
     best = rows[0]
     if not np.isnan(best["mean"]):

@@ -27,6 +27,7 @@ import time
 import ipywidgets as widgets
 
 from workbench.learn import config as cfg
+from workbench.learn.population import latest_report
 
 from .controls import CONTROLLED, RunForm  # noqa: F401 - CONTROLLED importable from here too
 from .curves import RunCurves
@@ -293,7 +294,7 @@ class TrainingPanel(widgets.VBox):
             self._redraw_safely(runner)
         self._redraw_safely(runner)
         if runner.history and runner.spec.mode == "train":
-            self.ranking_html.value = ranking_html(runner.history[-1])
+            self.ranking_html.value = ranking_html(latest_report(runner.history))
         self._set_controls_running(False)
         if runner.error is not None:
             self._show_error(runner.error, runner.traceback)

@@ -4,6 +4,7 @@ shapes that are not valid where they are declared."""
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 from typing import Mapping
 
@@ -12,6 +13,7 @@ import numpy as np
 from ..errors import EnvDefinitionError
 
 
+@functools.lru_cache(maxsize=1)
 def _reserved_names() -> dict:
     """Name -> what it is, for every global the numba kernel modules define after the env's code
     (workbench.rng's source, workbench.helpers' source, the atomics): an env's own global of that
