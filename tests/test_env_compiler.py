@@ -175,6 +175,40 @@ def test_call_no_target_compiles_everywhere_is_refused_at_parse(call, alternativ
     assert "does not compile on target(s) cuda, cuda-c" in text and alternative in text
 
 
+@pytest.mark.parametrize("statement, refused, alternative", [
+    ("x[env] = [1.0, 2.0][0]", "a list does not compile on target(s) cuda", "a tuple (a, b)"),
+    ("x[env] = {0: 1.0}[0]", "a dict does not compile on target(s) cuda", "locals"),
+    ("x[env] = [v for v in (1.0, 2.0)][0]", "a list comprehension does not compile", "a for loop over range(n)"),
+    ("assert x[env] >= 0.0", "assert does not mean the same on every target", "store a flag"),
+    ("import math", "an import inside a function does not compile on target(s) cpu, cuda", "import at the top"),
+])
+def test_constructs_a_gpu_kernel_lacks_are_refused_at_parse(statement, refused, alternative):
+    """The cpu target and the CUDA simulator run these; a GPU fails to compile them (or ignores them)."""
+    wb.register("gpu_unportable", SIX.replace("x[env] = x[env] + 1.0", statement))
+    with pytest.raises(wb.EnvDefinitionError) as info:
+        wb.make("gpu_unportable", num_envs=3, target="cpu")
+    text = str(info.value)
+    assert text.startswith(f"gpu_unportable: line 13: {statement}\n") and refused in text and alternative in text
+
+
+def test_a_loop_over_a_list_of_constants_compiles(target):
+    """numba-cuda compiles `for v in [...]` (the docs' "small constant lists"), not a list kept in a name."""
+    env = make_variant("constant_list_loop", "x[env] = x[env] + 1.0", "total = 0.0\n    for v in [1.0, 2.0]:\n        total += v\n    x[env] = total",
+                       target=target)
+    env.step()
+    assert env.data["x"].tolist() == [3.0, 3.0, 3.0]
+
+
+def test_try_in_a_function_a_phase_calls_is_refused_at_parse():
+    wb.register("gpu_unportable_helper", SIX.replace("x[env] = x[env] + 1.0", "x[env] = safe_inverse(x[env])").replace(
+        "\ndef reset(", "\ndef safe_inverse(v):\n    try:\n        return 1.0 / v\n    except ZeroDivisionError:"
+        "\n        return 0.0\n\ndef reset("))
+    with pytest.raises(wb.EnvDefinitionError) as info:
+        wb.make("gpu_unportable_helper", num_envs=3, target="cpu")
+    assert str(info.value).startswith("gpu_unportable_helper: line 10: try:\n    try/except does not compile on target(s) "
+                                      "cuda") and "an if on the condition" in str(info.value)
+
+
 def test_portable_helpers_compile_on_every_numba_target(target):
     env = make_variant("helpers", "x[env] + 1.0", "clip(rint(x[env] + 0.5) + sign(-2.0), -1.0, 3.0)", target=target)
     env.step()
@@ -275,6 +309,8 @@ def test_a_state_array_named_as_a_kernel_variable_is_refused(state):
      "line 9: sign=-1.0,", ["parameter 'sign' has a reserved name", "numpy-like helper sign(x)"]),
     ("STATE = dict(x=per_env())", "STATE = dict(x=per_env())\ndef atomic_add(array, index, value):\n    return 0",
      "line 8: def atomic_add(", ["function 'atomic_add' has a reserved name"]),
+    ("STATE = dict(x=per_env())", "STATE = dict(x=per_env())\nTPE = 4", "line 8: TPE = 4",
+     ["global 'TPE' has a reserved name", "threads per replica"]),
 ])
 def test_an_env_name_the_kernels_define_after_it_is_refused(old, new, line, words):
     """Before: the workbench's uniform/clip silently replaced the env's own (a wrong value, or a typing error)."""

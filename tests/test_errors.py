@@ -171,18 +171,16 @@ def test_compile_error_in_a_helper_names_the_helper_line_with_the_disk_cache(tmp
     assert (tmp_path / "kernels").is_dir()
 
 
-def test_numba_error_outside_typing_is_a_one_line_env_compile_error():
-    wb.register("try_except_env", HELPER_ERROR.replace("reward[env, agent] = bonus(x[env, agent])", textwrap.dedent('''
-        try:
-                x[env, agent] = 1.0 / x[env, agent]
-            except ZeroDivisionError as err:
-                x[env, agent] = 0.0''').strip()))
-    with pytest.raises(wb.EnvCompileError) as info:  # numba's UnsupportedBytecodeError, no NumbaError
-        wb.make("try_except_env", num_envs=1, target="cpu")
+def test_numba_ir_error_is_a_one_line_env_compile_error():
+    wb.register("del_in_phase_env", HELPER_ERROR.replace("reward[env, agent] = bonus(x[env, agent])", textwrap.dedent('''
+        spare = x[env, agent]
+            del spare''').strip()))
+    with pytest.raises(wb.EnvCompileError) as info:  # numba's UnsupportedError, no typing error
+        wb.make("del_in_phase_env", num_envs=1, target="cpu")
     lines = str(info.value).splitlines()
-    assert info.value.line == 19 and lines[1].strip() == "except ZeroDivisionError as err:", str(info.value)
-    assert len(lines) == 3 and "cannot be stored into variable (err)" in lines[2]
-    assert "Raised from" in info.value.details  # numba's whole text stays in the details
+    assert info.value.line == 18 and lines[1].strip() == "del spare", str(info.value)
+    assert len(lines) == 3 and "del found" in lines[2]
+    assert "Illegal IR" in info.value.details and "nopython" in info.value.details  # numba's whole text
 
 
 NVRTC_LOG = '''

@@ -16,8 +16,8 @@ from ..errors import EnvDefinitionError
 @functools.lru_cache(maxsize=1)
 def _reserved_names() -> dict:
     """Name -> what it is, for every global the numba kernel modules define after the env's code
-    (workbench.rng's source, workbench.helpers' source, the atomics): an env's own global of that
-    name would be silently replaced by it."""
+    (workbench.rng's source, workbench.helpers' source, the layout's constants, the atomics): an env's
+    own global of that name would be silently replaced by it."""
     from . import helpers, rng
     reserved = {}
     for module, what in ((rng, "a name of workbench.rng's random-number code"),
@@ -35,6 +35,8 @@ def _reserved_names() -> dict:
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
                 for alias in node.names:
                     reserved.setdefault((alias.asname or alias.name).split(".")[0], what)
+    reserved["TPE"] = "the kernels' threads per replica, set from the target's layout"
+    reserved["EPB"] = "the kernels' replicas per block, set from the target's layout"
     for atomic in ("atomic_add", "atomic_max", "atomic_min"):
         reserved[atomic] = f"the workbench's atomic {atomic}(array, index, value)"
     return reserved

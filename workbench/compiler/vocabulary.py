@@ -5,7 +5,8 @@ for a call some target cannot compile (naming the function, the env's line, the 
 it and the portable alternative), for an array indexed with more indices than its layout has
 (a per-agent index into a per-replica array) or too few where one value is meant (a per-agent phase
 storing a whole row, arithmetic on a row), for a constant index past the end of an axis, and for
-a name nothing defines (with the closest name that exists). `NUMPY` says what `np.NAME(...)` of one
+a name nothing defines (with the closest name that exists), and for a construct that runs on the cpu
+target and the CUDA simulator but not on a GPU (a list in a name, a dict, try/except, raise, ...). `NUMPY` says what `np.NAME(...)` of one
 value means in a phase: the numba targets bind it to a helper or a `math` function (targets/_numba.py).
 """
 from __future__ import annotations
@@ -182,6 +183,44 @@ def _call_problem(node: ast.Call, local_functions: set, namespace: dict) -> str 
     return None
 
 
+PER_ENV_ARRAY = "a per-replica array in STATE (per_env(\"float32\", (n,)))"
+UNPORTABLE_CONSTRUCTS = {
+    ast.List: ("a list", f"a tuple (a, b) for a few fixed values, or {PER_ENV_ARRAY} for more"),
+    ast.Dict: ("a dict", f"locals, a tuple, or {PER_ENV_ARRAY} indexed by position"),
+    ast.Set: ("a set", f"a tuple, or {PER_ENV_ARRAY} of flags"),
+    ast.ListComp: ("a list comprehension", f"a for loop over range(n) into locals or {PER_ENV_ARRAY}"),
+    ast.DictComp: ("a dict comprehension", f"a for loop over range(n) into {PER_ENV_ARRAY}"),
+    ast.SetComp: ("a set comprehension", f"a for loop over range(n) into {PER_ENV_ARRAY} of flags"),
+    ast.GeneratorExp: ("a generator expression", "a for loop over range(n) accumulating into a local"),
+    ast.Try: ("try/except", "an if on the condition (a phase's division by zero gives numpy's inf or nan: "
+                            "it does not raise)"),
+    ast.With: ("a with statement", "plain statements"),
+    ast.Yield: ("yield", "stores into a state array"),
+    ast.YieldFrom: ("yield from", "stores into a state array"),
+}
+if hasattr(ast, "TryStar"):
+    UNPORTABLE_CONSTRUCTS[ast.TryStar] = UNPORTABLE_CONSTRUCTS[ast.Try]
+
+
+def _construct_problem(node: ast.AST, parent) -> str | None:
+    """Why a GPU kernel cannot hold this construct (the cpu target and the CUDA simulator run it, so
+    only a GPU would fail), else None. numba-cuda compiles a loop over a list of constants
+    (`for v in [1.0, 2.0]`) but no list kept in a name (measured on an H100)."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return "an import inside a function does not compile on target(s) cpu, cuda; import at the top of the " \
+               "env's source, where the phases see it"
+    if isinstance(node, (ast.Raise, ast.Assert)):
+        what = "raise" if isinstance(node, ast.Raise) else "assert"
+        return f"{what} does not mean the same on every target (a GPU kernel ignores it, the cpu target stops " \
+               f"the whole step); store a flag into a state array and check it from the host"
+    found = UNPORTABLE_CONSTRUCTS.get(type(node))
+    if found is None or (isinstance(node, ast.List) and isinstance(parent, ast.For) and node is parent.iter):
+        return None
+    what, alternative = found
+    return f"{what} does not compile on target(s) cuda (a GPU kernel has no lists, dicts, sets, generators or " \
+           f"exceptions); use {alternative}"
+
+
 def _ndim(spec) -> int:
     return 1 + (spec.layout == "agent") + len(spec.shape)
 
@@ -351,6 +390,8 @@ def check_source(name: str, source: str, phases: list, arrays: dict, params: dic
                 problem = _call_problem(node, local_functions, namespace or {})
             elif isinstance(node, ast.Attribute):
                 problem = _numpy_attribute(node, namespace or {})
+            else:
+                problem = _construct_problem(node, parents.get(node))
             if problem is not None:
                 raise EnvDefinitionError(f"{_where(name, node, lines)}\n    {problem}", line=node.lineno)
             if fn_name in phase_names and isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
