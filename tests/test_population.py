@@ -274,6 +274,10 @@ def test_an_exported_member_trains_on_as_it_would_in_its_population(tmp_path, ca
     trainer.save(tmp_path / "checkpoint.pt")
     path = export_member(tmp_path, 1)
     assert path == tmp_path / "member_1" / "checkpoint.pt"
+    exported = torch.load(path, weights_only=False)["history"]
+    assert [r["env_steps_per_s"] for r in exported] == pytest.approx(
+        [r["env_steps_per_s"] / 3 for r in trainer.history])  # the member's share of the population's rate
+    assert all("member" not in r and "seed" not in r for r in exported)
     on = trainer.train(num_iterations=2).history[-2:]
     member = make_trainer(population.member_config(config, 1)).load(path)
     assert len(member.history) == 0 or member.history[-1]["iteration"] == 2

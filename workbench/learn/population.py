@@ -205,6 +205,15 @@ def _unstack_replay(state: dict, members: int, k: int) -> dict:
     return out
 
 
+def _member_row(report: dict, population_columns: set, members: int) -> dict:
+    """A member's report as a single run's: no population columns, and its share of the population's
+    env-steps/s (a population's report gives every member the whole population's rate)."""
+    row = {key: v for key, v in report.items() if key not in population_columns}
+    if isinstance(row.get("env_steps_per_s"), (int, float)):
+        row["env_steps_per_s"] = row["env_steps_per_s"] / members
+    return row
+
+
 def member_payload(payload: dict, k) -> dict:
     """A population checkpoint's payload -> member k's as a standalone run's checkpoint payload (the
     member's weights, optimiser moments, normaliser, env replicas, random streams, history); k may be
@@ -240,7 +249,7 @@ def member_payload(payload: dict, k) -> dict:
     rng["streams"] = {"counter": payload["rng"]["streams"]["counter"], "seeds": [member.seed + 1]}
     out = {**payload, "config": cfg.to_dict(member_config(config, k)), "signature": signature, "models": models,
            "optimizers": optimizers, "norms": norms, "rng": rng, "population": None, "replay": replay,
-           "history": [{key: v for key, v in r["members"][k].items() if key not in population_columns}
+           "history": [_member_row(r["members"][k], population_columns, info["members"])
                        for r in history if r.get("members")],
            "env_state": member_env_state(payload["env_state"], info["members"], k),
            "env_seed": member.seed, "member_of": {"members": info["members"], "member": k}}
