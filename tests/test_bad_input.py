@@ -586,3 +586,72 @@ def observe(env, agent, x, obs):
                                                   r"got 2.5"):
         wb.make("counted", num_envs=1, target="cpu", cells=2.5)
     assert wb.make("counted", num_envs=1, target="cpu", cells=2.0).definition.params["cells"] == 2
+
+
+# -- env sources: wb.register's arguments, and the host hooks a source declares ------------------
+
+HOOKED = '''
+from workbench.envdef import Box, Discrete, per_agent
+PARAMS = dict(num_agents=3)
+NUM_AGENTS = "num_agents"
+OBSERVATION = Box(shape=(1,))
+ACTION = Discrete(2)
+STATE = dict(x=per_agent())
+def reset(env, agent, x):
+    x[env, agent] = 0.0
+def step(env, agent, x):
+    x[env, agent] += 1.0
+def observe(env, agent, x, obs):
+    obs[env, agent, 0] = x[env, agent]
+'''
+
+REGISTER_CASES = {
+    "language='pyhton'": (lambda: wb.register("bad_language", HOOKED, language="pyhton"),
+                          raises(wb.WorkbenchError, "language='pyhton' is not an env language",
+                                 "did you mean 'python'?", "'cuda'")),
+    "language='fortran'": (lambda: wb.register("bad_language", HOOKED, language="fortran"),
+                           raises(wb.WorkbenchError, "language='fortran'", "use 'python'", "'cuda-c' or 'c'")),
+    "source None": (lambda: wb.register("no_source", None),
+                    raises(wb.WorkbenchError, "source must be the env's source text", "got NoneType")),
+    "name 5": (lambda: wb.register(5, HOOKED), raises(wb.WorkbenchError, "env name must be a Python identifier",
+                                                      "got 5")),
+    "name 'my env'": (lambda: wb.register("my env", HOOKED), raises(wb.WorkbenchError, "got 'my env'")),
+    "params=[3]": (lambda: wb.register("bad_params", HOOKED, params=[3]),
+                   raises(wb.WorkbenchError, "params must be a dict of parameter values, got [3]")),
+}
+
+
+@pytest.mark.parametrize("case", REGISTER_CASES)
+def test_register(case):
+    from workbench.runtime.registry import names
+    call, expected = REGISTER_CASES[case]
+    check(call, expected)
+    assert not {"bad_language", "no_source", "my env", "bad_params"} & set(names())  # nothing registered
+
+
+HOOK_CASES = {
+    "AGENT_GROUPS naming no parameter": ("AGENT_GROUPS = lambda p: {'a': range(p.num_hunters)}",
+                                         ["AGENT_GROUPS raised AttributeError", "num_hunters",
+                                          "the parameters are ['num_agents']"]),
+    "AGENT_GROUPS past NUM_AGENTS": ("AGENT_GROUPS = lambda p: {'a': range(5)}",
+                                     ["gives group 'a' the agent 3", "agents are the ints 0 .. 2"]),
+    "AGENT_GROUPS a dict": ("AGENT_GROUPS = {'a': [0, 1, 2]}",
+                            ["AGENT_GROUPS must be a function of the parameters", "lambda p:"]),
+    "AGENT_GROUPS a list": ("AGENT_GROUPS = lambda p: [0, 1, 2]", ["AGENT_GROUPS returned [0, 1, 2], not a dict"]),
+    "AGENT_GROUPS agent twice": ("AGENT_GROUPS = lambda p: {'a': [0, 1], 'b': [1, 2]}",
+                                 ["puts agent 1 in 'a' and in 'b'", "default policy map"]),
+    "AGENT_GROUPS agent left out": ("AGENT_GROUPS = lambda p: {'a': [0, 1]}", ["leaves agents [2]", "in no group"]),
+    "RENDER = 5": ("RENDER = 5", ["RENDER must be a drawer class", "setup(ax) and update(k)", "got 5"]),
+    "draw(frame)": ("def draw(frame):\n    pass", ["draw(frame) must take (frame, ax)"]),
+}
+
+
+@pytest.mark.parametrize("case", HOOK_CASES)
+def test_a_host_hook_the_trainer_or_viewer_cannot_use_is_refused_at_its_line(case):
+    from workbench.errors import EnvDefinitionError
+    from workbench.runtime.registry import definition
+    hook, words = HOOK_CASES[case]
+    wb.register("hooked", HOOKED + hook + "\n")
+    text = check(lambda: definition("hooked"), raises(EnvDefinitionError, *words))
+    line = len(HOOKED.splitlines()) + 1
+    assert text.startswith(f"hooked: line {line}: {hook.splitlines()[0]}")

@@ -345,3 +345,49 @@ def test_compiler_errors_are_condensed_and_verbose_prints_the_full_text(ip, caps
     err = capsys.readouterr().err
     assert "No implementation of function" in err and info.value.details.strip() in err
     assert "magic_typing" not in wb.env_names()
+
+
+def test_register_takes_the_language_spellings_of_the_magic():
+    assert {spelling: magic._language(spelling) for spelling in registry.LANGUAGES} == registry.LANGUAGES
+    wb.register("walk_c_alias", WALK_C, language="c")  # parsed as CUDA C, not as Python
+    defn = registry.definition("walk_c_alias")
+    assert defn.language == "cuda-c" and defn.num_agents == 3 and registry.lookup("walk_c_alias").language == "cuda"
+    wb.register("walk_py_alias", WALK, language="PY")
+    assert registry.definition("walk_py_alias").language == "python"
+
+
+def test_a_broken_agent_groups_fails_the_cell_at_its_line_before_compiling(ip, compiles):
+    bad = WALK + "\nAGENT_GROUPS = lambda p: {'hunters': range(p.num_hunters)}\n"
+    before = list(compiles)
+    with pytest.raises(EnvDefinitionError) as info:
+        ip.run_cell_magic("warpenv", "magic_groups --target cpu", bad)
+    line = cell_line(bad, "AGENT_GROUPS")
+    assert info.value.line == line
+    text = rendered(info.value)
+    assert f"line {line}: AGENT_GROUPS = lambda p" in text and "AGENT_GROUPS raised AttributeError" in text
+    assert "num_hunters" in text and "the parameters are ['max_steps', 'num_agents', 'scale']" in text
+    assert compiles == before and "magic_groups" not in wb.env_names()
+
+
+def test_a_render_that_is_no_drawer_fails_the_cell_at_its_line(ip):
+    bad = WALK + "\nRENDER = 5\n"
+    with pytest.raises(EnvDefinitionError) as info:
+        ip.run_cell_magic("warpenv", "magic_render --target cpu", bad)
+    assert info.value.line == cell_line(bad, "RENDER = 5")
+    assert "RENDER must be a drawer class" in str(info.value) and "got 5" in str(info.value)
+
+
+def test_the_misspelt_name_example_of_the_docs_is_what_the_cell_gives(ip):
+    """docs/notebooks.md shows the error of its chase cell with `action` misspelt `acton`."""
+    import pathlib
+    import re
+    doc = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "notebooks.md").read_text()
+    cell = re.search(r"```python\n%%warpenv chase --agents 16\n(.*?)```", doc, re.S).group(1)
+    shown = re.search(r"misspelt in `step` gives, before anything compiles:\n\n```\n(.*?)\n```", doc, re.S).group(1)
+    bad = cell.replace("+= action[env, agent]", "+= acton[env, agent]")
+    assert bad != cell
+    before = registry._REGISTRY.get("chase")
+    with pytest.raises(EnvDefinitionError) as info:
+        ip.run_cell_magic("warpenv", "chase --agents 16", bad)
+    assert rendered(info.value) == shown
+    assert registry._REGISTRY.get("chase") is before

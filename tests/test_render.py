@@ -472,3 +472,54 @@ def test_the_player_plays_in_real_time_whatever_the_episode_length():
         rates.append(anim.fps)  # steps a second at 1x: a frame every 1000 * stride / fps ms
     assert rates == [50.0] * 3
     assert render.Animation(_synthetic_cartpole(10), cartpole, fps=12, dpi=30).fps == 12.0
+
+
+def test_an_empty_recording_is_an_error_that_says_to_step_the_env():
+    env = wb.make("cartpole", num_envs=2, target="cpu")
+    env.reset()
+    env.record([0])
+    with pytest.raises(render.EmptyTrajectoryError, match=r"no frames recorded for replica 0: step the env after "
+                                                          r"env\.record\(\.\.\.\)"):
+        render.show(env.pull_trajectories(), env)
+    with pytest.raises(wb.WorkbenchError, match="show\\(\\) got no trajectories"):
+        render.show([], env)
+
+
+def test_a_population_members_replica_is_named_in_the_title():
+    env = wb.make("cartpole", num_envs=8, target="cpu", replicas_per_seed=4)  # two members of 4 replicas
+    (episode,) = render.record_episode(env, replicas=[5], max_steps=5)
+    source = render.FrameSource(episode, env)
+    titles = [source.fig.axes[0].get_title()] + ([source.fig._suptitle.get_text()] if source.fig._suptitle else [])
+    assert any("member 1 replica 1 (env replica 5)" in t for t in titles), titles
+    with pytest.raises(wb.WorkbenchError, match=r"replicas \[8\] are out of range: the env has 8 replicas"):
+        render.record_episode(env, replicas=[8])
+
+
+def test_recording_an_episode_between_stop_and_continue_leaves_the_run_as_it_was():
+    """A panel's Stop, render.record_episode(trainer.env, trainer), Continue: the continued run is the
+    one it would have been, and the panel's own recording goes on."""
+    import torch
+
+    def trainer():
+        config = wb.PPOConfig(env="cartpole", num_envs=8, target="cpu", rollout_length=16, num_minibatches=2,
+                              update_epochs=1, total_env_steps=8 * 16 * 100, log_every=1, seed=3, progress=False)
+        return wb.make_trainer(config)
+
+    watched, plain = trainer(), trainer()
+    for tr in (watched, plain):
+        tr.train(num_iterations=2)
+        tr.env.record([0], max_steps=500)  # as the panel records, then detaches at Stop
+        tr.env.recorder = None
+    panels = watched.env._detached[0]
+    kept = panels.count, {n: b.clone() for n, b in panels.buffers.items()}
+    first = render.record_episode(watched.env, watched, replicas=[0])
+    second = render.record_episode(watched.env, watched, replicas=[0])
+    assert len(first[0]["t"]) > 1 and not np.array_equal(first[0]["obs"][:3], second[0]["obs"][:3])
+    assert watched.env.record([0], max_steps=500) is panels and panels.count == kept[0]
+    assert all(torch.equal(b, kept[1][n]) for n, b in panels.buffers.items())
+    watched.env.recorder = None
+    a, b = watched.train(num_iterations=2), plain.train(num_iterations=2)
+    assert a.metrics["return/shared"] == b.metrics["return/shared"] and a.metrics["episodes"] == b.metrics["episodes"]
+    assert all(torch.equal(watched.env.store[k], plain.env.store[k]) for k in plain.env.store)
+    assert all(torch.equal(p, q) for p, q in zip(watched.models["shared"].parameters(),
+                                                 plain.models["shared"].parameters()))

@@ -1,16 +1,19 @@
 """Checks of an env source's declarations and names at parse time (envdef.parse calls them): names
-the kernels define after the env's code (which would replace the env's own silently), and spaces and
-shapes that are not valid where they are declared."""
+the kernels define after the env's code (which would replace the env's own silently), spaces and
+shapes that are not valid where they are declared, and host hooks (AGENT_GROUPS, RENDER, draw) that
+the trainer or the viewer could not use."""
 from __future__ import annotations
 
 import ast
 import functools
 import inspect
-from typing import Mapping
+import traceback
+import types
+from typing import Iterable, Mapping
 
 import numpy as np
 
-from ..errors import EnvDefinitionError
+from ..errors import EnvDefinitionError, did_you_mean
 
 
 @functools.lru_cache(maxsize=1)
@@ -140,3 +143,71 @@ def refuse_declaration(name: str, source: str, declared: str, problem: str | Non
     lines = source.splitlines()
     where = f"line {line}: {lines[line - 1].strip()}\n    " if line and 0 < line <= len(lines) else f"{declared}: "
     raise EnvDefinitionError(f"{name}: {where}{problem}", line=line)
+
+
+def _refuse_hook(name: str, source: str, declared: str, problem: str, line=None) -> None:
+    """EnvDefinitionError naming `line` (else the line that binds `declared`) and the problem."""
+    line = line or _top_level_lines(source).get(declared, (None,))[0]
+    lines = source.splitlines()
+    where = f"line {line}: {lines[line - 1].strip()}\n    " if line and 0 < line <= len(lines) else ""
+    raise EnvDefinitionError(f"{name}: {where}{problem}", line=line)
+
+
+def check_host_hooks(name: str, source: str, filename: str, namespace: dict, params: Mapping,
+                     num_agents: int) -> None:
+    """EnvDefinitionError for an AGENT_GROUPS that does not give each of the env's agents one group
+    at these parameters, or a RENDER / draw that the viewer cannot call: the trainer, the adapters
+    and the viewer call them later, far from the line at fault."""
+    groups_fn = namespace.get("AGENT_GROUPS")
+    if groups_fn is not None:
+        form = "declare AGENT_GROUPS = lambda p: {\"name\": range(...), ...} (agent ids for each group)"
+        if not callable(groups_fn):
+            _refuse_hook(name, source, "AGENT_GROUPS", f"AGENT_GROUPS must be a function of the parameters, got "
+                                                       f"{groups_fn!r}: {form}")
+        try:
+            groups = groups_fn(types.SimpleNamespace(**params))
+        except Exception as exc:  # noqa: BLE001 - the env author's own code: say where it failed
+            frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == filename]
+            hint = did_you_mean(getattr(exc, "name", None) or "", params) if isinstance(exc, AttributeError) else ""
+            _refuse_hook(name, source, "AGENT_GROUPS",
+                         f"AGENT_GROUPS raised {type(exc).__name__}: {exc}{hint}; the parameters are {sorted(params)}; "
+                         f"{form}", frames[-1].lineno if frames else None)
+        if not isinstance(groups, Mapping):
+            _refuse_hook(name, source, "AGENT_GROUPS", f"AGENT_GROUPS returned {groups!r}, not a dict; {form}")
+        seen = {}
+        for group, ids in groups.items():
+            if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+                _refuse_hook(name, source, "AGENT_GROUPS", f"AGENT_GROUPS gives group {group!r} {ids!r}, not a "
+                                                           f"sequence of agent ids; {form}")
+            if not isinstance(group, str):
+                _refuse_hook(name, source, "AGENT_GROUPS", f"AGENT_GROUPS names a group {group!r}: group names are "
+                                                           f"strings (served as env.<name>); {form}")
+            for i in ids:
+                if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < num_agents:
+                    _refuse_hook(name, source, "AGENT_GROUPS",
+                                 f"AGENT_GROUPS gives group '{group}' the agent {i!r}, but agents are the ints 0 .. "
+                                 f"{num_agents - 1} (NUM_AGENTS is {num_agents}); {form}")
+                if int(i) in seen:
+                    _refuse_hook(name, source, "AGENT_GROUPS",
+                                 f"AGENT_GROUPS puts agent {i} in '{seen[int(i)]}' and in '{group}': the groups are "
+                                 f"the trainer's default policy map, where each agent has one group")
+                seen[int(i)] = group
+        missing = sorted(set(range(num_agents)) - set(seen))
+        if missing:
+            _refuse_hook(name, source, "AGENT_GROUPS",
+                         f"AGENT_GROUPS leaves agents {missing[:10]}{' ...' if len(missing) > 10 else ''} (of 0 .. "
+                         f"{num_agents - 1}) in no group: the groups are the trainer's default policy map, where each "
+                         f"agent has one group")
+
+    drawer = namespace.get("RENDER")
+    if drawer is not None and not (inspect.isclass(drawer) and callable(getattr(drawer, "setup", None))
+                                   and callable(getattr(drawer, "update", None))):
+        _refuse_hook(name, source, "RENDER", f"RENDER must be a drawer class (class MyDrawer(render.Drawer) with "
+                                             f"setup(ax) and update(k); see docs/writing-an-env.md), got {drawer!r}")
+    draw = namespace.get("draw")
+    if inspect.isfunction(draw):
+        try:
+            inspect.signature(draw).bind(None, None)
+        except TypeError:
+            _refuse_hook(name, source, "draw", f"draw{inspect.signature(draw)} must take (frame, ax): the viewer calls "
+                                               f"it with one frame's arrays and the matplotlib axes")

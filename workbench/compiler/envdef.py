@@ -35,7 +35,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import EnvDefinitionError, EnvParameterError, did_you_mean
-from .declaration_checks import box_problem, check_reserved_names, refuse_declaration
+from .declaration_checks import box_problem, check_host_hooks, check_reserved_names, refuse_declaration
 
 SPECIAL_ARGS = ("env", "agent", "key")
 # names of the generated drivers' own arguments and locals (codegen, codegen_c): an array or entity so named
@@ -312,6 +312,7 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
     max_steps = _as_int(namespace.get("MAX_STEPS", 2**31 - 1), params, "MAX_STEPS")
     if max_steps < 1:
         raise EnvDefinitionError(f"{name}: MAX_STEPS must be positive, got {max_steps}")
+    check_host_hooks(name, source, filename, namespace, params, num_agents)
 
     obs_space = namespace["OBSERVATION"]
     if not isinstance(obs_space, Box):

@@ -31,8 +31,7 @@ from ..errors import WorkbenchError
 DEFAULT_ARCH = "sm_80"  # what a CUDA C cell is compiled for when no GPU is present
 DEFAULT_REPLICAS = 4
 CHECK_STEPS = 64
-LANGUAGES = ("python", "cuda")
-_LANGUAGE_ALIASES = {"python": "python", "py": "python", "cuda": "cuda", "cuda-c": "cuda", "c": "cuda"}
+LANGUAGES = ("python", "cuda")  # what --lang gives; registry.LANGUAGES holds every spelling it takes
 
 
 class WarpenvOptionError(WorkbenchError, ValueError):
@@ -76,7 +75,7 @@ def clear_cache() -> None:
 # ---- options ---------------------------------------------------------------------------------
 
 def _language(lang: str) -> str:
-    found = _LANGUAGE_ALIASES.get(str(lang).lower())
+    found = registry.canonical_language(lang)
     if found is None:
         raise WarpenvOptionError(f"%%warpenv: --lang {lang!r} is not a cell language; use --lang python (the "
                                  f"default) or --lang cuda (a CUDA C source with a /*@workbench ... */ block)")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import itertools
 import json
 import math
 import shutil
@@ -42,6 +43,10 @@ class FFmpegNotFoundError(WorkbenchError, RuntimeError):
 
 class EmbedLimitError(WorkbenchError, ValueError):
     """The frames of an animation exceed the embed limit and on_limit="raise" was asked for."""
+
+
+class EmptyTrajectoryError(WorkbenchError, ValueError):
+    """A trajectory with no frames: the env was not stepped while it was recorded."""
 
 
 class EmbedLimitWarning(UserWarning):
@@ -114,6 +119,15 @@ def _partial_note(trajectory: dict) -> str:
     return f"  (its first {missing} steps not recorded)" if missing else "  (episode still running)"
 
 
+def _replica_label(trajectory: dict, env) -> str:
+    """'replica r'; in a population's env (member k's replicas are its k-th seed block) also the member
+    and the replica's index among the member's own."""
+    replica, block = int(trajectory.get("replica", 0)), getattr(env, "replicas_per_seed", None)
+    if isinstance(block, int) and 0 < block < getattr(env, "num_envs", 0):
+        return f"member {replica // block} replica {replica % block} (env replica {replica})"
+    return f"replica {replica}"
+
+
 class FrameSource:
     """RGB frames [H, W, 3] uint8 of one trajectory, drawn by blitting the moving artists onto a
     background rendered once."""
@@ -121,13 +135,17 @@ class FrameSource:
     def __init__(self, trajectory: dict, env, dpi: int = 80, caption: bool = True):
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
+        if len(trajectory.get("t", ())) == 0:
+            raise EmptyTrajectoryError(f"no frames recorded for {_replica_label(trajectory, env)}: step the env after "
+                                       f"env.record(...) and before env.pull_trajectories() (or let "
+                                       f"render.record_episode(env, policy) do all three)")
         self.drawer = drawer_for(trajectory, env)
         self.fig = Figure(figsize=self.drawer.figsize, dpi=dpi)
         self.canvas = FigureCanvasAgg(self.fig)
         ax = self.fig.add_subplot()
         ax.set_autoscale_on(False)
         self.artists = self.drawer.setup(ax)
-        label = f"{self.drawer.name}  replica {trajectory.get('replica', 0)}" + _partial_note(trajectory)
+        label = f"{self.drawer.name}  {_replica_label(trajectory, env)}" + _partial_note(trajectory)
         if ax.get_title():
             # the drawer's own title stays, redrawn every frame (a draw() may change it per frame)
             self.fig.suptitle(label, fontsize=8)
@@ -338,6 +356,9 @@ def show(trajectories, env, **kwargs):
     """Animation of one trajectory (a dict), or AnimationGroup of a list (such as
     env.pull_trajectories(), even of one replica: `show(...)[0]` is always its first Animation);
     notebooks display either."""
+    if not isinstance(trajectories, dict) and not len(trajectories):
+        raise EmptyTrajectoryError("show() got no trajectories: record some with env.record(replicas=[...]), step "
+                                   "the env, then pass env.pull_trajectories() (or render.record_episode(env))")
     if isinstance(trajectories, dict):
         return Animation(trajectories, env, **kwargs)
     return AnimationGroup([Animation(t, env, **kwargs) for t in trajectories])
@@ -395,20 +416,31 @@ def to_mp4(trajectory: dict, env, path, *, fps: float | None = None, dpi: int = 
 
 # ---- recording episodes ----------------------------------------------------------------------------
 
+_RECORDINGS = itertools.count(1)  # record_episode's calls: each resets the env with a seed of its own
+
+
 def record_episode(env, policy=None, *, replicas=(0,), max_steps: int | None = None, reset: bool = True,
                    deterministic: bool = False) -> list:
     """Step `env` until every replica in `replicas` finished an episode (or `max_steps` steps) and
     return their trajectories (an episode that ended ends with the state it ended in). policy: None
     (uniformly random actions), a Trainer (its `act`), or a callable `policy(env)` that writes or
-    returns the actions."""
+    returns the actions. reset: start new episodes, drawn afresh at each call (else go on from the
+    env's state). The env is left as it was found (its state, seed, random streams and any recording,
+    such as a panel's), as learn.evaluate leaves it: a run continued afterwards is the same run."""
     replicas = [int(r) for r in replicas]
+    bad = [r for r in replicas if not 0 <= r < env.num_envs]
+    if bad:
+        raise WorkbenchError(f"replicas {bad} are out of range: the env has {env.num_envs} replicas (0 .. "
+                             f"{env.num_envs - 1}; in a population's, member k's start at k * config.num_envs)")
     limit = int(max_steps or min(env.definition.max_steps, 2000))
-    recorder = env.record(replicas=replicas, max_steps=limit)
-    if reset:
-        env.reset()
-    index = recorder.index
-    finished = np.zeros(len(replicas), dtype=bool)
+    found = (env.store.snapshot(), env.seed, env._generator.get_state(), env._clock, env.recorder, env._detached,
+             {n: t.clone() for n, t in env.terminal.buffers.items()})
+    env.recorder, env._detached = None, None  # a recording of its own: the one found is put back untouched
     try:
+        recorder = env.record(replicas=replicas, max_steps=limit)
+        if reset:
+            env.reset(seed=(env.seed + next(_RECORDINGS) * 0x9E3779B97F4A7C15) & 0x7FFFFFFFFFFFFFFF)
+        finished = np.zeros(len(replicas), dtype=bool)
         for _ in range(limit):
             if policy is None:
                 actions = env.sample_actions()
@@ -417,12 +449,17 @@ def record_episode(env, policy=None, *, replicas=(0,), max_steps: int | None = N
             else:
                 actions = policy(env)
             env.step(actions if actions is not None else env.store["action"])
-            finished |= env.store["done"].index_select(0, index).cpu().numpy().astype(bool)
+            finished |= env.store["done"].index_select(0, recorder.index).cpu().numpy().astype(bool)
             if finished.all():
                 break
         return env.pull_trajectories()
     finally:
-        env.recorder = None
+        env.recorder = found[4]
+        env._clock, env._detached, env.seed = found[3], found[5], found[1]
+        env.store.load_snapshot(found[0])
+        env._generator.set_state(found[2])
+        for name, rows in found[6].items():
+            env.terminal.buffers[name][:len(rows)].copy_(rows)
 
 
 def record_policy_animation(trainer, path, *, replica: int = 0, fps: float | None = None, mp4: bool = True) -> Path:

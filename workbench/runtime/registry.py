@@ -6,11 +6,20 @@ evaluate or replay its run (`register_stored`) without the notebook cell that de
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 
 from ..compiler import envdef, envdef_c
-from ..errors import UnknownEnvError, did_you_mean
+from ..errors import EnvDefinitionError, UnknownEnvError, did_you_mean
+
+# every spelling of an env's language (`register`'s language, `%%warpenv --lang`) -> the one kept
+LANGUAGES = {"python": "python", "py": "python", "cuda": "cuda", "cuda-c": "cuda", "c": "cuda"}
+
+
+def canonical_language(language) -> str | None:
+    """"python" or "cuda" for any spelling in LANGUAGES (case aside), else None."""
+    return LANGUAGES.get(language.lower()) if isinstance(language, str) else None
 
 
 @dataclass(frozen=True)
@@ -18,7 +27,7 @@ class EnvSource:
     name: str
     source: str
     filename: str
-    language: str = "python"  # "python" (cpu, cuda targets) or "cuda-c"
+    language: str = "python"  # "python" (cpu, cuda targets) or "cuda" (CUDA C, target cuda-c)
     c_source: str | None = None  # a Python env's CUDA C phases (its sibling NAME.cu), for target cuda-c
     c_filename: str | None = None
     params: tuple = ()  # (name, value) pairs: defaults given at registration (the magic's --agents), before make()'s
@@ -46,11 +55,24 @@ def _load_builtins():
 
 def register(name: str, source: str, *, language: str = "python", filename: str | None = None,
              params: dict | None = None) -> EnvSource:
-    """Register (or replace) the env `name` from source text; `params` override its PARAMS defaults."""
-    if not name.isidentifier():
-        raise ValueError(f"env name must be an identifier, got {name!r}")
+    """Register (or replace) the env `name` from source text; `params` override its PARAMS defaults.
+    `language`: "python" (the default) or "cuda" (a CUDA C source), spelt as `%%warpenv --lang` takes it."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise EnvDefinitionError(f"wb.register: the env name must be a Python identifier (e.g. 'chase'), got {name!r}")
+    if not isinstance(source, str):
+        raise EnvDefinitionError(f"wb.register({name!r}, source): source must be the env's source text (a str, e.g. "
+                                 f"open('{name}.py').read()), got {type(source).__name__}")
+    canonical = canonical_language(language)
+    if canonical is None:
+        hint = did_you_mean(language, LANGUAGES, repr) if isinstance(language, str) else ""
+        raise EnvDefinitionError(f"wb.register({name!r}): language={language!r} is not an env language; use 'python' "
+                                 f"(the default; also 'py') or 'cuda' (a CUDA C source with a /*@workbench ... */ "
+                                 f"block; also 'cuda-c' or 'c'){hint}")
+    if params is not None and not isinstance(params, Mapping):
+        raise EnvDefinitionError(f"wb.register({name!r}): params must be a dict of parameter values, got {params!r}")
     _load_builtins()
-    entry = EnvSource(name, source, filename or f"<warpenv {name}>", language, params=tuple((params or {}).items()))
+    entry = EnvSource(name, source, filename or f"<warpenv {name}>", canonical,
+                      params=tuple((params or {}).items()))
     _REGISTRY[name] = entry
     return entry
 
@@ -110,7 +132,7 @@ def register_stored(kept: dict | None) -> str | None:
     if current is None or current.shipped:
         _REGISTRY[name] = wanted
         return None
-    if current.language != wanted.language:
+    if canonical_language(current.language) != canonical_language(wanted.language):
         return f"its language is {current.language!r} here, {wanted.language!r} in the run"
     for what, here, there in (("source", current.source, wanted.source), ("C source", current.c_source,
                                                                           wanted.c_source)):
