@@ -178,6 +178,30 @@ def test_checkpoint_of_a_population_resumes_exactly(tmp_path):
             assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-6) or (math.isnan(a[key]) and math.isnan(b[key]))
 
 
+def test_target_kl_stops_each_member_on_its_own_kl(monkeypatch):
+    """Members whose approximate KL passes target_kl stop their epochs apart (the others' updates go
+    on): member k still learns exactly what its standalone run learns."""
+    from workbench.learn.algorithms import ppo
+    stepping = []
+    original = ppo.clip_and_step
+
+    def counting(model, optimizer, max_grad_norm, active=None):
+        stepping.append(None if active is None else int(active.sum()))
+        return original(model, optimizer, max_grad_norm, *([] if active is None else [active]))
+
+    monkeypatch.setattr(ppo, "clip_and_step", counting)
+    config = small("ppo", "cartpole", {}, seeds=2, sweep={"lr": [1e-3, 1e-2]}, update_epochs=8, num_minibatches=4,
+                   target_kl=0.002)
+    trainer = make_trainer(config)
+    result = trainer.train()
+    assert trainer.M == 4 and {1, 2, 3} & set(stepping)  # some minibatches stepped only some members
+    for k in range(trainer.M):
+        alone = make_trainer(population.member_config(config, k))
+        assert_same_reports(result.history, k, alone.train().history)
+        for key, value in alone.models["shared"].state_dict().items():
+            assert torch.allclose(member_state(trainer.models["shared"], k)[key], value, rtol=1e-4, atol=1e-5), (k, key)
+
+
 def test_a_swept_learning_rate_is_each_members_own():
     """A member with lr 0 keeps its weights while its neighbour with lr 1e-2 moves."""
     config = small("a2c", "cartpole", {}, sweep={"lr": [1e-2, 1e-30]}, iterations=2)

@@ -159,7 +159,8 @@ MATCHING = textwrap.dedent('''
 def test_two_policies_over_non_contiguous_agents_learn():
     wb.register("matching", MATCHING)
     env = wb.make("matching", num_envs=64, target="cpu")
-    config = wb.PPOConfig(num_envs=64, rollout_length=8, num_minibatches=2, lr=1e-2, total_env_steps=64 * 8 * 25,
+    config = wb.PPOConfig(env="matching", num_envs=64, rollout_length=8, num_minibatches=2, lr=1e-2,
+                          total_env_steps=64 * 8 * 25,
                           ent_coef=0.0, log_every=5, target="cpu")
     trainer = wb.Trainer(env, config, policies={"even": [0, 2], "odd": [1, 3]})
     result = trainer.train()

@@ -90,7 +90,8 @@ def test_panel_form_follows_the_algorithm_and_keeps_shared_values():
     assert panel.forms.titles[0] == "Hyperparameters: DDPGConfig"
     assert {"tau", "buffer_size", "exploration_noise"} <= set(panel.config_form.inputs)
     assert "clip_coef" not in panel.config_form.inputs
-    assert panel.config_form.inputs["lr"].value == 0.0123
+    assert "lr" not in panel.config_form.inputs  # DDPG learns at actor_lr and critic_lr: PPO's lr is not carried
+    assert panel.spec().config.lr == cfg.DDPGConfig.lr
     assert panel.config_form.inputs["tau"].tooltip == cfg.DDPGConfig.__dataclass_fields__["tau"].metadata["doc"]
     with pytest.raises(ConfigError, match="unknown PPOConfig field"):
         TrainingPanel("cartpole", target="cpu", no_such_field=1)
@@ -452,14 +453,17 @@ def test_bad_fields_are_shown_and_nothing_starts():
     assert "gamma must be in [0, 1]" in panel.error_html.value
 
 
-def test_errors_before_training_are_shown_too():
+def test_errors_before_training_are_shown_too(monkeypatch):
+    from workbench.learn import trainer as trainer_module
+
+    def refused(*args, **kwargs):
+        raise ConfigError("the env refuses these parameters")
+    monkeypatch.setattr(trainer_module, "make_trainer", refused)
     panel = tiny_panel(env_params=None)
-    panel.record_replicas.value = "0, 99"
-    panel.record_every.value = 1
     panel.start()
     panel.wait(timeout=TIMEOUT, raise_error=False)
     assert panel.runner.state == "error"
-    assert "replicas to animate [99] are out of range" in panel.error_html.value
+    assert "the env refuses these parameters" in panel.error_html.value
 
 
 def test_rollouts_alone_with_random_actions_and_the_viewer():

@@ -1,17 +1,28 @@
 """The panel's controls for what to run: training or rollouts alone, env, target, GPUs, replicas,
 algorithm, the rollout policy (random actions or a checkpoint's), the episodes to animate, the
 device line of the chosen target, and the forms generated from the algorithm's config class and
-the env's PARAMS. `RunForm.spec()` reads them into the RunSpec that a Runner runs."""
+the env's PARAMS. `RunForm.spec()` reads them into the RunSpec that a Runner runs.
+
+The env list and the env's form follow the registry: an env registered (or a %%warpenv cell re-run)
+after the panel was built is offered, and its form rebuilt, when the panel is displayed again, set()
+names an env, or a run starts (`RunForm.sync_registry`)."""
 from __future__ import annotations
 
-import ipywidgets as widgets
+import os
 
+import ipywidgets as widgets
+import numpy as np
+
+from workbench.errors import did_you_mean
 from workbench.learn import config as cfg
 from workbench.learn.config import ConfigError
 
 from .device import device_line, gpu_count
 from .form import POPULATION, ConfigForm, EnvParamsForm
+from .jobs import checkpoint_env
 from .runner import RunSpec
+
+MODES = ("train", "rollouts")
 
 # fields that the panel's own controls set (env, replicas, target, env parameters) or that the
 # algorithm choice fixes; every other field of the config class is in the generated form
@@ -33,15 +44,17 @@ class RunForm:
                  env_params: dict | None, checkpoint: str | None, record_every: int, record_replicas, gpus: int,
                  policies: dict | None, config: dict):
         import workbench as wb
-        if algorithm not in cfg.ALGORITHMS:
-            raise ConfigError(f"algorithm must be one of {sorted(cfg.ALGORITHMS)}, got {algorithm!r}")
-        if env not in wb.env_names():
-            raise ConfigError(f"unknown env {env!r}; known envs: {wb.env_names()}")
-        targets = wb.available_targets()
+        targets = sorted(set(wb.available_targets() + ["auto"]), key=lambda t: t != "auto")
         target = target or wb.best_target()
-        if target not in targets + ["auto"]:
-            raise ConfigError(f"target {target!r} is not available here; available: {targets}")
+        check_choice("algorithm", algorithm, list(cfg.ALGORITHMS))
+        check_choice("env", env, wb.env_names())
+        check_choice("target", target, targets, " here")
+        check_choice("mode", mode, MODES)
+        record_every = check_integer("record_every", record_every, 0, "0: never")
         self.policies = policies
+        self.on_change = None  # called (no arguments) when any control or field changes
+        self.on_notice = None  # called with a notice (the env's form rebuilt after a %%warpenv cell re-ran)
+        self._syncing = False
         style = {"description_width": "70px"}
         self.device_info = widgets.HTML(layout=widgets.Layout(margin="0 0 4px 0"))
         self.device_info.add_class("wb-device")
@@ -53,14 +66,14 @@ class RunForm:
         self.env_name = widgets.Dropdown(options=wb.env_names(), value=env, description="env", style=style,
                                          tooltip="the registered env (python -m workbench envs lists them)",
                                          layout=widgets.Layout(width="260px"))
-        self.target = widgets.Dropdown(options=sorted(set(targets + ["auto"]), key=lambda t: t != "auto"),
-                                       value=target, description="target", style=style,
+        self.target = widgets.Dropdown(options=targets, value=target, description="target", style=style,
                                        tooltip=cfg.RunConfig.__dataclass_fields__["target"].metadata["doc"],
                                        layout=widgets.Layout(width="200px"))
         self.gpus = widgets.BoundedIntText(value=1, min=1, max=1, description="GPUs", style=style,
                                            tooltip="data-parallel ranks (torchrun), one per GPU",
                                            layout=widgets.Layout(width="140px"))
-        self.num_envs = widgets.IntText(value=int(num_envs or cfg.RunConfig.num_envs), description="replicas",
+        num_envs = cfg.RunConfig.num_envs if num_envs is None else check_integer("num_envs", num_envs, 1, "replicas")
+        self.num_envs = widgets.IntText(value=num_envs, description="replicas",
                                         style=style, tooltip=cfg.RunConfig.__dataclass_fields__["num_envs"]
                                         .metadata["doc"], layout=widgets.Layout(width="200px"))
         self.num_envs.add_class("wb-field-num_envs")
@@ -77,14 +90,14 @@ class RunForm:
                                        layout=widgets.Layout(width="420px"),
                                        tooltip="a file written by Trainer.save or the CLI (its env and "
                                                "parameters are used; replicas and target are the panel's)")
-        self.record_every = widgets.BoundedIntText(value=int(record_every), min=0, max=10**9,
+        self.record_every = widgets.BoundedIntText(value=record_every, min=0, max=10**9,
                                                    description="animate an episode every",
                                                    style={"description_width": "initial"},
                                                    tooltip="pull and animate the last episode of the replicas "
                                                            "every this many iterations (0: never)",
                                                    layout=widgets.Layout(width="250px"))
         self.record_every_unit = widgets.HTML("iterations (0: never),")
-        self.record_replicas = widgets.Text(value=", ".join(str(r) for r in record_replicas),
+        self.record_replicas = widgets.Text(value=replicas_text(record_replicas),
                                             description="of replicas", style={"description_width": "initial"},
                                             tooltip="replica indices to animate, e.g. 0, 1",
                                             layout=widgets.Layout(width="170px"))
@@ -100,17 +113,20 @@ class RunForm:
         self._build_config_form(dict(config))
         self._build_env_form(env_params)
 
-        self.env_name.observe(lambda _c: self._build_env_form(None), names="value")
+        self.env_name.observe(lambda _c: self._syncing or self._build_env_form(None), names="value")
         self.algorithm.observe(lambda _c: self._build_config_form(None), names="value")
         self.target.observe(lambda _c: self.refresh(), names="value")
         self.mode.observe(lambda _c: self.refresh(), names="value")
         self.policy.observe(lambda _c: self.refresh(), names="value")
         self.refresh()
-        if int(gpus) != 1:
-            if self.gpus.disabled or not 1 <= int(gpus) <= self.gpus.max:
-                raise ConfigError(f"gpus={gpus}: data-parallel ranks are one per GPU, for training on a GPU target; "
-                                  f"here {gpu_count()} GPU(s) and target {self.target.value!r} (use gpus=1)")
-            self.gpus.value = int(gpus)
+        self.gpus.value = checked_gpus(gpus, self.target.value, self.mode.value)
+        for control in (self.mode, self.env_name, self.target, self.gpus, self.num_envs, self.algorithm, self.policy,
+                        self.checkpoint, self.record_every, self.record_replicas):
+            control.observe(self._changed, names="value")
+
+    def _changed(self, _change=None):
+        if self.on_change is not None and not self._syncing:
+            self.on_change()
 
     def rows(self, layout) -> list:
         """The controls' rows, top to bottom (each row of widgets an HBox with `layout`)."""
@@ -123,20 +139,9 @@ class RunForm:
     # -- the generated forms ------------------------------------------------------------------
     def _build_config_form(self, overrides: dict | None):
         cls = cfg.ALGORITHMS[self.algorithm.value]
-        values = {}
-        if self.config_form is not None:  # keep what the user typed in fields both classes have
-            for name, widget in self.config_form.inputs.items():
-                values[name] = widget.value
-        names = {name for name, *_ in cfg.describe(cls)}
-        if overrides:
-            clash = sorted(set(overrides) & set(CONTROLLED))
-            if clash:
-                raise ConfigError(f"{clash} are set by the panel's own arguments (env=..., num_envs=..., "
-                                  f"target=..., env_params=..., algorithm=...), not as config fields")
-            unknown = sorted(set(overrides) - names)
-            if unknown:
-                raise ConfigError(f"unknown {cls.__name__} field(s) {unknown}; "
-                                  f"fields: {sorted(names - set(CONTROLLED))}")
+        # what the user changed from the old algorithm's defaults goes on; the rest takes the new one's
+        values = self.config_form.changed() if self.config_form is not None else {}
+        check_config_fields(cls, overrides or {})
         form = ConfigForm(cls, exclude=CONTROLLED, apart=POPULATION)
         for name, value in values.items():
             if name in form.inputs and type(form.inputs[name]) is type(self.config_form.inputs[name]):
@@ -144,6 +149,8 @@ class RunForm:
         if overrides:
             form.set(**overrides)
         form.show_gpu_fields(self.target.value != "cpu")
+        for widget in form.inputs.values():
+            widget.observe(self._changed, names="value")
         self.config_form = form
         self.population.children = [widgets.HTML(
             "<b>Population</b> <span style='color:#666;font-size:12px'>seeds x the settings of sweep, trained "
@@ -151,29 +158,62 @@ class RunForm:
             "band over the members</span>"), *(form.rows[n] for n in POPULATION if n in form.rows)]
         self._update_accordion()
 
-    def _build_env_form(self, env_params: dict | None):
-        self.env_form = EnvParamsForm(self.env_name.value, env_params)
+    def _build_env_form(self, env_params: dict | None, form: EnvParamsForm | None = None):
+        self.env_form = form or EnvParamsForm(self.env_name.value, env_params)
+        for widget in self.env_form.inputs.values():
+            widget.observe(self._changed, names="value")
         self._update_accordion()
+        self._changed()
+
+    def sync_registry(self) -> str:
+        """Offer the envs registered now in the env list, and rebuild the env's form when its env was
+        registered again since the form was built (a %%warpenv cell re-run), keeping the values the
+        user changed that the new definition still has. Returns the notice ("" when nothing changed),
+        also handed to on_notice."""
+        import workbench as wb
+        names = wb.env_names()  # (the registry only adds names, and replaces definitions)
+        if list(self.env_name.options) != names:
+            chosen, self._syncing = self.env_name.value, True
+            try:  # new options select their first: the chosen env stays, its form too
+                self.env_name.options = names
+                self.env_name.value = chosen
+            finally:
+                self._syncing = False
+        if not self.env_form.outdated():
+            return ""
+        changed, form = self.env_form.changed(), EnvParamsForm(self.env_name.value)
+        kept = {k: v for k, v in changed.items() if k in form.defaults}
+        try:
+            form = EnvParamsForm(form.env_name, kept) if kept else form
+        except ConfigError:  # a value the new definition's type refuses
+            kept = {}
+        self._build_env_form(None, form)
+        notice = redefined_notice(form.env_name, self._agents_text(), kept,
+                                  {k: v for k, v in changed.items() if k not in kept})
+        if self.on_notice is not None:
+            self.on_notice(notice)
+        return notice
 
     def _update_accordion(self):
         if self.config_form is None or self.env_form is None:
             return
         self.forms.children = [self.config_form, self.env_form]
+        self.forms.titles = (f"Hyperparameters: {self.config_form.cls.__name__}",
+                             f"Env parameters: {self.env_name.value} ({self._agents_text()})")
+
+    def _agents_text(self) -> str:
         try:
             n = self.env_form.num_agents()
-            agents = f"{n} agent{'s' if n != 1 else ''}"
+            return f"{n} agent{'s' if n != 1 else ''}"
         except Exception:  # noqa: BLE001 - values the env refuses: the form says why
-            agents = "agent count invalid"
-        self.forms.titles = (f"Hyperparameters: {self.config_form.cls.__name__}",
-                             f"Env parameters: {self.env_name.value} ({agents})")
+            return "agent count invalid"
 
     # -- what the controls show -----------------------------------------------------------------
     def refresh(self):
         """Show and enable the controls that the mode, target and policy call for."""
-        n_gpus = gpu_count()
-        on_gpu = self.target.value in ("cuda", "cuda-c", "auto") and n_gpus > 1
-        self.gpus.max = max(1, n_gpus) if on_gpu else 1
-        self.gpus.disabled = not on_gpu or self.mode.value != "train"
+        limit = gpu_limit(self.target.value)
+        self.gpus.max = limit
+        self.gpus.disabled = limit == 1 or self.mode.value != "train"
         if self.gpus.disabled:
             self.gpus.value = 1
         rollouts = self.mode.value == "rollouts"
@@ -204,43 +244,161 @@ class RunForm:
     # -- reading and writing the values ------------------------------------------------------------
     def set(self, **values) -> None:
         """Set fields by name: config fields, or env, num_envs, target, algorithm, mode,
-        record_every, gpus, checkpoint, record_replicas, and env parameters as env_params={...}."""
-        controls = {"env": self.env_name, "num_envs": self.num_envs, "target": self.target,
-                    "algorithm": self.algorithm, "mode": self.mode, "record_every": self.record_every,
-                    "gpus": self.gpus}
-        for name in [n for n in ("env", "algorithm") if n in values]:  # these rebuild the forms first
-            controls[name].value = values.pop(name)
-        for name, value in list(values.items()):
-            if name in controls:
-                controls[name].value = value
-            elif name == "checkpoint":
-                self.checkpoint.value = str(value or "")
-                self.policy.value = "checkpoint" if value else "random"
-            elif name == "env_params":
-                self._build_env_form(value)
-            elif name == "record_replicas":
-                self.record_replicas.value = ", ".join(str(r) for r in value)
-            else:
-                self.config_form.set(**{name: value})
+        record_every, gpus, checkpoint, record_replicas, and env parameters as env_params={...}.
+        Every value is checked before any is set: ConfigError names the field, the value and what it
+        may be, and a refused call changes nothing."""
+        if "env" in values:
+            self.sync_registry()  # an env registered since the panel was built
+        env = values.get("env", self.env_name.value)
+        check_choice("env", env, list(self.env_name.options))
+        algorithm = values.get("algorithm", self.algorithm.value)
+        check_choice("algorithm", algorithm, list(cfg.ALGORITHMS))
+        target = values.get("target", self.target.value)
+        check_choice("target", target, list(self.target.options), " here")
+        mode = values.get("mode", self.mode.value)
+        check_choice("mode", mode, MODES)
+        checked = {"env": env, "algorithm": algorithm, "target": target, "mode": mode}
+        if "num_envs" in values:
+            checked["num_envs"] = check_integer("num_envs", values["num_envs"], 1, "env replicas")
+        if "record_every" in values:
+            checked["record_every"] = check_integer("record_every", values["record_every"], 0, "0: never")
+        if "gpus" in values:
+            checked["gpus"] = checked_gpus(values["gpus"], target, mode)
+        if "record_replicas" in values:
+            checked["record_replicas"] = replicas_text(values["record_replicas"])
+        if "checkpoint" in values:
+            checkpoint = values["checkpoint"]
+            if checkpoint is not None and not isinstance(checkpoint, (str, os.PathLike)):
+                raise ConfigError(f"checkpoint={checkpoint!r}: give a checkpoint file's path (or None: random actions)")
+            checked["checkpoint"] = str(checkpoint or "")
+        env_form = None
+        if "env_params" in values or env != self.env_name.value:
+            env_form = EnvParamsForm(env, values.get("env_params"))
+        fields = {k: v for k, v in values.items() if k not in checked and k not in ("env_params", "checkpoint")}
+        check_config_fields(cfg.ALGORITHMS[algorithm], fields)
+        if fields:  # their types, on a scratch form: a refused value leaves this one as it was
+            ConfigForm(cfg.ALGORITHMS[algorithm], exclude=CONTROLLED).set(**fields)
+        order = ("env", "algorithm", "mode", "target", "num_envs", "record_every", "gpus")  # env, algorithm: new forms
+        for name in [n for n in order if n in checked]:
+            (self.env_name if name == "env" else getattr(self, name)).value = checked[name]
+        if env_form is not None:
+            self._build_env_form(None, env_form)
+        if "checkpoint" in checked:
+            self.checkpoint.value = checked["checkpoint"]
+            self.policy.value = "checkpoint" if checked["checkpoint"] else "random"
+        if "record_replicas" in checked:
+            self.record_replicas.value = checked["record_replicas"]
+        if fields:
+            self.config_form.set(**fields)
         self._update_accordion()
 
     def spec(self) -> RunSpec:
-        """The RunSpec the fields describe (ConfigError names a bad field)."""
+        """The RunSpec the fields describe (ConfigError names a bad field), after sync_registry.
+        Rollouts of a checkpoint run the env and env parameters its policies were trained on, and
+        record those: the form's env must be the checkpoint's, and env parameters changed in the form
+        must agree with the checkpoint's (ConfigError otherwise, naming both)."""
+        checkpoint = self.checkpoint.value.strip() if self.policy.value == "checkpoint" else None
+        rollouts = self.mode.value == "rollouts"
+        if rollouts and self.policy.value == "checkpoint" and not checkpoint:
+            raise ConfigError("policy 'checkpoint' needs the checkpoint's path")
+        trained_on = checkpoint_env(checkpoint) if rollouts and checkpoint else None  # registers its env first
+        self.sync_registry()
         values = self.config_form.values()
-        if self.mode.value == "rollouts":  # rollouts step one env with one policy: no population
+        if rollouts:  # rollouts step one env with one policy: no population
             values.update(seeds=1, sweep=None)
         env_params = self.env_form.values()
+        if trained_on is not None:
+            env_params = checkpoint_env_params(checkpoint, self.env_name.value, self.env_form.defaults, *trained_on,
+                                               env_params)
         data = {**values, "env": self.env_name.value, "num_envs": self.num_envs.value, "target": self.target.value,
                 "env_params": env_params or None}
         config = cfg.from_dict(data, self.config_form.cls)
         try:
             replicas = tuple(int(r) for r in self.record_replicas.value.replace(",", " ").split())
         except ValueError:
-            raise ConfigError(f"replicas to animate must be integers like '0, 1', got "
+            raise ConfigError(f"record_replicas (replicas to animate) must be integers like '0, 1', got "
                               f"{self.record_replicas.value!r}") from None
-        checkpoint = self.checkpoint.value.strip() if self.policy.value == "checkpoint" else None
-        if self.mode.value == "rollouts" and self.policy.value == "checkpoint" and not checkpoint:
-            raise ConfigError("policy 'checkpoint' needs the checkpoint's path")
         return RunSpec(config=config, mode=self.mode.value, checkpoint=checkpoint or None,
                        record_every=self.record_every.value, record_replicas=replicas or (0,),
                        world_size=self.gpus.value if self.mode.value == "train" else 1, policies=self.policies)
+
+
+def checked_gpus(gpus, target: str, mode: str) -> int:
+    """`gpus` when the target and mode allow that many data-parallel ranks; ConfigError otherwise."""
+    gpus = check_integer("gpus", gpus, 1, "data-parallel ranks, one per GPU")
+    if gpus != 1 and not (mode == "train" and 1 <= gpus <= gpu_limit(target)):
+        raise ConfigError(f"gpus={gpus}: data-parallel ranks are one per GPU, for training on a GPU target; "
+                          f"here {gpu_count()} GPU(s) and target {target!r} (use gpus=1)")
+    return gpus
+
+
+def checkpoint_env_params(checkpoint: str, chosen: str, defaults: dict, env: str, trained: dict, asked: dict) -> dict:
+    """The env parameters of rollouts of `checkpoint`, whose policies were trained on `env` with
+    `trained`; the form names env `chosen` (its PARAMS `defaults`) and changed `asked`."""
+    if env != chosen:
+        raise ConfigError(f"checkpoint {checkpoint!r} holds policies trained on env {env!r}, but the panel's env "
+                          f"is {chosen!r}: choose env {env!r} (panel.set(env={env!r})), or a checkpoint "
+                          f"trained on {chosen!r}")
+    clash = {k: v for k, v in asked.items() if trained.get(k, defaults.get(k)) != v}
+    if clash:
+        theirs = {k: trained.get(k, defaults.get(k)) for k in clash}
+        raise ConfigError(f"env_params {clash} differ from those the checkpoint's policies were trained with "
+                          f"({theirs}): rollouts of a checkpoint run its env parameters "
+                          f"({trained or 'the defaults'}); set them in the form "
+                          f"(panel.set(env_params={trained!r})), or roll out random actions")
+    return trained
+
+
+def check_config_fields(cls, values: dict) -> None:
+    """ConfigError naming the `values` that are no field of the config class `cls`'s form."""
+    names = {name for name, *_ in cfg.describe(cls)}
+    clash = sorted(set(values) & set(CONTROLLED))
+    if clash:
+        raise ConfigError(f"{clash} are set by the panel's own arguments (env=..., num_envs=..., "
+                          f"target=..., env_params=..., algorithm=...), not as config fields")
+    unknown = sorted(set(values) - names)
+    if unknown:
+        known = sorted(names - set(CONTROLLED))
+        raise ConfigError(f"unknown {cls.__name__} field(s) {unknown}{did_you_mean(unknown[0], known, repr)}; "
+                          f"fields: {known}")
+
+
+def redefined_notice(env: str, agents: str, kept: dict, dropped: dict) -> str:
+    """What the panel says when it rebuilt the form of `env`, registered again since."""
+    return (f"env {env!r} was registered again since its form was built (a %%warpenv cell re-ran): the env "
+            f"parameters now show its new definition ({agents})" + (f", with the values you changed: {kept}"
+                                                                      if kept else "")
+            + (f"; dropped, the new definition has no such parameter: {dropped}" if dropped else ""))
+
+
+def gpu_limit(target: str) -> int:
+    """The data-parallel ranks a run on `target` may have: one per GPU on a GPU target, else 1."""
+    count = gpu_count()
+    return count if target in ("cuda", "cuda-c", "auto") and count > 1 else 1
+
+
+def check_choice(field: str, value, allowed: list, where: str = "") -> None:
+    """ConfigError naming `field`, `value` and the `allowed` values when value is not one of them."""
+    if not any(value == a and type(value) is type(a) for a in allowed):
+        raise ConfigError(f"{field} must be one of {list(allowed)}{where}, got {value!r}"
+                          f"{did_you_mean(str(value), [str(a) for a in allowed], repr)}")
+
+
+def check_integer(field: str, value, minimum: int, meaning: str) -> int:
+    """`value` as an int >= minimum; ConfigError naming `field` (and what it means) otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ConfigError(f"{field} must be an integer >= {minimum} ({meaning}), got {value!r}")
+    return int(value)
+
+
+def replicas_text(replicas) -> str:
+    """Replica indices (a list of ints, or text like "0, 1") as the record_replicas field writes them."""
+    parts = replicas.replace(",", " ").split() if isinstance(replicas, str) else replicas
+    try:
+        numbers = [int(r) for r in parts if not isinstance(r, (bool, float)) and str(int(r)) == str(r).strip()]
+    except (TypeError, ValueError):
+        numbers = []
+    if isinstance(replicas, (int, np.integer)) or len(numbers) != len(list(parts)):
+        raise ConfigError(f"record_replicas (replicas to animate) must be integers like [0, 1] or '0, 1', "
+                          f"got {replicas!r}")
+    return ", ".join(str(r) for r in numbers)

@@ -11,7 +11,7 @@ import ipywidgets as widgets
 from workbench.learn import config as cfg
 
 from .plots import LivePlot
-from .runfiles import read_run
+from .runfiles import read_run, run_folder
 from .status import describe_state
 
 
@@ -43,8 +43,10 @@ class RunCurves:
         self.drawn_rows = -1
 
     def add_folder(self, run_dir, runner=None) -> dict:
-        """Enter a run folder (its metrics.csv and config.yaml) to compare with, and redraw with
-        `runner` the run going (None before the first run)."""
+        """Enter a run folder (its metrics.csv and config.yaml; a checkpoint.pt names its folder) to
+        compare with, and redraw with `runner` the run going (None before the first run);
+        RunFolderError when the path holds no run."""
+        run_dir = run_folder(run_dir)
         config, rows = read_run(run_dir)
         entry = {"label": run_label(run_dir, len(self.runs) + 1), "run_dir": str(run_dir), "config": config,
                  "history": rows}

@@ -9,6 +9,7 @@ import typing
 
 import ipywidgets as widgets
 import numpy as np
+import traitlets
 import yaml
 
 from workbench.learn import config as cfg
@@ -173,7 +174,7 @@ class ConfigForm(widgets.VBox):
         rows = []
         values = dict(values or {})
         for name, kind, default, doc in cfg.describe(cls):
-            if name in self.exclude:
+            if name in self.exclude or (name == "lr" and cls is cfg.DDPGConfig):  # DDPG: actor_lr and critic_lr
                 continue
             value = values.get(name, default)
             widget = field_widget(name, kind, default, value, doc)
@@ -199,13 +200,38 @@ class ConfigForm(widgets.VBox):
         return {name: parse_field(self.cls.__name__, name, kind, default, self.inputs[name])
                 for name, (kind, default, _doc) in self.fields.items()}
 
+    def changed(self) -> dict:
+        """{name: widget value} of the fields whose value differs from the class default (a field
+        that does not parse counts as changed: it is what the user typed)."""
+        out = {}
+        for name, (kind, default, _doc) in self.fields.items():
+            try:
+                same = parse_field(self.cls.__name__, name, kind, default, self.inputs[name]) == default
+            except ConfigError:
+                same = False
+            if not same:
+                out[name] = self.inputs[name].value
+        return out
+
     def set(self, **values) -> None:
+        """Set fields by name; ConfigError naming a field unknown or of the wrong type, and then no
+        field is changed."""
+        unknown = [name for name in values if name not in self.inputs]
+        if unknown:
+            raise ConfigError(f"{self.cls.__name__} has no field(s) {unknown} in this form; "
+                              f"fields: {list(self.inputs)}")
+        before = {name: self.inputs[name].value for name in values}
         for name, value in values.items():
-            if name not in self.inputs:
-                raise ConfigError(f"{self.cls.__name__} has no field {name!r} in this form; "
-                                  f"fields: {list(self.inputs)}")
             widget = self.inputs[name]
-            widget.value = _text(value, name) if isinstance(widget, widgets.Text) else value
+            try:
+                widget.value = _text(value, name) if isinstance(widget, widgets.Text) else value
+            except traitlets.TraitError:
+                for done, old in before.items():
+                    self.inputs[done].value = old
+                kind = {widgets.IntText: "an integer", widgets.FloatText: "a number",
+                        widgets.Checkbox: "True or False"}.get(type(widget), "a value")
+                raise ConfigError(f"{self.cls.__name__}.{name} must be {kind}, got {value!r} (its default is "
+                                  f"{self.fields[name][1]!r})") from None
 
 
 # ---- env parameters -------------------------------------------------------------------------------
@@ -237,16 +263,46 @@ def is_flag(default, doc: str) -> bool:
                                           and doc.lower().startswith("whether")))
 
 
+def definition_key(entry) -> tuple:
+    """What defines a registered env (a registry.EnvSource): its sources and registration parameters."""
+    return entry.language, entry.source, entry.c_source, entry.params
+
+
+def env_param_value(env_name: str, name: str, kind, default, value):
+    """`value` given for the env parameter `name` as its widget holds it (a flag: bool); ConfigError
+    naming the parameter, the value and its type otherwise."""
+    try:
+        if kind is bool:
+            if value in (0, 1) and not isinstance(value, float) or isinstance(value, (bool, np.bool_)):
+                return bool(value)
+        elif kind in (int, float) and not isinstance(value, (bool, np.bool_)):
+            number = float(value)
+            if kind is float:
+                return number
+            if number.is_integer():
+                return int(number)
+        elif kind is not float and kind is not int:
+            return value
+    except (TypeError, ValueError):
+        pass
+    what = {bool: "0 or 1 (a switch)", int: "an integer", float: "a number"}[kind]
+    raise ConfigError(f"env {env_name!r} parameter {name}: {value!r} is not {what}; its default is {default!r}")
+
+
 class EnvParamsForm(widgets.VBox):
     """The PARAMS of one env, each with its doc from the env's PARAM_DOCS; its agent-count
     parameters apart, on top, with the resulting count; 0/1 switches as checkboxes.
 
-    form.values() -> the parameters that differ from the env's defaults (what config.env_params holds);
-    form.num_agents() -> the agent count these values give."""
+    form.values() -> the parameters shown that differ from the env's registered defaults now (what
+    config.env_params holds); form.changed() -> those that differ from the defaults the form was
+    built with (the user's changes); form.outdated() -> whether the env was registered again since
+    (its source or registration parameters changed: rebuild the form); form.num_agents() -> the
+    agent count these values give."""
 
     def __init__(self, env_name: str, values: dict | None = None, **kwargs):
         from workbench.runtime import registry
         self.env_name = env_name
+        self.registered = definition_key(registry.lookup(env_name))
         defn = registry.definition(env_name)
         self.defaults = dict(defn.params)
         self.docs = dict(defn.namespace.get("PARAM_DOCS", {}) or {})
@@ -264,10 +320,9 @@ class EnvParamsForm(widgets.VBox):
                 kind = int
             doc = self.docs.get(name, "")
             tooltip = f"{doc} (default {default!r})" if doc else f"{env_name} parameter {name} (default {default!r})"
-            if is_flag(default, doc):
-                widget = field_widget(name, bool, default, bool(values.get(name, default)), tooltip)
-            else:
-                widget = field_widget(name, kind, default, values.get(name, default), tooltip)
+            flag = is_flag(default, doc)
+            value = env_param_value(env_name, name, bool if flag else kind, default, values.get(name, default))
+            widget = field_widget(name, bool if flag else kind, default, value, tooltip)
             self.kinds[name] = kind
             self.inputs[name] = widget
             if name not in self.agent_names:
@@ -289,13 +344,24 @@ class EnvParamsForm(widgets.VBox):
         self.add_class("wb-env-params")
         self._update_count()
 
+    def shown(self) -> dict:
+        """Every parameter's value as the form shows it."""
+        return {name: parse_field(self.env_name, name, self.kinds[name], default, self.inputs[name])
+                for name, default in self.defaults.items()}
+
+    def changed(self) -> dict:
+        return {k: v for k, v in self.shown().items() if v != self.defaults[k]}
+
     def values(self) -> dict:
-        out = {}
-        for name, default in self.defaults.items():
-            value = parse_field(self.env_name, name, self.kinds[name], default, self.inputs[name])
-            if value != default:
-                out[name] = value
-        return out
+        from workbench.runtime import registry
+        # against the definition registered now: a value the form shows is asked for whatever the
+        # defaults were when the form was built
+        current = self.defaults if not self.outdated() else registry.definition(self.env_name).params
+        return {k: v for k, v in self.shown().items() if k not in current or v != current[k]}
+
+    def outdated(self) -> bool:
+        from workbench.runtime import registry
+        return definition_key(registry.lookup(self.env_name)) != self.registered
 
     def num_agents(self) -> int:
         from workbench.runtime import registry

@@ -9,7 +9,8 @@
                           GPU; its metrics read back from the run folder's metrics.csv, Stop
                           interrupts it
 
-Each sets run.trainer, run.env (in this process), run.stopped_by and run.result.
+Each sets run.trainer, run.env (in this process), run.stopped_by and run.result (`stopped_result`
+when Stop came before the first iteration). A new run refuses a run folder that holds a run already.
 """
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import types
 from pathlib import Path
@@ -27,7 +27,7 @@ import torch
 
 from workbench.learn import config as cfg
 
-from .runfiles import append_csv, read_metrics, write_config
+from .runfiles import append_csv, default_run_dir, read_metrics, refuse_held_run, write_config
 
 # what a continued run takes from the form; every other field stays the trainer's
 CONTINUED = ("total_env_steps", "log_every", "checkpoint_every", "target_return", "run_dir", "logger")
@@ -46,11 +46,13 @@ def train(run) -> None:
     config = run.spec.config
     if run.trainer is not None:  # continuing: same trainer, the form's budget and schedule
         config = continued_config(run.trainer.config, config)
+    else:
+        refuse_held_run(config.run_dir)
     if run.spec.record_every and config.cuda_graph:
         # the recorder's copies are host-driven: they run outside a captured CUDA graph
         config = cfg.replace(config, cuda_graph=False)
     # a continued run's config.yaml says what it trains to now (the raised budget), as the CLI's resume
-    write_config(config, overwrite=run.trainer is not None)
+    write_config(config)
     # the form's logger (tensorboard, wandb), made first: a missing extra is named before any compile
     logger = make_logger(config, config.run_dir)
     try:
@@ -97,6 +99,7 @@ def rollouts(run) -> None:
     import workbench as wb
     from workbench.learn.episode_stats import EpisodeStats
     config = run.spec.config
+    refuse_held_run(config.run_dir)
     write_config(config)
     run.set_state("compiling")
     if run.spec.checkpoint:
@@ -158,12 +161,43 @@ def rollouts(run) -> None:
                   "stopped_by": run.stopped_by, "metrics": metrics, "history": list(run.history)}
 
 
+def stopped_result(run):
+    """The result of a run that Stop ended before its first iteration (while it compiled)."""
+    elapsed = time.perf_counter() - run.started_at
+    last = run.history[-1] if run.history else {}
+    if run.spec.mode != "train":
+        return {"iterations": 0, "env_steps": 0, "wall_time_s": elapsed, "stopped_by": "callback", "metrics": {},
+                "history": list(run.history)}
+    from workbench.learn.trainer import TrainResult
+    iterations = run.trainer.iteration if run.trainer is not None else 0
+    env_steps = run.trainer.env_steps if run.trainer is not None else 0
+    return TrainResult(iterations, env_steps, elapsed, "callback", last, list(run.history))
+
+
+def checkpoint_env(checkpoint) -> tuple:
+    """(env name, env_params) a checkpoint's policies were trained on (registering a cell-defined
+    env from its stored source, as the run itself will); the file's last reading is reused."""
+    from workbench.learn.runs import checkpoint_in, load_checkpoint
+    path = checkpoint_in(checkpoint)
+    key = (str(path.resolve()), path.stat().st_mtime_ns)
+    if key not in _CHECKPOINT_ENVS:
+        _path, payload = load_checkpoint(path)
+        saved = cfg.from_saved(payload["config"])
+        _CHECKPOINT_ENVS.clear()  # one entry: the checkpoint the form names now
+        _CHECKPOINT_ENVS[key] = (saved.env, dict(saved.env_params or {}))
+    env, params = _CHECKPOINT_ENVS[key]
+    return env, dict(params)
+
+
+_CHECKPOINT_ENVS: dict = {}
+
+
 def _checkpoint_trainer(checkpoint: str, config):
     """A trainer holding the checkpoint's policies, on the run's replicas and target."""
     from workbench.learn.runs import load_checkpoint
     from workbench.learn.trainer import make_trainer
     checkpoint, payload = load_checkpoint(checkpoint)  # (registers a cell-defined env from its stored source)
-    saved = cfg.from_dict(payload["config"])
+    saved = cfg.from_saved(payload["config"])
     run_config = cfg.replace(saved, num_envs=config.num_envs, target=config.target, seed=config.seed,
                              run_dir=None)
     policies = {name: list(ids) for name, ids in payload["signature"]["policies"].items()}
@@ -176,14 +210,13 @@ def train_on_ranks(run) -> None:
     """Data-parallel training: torchrun with one rank per GPU in a subprocess (its output in the
     run folder's panel_log.txt); Stop sends SIGINT, and SIGKILL 20 s later."""
     config = run.spec.config
-    run_dir = Path(config.run_dir or tempfile.mkdtemp(prefix="workbench-panel-"))
+    run_dir = Path(config.run_dir or default_run_dir(config.env))
+    refuse_held_run(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     config = cfg.replace(config, run_dir=str(run_dir))
     config_path = run_dir / "panel_config.yaml"
     cfg.save_yaml(config, config_path)
     metrics_path = run_dir / "metrics.csv"
-    if metrics_path.exists():
-        metrics_path.unlink()
     run.log_path = run_dir / "panel_log.txt"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
            f"--nproc-per-node={run.spec.world_size}", "-m", "workbench", "train", str(config_path),

@@ -19,6 +19,7 @@ thread land in the panel.
 """
 from __future__ import annotations
 
+import contextlib
 import html
 import re
 import threading
@@ -33,7 +34,7 @@ from .controls import CONTROLLED, RunForm  # noqa: F401 - CONTROLLED importable 
 from .curves import RunCurves
 from .device import device_summary, gpu_count  # noqa: F401 - importable from here too
 from .jobs import CONTINUED, continued_config
-from .runfiles import default_run_dir
+from .runfiles import default_run_dir, refuse_held_run
 from .runner import Runner, RunSpec, running_runs, same_experiment
 from .status import (describe_state, error_box_html, iteration_text, notice_html, progress_line, ranking_html,
                      refused_text, state_style, status_line_html)
@@ -45,10 +46,12 @@ class TrainingPanel(widgets.VBox):
 
     env, mode ("train" or "rollouts"), algorithm ("ppo", "a2c", "ddpg"), target (default: the best
     present), num_envs (replicas), env_params (the env's PARAMS, e.g. num_runners=...), checkpoint
-    (rollouts with its policy instead of random actions), record_every (animate the recorded episode
-    of `record_replicas` every this many iterations; 0: never), gpus (data-parallel ranks, one per
-    GPU; 1 on a single device), policies (the policy map), redraw_interval (seconds between two
-    redraws at most), and any field of the algorithm's config as a keyword (lr=..., total_env_steps=...).
+    (rollouts with its policy instead of random actions, on the env and env parameters it trained
+    with: the form's env must be that one), record_every (animate the recorded episode of
+    `record_replicas` every this many iterations; 0: never), gpus (data-parallel ranks, one per GPU),
+    policies (the policy map), redraw_interval (seconds between two redraws at most), and any field
+    of the algorithm's config as a keyword (lr=..., total_env_steps=...; run_dir: a folder that holds
+    no run yet; left empty, each new run gets a fresh runs/<env>-<date>).
 
     A population (seeds=8, sweep={"lr": [1e-3, 3e-4]}: the form's Population row) draws each team's
     median over the members with the interquartile band (per sweep setting with a sweep), the status
@@ -63,13 +66,9 @@ class TrainingPanel(widgets.VBox):
                  checkpoint: str | None = None, record_every: int = 0, record_replicas=(0,), gpus: int = 1,
                  policies: dict | None = None, redraw_interval: float = 0.3, max_frames: int = 300,
                  viewer_dpi: int = 72, runs_root: str = "runs", compare=(), **config):
-        import workbench as wb
-        self.given_env = None
+        self.given_env, given_note = None, ""
         if not isinstance(env, str):  # an Env a cell made: its name, replicas, target and parameters, no compile
-            self.given_env = env
-            defaults = wb.registry.definition(env.name).params
-            env_params = {**{k: v for k, v in env.definition.params.items() if defaults.get(k) != v},
-                          **(env_params or {})}
+            self.given_env, env_params, given_note = take_env(env, env_params)
             num_envs = num_envs or env.num_envs
             target = target or env.target.name
             env = env.name
@@ -80,7 +79,7 @@ class TrainingPanel(widgets.VBox):
         self._refresher: threading.Thread | None = None
         self._wake = threading.Event()
         self._last_draw = 0.0
-        self._lock = threading.Lock()
+        self._lock, self._notices = threading.Lock(), []
 
         self.run_form = RunForm(env, mode=mode, algorithm=algorithm, target=target, num_envs=num_envs,
                                 env_params=env_params, checkpoint=checkpoint, record_every=record_every,
@@ -120,24 +119,27 @@ class TrainingPanel(widgets.VBox):
         self.add_class("wb-panel")
         for run_dir in compare:
             self.add_run(run_dir)
-        self._set_status("ready: press Start (or call panel.start())"
-                         + (f"; the {env} env given is reused (no compile)" if self.given_env is not None else ""))
+        self._set_status("ready: press Start (or call panel.start())" + given_note)
         self.run_form.show_device()
+        self.run_form.on_notice = self._add_notice
+        self.run_form.on_change = lambda: self.runner is not None and not self.runner.running and self._label_start()
+
+    def _repr_mimebundle_(self, **kwargs):
+        self.run_form.sync_registry()  # displayed again after an env was registered: offer it
+        return super()._repr_mimebundle_(**kwargs)
+
+    def _add_notice(self, text: str):
+        self._notices += [text] if text else []
+        self.notice_html.value = notice_html("\n".join(self._notices))
 
     # -- the form ---------------------------------------------------------------------------------
-    @property
-    def config_form(self):
-        """The form of the algorithm's config class (a ConfigForm)."""
-        return self.run_form.config_form
-
-    @property
-    def env_form(self):
-        """The form of the env's parameters (an EnvParamsForm)."""
-        return self.run_form.env_form
+    config_form = property(lambda self: self.run_form.config_form, doc="The algorithm's config form (a ConfigForm).")
+    env_form = property(lambda self: self.run_form.env_form, doc="The form of the env's parameters (an EnvParamsForm).")
 
     def set(self, **values) -> "TrainingPanel":
         """Set form fields by name: config fields, or env, num_envs, target, algorithm, mode,
-        record_every, gpus, checkpoint, and env parameters as env_params={...}."""
+        record_every, gpus, checkpoint, and env parameters as env_params={...}; a refused value raises
+        ConfigError naming the field, the value and what it may be, and nothing is set."""
         self.run_form.set(**values)
         return self
 
@@ -147,10 +149,8 @@ class TrainingPanel(widgets.VBox):
 
     # -- control ------------------------------------------------------------------------------------
     def _on_start(self, new: bool = False):
-        try:
+        with contextlib.suppress(Exception):  # already shown in the panel
             self.start(new=new)
-        except Exception:  # noqa: BLE001 - already shown in the panel
-            pass
 
     def can_continue(self, spec: RunSpec | None = None) -> bool:
         """Whether Start would continue the last run: it trained in this process, ended by Stop (or by
@@ -177,23 +177,23 @@ class TrainingPanel(widgets.VBox):
             self.notice_html.value = notice_html(refused_text(going[0]))
             raise RuntimeError(refused_text(going[0]))
         self.error_html.value = self.notice_html.value = self.ranking_html.value = ""
+        self._notices = []
         try:
             spec = self.spec()
+            resume = self.runner if not new and self.can_continue(spec) else None
+            spec, notice = prepare(spec, resume, self.run_curves.label_of(self.runner), self.runs_root)
         except Exception as exc:
             self._show_error(exc, with_traceback=False)
             self._set_status(f"cannot start: {exc}", "error")
             raise
-        resume = self.runner if not new and self.can_continue(spec) else None
-        spec, notice = prepare(spec, resume, self.run_curves.label_of(self.runner), self.runs_root)
-        self.notice_html.value = notice_html(notice)
+        self._add_notice(notice)
         self.runner = Runner(spec, on_state=lambda _s: self._wake.set(), on_metrics=lambda _m: self._wake.set(),
                              on_trajectories=self._on_trajectories, resume=resume, env=self.given_env)
         self.run_curves.add_runner(self.runner, resume)
         self.rollout_viewer.new_run(continued=resume is not None)
         if resume is None:
             self.progress.value = 0.0
-        self.progress.bar_style = ""
-        self.progress_text.value = ""
+        self.progress.bar_style = self.progress_text.value = ""
         self._set_controls_running(True)
         self._set_status(describe_state(self.runner))
         self.run_curves.update_table()
@@ -239,7 +239,8 @@ class TrainingPanel(widgets.VBox):
         return self.run_curves.runs
 
     def add_run(self, run_dir) -> dict:
-        """Overlay the curves of a run folder (its metrics.csv and config.yaml) to compare with."""
+        """Overlay the curves of a run folder (its metrics.csv and config.yaml; or the folder of a
+        checkpoint.pt) to compare with; RunFolderError when the path holds no run."""
         return self.run_curves.add_folder(run_dir, self.runner)
 
     def config_differences(self) -> tuple:
@@ -280,24 +281,21 @@ class TrainingPanel(widgets.VBox):
 
     def _refresh_loop(self, runner: Runner):
         try:
-            self._refresh_until_done(runner)
+            while runner.running:
+                self._wake.wait(self.redraw_interval)
+                self._wake.clear()
+                wait = self.redraw_interval - (time.perf_counter() - self._last_draw)
+                if wait > 0 and runner.running:
+                    time.sleep(wait)  # at most one redraw per interval, however fast the metrics come
+                self._redraw_safely(runner)
+            self._redraw_safely(runner)
+            if runner.history and runner.spec.mode == "train":
+                self.ranking_html.value = ranking_html(latest_report(runner.history))
+            self._set_controls_running(False)
+            if runner.error is not None:
+                self._show_error(runner.error, runner.traceback)
         finally:
             self.run_curves.update_table()
-
-    def _refresh_until_done(self, runner: Runner):
-        while runner.running:
-            self._wake.wait(self.redraw_interval)
-            self._wake.clear()
-            wait = self.redraw_interval - (time.perf_counter() - self._last_draw)
-            if wait > 0 and runner.running:
-                time.sleep(wait)  # at most one redraw per interval, however fast the metrics come
-            self._redraw_safely(runner)
-        self._redraw_safely(runner)
-        if runner.history and runner.spec.mode == "train":
-            self.ranking_html.value = ranking_html(latest_report(runner.history))
-        self._set_controls_running(False)
-        if runner.error is not None:
-            self._show_error(runner.error, runner.traceback)
 
     def _redraw_safely(self, runner):
         try:
@@ -331,11 +329,14 @@ class TrainingPanel(widgets.VBox):
         self.new_run_button.disabled = running
         self.stop_button.disabled = not running
         if not running:
-            resumable = self.can_continue()
-            self.start_button.description = "Continue" if resumable else "Start"
-            self.start_button.tooltip = ("continue the stopped run (same trainer; the iteration count goes on)"
-                                         if resumable else "start the run in the background")
+            self._label_start()
         self.run_form.lock(running)
+
+    def _label_start(self):  # Continue whenever Start would continue the last run (e.g. its budget raised)
+        resumable = self.can_continue()
+        self.start_button.description = "Continue" if resumable else "Start"
+        self.start_button.tooltip = ("continue the stopped run (same trainer; the iteration count goes on)"
+                                     if resumable else "start the run in the background")
 
 
 def _button(description: str, css: str, tooltip: str, **kwargs) -> widgets.Button:
@@ -353,8 +354,10 @@ def _html(css: str) -> widgets.HTML:
 def prepare(spec: RunSpec, resume: Runner | None, previous: str | None, runs_root) -> tuple:
     """(the RunSpec to start, a notice for the panel or ""). A continued run (`resume`) trains its
     trainer's config with the form's budget and schedule in its folder, and the notice names the
-    form's other changes, which only a new run applies; a new run gets a fresh folder under
-    `runs_root`, and after an earlier run (labelled `previous`) the notice says it is a new one."""
+    form's other changes, which only a new run applies; a new run trains in the form's run_dir,
+    refused (ResumeError) when that folder holds a run already, as the CLI and wb.train refuse it,
+    else in a fresh folder under `runs_root` (on one GPU or several), and after an earlier run
+    (labelled `previous`) the notice says it is a new one."""
     config = spec.config
     if resume is not None:
         form = cfg.replace(config, run_dir=resume.spec.config.run_dir)
@@ -364,11 +367,30 @@ def prepare(spec: RunSpec, resume: Runner | None, previous: str | None, runs_roo
         notice = ("Continue goes on with this run's " + ", ".join(f"{k}={getattr(config, k)!r}" for k in left)
                   + " (the form's values apply to a New run)") if left else ""
         return RunSpec(**{**spec.__dict__, "config": config}), notice
-    if not config.run_dir and spec.world_size == 1:
+    if not config.run_dir:
         config = cfg.replace(config, run_dir=default_run_dir(config.env, runs_root))
-    notice = (f"A new run started in {config.run_dir or 'a new folder'} ({previous} ended; it stays in the "
-              f"comparison)" if previous else "")
+    refuse_held_run(config.run_dir)
+    notice = (f"A new run started in {config.run_dir} ({previous} ended; it stays in the comparison)"
+              if previous else "")
     return RunSpec(**{**spec.__dict__, "config": config}), notice
+
+
+def take_env(env, env_params) -> tuple:
+    """(the Env to reuse or None, env_params, a note for the status line) of a panel given the Env
+    `env` a cell made: its parameters, and the env itself unless its env was registered again since
+    (a %%warpenv cell re-ran): then a run compiles the definition registered now."""
+    from workbench.runtime import registry
+    try:
+        current = registry.definition(env.name, **env.definition.params).digest == env.definition.digest
+    except Exception:  # noqa: BLE001 - parameters the new definition refuses: not the env registered now
+        current = False
+    if not current:
+        return None, env_params, (f"; the {env.name} env given was made from an earlier definition of "
+                                  f"{env.name!r} (its cell ran again since): a run compiles the one registered "
+                                  f"now, with its default parameters")
+    defaults = registry.definition(env.name).params
+    return (env, {**{k: v for k, v in env.definition.params.items() if defaults.get(k) != v}, **(env_params or {})},
+            f"; the {env.name} env given is reused (no compile)")
 
 
 def panel(env: str = "cartpole", **kwargs) -> TrainingPanel:

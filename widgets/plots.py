@@ -96,6 +96,7 @@ class LivePlot:
         self.axes: dict = {}
         self.lines: dict = {}
         self.layout: tuple = ()
+        self._drawn: set = set()  # the keys of the lines the render under way draws
         self.renders = 0
         self.last_render_s = 0.0
         self.message = None
@@ -132,6 +133,7 @@ class LivePlot:
             self.axes[name] = ax
 
     def _line(self, panel, key, colour, label=None, style="-", lw=1.5, alpha=1.0):
+        self._drawn.add(key)
         if key not in self.lines:
             (self.lines[key],) = self.axes[panel].plot([], [], style, lw=lw, color=colour, label=label,
                                                        alpha=alpha)
@@ -151,6 +153,7 @@ class LivePlot:
         panels = panels_for(keys) if history else []
         if tuple(panels) != self.layout:
             self._build(panels)
+        self._drawn = set()
         if not history:
             self.message.set_text(message or "waiting for the first metrics...")
             return self._png(start)
@@ -196,10 +199,14 @@ class LivePlot:
                 if len(xs):
                     right = max(right, float(xs.max()))
         if target_return is not None:
+            self._drawn.add("target")
             if "target" not in self.lines:
-                self.lines["target"] = self.axes["return"].axhline(target_return, color="tab:green", ls=":", lw=1.2,
-                                                                   label=f"target {target_return:g}")
+                self.lines["target"] = self.axes["return"].axhline(target_return, color="tab:green", ls=":", lw=1.2)
             self.lines["target"].set_ydata([target_return, target_return])
+            self.lines["target"].set_label(f"target {target_return:g}")
+        # the plot outlives a run: lines of series this render has not (an earlier run's) go
+        for key in [k for k in self.lines if k not in self._drawn and not k.startswith(("pop:", "warmup"))]:
+            self.lines.pop(key).remove()
         for key, line in self.lines.items():  # a curve of a few points (or one) shows its points
             if hasattr(line, "get_xdata") and key != "target" and not key.startswith("pop:member:"):
                 line.set_marker("o" if 0 < len(line.get_xdata()) <= 40 else "")

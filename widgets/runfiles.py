@@ -8,6 +8,7 @@ import os
 import time
 from pathlib import Path
 
+from workbench.errors import WorkbenchError
 from workbench.learn import config as cfg
 
 
@@ -21,13 +22,44 @@ def default_run_dir(env: str, root: str | os.PathLike = "runs") -> str:
     return str(path)
 
 
-def write_config(config, overwrite: bool = False) -> None:
-    """Write config.yaml into config.run_dir (when set, and not written yet unless `overwrite`)."""
+# where the panel's user names another folder, in the refusal of a folder that holds a run
+NEW_FOLDER_HINT = "the form's run_dir; left empty, each new run gets a fresh runs/<env>-<date>"
+
+
+class RunFolderError(WorkbenchError, ValueError):
+    """A path given as a run folder (to compare with) is not one."""
+
+
+def refuse_held_run(run_dir) -> None:
+    """ResumeError when `run_dir` holds a run already (checkpoint.pt or metrics.csv), which a new run
+    would overwrite: the refusal of the CLI and wb.train, naming the panel's fix."""
+    from workbench.learn.runs import refuse_held_run as refuse
+    if run_dir:
+        refuse(run_dir, NEW_FOLDER_HINT)
+
+
+def write_config(config) -> None:
+    """Write config.yaml into config.run_dir (when set): the config the run trains with now (a new
+    run's, or a continued run's raised budget); a folder holding another run is refused first."""
     if config.run_dir:
         run_dir = Path(config.run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        if overwrite or not (run_dir / "config.yaml").exists():
-            cfg.save_yaml(config, run_dir / "config.yaml")
+        cfg.save_yaml(config, run_dir / "config.yaml")
+
+
+def run_folder(path) -> Path:
+    """The run folder `path` names (a run's checkpoint.pt names its folder); RunFolderError when it
+    holds no run's metrics.csv."""
+    path = Path(path)
+    folder = path.parent if path.is_file() and path.suffix == ".pt" else path
+    if not (folder / "metrics.csv").is_file():
+        what = ("does not exist" if not path.exists() else "is a checkpoint outside a run folder (its folder holds "
+                "no metrics.csv)" if folder != path else "is a file, not a run folder" if path.is_file()
+                else "holds no metrics.csv")
+        raise RunFolderError(f"{str(path)!r} {what}: a run folder (written by a panel run, wb.train or `python -m "
+                             f"workbench train`) holds metrics.csv with its curves, config.yaml and, once trained, "
+                             f"checkpoint.pt; name such a folder (or its checkpoint.pt)")
+    return folder
 
 
 def append_csv(path: Path, metrics: dict) -> None:

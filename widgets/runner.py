@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workbench.learn import config as cfg
+from workbench.learn import population
+from workbench.learn.config import ConfigError
 
 from . import jobs
 from .runfiles import append_csv, default_run_dir, read_run  # noqa: F401 - importable from here too
@@ -53,7 +55,9 @@ class RunSpec:
     config: a PPOConfig / A2CConfig / DDPGConfig naming the env, replicas, target, env_params,
     total_env_steps, rollout_length (steps per iteration) and log_every;
     checkpoint: rollouts with the policy of this checkpoint (None: uniformly random actions);
-    record_every: every this many iterations pull the last episode of `record_replicas` (0: never);
+    record_every: every this many iterations pull the last episode of `record_replicas` (0: never),
+    indices into the run's env: 0 .. num_envs x members - 1 (a population's member k holds replicas
+    k x num_envs .. (k + 1) x num_envs - 1);
     world_size: processes (GPUs) of a data-parallel training run (1: in this process);
     policies: the policy map {name: agent ids} (None: the env's AGENT_GROUPS, else one shared policy).
     """
@@ -75,6 +79,13 @@ class RunSpec:
         if self.world_size > 1 and self.mode != "train":
             raise ValueError("several processes (world_size > 1) are for training; rollouts run in one")
         self.record_replicas = tuple(int(r) for r in self.record_replicas)
+        replicas = self.config.num_envs * (population.size(self.config) if self.mode == "train" else 1)
+        bad = [r for r in self.record_replicas if not 0 <= r < replicas]
+        if bad:
+            members = f" ({self.config.num_envs} per member x {replicas // self.config.num_envs} members)" \
+                if replicas != self.config.num_envs else ""
+            raise ConfigError(f"record_replicas {bad} out of range: the run's env has {replicas} replicas{members}, "
+                              f"indices 0 .. {replicas - 1}; pick replicas in that range")
 
     @property
     def total_iterations(self) -> int:
@@ -184,6 +195,7 @@ class Runner:
             self.set_state("stopped" if self.stopped_by == "callback" else "finished")
         except StopRequested:
             self.stopped_by = "callback"
+            self.result = jobs.stopped_result(self)
             self.set_state("stopped")
         except BaseException as exc:  # noqa: BLE001 - shown by the panel, re-raised by wait()
             self.error = exc

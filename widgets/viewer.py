@@ -29,11 +29,14 @@ class EpisodeViewer:
 
     def new_run(self, continued: bool) -> None:
         """A run starts: episodes not shown yet are dropped; a new run (not a `continued` one)
-        also forgets the last animation."""
+        also forgets the last animation and clears the viewer (a run that records nothing must not
+        show an earlier run's episodes)."""
         with self._lock:
             self._pending = None
         if not continued:
             self.animation = None
+            self.title.value = ""
+            self.output.outputs = ()
 
     def show_pending(self) -> None:
         """Animate the episodes handed over since the last call, if any."""

@@ -63,7 +63,8 @@ _LAZY = {"Env": ("runtime.env", "Env"), "Box": ("compiler.envdef", "Box"), "Disc
          "available_targets": ("compiler.targets", "available_targets"),
          "best_target": ("runtime.env", "best_target"),
          "Trainer": ("learn.trainer", "Trainer"), "TrainResult": ("learn.trainer", "TrainResult"),
-         "make_trainer": ("learn.trainer", "make_trainer"), "train": ("learn.runs", "train")}
+         "make_trainer": ("learn.trainer", "make_trainer"), "train": ("learn.runs", "train"),
+         "load_policy": ("learn.runs", "load_policy")}
 
 
 def __getattr__(name):
@@ -115,7 +116,8 @@ def load_ipython_extension(ipython):
     _load(ipython)
 
 
-__all__ = ["A2CConfig", "DDPGConfig", "PPOConfig", "Trainer", "TrainResult", "make_trainer", "make", "check_env",
+__all__ = ["A2CConfig", "DDPGConfig", "PPOConfig", "Trainer", "TrainResult", "make_trainer", "load_policy", "make",
+           "check_env",
            "replay", "Env", "register", "env_names", "available_targets", "best_target", "Box", "Discrete",
            "MultiDiscrete", "per_env", "per_agent", "ActionError", "ConsistencyError",
            "EnvCompileError", "EnvDefinitionError", "EnvIndexError", "NonFiniteError", "TargetUnavailableError",

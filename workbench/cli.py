@@ -183,7 +183,7 @@ def cmd_evaluate(args) -> int:
     elif args.member not in (None, 0, "best"):  # (as load_policy and replay: a single run is its own member 0)
         raise cfg.ConfigError(f"--member {args.member}: {str(path)!r} is a single run's checkpoint, not a "
                               f"population's; evaluate it without --member")
-    config = cfg.from_dict(payload["config"])
+    config = cfg.from_saved(payload["config"])
     config = cfg.replace(config, num_envs=args.num_envs or config.num_envs, run_dir=None,
                          target=args.target or config.target)
     trainer = make_trainer(config, policies=payload["signature"]["policies"])

@@ -153,7 +153,7 @@ class RolloutModule(L.LightningModule):
     def training_step(self, batch, batch_idx):
         trainer, config = self.trainer_, self.trainer_.config
         trainer.run_iteration()
-        self._window_steps += trainer.steps_per_iteration
+        self._window_steps += trainer.steps_per_iteration * trainer.M  # (every member's replicas, as Trainer.train)
         # Lightning counts global_step (max_steps, checkpoint names) in its optimiser wrappers' steps;
         # the algorithm's update steps the trainer's optimisers directly: one iteration, one step
         progress = self.trainer.fit_loop.epoch_loop.manual_optimization.optim_step_progress

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import numbers
 import typing
@@ -44,7 +45,8 @@ class RunConfig:
     num_envs: int = _f(1024, "Env replicas simulated at once.")
     target: str = _f("auto", "Kernel target: auto (with a GPU: cuda-c for an env with CUDA C phases, else cuda; "
                                      "without: cpu), cpu, cuda or cuda-c.")
-    seed: int = _f(0, "Seed of the env's random streams, the policy's initial weights and the sampler.")
+    seed: int = _f(0, "Seed of the policy's initial weights, the sampler and the env's random streams (an env "
+                      "given to Trainer keeps its own).")
     seeds: int = _f(1, "Members of a population trained at once in one program, each with its own weights, "
                        "optimiser, env replicas (num_envs each) and seed (seed, seed + 1, ...); times the sweep's "
                        "settings.")
@@ -60,7 +62,8 @@ class RunConfig:
     shared_body: bool = _f(False, "PPO and A2C: one MLP body for the policy and the value, both read from its last "
                                   "hidden layer (WarpDrive's fully connected model), instead of an MLP each: about "
                                   "half the learner's work.")
-    lr: float = _f(3e-4, "Adam learning rate.")
+    lr: float = _f(3e-4, "Adam learning rate (PPO, A2C; DDPG learns at actor_lr and critic_lr, and refuses "
+                         "another lr).")
     gamma: float = _f(0.99, "Discount factor.")
     max_grad_norm: float = _f(0.5, "Gradient clipping by global norm (0 disables).")
     normalize_obs: bool = _f(False, "Normalise observations with running mean and variance.")
@@ -136,7 +139,8 @@ class PPOConfig(RunConfig):
     clip_value: bool = _f(False, "Clip the value update around the old values, as the policy ratio.")
     ent_coef: float = _f(0.0, "Entropy bonus coefficient.")
     vf_coef: float = _f(0.5, "Value loss coefficient.")
-    target_kl: float = _f(None, "Stop an update's epochs early when the approximate KL exceeds this.")
+    target_kl: float = _f(None, "Stop an update's epochs early when the approximate KL exceeds this (each member "
+                                "of a population on its own KL).")
     anneal_lr: bool = _f(True, "Decay the learning rate linearly to zero over the run.")
     normalize_advantages: bool = _f(True, "Normalise advantages per minibatch.")
 
@@ -146,19 +150,52 @@ class DDPGConfig(RunConfig):
     """Deep deterministic policy gradient with a device replay buffer and target networks."""
     algorithm: str = _f("ddpg", "Algorithm name (fixed by the class).")
     rollout_length: int = _f(4, "Env steps per replica between rounds of gradient updates.")
-    buffer_size: int = _f(1_000_000, "Replay buffer capacity in transitions (per policy).")
+    buffer_size: int = _f(1_000_000, "Replay buffer capacity in transitions (one per agent and step) of each policy, "
+                                     "and of each member of a population; at least one step of every replica.")
     batch_size: int = _f(256, "Transitions per gradient step.")
     updates_per_rollout: int = _f(8, "Gradient steps after each rollout.")
-    learning_starts: int = _f(10_000, "Transitions collected with random actions before learning.")
+    learning_starts: int = _f(10_000, "Transitions (counted as buffer_size counts them: per policy and member) "
+                                      "collected with random actions before learning; at most buffer_size.")
     tau: float = _f(0.005, "Polyak factor of the target networks' soft updates.")
-    exploration_noise: float = _f(0.1, "Std of the Gaussian exploration noise, as a fraction of the action range.")
+    exploration_noise: float = _f(0.1, "Std of the Gaussian exploration noise, as a fraction of half the action "
+                                       "range (the action scale, as CleanRL).")
     actor_lr: float = _f(1e-3, "Actor learning rate.")
     critic_lr: float = _f(1e-3, "Critic learning rate.")
     max_grad_norm: float = _f(0.0, "Gradient clipping by global norm (0, the default, disables it: the DDPG paper "
                                    "and its reference implementations do not clip).")
 
 
+def unknown_keys_error(cls, unknown) -> ConfigError:
+    """The error for keys `cls` does not have, with "did you mean" from other libraries' names
+    (SYNONYMS) or close spellings."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(unknown)
+    close = {k: [SYNONYMS[k]] if SYNONYMS.get(k) in names else difflib.get_close_matches(k, names, n=1, cutoff=0.6)
+             for k in unknown}
+    hint = "; ".join(f"did you mean '{c[0]}' for '{k}'?" for k, c in close.items() if c)
+    hint = f"; {hint}" if hint else ""
+    return ConfigError(f"unknown key(s) {unknown} for {cls.__name__}{hint}; valid keys: {names}")
+
+
+def _refuse_unknown_keywords(cls):
+    """cls(**kwargs) with a key cls lacks: unknown_keys_error (as from_dict), not a bare TypeError."""
+    init, names = cls.__init__, frozenset(f.name for f in dataclasses.fields(cls))
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        unknown = [k for k in kwargs if k not in names]
+        if unknown:
+            raise unknown_keys_error(cls, unknown)
+        init(self, *args, **kwargs)
+
+    cls.__init__ = __init__
+
+
+for _cls in (RunConfig, A2CConfig, PPOConfig, DDPGConfig):
+    _refuse_unknown_keywords(_cls)
+
 PRECISIONS = ("auto", "fp32", "tf32", "bf16")
+DEFAULT_LR = RunConfig.__dataclass_fields__["lr"].default  # (DDPG refuses any other: it reads actor_lr, critic_lr)
 MAX_SEED = 2**62  # seeds key 64-bit random streams, with room for a population's seed + k
 ALGORITHMS = {"a2c": A2CConfig, "ppo": PPOConfig, "ddpg": DDPGConfig}
 
@@ -237,14 +274,9 @@ def from_dict(data: dict, cls=None):
             raise ConfigError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
         cls = ALGORITHMS[algorithm]
     hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(set(data) - set(names))
+    unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
     if unknown:
-        close = {k: [SYNONYMS[k]] if SYNONYMS.get(k) in names else difflib.get_close_matches(k, names, n=1, cutoff=0.6)
-                 for k in unknown}
-        hint = "; ".join(f"did you mean '{c[0]}' for '{k}'?" for k, c in close.items() if c)
-        hint = f"; {hint}" if hint else ""
-        raise ConfigError(f"unknown key(s) {unknown} for {cls.__name__}{hint}; valid keys: {names}")
+        raise unknown_keys_error(cls, unknown)
     values = {k: _coerce(cls, k, hints[k], v) for k, v in data.items()}
     return cls(**values)  # __post_init__ validates
 
@@ -284,6 +316,14 @@ def validate(config) -> None:
                    ("critic_lr", config.critic_lr > 0, "must be > 0"),
                    ("updates_per_rollout", config.updates_per_rollout >= 1, "must be >= 1 (else nothing learns)"),
                    ("learning_starts", config.learning_starts >= 0, "must be >= 0"),
+                   # (both count one policy's transitions, one per agent and step, of one member: a buffer
+                   # whose fill stops at buffer_size would never reach a larger learning_starts)
+                   ("learning_starts", config.learning_starts <= config.buffer_size,
+                    f"must be <= buffer_size={config.buffer_size} (the replay buffer never holds more transitions, "
+                    f"so learning would never start): lower learning_starts or raise buffer_size"),
+                   ("lr", config.lr == DEFAULT_LR,
+                    "is not read by DDPG, which learns at actor_lr and critic_lr: set those instead and leave lr "
+                    "unset"),
                    ("exploration_noise", config.exploration_noise >= 0, "must be >= 0")]
     checks += [(f.name, math.isfinite(getattr(config, f.name)), "must be a finite number")
                for f in dataclasses.fields(config) if isinstance(getattr(config, f.name), float)]
@@ -363,12 +403,65 @@ def check_against_env(config, env, groups=None, members: int = 1) -> None:
                 f"pick one of {divisors}{' ...' if batch > 64 else ''} or change num_envs or rollout_length")
 
 
+def _plain(value):
+    """An env parameter's value as YAML writes and reads it (numpy scalars as numbers, tuples as lists)."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value.tolist() if hasattr(value, "tolist") else value  # (numpy scalars and arrays)
+
+
+def config_for_env(config, env):
+    """The config a trainer of `env` (an Env given to it) keeps and saves, so that resume, evaluate,
+    replay and load_policy rebuild that env: `config` with env_params holding every parameter the
+    env was made with that differs from the env's defaults.
+
+    A config left at the default `env` takes the env's name. Refused (ConfigError, naming both sides
+    and the fix): a config whose `env` names another env than the default and the env's, an
+    explicit `target` other than the env's ("auto" accepts it, and stays "auto" in the config), and
+    `env_params` the env disagrees with. The seed is not compared: config.seed seeds the policies
+    and the learner's sampling, the env keeps the seed it was made (or last reset) with, which
+    checkpoints record (env_seed) and resume restores."""
+    name = type(config).__name__
+    env_name = getattr(env, "name", None)
+    if env_name is not None and config.env != env_name and config.env == type(config).env:
+        config = replace(config, env=env_name)  # the field's default, not a choice: the env given names it
+    if env_name is not None and config.env != env_name:
+        raise ConfigError(f"{name}.env is {config.env!r} but the env passed in is {env_name!r}: make them agree "
+                          f"(replace(config, env={env_name!r}), or {name}(env={env_name!r}, ...))")
+    target = getattr(getattr(env, "target", None), "name", None)
+    if target is not None and config.target not in ("auto", target):
+        raise ConfigError(f"{name}.target is {config.target!r} but the env passed in runs on target {target!r}: "
+                          f"make them agree (replace(config, target={target!r}) or \"auto\", or make the env with "
+                          f"target={config.target!r})")
+    if getattr(env, "definition", None) is None:
+        return config
+    params, defaults = env.definition.params, env.definition.namespace.get("PARAMS", {})
+    asked = dict(config.env_params or {})
+    for key, value in asked.items():
+        if key not in params:
+            raise ConfigError(f"{name}.env_params names {key!r}, which env {env_name!r} does not take; its "
+                              f"parameters are {sorted(params)}{did_you_mean(key, params, repr)}")
+        if _plain(params[key]) != _plain(value):
+            raise ConfigError(f"{name}.env_params[{key!r}] is {value!r} but the env passed in was made with "
+                              f"{key}={params[key]!r}: make them agree (make the env with {key}={value!r}, or drop "
+                              f"{key!r} from env_params: the trainer records the env's own)")
+    made = {k: _plain(v) for k, v in params.items()
+            if k not in asked and (k not in defaults or _plain(defaults[k]) != _plain(v))}
+    return replace(config, env_params={**asked, **made}) if made else config
+
+
 def to_dict(config) -> dict:
     out = {}
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
         out[f.name] = list(value) if isinstance(value, tuple) else value
     return out
+
+
+def from_saved(data: dict):
+    """A config stored by a run (a checkpoint's): from_dict, except that the lr a DDPG config stored
+    before DDPGConfig refused one (never read: DDPG learns at actor_lr and critic_lr) is dropped."""
+    return from_dict({k: v for k, v in data.items() if not (k == "lr" and data.get("algorithm") == "ddpg")})
 
 
 def load_yaml(path) -> object:
@@ -399,7 +492,9 @@ def replace(config, **changes):
     if algorithm != config.algorithm:
         if algorithm not in ALGORITHMS:
             raise ConfigError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
-        names = {f.name for f in dataclasses.fields(ALGORITHMS[algorithm])}
-        kept = {k: v for k, v in to_dict(config).items() if k in names and k != "algorithm"}
+        names = {f.name for f in dataclasses.fields(ALGORITHMS[algorithm])} - {"algorithm"}
+        if algorithm == "ddpg":  # (DDPG reads actor_lr and critic_lr: another algorithm's lr is not carried over)
+            names.discard("lr")
+        kept = {k: v for k, v in to_dict(config).items() if k in names}
         return from_dict({**kept, **changes}, ALGORITHMS[algorithm])
     return from_dict({**to_dict(config), **changes}, type(config))

@@ -346,8 +346,8 @@ def mlp_out(x, W1, B1, W2, B2, W3, B3, DOT: tl.constexpr, TANH: tl.constexpr):
 def member_sq_norms(grad, partials, steps, P, SPLITS: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr):
     """The sum of squares of member m's gradient chunks [split * CHUNKS * BLOCK, ...) of its row of
     grad [M, P] into partials [M, SPLITS] (summed by member_adam in a fixed order: no atomics, so a
-    step is the same from run to run); program (0, 0) also counts the step (steps += 1, which
-    member_adam, launched next, reads)."""
+    step is the same from run to run); program (m, 0) also counts member m's step (steps[m] += 1,
+    which member_adam, launched next, reads)."""
     m = tl.program_id(0).to(tl.int64)
     split = tl.program_id(1)
     start = split * CHUNKS * BLOCK
@@ -357,8 +357,8 @@ def member_sq_norms(grad, partials, steps, P, SPLITS: tl.constexpr, BLOCK: tl.co
         g = tl.load(grad + m * P + o, mask=o < P, other=0.0)
         acc += g * g
     tl.store(partials + m * SPLITS + split, tl.sum(acc, 0))
-    if (m == 0) & (split == 0):
-        tl.store(steps, tl.load(steps) + 1.0)
+    if split == 0:
+        tl.store(steps + m, tl.load(steps + m) + 1.0)
 
 
 @triton.jit
@@ -404,7 +404,7 @@ def member_adam(flat, grad, exp_avg, exp_avg_sq, lr, partials, max_norm, steps, 
     """One Adam step of member m's chunks of its row of flat [M, P] (members.MemberAdam.step is the
     reference): the gradient scaled to global norm at most max_norm (CLIP; partials [M, SPLITS] the
     parts of its squared norm, max_norm [M] or a float), then the moments' and the parameters'
-    updates at step `steps`."""
+    updates at its step steps[m] (steps [M, 1])."""
     m = tl.program_id(0).to(tl.int64)
     start = tl.program_id(1) * CHUNKS * BLOCK
     scale = 1.0
@@ -416,7 +416,7 @@ def member_adam(flat, grad, exp_avg, exp_avg_sq, lr, partials, max_norm, steps, 
         s = tl.arange(0, SPLITS_P)
         sq_norm = tl.sum(tl.load(partials + m * SPLITS + s, mask=s < SPLITS, other=0.0), 0)
         scale = tl.minimum(bound / (tl.sqrt(sq_norm) + 1e-6), 1.0)
-    t = tl.load(steps)
+    t = tl.load(steps + m)
     bias1 = 1.0 - tl.exp(t * tl.log(beta1))
     bias2_sqrt = tl.sqrt(1.0 - tl.exp(t * tl.log(beta2)))
     step_size = tl.load(lr + m) / bias1

@@ -75,6 +75,22 @@ def population_models(tr, models, build) -> dict:
     return {name: stack_members(models, name) for name, models in per_group.items()}
 
 
+def build_learners(tr, models: dict):
+    """Each group's model (the user's in `models`, else the default MLP: a population's stacked),
+    optimiser, buffer and normaliser, into tr.models, tr.optimizers, tr.buffers and tr.norms. The
+    default models' weights come from config.seed (a population's members' from their seeds), drawn
+    from torch's global stream, which is put back as it was."""
+    build = build_ddpg if tr.algorithm == "ddpg" else build_on_policy
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(tr.config.seed)
+        if tr.M > 1:
+            models = population_models(tr, models, build)
+        for g in tr.groups:
+            tr.models[g.name], tr.optimizers[g.name], tr.buffers[g.name] = build(tr, g, models.get(g.name))
+            if tr.config.normalize_obs:
+                tr.norms[g.name] = running_norm(tr)
+
+
 def running_norm(tr):
     """The observation normaliser of one group (per member in a population)."""
     return RunningNorm(tr.obs_dim, tr.device) if tr.M == 1 else MemberNorm(tr.M, tr.obs_dim, tr.device)

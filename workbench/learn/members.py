@@ -170,7 +170,7 @@ class MemberAdam:
         self.beta1, self.beta2, self.eps = betas[0], betas[1], eps
         self.exp_avg = torch.zeros_like(self.flat)
         self.exp_avg_sq = torch.zeros_like(self.flat)
-        self.steps = torch.zeros((), device=device)
+        self.steps = torch.zeros((members, 1), device=device)  # each member's (target_kl stops members apart)
         self.param_groups = [{"params": params, "lr": self.lr}]
         self.defaults = {"lr": self.lr, "betas": betas, "eps": eps}
         self.state = collections.defaultdict(dict)
@@ -202,12 +202,17 @@ class MemberAdam:
             max_norm = max_norm.reshape(-1, 1)
         self.grad.mul_((max_norm / (norm + 1e-6)).clamp_(max=1.0))
 
-    def step(self, max_norm=None):
+    def step(self, max_norm=None, active=None):
         """One Adam step of every member (from the parameters as they are now: a loaded checkpoint's),
-        its gradient first clipped to global norm max_norm (a float or [M]) unless that is None."""
+        its gradient first clipped to global norm max_norm (a float or [M]) unless that is None.
+        active: None (every member), or [M, 1] float, 1 for the members that step: the others' weights,
+        moments and step counts stay as they are (PPO's target_kl stops members apart)."""
         if not self._gathered:
             self._gather()
         self._check_views()
+        if active is not None:
+            self._masked_step(max_norm, active)
+            return
         if self.fused is not None:  # on GPUs: counting the step, clipping and the update in two launches
             self.fused.step(max_norm)
             self._gathered = False
@@ -221,6 +226,23 @@ class MemberAdam:
         bias2_sqrt = torch.sqrt(1 - torch.pow(self.beta2, self.steps))
         denom = (self.exp_avg_sq.sqrt() / bias2_sqrt).add_(self.eps)
         self.flat.addcdiv_(self.exp_avg * (self.lr / bias1), denom, value=-1.0)
+        self._gathered = False
+
+    def _masked_step(self, max_norm, active):
+        """`step` of the members where active [M, 1] is 1; the same arithmetic for them, bit for bit."""
+        on = active > 0
+        self.steps.add_(active)
+        if max_norm is not None:
+            self.clip(max_norm)
+        self.exp_avg.copy_(torch.where(on, self.exp_avg.lerp(self.grad, 1 - self.beta1), self.exp_avg))
+        self.exp_avg_sq.copy_(torch.where(on, self.exp_avg_sq.mul(self.beta2).addcmul_(self.grad, self.grad,
+                                                                                     value=1 - self.beta2),
+                                          self.exp_avg_sq))
+        bias1 = 1 - torch.pow(self.beta1, self.steps)
+        bias2_sqrt = torch.sqrt(1 - torch.pow(self.beta2, self.steps))
+        denom = (self.exp_avg_sq.sqrt() / bias2_sqrt).add_(self.eps)
+        self.flat.copy_(torch.where(on, self.flat.addcdiv(self.exp_avg * (self.lr / bias1), denom, value=-1.0),
+                                    self.flat))
         self._gathered = False
 
     def _check_views(self):
@@ -237,7 +259,7 @@ class MemberAdam:
             moments = {key: [part.reshape(p.shape).clone() for part, p in
                              zip(getattr(self, key)[0].split([p.numel() for p in self.params]), self.params)]
                        for key in ("exp_avg", "exp_avg_sq")}
-            return {"member_adam": True, "step": float(self.steps), "lr": float(self.lr), **moments}
+            return {"member_adam": True, "step": float(self.steps[0, 0]), "lr": float(self.lr), **moments}
         return {"exp_avg": self.exp_avg, "exp_avg_sq": self.exp_avg_sq, "steps": self.steps, "lr": self.lr}
 
     def load_moments(self, step: float, lr: float, exp_avg: list, exp_avg_sq: list):
@@ -263,16 +285,19 @@ class MemberAdam:
                               [e.get("exp_avg", z) for e, z in zip(entries, zeros)],
                               [e.get("exp_avg_sq", z) for e, z in zip(entries, zeros)])
             return
-        for key in ("exp_avg", "exp_avg_sq", "steps", "lr"):
+        for key in ("exp_avg", "exp_avg_sq", "lr"):
             getattr(self, key).copy_(state[key])
+        steps = state["steps"]  # [M, 1] (checkpoints from before target_kl stopped members apart: one count)
+        self.steps.copy_(steps.reshape(-1, 1) if steps.dim() else steps)
 
 
-def clip_and_step(model, optimizer, max_grad_norm):
+def clip_and_step(model, optimizer, max_grad_norm, active=None):
     """Clip the gradients by global norm (per member for a population; max_grad_norm a float, or
-    [M] per member, <= 0 for none) and take the optimiser's step."""
+    [M] per member, <= 0 for none) and take the optimiser's step (a MemberAdam's: only the members
+    where active [M, 1] is 1, when given)."""
     if isinstance(optimizer, MemberAdam):
         clipping = not isinstance(max_grad_norm, (int, float)) or max_grad_norm > 0
-        optimizer.step(max_grad_norm if clipping else None)
+        optimizer.step(max_grad_norm if clipping else None, active)
         return
     if max_grad_norm > 0:
         nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)

@@ -26,12 +26,13 @@ class Metrics:
         self.members = list(members) if members and len(members) > 1 else [None]
         M = len(self.members)
         self.sums = {g.name: {k: torch.zeros(M, device=device) for k in stat_names} for g in groups}
-        self.iterations = 0  # since the last pull
+        self.iterations = 0  # since the last pull, that updated the policies (the statistics' divisor)
         self._first: dict = {}  # each policy's first report, for the divergence check
 
     def pull(self, base: dict, learning: bool = True) -> dict:
         """base (iteration, env_steps, rate, time) plus, per policy, the update statistics averaged
-        over the iterations since the last pull (and over ranks; left out when not `learning`) and the
+        over the iterations since the last pull that updated the policies (DDPG's first ones only fill
+        its buffers), and over ranks (left out when not `learning`), and the
         episode statistics; mean_return over the policies; nonfinite: a loss was NaN or inf. For a
         population: each value is the median over the members (returns with their quartiles), and
         `members` one such dict per member (with member, seed and the swept values)."""

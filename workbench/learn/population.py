@@ -181,7 +181,9 @@ def _unstack_adam(state: dict, layout: dict, shapes: dict, k: int, prefix: str =
                 part = part.reshape(shape[1], shape[0]).t()  # stored [in, out]
             moments[key].append(part.reshape(shape).contiguous().clone())
         offset += size
-    return {"member_adam": True, "step": float(state["steps"]), "lr": float(state["lr"][k, 0]), **moments}
+    steps = state["steps"]  # [M, 1] (one count for every member in checkpoints before target_kl stopped them apart)
+    return {"member_adam": True, "step": float(steps.reshape(-1)[k] if steps.dim() else steps),
+            "lr": float(state["lr"][k, 0]), **moments}
 
 
 def member_env_state(env_state: dict, members: int, k: int) -> dict:
@@ -221,7 +223,7 @@ def member_payload(payload: dict, k) -> dict:
     info = payload.get("population")
     if not info:
         raise cfg.ConfigError("this checkpoint is not a population's (it has no members); load it as it is")
-    config = cfg.from_dict(payload["config"])
+    config = cfg.from_saved(payload["config"])
     history = payload.get("history") or []
     asked = k
     try:
@@ -288,7 +290,8 @@ def merge_payloads(parts: list) -> dict:
     def adam(name, i):
         get = (lambda p: p["optimizers"][name][i]) if i is not None else (lambda p: p["optimizers"][name])
         return {"exp_avg": cat(lambda p: get(p)["exp_avg"]), "exp_avg_sq": cat(lambda p: get(p)["exp_avg_sq"]),
-                "lr": cat(lambda p: get(p)["lr"]), "steps": get(first)["steps"]}
+                "lr": cat(lambda p: get(p)["lr"]),
+                "steps": cat(lambda p: get(p)["steps"]) if get(first)["steps"].dim() else get(first)["steps"]}
 
     optimizers = {name: _adam_parts(saved, lambda i, n=name: adam(n, i)) for name, saved in first["optimizers"].items()}
     norms = {name: {k: cat(lambda p: p["norms"][name][k]) for k in state} for name, state in first["norms"].items()}
@@ -320,7 +323,7 @@ def slice_payload(payload: dict, start: int, stop: int) -> dict:
 
     def adam(saved):
         return {**saved, "exp_avg": part(saved["exp_avg"]), "exp_avg_sq": part(saved["exp_avg_sq"]),
-                "lr": part(saved["lr"])}
+                "lr": part(saved["lr"]), "steps": part(saved["steps"]) if saved["steps"].dim() else saved["steps"]}
 
     optimizers = {name: [adam(s) for s in saved] if isinstance(saved, (list, tuple)) else adam(saved)
                   for name, saved in payload["optimizers"].items()}

@@ -146,9 +146,9 @@ def _resume(run_or_checkpoint, requested):
     if _exported_member_file(path, payload):
         # its own config (the folder's config.yaml is its population's), and a folder named after the
         # file to train on into
-        config, run_dir = cfg.from_dict(payload["config"]), path.with_suffix("")
+        config, run_dir = cfg.from_saved(payload["config"]), path.with_suffix("")
     else:
-        config = cfg.load_yaml(saved_file) if saved_file.is_file() else cfg.from_dict(payload["config"])
+        config = cfg.load_yaml(saved_file) if saved_file.is_file() else cfg.from_saved(payload["config"])
     signature = payload["signature"]
     for key, theirs in (("env", signature["env"]), ("algorithm", signature["algorithm"])):
         if getattr(config, key) != theirs:
@@ -226,13 +226,19 @@ def run_config(config=None, *, resume=None, changes=None):
     config = cfg.replace(config, **changes)
     if not config.run_dir:
         config = cfg.replace(config, run_dir=default_run_dir(config))
-    held = [name for name in RUN_FILES if (Path(config.run_dir) / name).exists()]
-    if held:
-        keep = f"continue it with --resume {config.run_dir} (resume= from Python)" if "checkpoint.pt" in held else \
-            "it has no checkpoint to continue from: delete the folder"
-        raise ResumeError(f"run folder {config.run_dir!r} already holds a run ({', '.join(held)}), which a new run "
-                          f"would overwrite: {keep}, or name a new folder (--run-dir; run_dir=)")
+    refuse_held_run(config.run_dir)
     return config, None
+
+
+def refuse_held_run(run_dir, new_folder: str = "--run-dir; run_dir=") -> None:
+    """ResumeError when the folder `run_dir` holds a run already (RUN_FILES), which a new run would
+    overwrite; `new_folder` says where the caller names another folder."""
+    held = [name for name in RUN_FILES if (Path(run_dir) / name).exists()]
+    if held:
+        keep = f"continue it with --resume {run_dir} (resume= from Python)" if "checkpoint.pt" in held else \
+            "it has no checkpoint to continue from: delete the folder"
+        raise ResumeError(f"run folder {str(run_dir)!r} already holds a run ({', '.join(held)}), which a new run "
+                          f"would overwrite: {keep}, or name a new folder ({new_folder})")
 
 
 def _check_changes(config, changes: dict):
@@ -280,7 +286,7 @@ def run_training(config, *, resume=None, progress=True, policies=None, show_run_
     run_dir = Path(config.run_dir) if config.run_dir else None
     if run_dir is not None and trainer.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
-        cfg.save_yaml(config, run_dir / "config.yaml")
+        cfg.save_yaml(trainer.config, run_dir / "config.yaml")  # (with every parameter its env was made with)
         _keep_env_source(trainer.env.definition, run_dir)
         if resume and Path(resume).parent.resolve() != run_dir.resolve() and Path(resume).name == "checkpoint.pt":
             _fork_metrics(Path(resume).parent / "metrics.csv", run_dir / "metrics.csv", trainer.iteration)
@@ -358,7 +364,7 @@ def load_policy(run_or_checkpoint, *, num_envs: int = 1, target: str | None = No
         payload = population.member_payload(payload, "best" if member is None else member)
     elif member not in (None, 0, "best"):
         raise cfg.ConfigError(f"{str(path)!r} is not a population's run: it has no member {member!r}")
-    config = cfg.from_dict(payload["config"])
+    config = cfg.from_saved(payload["config"])
     config = cfg.replace(config, num_envs=num_envs, run_dir=None, target=target or config.target,
                          seed=config.seed if seed is None else seed)
     trainer = make_trainer(config, policies=payload["signature"]["policies"])
@@ -391,7 +397,7 @@ def export_member(run_or_checkpoint, member="best", path=None):
         raise ResumeError(f"{str(folder)!r} already holds a run (checkpoint.pt), which exporting again would "
                           f"overwrite: continue it with --resume {folder}, or export to a new file with --out")
     folder.mkdir(parents=True, exist_ok=True)
-    config = cfg.replace(cfg.from_dict(single["config"]), run_dir=str(folder))
+    config = cfg.replace(cfg.from_saved(single["config"]), run_dir=str(folder))
     single["config"] = cfg.to_dict(config)
     cfg.save_yaml(config, folder / "config.yaml")
     for name in set(SOURCE_FILES.values()):

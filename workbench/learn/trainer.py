@@ -66,6 +66,9 @@ class Trainer:
     trainer steps it (Env.keep_final_obs; default: only where its metrics read them, else only where
     truncated, which is all the learners read). The env has it while train() runs, and its own
     setting before and after.
+    The config must agree with the env (name, explicit target, env_params); the one kept and saved
+    records all the env's parameters (cfg.config_for_env). config.seed seeds the policies and the
+    sampler, the env keeps its own seed. The caller's global torch RNG is left alone.
     """
 
     def __init__(self, env, config, policies=None, models=None, distributed: bool | None = None, split=None):
@@ -77,7 +80,6 @@ class Trainer:
         # (a population under torchrun: this rank's block of members, and the ranks it reports with)
         self.members, self.ranks = population.rank_members(config, split, distributed)
         self.rank = split.rank if split is not None else 0
-        torch.manual_seed(config.seed)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(config.seed + 1)
         self.groups = build_groups(policies, env.num_agents, self.device)
@@ -86,6 +88,7 @@ class Trainer:
         self.E, self.T = env.num_envs, config.rollout_length
         self.E_member = self.E // self.M
         cfg.check_against_env(config, env, self.groups, members=self.M)
+        self.config = config = cfg.config_for_env(config, env)  # (what it saves records the env's parameters)
         self.hp = population.Hyper(config, self.members, self.device)
         self.streams = learners.member_streams(self, [m.seed + 1 for m in self.members])
         self.precision = resolve_precision(config.precision, self.device)
@@ -98,13 +101,7 @@ class Trainer:
         unknown = sorted(set(models) - {g.name for g in self.groups})
         if unknown:
             raise PolicyMapError(f"models given for {unknown}, which are not in the policy map")
-        build = learners.build_ddpg if self.algorithm == "ddpg" else learners.build_on_policy
-        if self.M > 1:
-            models = learners.population_models(self, models, build)
-        for g in self.groups:
-            self.models[g.name], self.optimizers[g.name], self.buffers[g.name] = build(self, g, models.get(g.name))
-            if config.normalize_obs:
-                self.norms[g.name] = learners.running_norm(self)
+        learners.build_learners(self, models)
         self.samples = {g.name: MemberSamples(self.streams, self.T, self.E, g.n) for g in self.groups}
         self.fused, self.fused_off = learners.fused_gradients(self)
         # stacked members the narrow kernels do not serve act through the wide step or torch: both read
@@ -167,12 +164,13 @@ class Trainer:
         the budget's)."""
         learners.anneal(self, total_iterations or self.total_iterations())
         body = self._ddpg_iteration if self.algorithm == "ddpg" else self._on_policy_iteration
+        updates = self.algorithm != "ddpg" or self.ddpg_learning()  # (DDPG: none while filling its buffers)
         with tf32_while_computing(self.device, self.precision):
             self.graph.run(body, self.why_not_graphed())
         if self.algorithm == "ddpg":
             for g in self.groups:
                 self.buffers[g.name].advance_host_size(self.T)
-        self.metrics.iterations += 1
+        self.metrics.iterations += int(updates)  # (the update statistics average over these)
         self.iteration += 1
         self.env_steps += self.steps_per_iteration
 
@@ -336,7 +334,8 @@ class Trainer:
         """One host read of the update statistics (averaged over the iterations since the last pull
         and over ranks) and of the episode sums (returns per policy, lengths, env metrics)."""
         base = {"iteration": self.iteration, "env_steps": self.env_steps, "env_steps_per_s": rate, "time_s": elapsed}
-        return self.metrics.pull(base, learning=not (self.algorithm == "ddpg" and not self.ddpg_learning()))
+        # (DDPG's losses only from a window in which it learned: not while it only fills its buffers)
+        return self.metrics.pull(base, learning=not (self.algorithm == "ddpg" and self.metrics.iterations == 0))
 
     # -- acting and checkpoints -----------------------------------------------------------------
     def act(self, deterministic: bool = True) -> torch.Tensor:

@@ -19,11 +19,53 @@ from ..runtime import registry
 
 
 def signature(tr) -> dict:
-    """What must match between a checkpoint and the trainer that loads it."""
+    """What must match between a checkpoint and the trainer that loads it (the network's shape too:
+    hidden_sizes, activation, shared_body; checkpoints from before it was recorded lack those keys)."""
     return {"env": tr.env.name, "num_agents": tr.env.num_agents, "obs_shape": list(tr.env.obs_shape),
             "action_space": repr(tr.env.action_space), "policies": {g.name: g.ids for g in tr.groups},
             "algorithm": tr.algorithm, "normalize_obs": bool(tr.norms), "centralised_critic": sorted(tr.central),
-            "members": tr.M}
+            "members": tr.M, "hidden_sizes": list(tr.config.hidden_sizes),
+            "activation": tr.config.activation or ("relu" if tr.algorithm == "ddpg" else "tanh"),
+            "shared_body": bool(tr.config.shared_body)}
+
+
+# the value a key has in checkpoints written before the signature held it (None: not compared)
+SIGNATURE_DEFAULTS = {"centralised_critic": [], "members": 1, "hidden_sizes": None, "activation": None,
+                      "shared_body": None}
+NETWORK = ("hidden_sizes", "activation", "shared_body", "centralised_critic")
+
+
+def check_signature(tr, theirs: dict, path):
+    """CheckpointError naming the first field where checkpoint and trainer differ, both values and the fix."""
+    for key, mine in signature(tr).items():
+        if key not in theirs and key in SIGNATURE_DEFAULTS and SIGNATURE_DEFAULTS[key] is None:
+            continue  # (not recorded then: check_shapes compares the weights themselves)
+        saved = theirs.get(key, SIGNATURE_DEFAULTS.get(key))
+        if mine != saved:
+            fix = (f"build the trainer with the checkpoint's network: replace(config, {key}={saved!r})"
+                   if key in NETWORK else "load it into a trainer of the same env, policies and config")
+            raise ckpt.CheckpointError(f"checkpoint {str(path)!r} was written for {key}={saved!r}; this trainer "
+                                       f"has {key}={mine!r}: {fix}")
+
+
+def check_shapes(tr, saved_models: dict, path):
+    """CheckpointError (not torch's size mismatch) where a saved policy's parameters are not the
+    trainer's: another network (a checkpoint without the network in its signature, or a custom model)."""
+    for name, saved in saved_models.items():
+        if name not in tr.models:
+            raise ckpt.CheckpointError(f"checkpoint {str(path)!r} holds policy {name!r}, which this trainer lacks "
+                                       f"(its policies: {sorted(tr.models)})")
+        own = tr.models[name].state_dict()
+        for key in sorted(set(own) | set(saved)):
+            a, b = saved.get(key), own.get(key)
+            if a is None or b is None or tuple(a.shape) != tuple(b.shape):
+                def shape(t):
+                    return "missing" if t is None else f"shape {list(t.shape)}"
+                raise ckpt.CheckpointError(
+                    f"checkpoint {str(path)!r}: policy {name!r} parameter {key!r} is {shape(a)} there and "
+                    f"{shape(b)} in this trainer: another network; build the trainer with the checkpoint's "
+                    f"hidden_sizes, shared_body, centralised_critic and model as in its config "
+                    f"(torch.load(path, weights_only=False)['config'])")
 
 
 def _optimizers(tr):
@@ -80,11 +122,8 @@ def restore(tr, payload: dict, path, restore_env: bool = True):
     if tr.ranks is not None and (payload.get("population") or {}).get("members") == tr.ranks.context.world_size * tr.M:
         start = tr.members[0].index
         payload = population.slice_payload(payload, start, start + tr.M)
-    mine, theirs = signature(tr), payload["signature"]
-    for key in mine:
-        if mine[key] != theirs.get(key, {"centralised_critic": [], "members": 1}.get(key)):
-            raise ckpt.CheckpointError(f"checkpoint {str(path)!r} was written for {key}={theirs.get(key)!r}; "
-                                       f"this trainer has {key}={mine[key]!r}")
+    check_signature(tr, payload["signature"], path)
+    check_shapes(tr, payload["models"], path)
     for n, saved in payload["models"].items():
         tr.models[n].load_state_dict(saved)
     for n, saved in payload["optimizers"].items():
@@ -101,7 +140,8 @@ def restore(tr, payload: dict, path, restore_env: bool = True):
         tr.norms[n].load_state_dict(saved)
     tr.iteration, tr.env_steps = payload["iteration"], payload["env_steps"]
     tr.history = list(payload["history"])
-    torch.set_rng_state(payload["rng"]["torch"])
+    # (payload["rng"]["torch"], the global stream's state when saved, is not put back: training never
+    # draws from it, and loading leaves the caller's global stream alone)
     if not _set_generator(tr.generator, payload["rng"]["generator"]):  # written on another kind of device
         tr.generator.manual_seed(tr.config.seed * 2**20 + tr.iteration)
         if restore_env:

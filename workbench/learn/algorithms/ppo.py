@@ -8,6 +8,9 @@ processed in chunks whose gradients add up to the minibatch's, before one optimi
 The same code runs eagerly on the CPU and is replayed from a CUDA graph on a GPU: it allocates
 nothing that outlives an iteration, draws its permutations on the device and never reads a value
 back to the host (except for `target_kl`, which therefore keeps the update out of the graph).
+With `target_kl` each member of a population stops on its own approximate KL, as its standalone run
+would: a stopped member's remaining minibatches change neither its weights, its Adam state nor its
+statistics (a mask [M] on its optimiser's step), and the epochs end once every member has stopped.
 """
 from __future__ import annotations
 
@@ -101,6 +104,9 @@ def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int
     local = torch.zeros((len(STATS), members), device=batch["values"].device)
     hp = hp or config
     updates = 0
+    # target_kl in a population: which members still learn [M, 1], and each one's update count
+    learning = torch.ones((members, 1), device=local.device) if config.target_kl is not None and members > 1 else None
+    member_updates = torch.zeros(members, device=local.device) if learning is not None else None
     for epoch in range(config.update_epochs):
         if samples is not None:  # [M, B] sample ids of each member's own permutation
             order = samples.permutation(site + epoch)
@@ -121,6 +127,7 @@ def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int
         for m in range(config.num_minibatches):
             idx = minibatches[:, m]
             moments = (adv_mean[:, m], adv_std[:, m]) if adv_mean is not None else (None, None)
+            before = local.clone() if learning is not None else None
             if fused is not None:  # forward, loss and backward of the whole minibatch, one launch per network
                 fused.gradients(idx, count[:, m], *moments, local)
             else:
@@ -134,15 +141,24 @@ def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int
                     local += part_stats
             if sync is not None:  # data-parallel: average gradients over ranks before clipping
                 sync.gradients(model.parameters())
-            clip_and_step(model, optimizer, hp.max_grad_norm)
+            if learning is not None:  # (stopped members' statistics stay as they were)
+                local.copy_(torch.where(learning.reshape(1, -1) > 0, local, before))
+                member_updates += learning.reshape(-1)
+            clip_and_step(model, optimizer, hp.max_grad_norm, learning)
             updates += 1
-        if config.target_kl is not None:
+        if learning is not None:  # each member's mean KL over its own updates, as its standalone run's
+            kl = local[STATS.index("approx_kl")] / member_updates
+            learning.mul_((~(kl.double() > config.target_kl)).float().reshape(-1, 1))
+            if not bool(learning.any()):
+                break
+        elif config.target_kl is not None:
             kl = local[STATS.index("approx_kl")].max() / updates
             kl = sync.mean(kl) if sync is not None else kl
             if float(kl) > config.target_kl:
                 break
     if fused is not None:  # (its kernels leave the flag out: a non-finite loss makes its sums non-finite)
         local[-1] += (~torch.isfinite(local[:-1].sum(0))).float()
+    divisor = member_updates if member_updates is not None else updates
     for i, k in enumerate(STATS):
-        stats[k] += (local[i] / (updates if k != "nonfinite" else 1)).reshape(stats[k].shape)
+        stats[k] += (local[i] / (divisor if k != "nonfinite" else 1)).reshape(stats[k].shape)
     return stats
