@@ -296,7 +296,8 @@ def run_training(config, *, resume=None, progress=True, policies=None, show_run_
     total = trainer.M * (trainer.ranks.context.world_size if trainer.ranks is not None else 1)
     members = f"{total} members x " if trainer.M > 1 else ""
     say(f"training {config.env} with {config.algorithm.upper()} on target '{trainer.env.target.name}' "
-        f"({members}{config.num_envs} replicas x {trainer.env.num_agents} agents; env compiled in {compile_s:.1f} s)"
+        f"({members}{config.num_envs} replicas x {trainer.env.num_agents} agents; "
+        f"{f'env compiled in {compile_s:.1f} s' if compile_s >= 0.05 else 'env kernels compiled already'})"
         + (f"; continuing {resume} from iteration {trainer.iteration}" if resume else ""))
     logger = make_logger(config, run_dir) if trainer.is_main else None
     try:
