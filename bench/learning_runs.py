@@ -177,7 +177,7 @@ def write_page(results: list, path: Path) -> None:
              "window at or above the issue's threshold, in env-steps (replica steps) and seconds of training "
              "(the env's compile time apart). The evaluation plays one episode in each of 256 replicas from the "
              "same starts with the final policies (sampled and deterministic) and with each policy replaced by "
-             "uniformly random actions: `python -m workbench evaluate RUN_DIR`.", ""]
+             "uniformly random actions: `python -m workbench evaluate RUN_DIR --num-envs 256`.", ""]
     solo = [r for r in results if r["threshold"] is not None]
     if solo:
         lines += ["| config | task | algorithm | threshold | reached | env-steps to threshold | "
