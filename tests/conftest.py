@@ -53,3 +53,16 @@ def triton_kernels(monkeypatch):
             pytest.skip("without a GPU the kernels run in Triton's interpreter: TRITON_INTERPRET=1 (tests/conftest.py)")
         from workbench.learn import fused
         monkeypatch.setattr(fused, "INTERPRET_ON_CPU", True)
+
+
+@pytest.fixture(scope="module")
+def compiled_cartpole():
+    """CartPole compiled once for a test module (the kernel cache serves every later make)."""
+    import workbench as wb
+    return wb.make("cartpole", num_envs=4, target="cpu")
+
+
+@pytest.fixture
+def runs_in_tmp(tmp_path, monkeypatch):
+    """Panels and wb.train write their run folders under runs/ of the working directory: a fresh one per test."""
+    monkeypatch.chdir(tmp_path)

@@ -473,7 +473,7 @@ def test_a_new_run_into_a_folder_holding_a_run_is_refused_and_nothing_is_overwri
     (["cartpole", "--set", "ent_coef=-1"], ["PPOConfig.ent_coef must be >= 0"]),
     (["cartpole", "--max-grad-norm", "-1"], ["PPOConfig.max_grad_norm must be >= 0"]),
     (["cartpole", "--sweep", "lr=inf,1e-3"], ["sweep['lr'] holds inf", "lr must be a finite number"]),
-    (["pendulum", "--lr", "1"], ["DDPG learns at actor_lr and critic_lr and does not read lr", "--actor-lr"]),
+    (["pendulum", "--lr", "1"], ["DDPGConfig.lr is not read by DDPG, which learns at actor_lr and critic_lr", "--actor-lr"]),
     (["pendulum", "--set", "updates_per_rollout=0"], ["DDPGConfig.updates_per_rollout must be >= 1"]),
     (["pendulum", "--set", "actor_lr=-1"], ["DDPGConfig.actor_lr must be > 0"]),
 ])

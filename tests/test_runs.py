@@ -92,10 +92,10 @@ def test_replay_returns_an_animation_and_writes_mp4(runs, tmp_path):
 def test_default_run_dir_names_env_and_time(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     config = cfg.from_dict(SMALL)
-    first = default_run_dir(config)
+    first = default_run_dir(config.env)
     assert re.fullmatch(r"runs/cartpole-\d{8}-\d{6}", first)
     (tmp_path / first).mkdir(parents=True)
-    assert default_run_dir(config).startswith(first + "-")
+    assert default_run_dir(config.env).startswith(first + "-")
 
 
 def test_train_from_python_keeps_a_run_folder_and_resumes_it(tmp_path, monkeypatch):

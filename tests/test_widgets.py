@@ -16,20 +16,9 @@ from workbench.widgets import (ConfigForm, EnvParamsForm, LivePlot, Runner, RunS
                                device_summary)
 from workbench.widgets.panel import CONTROLLED
 
+pytestmark = pytest.mark.usefixtures("compiled_cartpole", "runs_in_tmp")
 TIMEOUT = 300
 TINY = dict(rollout_length=8, num_minibatches=1, update_epochs=1, log_every=1)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def compiled_cartpole():
-    """Compile cartpole once for the module (the kernel cache serves every later make)."""
-    return wb.make("cartpole", num_envs=4, target="cpu")
-
-
-@pytest.fixture(autouse=True)
-def runs_in_tmp(tmp_path, monkeypatch):
-    """Panels write their run folders under runs/ of the working directory: a fresh one per test."""
-    monkeypatch.chdir(tmp_path)
 
 
 def tiny_panel(**kw):

@@ -14,15 +14,10 @@ from workbench.widgets.form import parse_sweep, sweep_text
 from workbench.widgets.runfiles import read_run
 from workbench.widgets.status import members_text
 
+pytestmark = pytest.mark.usefixtures("compiled_cartpole")
 TIMEOUT = 300
 TINY = dict(target="cpu", num_envs=4, rollout_length=8, num_minibatches=1, update_epochs=1, log_every=1,
             total_env_steps=4 * 8 * 3)  # 3 iterations of 4 replicas x 8 steps per member
-
-
-@pytest.fixture(scope="module", autouse=True)
-def compiled_cartpole():
-    """Compile cartpole once for the module (the kernel cache serves every later make)."""
-    return wb.make("cartpole", num_envs=4, target="cpu")
 
 
 @pytest.fixture(scope="module")

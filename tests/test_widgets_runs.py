@@ -20,21 +20,10 @@ from workbench.widgets import LivePlot, Runner, RunSpec, TrainingPanel
 from workbench.widgets.runfiles import RunFolderError, read_metrics
 from workbench.widgets.viewer import EpisodeViewer
 
+pytestmark = pytest.mark.usefixtures("compiled_cartpole", "runs_in_tmp")
 TIMEOUT = 300
 TINY = dict(target="cpu", num_envs=8, rollout_length=16, num_minibatches=1, update_epochs=1, log_every=1,
             total_env_steps=8 * 16 * 2)  # 2 iterations
-
-
-@pytest.fixture(scope="module", autouse=True)
-def compiled_cartpole():
-    """Compile cartpole once for the module (the kernel cache serves every later make)."""
-    return wb.make("cartpole", num_envs=4, target="cpu")
-
-
-@pytest.fixture(autouse=True)
-def runs_in_tmp(tmp_path, monkeypatch):
-    """Panels write their run folders under runs/ of the working directory: a fresh one per test."""
-    monkeypatch.chdir(tmp_path)
 
 
 @pytest.fixture

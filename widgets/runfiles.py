@@ -4,22 +4,12 @@ the trainer's population reports), the same files a Trainer and the CLI write.""
 from __future__ import annotations
 
 import csv
-import os
-import time
 from pathlib import Path
 
 from workbench.errors import WorkbenchError
 from workbench.learn import config as cfg
-
-
-def default_run_dir(env: str, root: str | os.PathLike = "runs") -> str:
-    """A fresh folder name root/<env>-<YYYYmmdd-HHMMSS> (a suffix -2, -3 ... when taken)."""
-    base = Path(root) / f"{env}-{time.strftime('%Y%m%d-%H%M%S')}"
-    path, n = base, 1
-    while path.exists():
-        n += 1
-        path = base.with_name(f"{base.name}-{n}")
-    return str(path)
+from workbench.learn import runs
+from workbench.learn.runs import default_run_dir  # noqa: F401 - the panel's new runs are named as the CLI's
 
 
 # where the panel's user names another folder, in the refusal of a folder that holds a run
@@ -33,14 +23,13 @@ class RunFolderError(WorkbenchError, ValueError):
 def refuse_held_run(run_dir) -> None:
     """ResumeError when `run_dir` holds a run already (checkpoint.pt or metrics.csv), which a new run
     would overwrite: the refusal of the CLI and wb.train, naming the panel's fix."""
-    from workbench.learn.runs import refuse_held_run as refuse
     if run_dir:
-        refuse(run_dir, NEW_FOLDER_HINT)
+        runs.refuse_held_run(run_dir, NEW_FOLDER_HINT)
 
 
 def write_config(config) -> None:
     """Write config.yaml into config.run_dir (when set): the config the run trains with now (a new
-    run's, or a continued run's raised budget); a folder holding another run is refused first."""
+    run's, or a continued run's raised budget; refuse_held_run keeps a new run out of another's folder)."""
     if config.run_dir:
         run_dir = Path(config.run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)

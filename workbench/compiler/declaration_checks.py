@@ -135,21 +135,14 @@ def box_problem(box) -> str | None:
     return None
 
 
-def refuse_declaration(name: str, source: str, declared: str, problem: str | None) -> None:
-    """EnvDefinitionError naming the source line that declares `declared`, when there is a problem."""
+def refuse_declaration(name: str, source: str, declared: str, problem: str | None, line=None) -> None:
+    """EnvDefinitionError naming `line` (else the source line that declares `declared`), when there
+    is a problem."""
     if problem is None:
         return
-    line = _top_level_lines(source).get(declared, (None,))[0]
-    lines = source.splitlines()
-    where = f"line {line}: {lines[line - 1].strip()}\n    " if line and 0 < line <= len(lines) else f"{declared}: "
-    raise EnvDefinitionError(f"{name}: {where}{problem}", line=line)
-
-
-def _refuse_hook(name: str, source: str, declared: str, problem: str, line=None) -> None:
-    """EnvDefinitionError naming `line` (else the line that binds `declared`) and the problem."""
     line = line or _top_level_lines(source).get(declared, (None,))[0]
     lines = source.splitlines()
-    where = f"line {line}: {lines[line - 1].strip()}\n    " if line and 0 < line <= len(lines) else ""
+    where = f"line {line}: {lines[line - 1].strip()}\n    " if line and 0 < line <= len(lines) else f"{declared}: "
     raise EnvDefinitionError(f"{name}: {where}{problem}", line=line)
 
 
@@ -162,39 +155,39 @@ def check_host_hooks(name: str, source: str, filename: str, namespace: dict, par
     if groups_fn is not None:
         form = "declare AGENT_GROUPS = lambda p: {\"name\": range(...), ...} (agent ids for each group)"
         if not callable(groups_fn):
-            _refuse_hook(name, source, "AGENT_GROUPS", f"AGENT_GROUPS must be a function of the parameters, got "
+            refuse_declaration(name, source, "AGENT_GROUPS", f"AGENT_GROUPS must be a function of the parameters, got "
                                                        f"{groups_fn!r}: {form}")
         try:
             groups = groups_fn(types.SimpleNamespace(**params))
         except Exception as exc:  # noqa: BLE001 - the env author's own code: say where it failed
             frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == filename]
             hint = did_you_mean(getattr(exc, "name", None) or "", params) if isinstance(exc, AttributeError) else ""
-            _refuse_hook(name, source, "AGENT_GROUPS",
+            refuse_declaration(name, source, "AGENT_GROUPS",
                          f"AGENT_GROUPS raised {type(exc).__name__}: {exc}{hint}; the parameters are {sorted(params)}; "
                          f"{form}", frames[-1].lineno if frames else None)
         if not isinstance(groups, Mapping):
-            _refuse_hook(name, source, "AGENT_GROUPS", f"AGENT_GROUPS returned {groups!r}, not a dict; {form}")
+            refuse_declaration(name, source, "AGENT_GROUPS", f"AGENT_GROUPS returned {groups!r}, not a dict; {form}")
         seen = {}
         for group, ids in groups.items():
             if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
-                _refuse_hook(name, source, "AGENT_GROUPS", f"AGENT_GROUPS gives group {group!r} {ids!r}, not a "
+                refuse_declaration(name, source, "AGENT_GROUPS", f"AGENT_GROUPS gives group {group!r} {ids!r}, not a "
                                                            f"sequence of agent ids; {form}")
             if not isinstance(group, str):
-                _refuse_hook(name, source, "AGENT_GROUPS", f"AGENT_GROUPS names a group {group!r}: group names are "
+                refuse_declaration(name, source, "AGENT_GROUPS", f"AGENT_GROUPS names a group {group!r}: group names are "
                                                            f"strings (served as env.<name>); {form}")
             for i in ids:
                 if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < num_agents:
-                    _refuse_hook(name, source, "AGENT_GROUPS",
+                    refuse_declaration(name, source, "AGENT_GROUPS",
                                  f"AGENT_GROUPS gives group '{group}' the agent {i!r}, but agents are the ints 0 .. "
                                  f"{num_agents - 1} (NUM_AGENTS is {num_agents}); {form}")
                 if int(i) in seen:
-                    _refuse_hook(name, source, "AGENT_GROUPS",
+                    refuse_declaration(name, source, "AGENT_GROUPS",
                                  f"AGENT_GROUPS puts agent {i} in '{seen[int(i)]}' and in '{group}': the groups are "
                                  f"the trainer's default policy map, where each agent has one group")
                 seen[int(i)] = group
         missing = sorted(set(range(num_agents)) - set(seen))
         if missing:
-            _refuse_hook(name, source, "AGENT_GROUPS",
+            refuse_declaration(name, source, "AGENT_GROUPS",
                          f"AGENT_GROUPS leaves agents {missing[:10]}{' ...' if len(missing) > 10 else ''} (of 0 .. "
                          f"{num_agents - 1}) in no group: the groups are the trainer's default policy map, where each "
                          f"agent has one group")
@@ -202,12 +195,12 @@ def check_host_hooks(name: str, source: str, filename: str, namespace: dict, par
     drawer = namespace.get("RENDER")
     if drawer is not None and not (inspect.isclass(drawer) and callable(getattr(drawer, "setup", None))
                                    and callable(getattr(drawer, "update", None))):
-        _refuse_hook(name, source, "RENDER", f"RENDER must be a drawer class (class MyDrawer(render.Drawer) with "
+        refuse_declaration(name, source, "RENDER", f"RENDER must be a drawer class (class MyDrawer(render.Drawer) with "
                                              f"setup(ax) and update(k); see docs/writing-an-env.md), got {drawer!r}")
     draw = namespace.get("draw")
     if inspect.isfunction(draw):
         try:
             inspect.signature(draw).bind(None, None)
         except TypeError:
-            _refuse_hook(name, source, "draw", f"draw{inspect.signature(draw)} must take (frame, ax): the viewer calls "
+            refuse_declaration(name, source, "draw", f"draw{inspect.signature(draw)} must take (frame, ax): the viewer calls "
                                                f"it with one frame's arrays and the matplotlib axes")

@@ -322,8 +322,8 @@ def validate(config) -> None:
                     f"must be <= buffer_size={config.buffer_size} (the replay buffer never holds more transitions, "
                     f"so learning would never start): lower learning_starts or raise buffer_size"),
                    ("lr", config.lr == DEFAULT_LR,
-                    "is not read by DDPG, which learns at actor_lr and critic_lr: set those instead and leave lr "
-                    "unset"),
+                    "is not read by DDPG, which learns at actor_lr and critic_lr: set those instead (--actor-lr, "
+                    "--critic-lr) and leave lr unset"),
                    ("exploration_noise", config.exploration_noise >= 0, "must be >= 0")]
     checks += [(f.name, math.isfinite(getattr(config, f.name)), "must be a finite number")
                for f in dataclasses.fields(config) if isinstance(getattr(config, f.name), float)]

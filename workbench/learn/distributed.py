@@ -122,7 +122,7 @@ def member_slice(members: int, context: Context) -> tuple:
     """The members [start, stop) of a population of `members` that rank `context.rank` trains."""
     world = context.world_size
     if members < world or members % world:
-        fits = [n for n in range(2, min(members, 64) + 1) if members % n == 0]
+        fits = [n for n in range(2, min(members // 2, 64) + 1) if members % n == 0]  # 2 members a rank at least
         raise DistributedError(f"a population of {members} members splits over ranks evenly, one block of members "
                                f"per rank; {world} ranks do not divide it: launch with torchrun --nproc-per-node "
                                f"{' or '.join(map(str, fits[:4])) or 1}, "

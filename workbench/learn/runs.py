@@ -108,9 +108,10 @@ def load_checkpoint(run_or_checkpoint):
     return path, payload
 
 
-def default_run_dir(config, root: str = "runs") -> str:
-    """'runs/<env>-<YYYYmmdd-HHMMSS>' (with -2, -3, ... when that folder exists already)."""
-    base = f"{root}/{config.env}-{time.strftime('%Y%m%d-%H%M%S')}"
+def default_run_dir(env: str, root="runs") -> str:
+    """'runs/<env>-<YYYYmmdd-HHMMSS>' (with -2, -3, ... when that folder exists already): the CLI's,
+    wb.train's and the panel's new runs."""
+    base = f"{root}/{env}-{time.strftime('%Y%m%d-%H%M%S')}"
     path, k = base, 2
     while Path(path).exists():
         path, k = f"{base}-{k}", k + 1
@@ -192,7 +193,6 @@ def run_config(config=None, *, resume=None, changes=None):
     changes = dict(changes or {})
     if resume:
         config, checkpoint, payload = _resume(resume, config)
-        _check_changes(config, changes)
         for key in FIXED_ON_RESUME:
             if key in changes and getattr(cfg.replace(config, **{key: changes[key]}), key) != getattr(config, key):
                 raise ResumeError(f"resuming {config.run_dir!r} continues the run as trained; {key} cannot change "
@@ -222,10 +222,9 @@ def run_config(config=None, *, resume=None, changes=None):
     if config is None:
         raise cfg.ConfigError("train needs a config (a file or a shipped config's name), or a run to resume "
                               "(--resume RUN_DIR; resume=RUN_DIR from Python)")
-    _check_changes(config, changes)
     config = cfg.replace(config, **changes)
     if not config.run_dir:
-        config = cfg.replace(config, run_dir=default_run_dir(config))
+        config = cfg.replace(config, run_dir=default_run_dir(config.env))
     refuse_held_run(config.run_dir)
     return config, None
 
@@ -239,14 +238,6 @@ def refuse_held_run(run_dir, new_folder: str = "--run-dir; run_dir=") -> None:
             "it has no checkpoint to continue from: delete the folder"
         raise ResumeError(f"run folder {str(run_dir)!r} already holds a run ({', '.join(held)}), which a new run "
                           f"would overwrite: {keep}, or name a new folder ({new_folder})")
-
-
-def _check_changes(config, changes: dict):
-    """Refuses changes the run's algorithm would not read: DDPG's learning rates are actor_lr and critic_lr."""
-    if changes.get("algorithm", config.algorithm) == "ddpg" and "lr" in changes:
-        raise cfg.ConfigError(f"DDPG learns at actor_lr and critic_lr and does not read lr (asked "
-                              f"lr={changes['lr']!r}): set those instead (--actor-lr and --critic-lr; actor_lr= and "
-                              f"critic_lr=)")
 
 
 def _fork_metrics(source: Path, dest: Path, upto: int):

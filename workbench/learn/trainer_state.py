@@ -59,13 +59,15 @@ def check_shapes(tr, saved_models: dict, path):
         for key in sorted(set(own) | set(saved)):
             a, b = saved.get(key), own.get(key)
             if a is None or b is None or tuple(a.shape) != tuple(b.shape):
-                def shape(t):
-                    return "missing" if t is None else f"shape {list(t.shape)}"
                 raise ckpt.CheckpointError(
-                    f"checkpoint {str(path)!r}: policy {name!r} parameter {key!r} is {shape(a)} there and "
-                    f"{shape(b)} in this trainer: another network; build the trainer with the checkpoint's "
+                    f"checkpoint {str(path)!r}: policy {name!r} parameter {key!r} is {_shape_text(a)} there and "
+                    f"{_shape_text(b)} in this trainer: another network; build the trainer with the checkpoint's "
                     f"hidden_sizes, shared_body, centralised_critic and model as in its config "
                     f"(torch.load(path, weights_only=False)['config'])")
+
+
+def _shape_text(tensor) -> str:
+    return "missing" if tensor is None else f"shape {list(tensor.shape)}"
 
 
 def _optimizers(tr):
