@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .envdef import Discrete, EnvDefinition, MultiDiscrete
+from .envdef import FINAL_ACTIVE, Discrete, EnvDefinition, MultiDiscrete
 
 # {stream}: the agent slot of the key (stream_of); _wb_seed, _wb_e: the replica's seed and index in its block
 RESET_KEY = "make_key(_wb_seed, _wb_e, {stream}, episode[e] + 1, RESET_STEP)"
@@ -209,6 +209,13 @@ def _copy_terminal(w: _Writer, defn: EnvDefinition, d: int):
         w.emit(d + 1, *env_copies)
 
 
+def _keep_final_active(w: _Writer, defn: EnvDefinition, d: int):
+    """Where the episode ends, each agent's ACTIVE flag before the auto-reset into final_active
+    (envdef.FINAL_ACTIVE): A bytes for a replica that ends, none for one that runs on."""
+    if defn.active is not None:
+        w.agent_loop(d, (f"{FINAL_ACTIVE}[e, a] = 1 if {defn.active}[e, a] != 0 else 0",), guard="_wb_done")
+
+
 def clock_seen_after_step(defn: EnvDefinition) -> bool:
     """Whether a final observe or reset phase takes `t`: the one-agent step then stores the clock one
     past the step before them (otherwise only once, after them)."""
@@ -235,6 +242,7 @@ def _one_agent_step_body(w: _Writer, defn: EnvDefinition, d: int):
            "_wb_next_ep = _wb_ep + 1 if _wb_done else _wb_ep", "_wb_return = _wb_return0 + reward[e, 0]",
            "if _wb_t + 1 >= MAX_STEPS:", "    truncated[e] = 1", "done[e] = 1 if _wb_done else 0", "if _wb_done:")
     _copy_terminal(w, defn, d + 1)
+    _keep_final_active(w, defn, d + 1)
     if clock_seen_after_step(defn):
         w.emit(d + 1, "t[e] = _wb_t + 1  # as the final observation's phases see it")
     for fn in defn.observe_phases:
@@ -273,6 +281,7 @@ def _step_body(w: _Writer, defn: EnvDefinition, d: int):
            "_wb_next_t = 0 if _wb_done else _wb_t + 1  # the clock that the next observation sees",
            "_wb_next_ep = _wb_ep + 1 if _wb_done else _wb_ep")
     _copy_terminal(w, defn, d)
+    _keep_final_active(w, defn, d)
     running = "_wb_return0" if w.one_agent_a_lane else "(_wb_np.float32(0) if _wb_fresh else last_return[e, a])"
     w.agent_loop(d, (f"_wb_return = {running} + reward[e, a]", "last_return[e, a] = _wb_return"))
     w.emit(d, "if active and lane == 0:", "    t[e] = _wb_t + 1", "    if _wb_t + 1 >= MAX_STEPS:",

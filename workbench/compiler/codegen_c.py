@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from .codegen import ACTION_STREAM, ENTITY_STREAM, Layout, drawn_actions, terminal_arrays
-from .envdef import EnvDefinition, phase_index
+from .envdef import FINAL_ACTIVE, EnvDefinition, phase_index
 from .envdef_c import c_phases
 
 DRIVER_FILE = "<workbench driver>"
@@ -184,6 +184,12 @@ def _copy_terminal(w: _Writer, d: int):
         w.lane0(d, ending, "const long long ws = wb_slot[e] - 1;", *env_copies)
 
 
+def _keep_final_active(w: _Writer, d: int):
+    """As codegen._keep_final_active: where the episode ends, each agent's ACTIVE flag before the reset."""
+    if w.defn.active is not None:
+        w.agent_loop(d, [EA, f"{FINAL_ACTIVE}[ea] = {w.defn.active}[ea] != 0 ? 1 : 0;"], guard="wb_done")
+
+
 def _draw_actions(w: _Writer, d: int):
     """codegen._draw_actions: where `draw` is set, every agent's action drawn before the step's phases."""
     entries = drawn_actions(w.defn)
@@ -232,6 +238,7 @@ def _one_lane_step_body(w: _Writer, phases: dict, d: int):
            "const float wb_return = wb_return0 + reward[e];",
            "if (wb_t + 1 >= MAX_STEPS)", "    truncated[e] = 1;", "done[e] = wb_done ? 1 : 0;", "if (wb_done) {")
     _copy_terminal(w, d + 1)
+    _keep_final_active(w, d + 1)
     if _clock_seen_after_step(phases):
         w.emit(d + 1, "t[e] = wb_t + 1;  // as the final observation's phases see it")
     for phase in phases["observe"]:
@@ -273,6 +280,7 @@ def _step_body(w: _Writer, phases: dict, d: int):
            "const int wb_next_t = wb_done ? 0 : wb_t + 1;  // the clock that the next observation sees",
            "const int wb_next_ep = wb_done ? wb_ep + 1 : wb_ep;")
     _copy_terminal(w, d)
+    _keep_final_active(w, d)
     w.agent_loop(d, (EA, f"const float wb_return = {'wb_return0' if held else '(wb_fresh ? 0.0f : last_return[ea])'}"
                          " + reward[ea];", "last_return[ea] = wb_return;"))
     w.lane0(d, "active", "t[e] = wb_t + 1;", "if (wb_t + 1 >= MAX_STEPS)", "    truncated[e] = 1;",

@@ -1,7 +1,7 @@
 """Checks of an env source's declarations and names at parse time (envdef.parse calls them): names
 the kernels define after the env's code (which would replace the env's own silently), spaces and
-shapes that are not valid where they are declared, and host hooks (AGENT_GROUPS, RENDER, draw) that
-the trainer or the viewer could not use."""
+shapes that are not valid where they are declared, host hooks (AGENT_GROUPS, RENDER, draw) that
+the trainer or the viewer could not use, and an ACTIVE that names no per-agent flag."""
 from __future__ import annotations
 
 import ast
@@ -204,3 +204,25 @@ def check_host_hooks(name: str, source: str, filename: str, namespace: dict, par
         except TypeError:
             refuse_declaration(name, source, "draw", f"draw{inspect.signature(draw)} must take (frame, ax): the viewer calls "
                                                f"it with one frame's arrays and the matplotlib axes")
+
+
+def check_active(name: str, source: str, namespace: dict, arrays: dict) -> str | None:
+    """ACTIVE checked: the name of a per-agent integer STATE array of one value an agent, or None."""
+    if "ACTIVE" not in namespace:
+        return None
+    declared = namespace["ACTIVE"]
+    spec = arrays.get(declared) if isinstance(declared, str) else None
+    ints = [k for k, v in arrays.items() if v.owner == "env" and v.layout == "agent" and v.shape == ()
+            and v.entity is None and np.issubdtype(v.dtype, np.integer)]
+    problem = None
+    if spec is None or spec.owner != "env":
+        problem = (f"ACTIVE = {declared!r} names no STATE array" + (did_you_mean(str(declared), ints, repr) or ".")
+                   + f" Name a per_agent(\"int32\") array that is nonzero while the agent is in the game"
+                   + (f" (this env's: {', '.join(ints)})" if ints else ""))
+    elif spec.layout != "agent" or spec.shape != () or spec.entity is not None \
+            or not np.issubdtype(spec.dtype, np.integer):
+        problem = (f"ACTIVE = {declared!r} must name a per_agent integer array of one value an agent "
+                   f"(per_agent(\"int32\")), nonzero while the agent is in the game; got a "
+                   f"{'per_agent' if spec.layout == 'agent' else 'per_env'} {spec.dtype} array of shape {spec.shape}")
+    refuse_declaration(name, source, "ACTIVE", problem)
+    return declared

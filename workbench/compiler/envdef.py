@@ -35,7 +35,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import EnvDefinitionError, EnvParameterError, did_you_mean
-from .declaration_checks import box_problem, check_host_hooks, check_reserved_names, refuse_declaration
+from .declaration_checks import box_problem, check_active, check_host_hooks, check_reserved_names, refuse_declaration
 
 SPECIAL_ARGS = ("env", "agent", "key")
 # names of the generated drivers' own arguments and locals (codegen, codegen_c): an array or entity so named
@@ -136,6 +136,7 @@ class EnvDefinition:
     precision: str = "float64"  # PRECISION: the type of float parameters inside phases
     origin: Any = None  # the registry entry (runtime/registry.EnvSource) it was parsed from, if any
     obs_state: tuple = ()  # the state arrays the observation copies, in its order (observed_state)
+    active: str | None = None  # ACTIVE: the per-agent array nonzero while the agent is in the game
 
     def phase_index(self, fn) -> str | None:
         """What a Python phase runs over: "agent", an entity's name, or None (once per replica)."""
@@ -357,6 +358,8 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
         "last_return": ResolvedArray("last_return", "agent", np.dtype(np.float32), (), "framework"),
         "last_length": ResolvedArray("last_length", "env", np.dtype(np.int32), (), "framework"),
     }
+    if "ACTIVE" in namespace:  # ACTIVE as the episode's last step left it, before the auto-reset
+        arrays[FINAL_ACTIVE] = ResolvedArray(FINAL_ACTIVE, "agent", np.dtype(np.uint8), (), "framework")
     entities = _entities(name, namespace.get("ENTITIES", {}), params, arrays)
     precision = namespace.get("PRECISION", "float64")
     if precision not in PRECISIONS:
@@ -406,6 +409,7 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
             phase_index(name, f"{fn.__name__}() (line {line})", args, entities, line)
         return fns
 
+    active = check_active(name, source, namespace, arrays)
     reset_phases = phases(namespace["RESET"] if "RESET" in namespace else namespace["reset"], "RESET")
     step_phases = phases(namespace.get("STEP", namespace.get("step")), "STEP")
     observe_phases = phases(namespace["observe"], "observe")
@@ -414,8 +418,13 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
     digest = hashlib.sha256((source + repr(sorted(params.items()))).encode()).hexdigest()[:16]
     return EnvDefinition(name, source, filename, namespace, params, num_agents, max_steps, obs_space, action,
                          arrays, reset_phases, step_phases, observe_phases, digest, entities=entities,
-                         precision=precision, obs_state=observed_state(source, observe_phases, arrays, num_agents,
+                         precision=precision, active=active, obs_state=observed_state(source, observe_phases, arrays, num_agents,
                                                                        obs_space.shape))
+
+
+# where an episode ends (every replica done at a step), each agent's ACTIVE flag before the auto-reset:
+# a time limit's bootstrap leaves out the agents that left the game in the episode's last step
+FINAL_ACTIVE = "final_active"
 
 
 def observed_state(source: str, observe_phases: list, arrays: dict, num_agents: int, obs_shape: tuple) -> tuple:

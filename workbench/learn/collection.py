@@ -10,7 +10,9 @@ What one rollout of T steps leaves in each group's buffer ([T, E, n], n agents o
   whose mask drops while its replica runs on has ended its own episode, a termination for GAE; out
   of the game it is left out of every loss, statistic and the observation normaliser;
 - final_values[t] = V(final observation) of replicas truncated at step t (a time limit bootstraps
-  from the state it cut off; a termination bootstraps nothing), else 0.
+  from the state it cut off; a termination bootstraps nothing), else 0; 0 too for an agent that the
+  env's ACTIVE flag shows out of the game in that final state (it left the game in the episode's
+  last step: its own episode ended there, before the time limit).
 GAE (`rollout.advantages`) then bootstraps the replicas still running from V(s_T).
 """
 from __future__ import annotations
@@ -21,6 +23,7 @@ import weakref
 import torch
 
 from . import fused, fused_wide
+from ..compiler.envdef import FINAL_ACTIVE
 from .compiled import MaybeCompiled, act_and_record, forward, value_step
 from .fused_record import FusedStepRecord
 from .members import member_rows
@@ -42,13 +45,15 @@ class Collector:
         self.trainer, tr, env = weakref.proxy(trainer), trainer, trainer.env
         T, E, O = tr.T, tr.E, tr.obs_dim
         self.store = env.store
-        self.active = env.definition.namespace.get("ACTIVE")  # per-agent array: nonzero while in the game
+        self.active = env.definition.active  # per-agent array: nonzero while in the game
         self.can_truncate = env.definition.max_steps < 2**31 - 1  # an env without a time limit never does
-        self.final_obs = None
+        self.final_obs = self.final_active = None
         self.noise = {}
         if tr.algorithm != "ddpg":
             if self.can_truncate and 4 * T * E * env.num_agents * O <= FINAL_OBS_BUFFER_BYTES:
                 self.final_obs = torch.zeros((T, E, env.num_agents, O), device=tr.device)
+                if self.active is not None:  # (the store's final_active of each step, for _final_values)
+                    self.final_active = torch.zeros((T, E, env.num_agents), device=tr.device)
             self.terminated = torch.zeros((T, E), device=tr.device)
             self.truncated = torch.zeros((T, E), device=tr.device)
             for buf in tr.buffers.values():
@@ -164,6 +169,8 @@ class Collector:
             tr.env.step()
             record_outcome(self.terminated[t], self.truncated[t], self.final_obs[t] if self.final_obs is not None else None,
                            [tr.buffers[g.name].rewards[t] for g in tr.groups], [tr.buffers[g.name].mask[t + 1] for g in tr.groups])
+            if self.final_active is not None:
+                self.final_active[t].copy_(store[FINAL_ACTIVE])
             if per_step_final_values:
                 self._final_values_of_step(t)
         if self.active is not None and not recorded_masks:
@@ -171,6 +178,10 @@ class Collector:
                 tr.buffers[g.name].mask[tr.T].copy_(self.live(g))
         if self.final_obs is not None:
             self._final_values()
+            if self.final_active is not None:
+                for g in tr.groups:
+                    final = tr.buffers[g.name].final_values
+                    final.mul_(g.gather(self.final_active.view(-1, tr.env.num_agents)).view(final.shape))
 
     def _draw_noise(self, g, t):
         """The group's policy noise of steps t .. t + noise_block - 1 [b, E * n, D]: member k's part from
@@ -228,14 +239,20 @@ class Collector:
         for name, step in self._wide_final.items():  # (the wide steps' groups, in one launch each)
             step.truncated_values(self.store["final_obs"], self.truncated[t], self.terminated[t],
                                   tr.buffers[name].final_values[t])
+        if self.active is not None:
+            for g in tr.groups:
+                if g.name in self._wide_final:
+                    tr.buffers[g.name].final_values[t].mul_(g.gather(self.store[FINAL_ACTIVE]))
         if not (groups := [g for g in tr.groups if g.name not in self._wide_final]):
             return
         truncated_only = (self.truncated[t] * (1 - self.terminated[t])).unsqueeze(1)
         final_obs = {g.name: self.observe(g, self.store["final_obs"]) for g in tr.groups}
         state = self.joint_obs(final_obs) if tr.central else None
         for g in groups:
-            final = self.values(g, tr.rollout_models[g.name], final_obs[g.name], state)
-            tr.buffers[g.name].final_values[t].copy_(final * truncated_only)
+            final = self.values(g, tr.rollout_models[g.name], final_obs[g.name], state) * truncated_only
+            if self.active is not None:
+                final = final * g.gather(self.store[FINAL_ACTIVE])
+            tr.buffers[g.name].final_values[t].copy_(final)
 
     def _final_values(self):
         """V(final observation) of every replica truncated during the rollout (else 0), into each
@@ -278,7 +295,9 @@ class Collector:
     # -- DDPG: exploration into the replay buffer ----------------------------------------------
     def explore(self, learning: bool):
         """T steps with the actors plus Gaussian noise (uniform random actions until `learning`),
-        each transition into the group's replay buffer (raw observations: normalised when replayed)."""
+        each transition into the group's replay buffer (raw observations: normalised when replayed).
+        With ACTIVE, a transition keeps whether its agent was in the game before the step, and one
+        where the agent left the game (its flag before any auto-reset drops) is a termination."""
         tr, store = self.trainer, self.store
         head = tr.head
         span = (head.high - head.low).reshape(-1)
@@ -286,8 +305,11 @@ class Collector:
             for site, g in enumerate(tr.groups):
                 rb = tr.buffers[g.name]
                 raw = g.gather(store["obs"]).reshape(-1, tr.obs_dim)
-                obs = self.observe(g, store["obs"], self.live(g), accumulate=True).reshape(-1, tr.obs_dim)
+                live = self.live(g)
+                obs = self.observe(g, store["obs"], live, accumulate=True).reshape(-1, tr.obs_dim)
                 rb.stage_obs(raw)
+                if live is not None:
+                    rb.stage_live(live.reshape(-1))
                 per_member = rb.noise.numel() // tr.M  # member k's noise: its own stream's elements of step t
                 draw = tr.streams.normal if learning else tr.streams.uniform
                 rb.noise.copy_(draw((per_member,), 500 + site, offset=t * per_member).reshape(rb.noise.shape))
@@ -307,9 +329,14 @@ class Collector:
             ended = store["done"].bool().reshape((tr.E,) + (1,) * (store["obs"].dim() - 1))  # [E, 1, ...]
             term = store["terminated"].float().reshape(tr.E, 1)
             for g in tr.groups:
+                rb = tr.buffers[g.name]
                 raw_next = torch.where(ended, g.gather(store["final_obs"]), g.gather(store["obs"]))
-                tr.buffers[g.name].add(g.gather(store["reward"]).reshape(-1), raw_next.reshape(-1, tr.obs_dim),
-                                       term.expand(tr.E, g.n).reshape(-1))
+                agent_term = term.expand(tr.E, g.n)
+                if self.active is not None:
+                    still_in = torch.where(ended.reshape(tr.E, 1), g.gather(store[FINAL_ACTIVE]) != 0, self.live(g))
+                    left = rb.staged_live.reshape(tr.E, g.n) * (~still_in).float()
+                    agent_term = torch.maximum(agent_term, left)
+                rb.add(g.gather(store["reward"]).reshape(-1), raw_next.reshape(-1, tr.obs_dim), agent_term.reshape(-1))
 
     # -- acting with trained policies ------------------------------------------------------------
     def act(self, deterministic: bool = True):

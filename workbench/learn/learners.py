@@ -144,7 +144,7 @@ def build_ddpg(tr, g, agent):
                       adam(agent.critic.parameters(), tr.config.critic_lr, tr.device, tr.lr_tensors))
     n = tr.E * g.n
     buffer = ddpg.ReplayBuffer(max(tr.config.buffer_size, n // tr.M), tr.obs_dim, act_dim, tr.device, batch=n,
-                               members=tr.M)
+                               members=tr.M, masked=tr.env.definition.active is not None)
     return agent, optimizers, buffer
 
 

@@ -123,7 +123,8 @@ class RolloutBuffer:
 
     mask [T + 1, E, n] is 1 where an agent is in the game before step t (mask[T]: after the last
     step); agents out of the game (a tagged runner) are left out of every loss and statistic.
-    final_values [T, E, n] holds V(final observation) of replicas truncated at step t, else 0.
+    final_values [T, E, n] holds V(final observation) of replicas truncated at step t, else 0 (and 0
+    for an agent out of the game in that final state: it left the game in the episode's last step).
     state [T, E, S] is the replica's joint observation, kept only for a centralised critic.
     """
 
@@ -229,7 +230,8 @@ def gae(buffer: RolloutBuffer, next_value, gamma: float, lam: float, advantage_f
     An episode that ends at step t stops the recursion there: the replica's termination
     bootstraps nothing, a time-limit truncation bootstraps from V(final observation)
     (buffer.final_values), and an agent leaving the game at step t (mask t -> t+1 drops to 0
-    while its replica runs on) ends its own episode as a termination.
+    while its replica runs on; where the replica is truncated at t, its final value is 0) ends its
+    own episode as a termination.
     """
     fn = advantage_fn or advantages
     adv = fn(buffer.rewards, buffer.values, buffer.final_values, buffer.mask, buffer.terminated, buffer.truncated,

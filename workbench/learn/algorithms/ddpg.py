@@ -13,7 +13,9 @@ from ..members import clip_and_step, member_rows, member_sums
 
 
 class ReplayBuffer:
-    """Ring buffer of transitions (s, a, r, s', terminated) on the device, allocated once.
+    """Ring buffer of transitions (s, a, r, s', terminated) on the device, allocated once; with
+    `masked` (an env with ACTIVE) each also keeps `live`, 1 where the agent was in the game at s
+    (transitions of agents out of the game are left out of the losses).
 
     Observations are stored raw (normalised when sampled, with the statistics of that moment).
     The write position and fill level live on the device, so adding and sampling replay from a
@@ -22,7 +24,8 @@ class ReplayBuffer:
     (k + 1) * capacity)), fed by its rows of every step's batch and sampled on its own stream.
     """
 
-    def __init__(self, capacity: int, obs_dim: int, act_dim: int, device, batch: int, members: int = 1):
+    def __init__(self, capacity: int, obs_dim: int, act_dim: int, device, batch: int, members: int = 1,
+                 masked: bool = False):
         per_member = batch // members
         if per_member > capacity:
             raise ValueError(f"buffer_size={capacity} must hold at least one step of every replica ({per_member})")
@@ -33,6 +36,8 @@ class ReplayBuffer:
         self.rewards = torch.zeros(rows, device=device)
         self.next_obs = torch.zeros((rows, obs_dim), device=device)
         self.terminated = torch.zeros(rows, device=device)
+        self.live = torch.ones(rows, device=device) if masked else None
+        self.staged_live = torch.ones(batch, device=device) if masked else None
         self.staged_obs = torch.zeros((batch, obs_dim), device=device)
         self.staged_actions = torch.zeros((batch, act_dim), device=device)
         self.noise = torch.zeros((batch, act_dim), device=device)
@@ -50,6 +55,10 @@ class ReplayBuffer:
     def stage_actions(self, actions):
         self.staged_actions.copy_(actions)
 
+    def stage_live(self, live):
+        """live [batch]: whether each row's agent is in the game before the step (masked buffers)."""
+        self.staged_live.copy_(live)
+
     def add(self, rewards, next_obs, terminated):
         """Append one step of every replica ([batch, ...]) with the staged obs and actions."""
         idx = self.base + (self.offsets + self.pos) % self.capacity
@@ -58,6 +67,8 @@ class ReplayBuffer:
         self.rewards.index_copy_(0, idx, rewards)
         self.next_obs.index_copy_(0, idx, next_obs)
         self.terminated.index_copy_(0, idx, terminated)
+        if self.live is not None:
+            self.live.index_copy_(0, idx, self.staged_live)
         self.pos.add_(self.per_member).remainder_(self.capacity)
         self.fill.add_(self.per_member).clamp_(max=self.capacity)
 
@@ -66,7 +77,8 @@ class ReplayBuffer:
 
     def sample(self, batch_size: int, generator=None, norm=None, streams=None, site: int = 0):
         """batch_size transitions (of each member) drawn uniformly from the filled part, rows grouped
-        by member; uniforms from `streams` (one per member) or else `generator`; obs normalised by `norm`."""
+        by member; uniforms from `streams` (one per member) or else `generator`; obs normalised by `norm`.
+        Returns (obs, actions, rewards, next_obs, terminated, live), live None unless masked."""
         if streams is not None:
             u = streams.uniform((batch_size,), site)
         else:
@@ -75,17 +87,21 @@ class ReplayBuffer:
         obs, next_obs = self.obs[idx], self.next_obs[idx]
         if norm is not None:
             obs, next_obs = norm(obs), norm(next_obs)
-        return obs, self.actions[idx], self.rewards[idx], next_obs, self.terminated[idx]
+        live = self.live[idx] if self.live is not None else None
+        return obs, self.actions[idx], self.rewards[idx], next_obs, self.terminated[idx], live
 
     def state_dict(self):
-        return {"obs": self.obs, "actions": self.actions, "rewards": self.rewards, "next_obs": self.next_obs,
-                "terminated": self.terminated, "pos": self.pos, "fill": self.fill, "size": self.size}
+        state = {"obs": self.obs, "actions": self.actions, "rewards": self.rewards, "next_obs": self.next_obs,
+                 "terminated": self.terminated, "pos": self.pos, "fill": self.fill, "size": self.size}
+        return state | ({"live": self.live} if self.live is not None else {})
 
     def load_state_dict(self, state):
+        if self.live is not None:  # (a buffer saved before it kept live flags: every transition counts)
+            self.live.fill_(1)
         for k, v in state.items():
             if k == "size":
                 self.size = int(v)
-            else:
+            elif getattr(self, k, None) is not None:
                 getattr(self, k).copy_(v)
 
 
@@ -108,14 +124,15 @@ def update(agent: DDPGAgent, actor_opt, critic_opt, batch, config, *, sync=None,
     `stats` (device tensors [M], STATS) receives this step's values divided by updates_per_rollout.
     A population's batch holds each member's samples grouped by member; hp: its per-member gamma,
     tau and max_grad_norm (floats or [M]), the config's otherwise."""
-    obs, actions, rewards, next_obs, terminated = batch
+    obs, actions, rewards, next_obs, terminated, live = batch
     autocast = autocast or contextlib.nullcontext
     hp = hp or config
     rows = rewards.shape[0]
     gamma = member_rows(hp.gamma, members, rows)
+    count = member_sums(live, members).clamp_min(1) if live is not None else rows // members
 
-    def mean(x):
-        return member_sums(x, members) / (rows // members)
+    def mean(x):  # over each member's transitions of agents in the game
+        return member_sums(x if live is None else x * live, members) / count
 
     # critic: y = r + gamma * (1 - terminated) * Q'(s', mu'(s'))
     with torch.no_grad(), autocast():
