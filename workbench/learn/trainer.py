@@ -192,7 +192,7 @@ class Trainer:
         learning = self.ddpg_learning()
         self.streams.advance()
         with torch.no_grad():
-            self.collector.explore(learning)
+            ddpg.explore(self.collector, learning)
         if learning:
             for site, g in enumerate(self.groups):
                 actor_opt, critic_opt = self.optimizers[g.name]

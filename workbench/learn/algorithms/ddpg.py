@@ -9,6 +9,7 @@ import copy
 import torch
 from torch import nn
 
+from ...compiler.envdef import FINAL_ACTIVE
 from ..members import clip_and_step, member_rows, member_sums
 
 
@@ -116,6 +117,53 @@ class DDPGAgent(nn.Module):
 
 
 STATS = ("critic_loss", "actor_loss", "q_mean", "nonfinite")
+
+
+def explore(collector, learning: bool):
+    """T steps with the actors plus Gaussian noise (uniform random actions until `learning`),
+    each transition into the group's replay buffer (raw observations: normalised when replayed).
+    With ACTIVE, a transition keeps whether its agent was in the game before the step, and one
+    where the agent left the game (its flag before any auto-reset drops) is a termination.
+    collector: the trainer's Collector (its trainer, store and observation helpers)."""
+    tr, store = collector.trainer, collector.store
+    head = tr.head
+    span = (head.high - head.low).reshape(-1)
+    for t in range(tr.T):
+        for site, g in enumerate(tr.groups):
+            rb = tr.buffers[g.name]
+            raw = g.gather(store["obs"]).reshape(-1, tr.obs_dim)
+            live = collector.live(g)
+            obs = collector.observe(g, store["obs"], live, accumulate=True).reshape(-1, tr.obs_dim)
+            rb.stage_obs(raw)
+            if live is not None:
+                rb.stage_live(live.reshape(-1))
+            per_member = rb.noise.numel() // tr.M  # member k's noise: its own stream's elements of step t
+            draw = tr.streams.normal if learning else tr.streams.uniform
+            rb.noise.copy_(draw((per_member,), 500 + site, offset=t * per_member).reshape(rb.noise.shape))
+            if not learning:
+                actions = head.low.reshape(-1) + rb.noise * span
+            else:
+                with tr.autocast():
+                    mu = tr.models[g.name].actor(obs)
+                scale = member_rows(tr.hp.exploration_noise, tr.M, rb.noise.shape[0])
+                scale = scale.unsqueeze(1) if isinstance(scale, torch.Tensor) else scale
+                actions = mu.float() + rb.noise * scale * span / 2
+            actions = head.to_env(actions.reshape((-1,) + head.act_shape)).reshape(-1, head.out_dim)
+            rb.stage_actions(actions)
+            g.scatter(store["action"], actions.reshape((tr.E, g.n) + head.act_shape))
+        tr.env.step()
+        tr.episode_stats.after_step()
+        ended = store["done"].bool().reshape((tr.E,) + (1,) * (store["obs"].dim() - 1))  # [E, 1, ...]
+        term = store["terminated"].float().reshape(tr.E, 1)
+        for g in tr.groups:
+            rb = tr.buffers[g.name]
+            raw_next = torch.where(ended, g.gather(store["final_obs"]), g.gather(store["obs"]))
+            agent_term = term.expand(tr.E, g.n)
+            if collector.active is not None:
+                still_in = torch.where(ended.reshape(tr.E, 1), g.gather(store[FINAL_ACTIVE]) != 0, collector.live(g))
+                left = rb.staged_live.reshape(tr.E, g.n) * (~still_in).float()
+                agent_term = torch.maximum(agent_term, left)
+            rb.add(g.gather(store["reward"]).reshape(-1), raw_next.reshape(-1, tr.obs_dim), agent_term.reshape(-1))
 
 
 def update(agent: DDPGAgent, actor_opt, critic_opt, batch, config, *, sync=None, autocast=None, stats: dict,
