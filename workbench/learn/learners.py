@@ -50,13 +50,18 @@ def check_model(tr, name, model, out_dim):
                              f"the env's action space {tr.env.action_space} needs {out_dim}")
 
 
+def hidden_activation(config) -> str:
+    """The default policies' activation: config.activation, else tanh (PPO, A2C) or relu (DDPG)."""
+    return config.activation or ("relu" if config.algorithm == "ddpg" else "tanh")
+
+
 def default_model(tr, g):
     """The default MLP policy of group g (a centralised critic's for a group named in centralised_critic)."""
     if g.name in tr.central:
         return CentralisedActorCritic(tr.obs_dim, tr.state_dim, g.n, tr.env.action_space, tr.config.hidden_sizes,
-                                      tr.config.activation or "tanh")
+                                      hidden_activation(tr.config))
     body = SharedActorCritic if tr.config.shared_body else ActorCritic
-    return body(tr.obs_dim, tr.env.action_space, tr.config.hidden_sizes, tr.config.activation or "tanh")
+    return body(tr.obs_dim, tr.env.action_space, tr.config.hidden_sizes, hidden_activation(tr.config))
 
 
 def population_models(tr, models, build) -> dict:
@@ -124,7 +129,7 @@ def default_ddpg_agent(tr):
     space = tr.env.action_space
     if not isinstance(space, Box):
         raise PolicyMapError(f"DDPG needs a continuous (Box) action space; '{tr.env.name}' has {space}")
-    act = tr.config.activation or "relu"
+    act = hidden_activation(tr.config)
     return ddpg.DDPGAgent(DeterministicActor(tr.obs_dim, space, tr.config.hidden_sizes, act),
                           QCritic(tr.obs_dim, tr.head.out_dim, tr.config.hidden_sizes, act))
 

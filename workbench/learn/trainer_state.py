@@ -13,6 +13,7 @@ from . import checkpoint as ckpt
 from . import config as cfg
 from . import distributed as dist_mod
 from . import population, threads
+from .learners import hidden_activation
 from .algorithms import ddpg
 from .members import MemberAdam
 from ..runtime import registry
@@ -25,7 +26,7 @@ def signature(tr) -> dict:
             "action_space": repr(tr.env.action_space), "policies": {g.name: g.ids for g in tr.groups},
             "algorithm": tr.algorithm, "normalize_obs": bool(tr.norms), "centralised_critic": sorted(tr.central),
             "members": tr.M, "hidden_sizes": list(tr.config.hidden_sizes),
-            "activation": tr.config.activation or ("relu" if tr.algorithm == "ddpg" else "tanh"),
+            "activation": hidden_activation(tr.config),
             "shared_body": bool(tr.config.shared_body)}
 
 
