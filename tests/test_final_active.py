@@ -1,7 +1,7 @@
 """An agent that leaves the game in the step that ends its replica's episode by the time limit: the
 kernels keep its ACTIVE flag from before the auto-reset (final_active), and GAE bootstraps nothing
 for it (its own episode ended there), while the agents still in the game bootstrap V(final
-observation). DDPG's replay keeps whether each transition's agent was in the game, ends the agent's
+observation), on every target (the C driver in its host build on any machine). DDPG's replay keeps whether each transition's agent was in the game, ends the agent's
 episode where it leaves, and learns from the agents in the game only. An ACTIVE that names no
 per-agent flag is refused at parse."""
 import textwrap
@@ -10,9 +10,12 @@ import pytest
 import torch
 
 import workbench as wb
+from workbench.compiler import envdef, envdef_c
+from workbench.compiler.codegen import gpu_layout
 from workbench.errors import EnvDefinitionError
 
-from conftest import HAS_GPU
+from conftest import HAS_GPU, gpu_only
+from test_cuda_c import GXX, _compare_with_cpu
 
 # agent 1 leaves the game in the episode's last step, agent 2 in its first; agent 0 plays throughout
 LEAVER = textwrap.dedent('''
@@ -40,6 +43,32 @@ LEAVER = textwrap.dedent('''
 
 
 
+LEAVER_C = r'''
+__device__ void reset(int env, int agent, playing_view playing)
+{
+    playing(env, agent) = 1;
+}
+
+__device__ void step(int env, int agent, const int* t, playing_view playing, reward_view reward)
+{
+    if (playing(env, agent) != 0) {
+        reward(env, agent) = 1.0f;
+        if ((agent == 1 && t[env] + 1 == MAX_STEPS) || (agent == 2 && t[env] == 0))
+            playing(env, agent) = 0;
+    }
+}
+
+__device__ void observe(int env, int agent, const int* t, playing_view playing, obs_view obs)
+{
+    obs(env, agent, 0) = 0.25f * t[env] + 0.5f;
+    obs(env, agent, 1) = playing(env, agent) * 1.0f;
+}
+'''
+
+
+def leaver_definition():
+    return envdef_c.attach_c(envdef.parse("leaver", LEAVER, "leaver.py", {}), LEAVER_C, "leaver.cu")
+
 
 @pytest.fixture(scope="module", autouse=True)
 def leaver():
@@ -58,6 +87,29 @@ def test_the_step_keeps_each_agents_flag_from_before_the_reset(target):
     assert env.store["truncated"].cpu().eq(1).all()
     assert final.tolist() == [[1, 0, 0], [1, 0, 0]]
     assert env.store["playing"].cpu().eq(1).all()  # the auto-reset put everyone back
+
+
+@pytest.mark.skipif(GXX is None, reason="needs g++ for the host build of the C runtime")
+def test_the_c_driver_keeps_the_same_flags(tmp_path):
+    """The cuda-c target's driver (its host build: threads for lanes, barriers) against the cpu target,
+    every array after every step, final_active included."""
+    frames = _compare_with_cpu(tmp_path, leaver_definition(), gpu_layout(3), n_envs=3, steps=9)
+    assert frames[4]["final_active"].tolist() == [[1, 0, 0]] * 3 and frames[4]["truncated"].all()
+
+
+@gpu_only
+def test_every_target_keeps_the_same_flags_on_the_gpu():
+    import dataclasses
+    from workbench.runtime import registry
+    registry._REGISTRY["leaver_gpu"] = dataclasses.replace(wb.register("leaver_gpu", LEAVER), c_source=LEAVER_C,
+                                                           c_filename="leaver.cu")
+    envs = [wb.make("leaver_gpu", num_envs=300, target=target) for target in ("cpu", "cuda", "cuda-c")]
+    for step in range(9):
+        for env in envs:
+            env.step(torch.zeros(300, 3, dtype=torch.int64, device=env.device))
+        for env in envs[1:]:
+            for name in ("final_active", "playing", "truncated", "reward"):
+                assert torch.equal(env.store[name].cpu(), envs[0].store[name]), (env.target, step, name)
 
 
 @pytest.mark.parametrize("per_step", [False, True], ids=["batched", "per-step"])
