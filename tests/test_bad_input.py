@@ -16,6 +16,7 @@ import workbench as wb
 from workbench.learn import checkpoint as ckpt
 from workbench import cli
 from workbench.learn import config as cfg
+from workbench.learn.config_env import check_against_env
 from workbench.learn import distributed as wbd
 from workbench.runtime import store as store_mod
 from workbench.runtime.env import ActionCheck
@@ -106,22 +107,25 @@ ENV_CONFIG_CASES = {
     "config.num_envs != env.num_envs": (wb.A2CConfig(num_envs=1024), None,
                                         raises(cfg.ConfigError, "num_envs is 1024", "num_envs=8",
                                                "replace(config, num_envs=8)")),
+    "rank_by a misspelt policy": (wb.PPOConfig(num_envs=8, rank_by="return/runner"), {"taggers": [0], "runners": [1, 2]},
+                                  raises(cfg.ConfigError, "rank_by is 'return/runner'", "does not report",
+                                         "'return/taggers', 'return/runners'", "did you mean 'return/runners'?")),
 }
 
 
 @pytest.mark.parametrize("case", ENV_CONFIG_CASES)
 def test_check_against_env(case):
     config, groups, expected = ENV_CONFIG_CASES[case]
-    check(lambda: cfg.check_against_env(config, FAKE_ENV, groups), expected)
+    check(lambda: check_against_env(config, FAKE_ENV, groups), expected)
 
 
 def test_check_against_env_accepts_a_good_config_and_group_objects():
     config = wb.PPOConfig(num_envs=8, rollout_length=16, num_minibatches=4)
-    cfg.check_against_env(config, FAKE_ENV, None)
+    check_against_env(config, FAKE_ENV, None)
     groups = [types.SimpleNamespace(name="taggers", ids=[0]), types.SimpleNamespace(name="runners", ids=[1, 2])]
-    cfg.check_against_env(config, FAKE_ENV, groups)
+    check_against_env(config, FAKE_ENV, groups)
     with pytest.raises(cfg.ConfigError, match="policy 'taggers'"):
-        cfg.check_against_env(cfg.replace(config, num_minibatches=256), FAKE_ENV, groups)
+        check_against_env(cfg.replace(config, num_minibatches=256), FAKE_ENV, groups)
 
 
 # -- envs: parameters, seeds, memory ---------------------------------------------------------------

@@ -25,7 +25,7 @@ def member_report(base, k, returns, values=None, seed0=7):
     return out
 
 
-def population_history(table, values=None, policies=("shared",)):
+def population_history(table, values=None, policies=("shared",), rank_by="mean_return"):
     """Reports built by metrics.population_report: table[t][k] is member k's return at report t (a
     tuple per policy for several policies); values[k]: member k's swept values."""
     history = []
@@ -33,7 +33,7 @@ def population_history(table, values=None, policies=("shared",)):
         base = {"iteration": t, "env_steps": 1000 * t, "env_steps_per_s": 6.0e5, "time_s": 0.5 * t}
         members = [member_report(base, k, dict(zip(policies, r if isinstance(r, tuple) else (r,))),
                                  values[k] if values else None) for k, r in enumerate(row)]
-        history.append(population_report(base, members, list(policies)))
+        history.append(population_report(base, members, list(policies), rank_by=rank_by))
     return history
 
 
@@ -54,11 +54,11 @@ def test_sweep_settings_rank_settings_by_their_seeds_mean_return_with_nan_member
     assert best["members"] == 3 and best["missing"] == 0
     assert best["mean"] == pytest.approx(np.mean([200, 150, 190]))
     assert best["std"] == pytest.approx(np.std([200, 150, 190], ddof=1))
-    assert (best["best_member"], best["best_return"]) == (3, 200.0)
+    assert (best["best_member"], best["best_value"]) == (3, 200.0)
     assert second["members"] == 3 and second["missing"] == 1
     assert second["mean"] == pytest.approx(110.0)
     assert second["std"] == pytest.approx(np.std([100, 120], ddof=1))
-    assert (second["best_member"], second["best_return"]) == (1, 120.0)
+    assert (second["best_member"], second["best_value"]) == (1, 120.0)
 
 
 def test_settings_with_every_member_nan_come_last_and_one_member_has_std_zero():
@@ -79,7 +79,7 @@ def test_an_explicit_swept_list_decides_the_settings():
     assert row["values"] == {} and (row["members"], row["missing"]) == (6, 1)
     assert row["mean"] == pytest.approx(np.mean([100, 120, 200, 150, 190]))
     assert row["std"] == pytest.approx(np.std([100, 120, 200, 150, 190], ddof=1))
-    assert (row["best_member"], row["best_return"]) == (3, 200.0)
+    assert (row["best_member"], row["best_value"]) == (3, 200.0)
     by_seed = ranking.sweep_settings(final, swept=["seed"])
     assert len(by_seed) == 6 and by_seed[0]["values"] == {"seed": 10} and by_seed[-1]["values"] == {"seed": 9}
 
@@ -111,7 +111,7 @@ def test_ranking_csv_round_trips(tmp_path):
         assert int(read["rank"]) == row["rank"]
         assert {k: float(read[k]) for k in ("lr", "ent_coef")} == row["values"]
         assert (int(read["members"]), int(read["missing"])) == (row["members"], row["missing"])
-        for field, key in (("return_mean", "mean"), ("return_std", "std"), ("best_return", "best_return")):
+        for field, key in (("return_mean", "mean"), ("return_std", "std"), ("best_return", "best_value")):
             assert float(read[field]) == row[key] or (math.isnan(float(read[field])) and math.isnan(row[key]))
         assert (int(read["best_member"]) if read["best_member"] else None) == row["best_member"]
 
@@ -253,3 +253,36 @@ def test_a_learning_curve_without_any_episode_says_so_and_warns_nothing(tmp_path
         warnings.simplefilter("error")
         path = report.plot_learning_curve(history, tmp_path / "learning_curve.png", "acrobot ppo")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# two teams pulling against each other: taggers' returns rise where the runners' fall
+TEAMS = [[(1.0, 0.0), (NAN, NAN), (5.0, -6.0), (2.0, 1.0)],
+         [(4.0, -3.0), (3.0, -1.0), (NAN, NAN), (2.5, 0.5)]]
+TEAM_SWEEP = [{"lr": 1e-3}] * 2 + [{"lr": 3e-4}] * 2
+
+
+def test_a_population_ranks_and_picks_its_best_member_by_its_rank_by(tmp_path):
+    """rank_by (recorded in each population report) decides the settings' order, the best member,
+    each member's latest finite entry, the table's and CSV's columns and the sweep's curves."""
+    from workbench.learn.population import best_member, latest_report
+    policies = ("taggers", "runners")
+    by_mean = population_history(TEAMS, TEAM_SWEEP, policies)
+    by_taggers = population_history(TEAMS, TEAM_SWEEP, policies, rank_by="return/taggers")
+    assert by_mean[-1]["rank_by"] == "mean_return" and by_taggers[-1]["rank_by"] == "return/taggers"
+    # member 2 has no episode in the last window: its latest finite entry is the first report's
+    assert [m["return/taggers"] for m in latest_report(by_taggers)["members"]] == [4.0, 3.0, 5.0, 2.5]
+    assert best_member(by_mean) == 3 and best_member(by_taggers) == 2  # mean returns 0.5, 1.0, -0.5, 1.5
+    rows = ranking.sweep_settings(latest_report(by_taggers))
+    assert [(r["key"], r["values"]["lr"], r["mean"], r["best_member"], r["best_value"]) for r in rows] == [
+        ("return/taggers", 3e-4, 3.75, 2, 5.0), ("return/taggers", 1e-3, 3.5, 0, 4.0)]
+    assert [r["values"]["lr"] for r in ranking.sweep_settings(latest_report(by_mean))] == [1e-3, 3e-4]
+    assert [r["mean"] for r in ranking.sweep_settings(latest_report(by_taggers), key="mean_return")] == [0.75, 0.5]
+    assert "return/taggers mean ± std" in ranking.ranking_text(rows).splitlines()[0]
+    path = ranking.write_ranking_csv(rows, tmp_path / "ranking.csv")
+    assert path.read_text().splitlines()[0] == ("rank,lr,members,missing,return/taggers_mean,return/taggers_std,"
+                                                "best_member,best_return/taggers")
+    assert ranking.population_summary(latest_report(by_taggers)).endswith(
+        "; best setting lr=0.0003 (return/taggers mean 3.75 over 2 seeds)")
+    curves = ranking.population_curves(by_taggers)["curves"]
+    assert [c["label"] for c in curves] == ["lr=0.001 (return/taggers)", "lr=0.0003 (return/taggers)"]
+    assert curves[0]["median"][-1] == 3.5  # the setting's members' taggers' returns at the last report

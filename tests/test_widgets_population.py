@@ -73,16 +73,19 @@ def test_bad_sweep_text_is_refused_naming_the_field(text, why):
     assert "e.g. lr=1e-3,3e-4; ent_coef=0,0.01" in message
 
 
-def test_the_panel_offers_seeds_and_sweep_on_a_row_of_their_own():
+def test_the_panel_offers_seeds_sweep_and_rank_by_on_rows_of_their_own():
     panel = TrainingPanel("cartpole", target="cpu", seeds=4, sweep={"lr": [1e-3, 3e-4]})
-    seeds, sweep = panel.config_form.inputs["seeds"], panel.config_form.inputs["sweep"]
-    assert seeds.value == 4 and sweep.value == "lr=0.001,0.0003"
+    seeds, sweep, rank_by = (panel.config_form.inputs[n] for n in ("seeds", "sweep", "rank_by"))
+    assert seeds.value == 4 and sweep.value == "lr=0.001,0.0003" and rank_by.value == "mean_return"
     assert "ent_coef=0,0.01" in sweep.placeholder
     rows = [row for row in panel.population.children[1:]]
-    assert [row.children[0] for row in rows] == [seeds, sweep]
+    assert [row.children[0] for row in rows] == [seeds, sweep, rank_by]
     assert "Population" in panel.population.children[0].value
     in_accordion = [c for row in panel.config_form.children[1:] for c in row.children]
-    assert seeds not in in_accordion and sweep not in in_accordion  # shown once, on the population row
+    assert not {seeds, sweep, rank_by} & set(in_accordion)  # shown once, on the population rows
+    rank_by.value = "return/shared"
+    assert panel.spec().config.rank_by == "return/shared"
+    rank_by.value = "mean_return"
     sweep.value = "lr=1e-3,3e-3; ent_coef=0,0.01"
     config = panel.spec().config
     assert config.seeds == 4 and config.sweep == {"lr": [1e-3, 3e-3], "ent_coef": [0.0, 0.01]}

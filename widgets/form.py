@@ -18,8 +18,8 @@ from workbench.learn.config import ConfigError
 LABEL_WIDTH = "200px"
 # fields that only act on a GPU target: hidden while the panel's target is the CPU
 GPU_ONLY = ("cuda_graph",)
-# the fields of a population (RunConfig.seeds, RunConfig.sweep): the panel shows them on a row of their own
-POPULATION = ("seeds", "sweep")
+# the fields of a population (RunConfig.seeds, sweep, rank_by): the panel shows them on rows of their own
+POPULATION = ("seeds", "sweep", "rank_by")
 SWEEP_EXAMPLE = "lr=1e-3,3e-4; ent_coef=0,0.01"
 
 

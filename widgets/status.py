@@ -128,15 +128,17 @@ def progress_line(runner, history: list) -> tuple:
 
 
 def ranking_html(report: dict) -> str:
-    """The sweep settings of a population report ranked by their seeds' final mean return
-    (`ranking.ranking_text`), as HTML; "" for a report without a sweep."""
+    """The sweep settings of a population report ranked by their seeds' final value of the run's
+    ranking statistic (`ranking.ranking_text`; mean return unless config.rank_by names another), as
+    HTML; "" for a report without a sweep."""
     rows = sweep_settings(report) if report.get("members") else []
     if not rows or not rows[0]["values"]:
         return ""
     seeds = rows[0]["members"]
+    stat = "mean return" if rows[0]["key"] == "mean_return" else rows[0]["key"]
     return (f"<div style='font-size:12px;max-width:980px'><b>Sweep settings ranked</b> <span style='color:#666'>"
             f"by the mean over each setting's members ({seeds} seed{'s' if seeds != 1 else ''}) of their latest "
-            f"mean return (by iteration {report.get('iteration', '?')}); best (member): the best of its members"
+            f"{html.escape(stat)} (by iteration {report.get('iteration', '?')}); best (member): the best of its members"
             f"</span>\n<pre style='font-size:12px;margin:2px 0'>{html.escape(ranking_text(rows))}</pre></div>")
 
 

@@ -20,9 +20,10 @@ class Metrics:
     tensors [M] the algorithms add to; `pull` reads them (and the episode sums) once and zeroes them."""
 
     def __init__(self, stat_names, groups, episode_stats, device, sync=None, world_size: int = 1, members=None,
-                 ranks=None):
+                 ranks=None, rank_by: str = "mean_return"):
         self.groups, self.episode_stats, self.sync, self.world_size = groups, episode_stats, sync, world_size
         self.ranks = ranks  # a population split over ranks: every rank's members' reports are gathered
+        self.rank_by = rank_by  # (a population's reports name the statistic that ranks its members)
         self.members = list(members) if members and len(members) > 1 else [None]
         M = len(self.members)
         self.sums = {g.name: {k: torch.zeros(M, device=device) for k in stat_names} for g in groups}
@@ -75,7 +76,7 @@ class Metrics:
             parts = self.ranks.gather((base.get("env_steps_per_s", math.nan), reports))
             base = {**base, "env_steps_per_s": sum(rate for rate, _ in parts)}
             reports = [{**r, "env_steps_per_s": base["env_steps_per_s"]} for _, part in parts for r in part]
-        return population_report(base, reports, names, swept=tuple(self.members[0].values))
+        return population_report(base, reports, names, swept=tuple(self.members[0].values), rank_by=self.rank_by)
 
     def reached(self, metrics: dict, target: float) -> bool:
         """Every policy's mean return is at least `target` (in every member of a population)."""
@@ -131,11 +132,12 @@ def _quantile(values: list, q: float) -> float:
     return finite[lo] + (finite[hi] - finite[lo]) * (pos - lo)
 
 
-def population_report(base: dict, reports: list, policies: list, swept=()) -> dict:
+def population_report(base: dict, reports: list, policies: list, swept=(), rank_by: str = "mean_return") -> dict:
     """One report of a population: base, each numeric statistic's median over the members (not the
     swept hyperparameters'; returns
     with their quartiles: return_q25/NAME and return_q75/NAME, mean_return_q25 and mean_return_q75),
-    num_members, and `members`: the members' own reports."""
+    num_members, rank_by (the statistic that ranks the members: config.rank_by), and `members`: the
+    members' own reports."""
     out = dict(base)
     skip = set(base) | {"member", "seed", "nonfinite"} | set(swept)
     for key in reports[0]:
@@ -150,6 +152,7 @@ def population_report(base: dict, reports: list, policies: list, swept=()) -> di
             out[quartile.format(25)], out[quartile.format(75)] = _quantile(values, 0.25), _quantile(values, 0.75)
     out["nonfinite"] = any(r["nonfinite"] for r in reports)
     out["num_members"] = len(reports)
+    out["rank_by"] = rank_by
     out["members"] = reports
     return out
 

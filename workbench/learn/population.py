@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from . import config as cfg
+from .ranking import rank_key
 
 
 @dataclass(frozen=True)
@@ -111,31 +112,34 @@ class Hyper:
 
 # -- one member out of a population's checkpoint -------------------------------------------------
 def latest_report(history: list) -> dict:
-    """A population's last report with each member's entry the member's latest one that has a mean
-    return: where no episode ended in the last log window (long episodes, a short log_every) its
-    return is NaN there, and its earlier reports are what the run knows of it."""
+    """A population's last report with each member's entry the member's latest one that has a value
+    of the statistic the run ranks by (ranking.rank_key): where no episode ended in the last log
+    window (long episodes, a short log_every) it is NaN there, and its earlier reports are what the
+    run knows of the member."""
     last = dict(history[-1])
     if not last.get("members"):
         return last
+    key = rank_key(last)
     latest = {}
     for report in history:
         for m in report.get("members") or ():
-            if m.get("mean_return", math.nan) == m.get("mean_return") or m["member"] not in latest:
+            if m.get(key, math.nan) == m.get(key) or m["member"] not in latest:
                 latest[m["member"]] = m
     last["members"] = [latest.get(m["member"], m) for m in last["members"]]
     return last
 
 
 def best_member(report: dict) -> int:
-    """The member whose latest report has the highest mean return (of a population's last report, or
-    of its history: latest_report)."""
+    """The member whose latest report has the highest value of the statistic the run ranks by
+    (ranking.rank_key: config.rank_by, mean_return by default), of a population's last report or of
+    its history (latest_report)."""
     if isinstance(report, list):
         report = latest_report(report)
     members = report.get("members")
     if not members:
         return 0
-    finite = [(m["mean_return"], -m["member"]) for m in members
-              if m.get("mean_return", float("nan")) == m.get("mean_return")]
+    key = rank_key(report)
+    finite = [(m[key], -m["member"]) for m in members if m.get(key, float("nan")) == m.get(key)]
     return -max(finite)[1] if finite else 0  # (a tie: the lowest index, as the ranking's table says)
 
 

@@ -1,6 +1,6 @@
-"""A population's results: its sweep settings ranked by the members' final mean return (as rows, a
-fixed-width table and a CSV), and the population's returns said in one line (median and quartiles
-over the members)."""
+"""A population's results: its sweep settings ranked by the members' final value of the statistic the
+run ranks by (config.rank_by, mean_return by default; as rows, a fixed-width table and a CSV), and
+the population's returns said in one line (median and quartiles over the members)."""
 from __future__ import annotations
 
 import csv
@@ -12,7 +12,17 @@ import numpy as np
 from .config import SWEEPABLE
 
 HYPERPARAMETERS = tuple(dict.fromkeys(name for names in SWEEPABLE.values() for name in names))
-CSV_FIELDS = ("members", "missing", "return_mean", "return_std", "best_member", "best_return")
+
+
+def rank_key(report: dict) -> str:
+    """The statistic that ranks a population report's members: its rank_by (config.rank_by), or
+    mean_return for a report written before runs recorded it."""
+    return report.get("rank_by") or "mean_return"
+
+
+def statistic_name(key: str) -> str:
+    """How tables and CSV columns call a ranking statistic: "return" for mean_return, else the key."""
+    return "return" if key == "mean_return" else key
 
 
 def swept_names(report: dict) -> list:
@@ -44,22 +54,25 @@ def quartiles(values) -> tuple:
     return tuple(float(q) for q in np.percentile(finite, [25, 50, 75]))
 
 
-def population_curves(history: list, thin_up_to: int = 8) -> dict:
+def population_curves(history: list, thin_up_to: int = 8, key: str | None = None) -> dict:
     """The curves of a population's history (reports with "members"), from the members' values at
     each report (NaN members left out, reports where none has a value skipped): {num_members,
     swept (names), settings (count), curves: [{label, team (policy name, None with a sweep), key,
     steps, q25, median, q75 (lists of one length), members: {member: (steps, values)} (each member's
     own finite points; only without a sweep and at most `thin_up_to` members)}]}. Without a sweep
     one curve per team of return/NAME, labelled "NAME median (M members), IQR band"; with a sweep
-    one curve of mean_return per setting over its seeds, labelled by the setting ("lr=0.001")."""
+    one curve per setting over its seeds of `key` (default: the run's rank_by, rank_key), labelled by
+    the setting ("lr=0.001", and the statistic unless it is mean_return: "lr=0.001 (tag_rate)")."""
     history = [m for m in history if m.get("members")]
     final = history[-1]
+    key = key or rank_key(final)
     M = int(final.get("num_members", len(final["members"])))
     swept = swept_names(final)
     members = [dict(m, member=m.get("member", i)) for i, m in enumerate(final["members"])]
     settings = settings_of(members, swept)
     if swept:
-        series = [("mean_return", [m["member"] for m in group], None, setting_label(dict(zip(swept, values))))
+        shown = "" if key == "mean_return" else f" ({key})"
+        series = [(key, [m["member"] for m in group], None, setting_label(dict(zip(swept, values))) + shown)
                   for values, group in settings.items()]
     else:
         teams = list(dict.fromkeys(k.split("/", 1)[1] for m in members for k in m if k.startswith("return/")))
@@ -68,8 +81,8 @@ def population_curves(history: list, thin_up_to: int = 8) -> dict:
                   for name in teams]
     reports = [(m["env_steps"], {r.get("member", i): r for i, r in enumerate(m["members"])}) for m in history]
     curves = []
-    for key, group, team, label in series:
-        points = [(s, *quartiles([by[k].get(key, math.nan) for k in group if k in by])) for s, by in reports]
+    for stat, group, team, label in series:
+        points = [(s, *quartiles([by[k].get(stat, math.nan) for k in group if k in by])) for s, by in reports]
         points = [p for p in points if not math.isnan(p[2])]
         if not points:
             continue
@@ -77,7 +90,7 @@ def population_curves(history: list, thin_up_to: int = 8) -> dict:
         own = {}
         if not swept and M <= thin_up_to:
             for k in group:
-                finite = [(s, float(by[k][key])) for s, by in reports if k in by and _finite(by[k].get(key))]
+                finite = [(s, float(by[k][stat])) for s, by in reports if k in by and _finite(by[k].get(stat))]
                 if finite:
                     own[k] = tuple(list(column) for column in zip(*finite))
         curves.append({"label": label, "team": team, "key": key, "steps": steps, "q25": q25, "median": median,
@@ -85,24 +98,26 @@ def population_curves(history: list, thin_up_to: int = 8) -> dict:
     return {"num_members": M, "swept": swept, "settings": len(settings), "curves": curves}
 
 
-def sweep_settings(report: dict, swept: list | None = None) -> list:
-    """One row per sweep setting of a population report's members, best first (NaN means last):
-    {rank, values: {name: value}, members (count), missing (members whose mean_return is NaN), mean,
-    std (sample std of the finite mean_returns; 0 for one), best_member (its `member` index; None
-    when all are missing), best_return}. `swept`: the names that tell settings apart (default
-    `swept_names(report)`)."""
+def sweep_settings(report: dict, swept: list | None = None, key: str | None = None) -> list:
+    """One row per sweep setting of a population report's members, best first (NaN means last), by
+    the statistic `key` (default: the run's rank_by, rank_key; higher is better): {rank, key, values:
+    {name: value}, members (count), missing (members whose value is NaN), mean, std (sample std of
+    the finite values; 0 for one), best_member (its `member` index; None when all are missing),
+    best_value}. `swept`: the names that tell settings apart (default `swept_names(report)`)."""
     members = report.get("members") or [dict(report, member=0)]
     swept = swept_names(report) if swept is None else list(swept)
+    key = key or rank_key(report)
     rows = []
     for values, group in settings_of(members, swept).items():
-        returns = [(m.get("mean_return", math.nan), m.get("member", i)) for i, m in enumerate(group)]
+        returns = [(m.get(key, math.nan), m.get("member", i)) for i, m in enumerate(group)]
         finite = [(float(r), k) for r, k in returns if _finite(r)]
         scores = np.array([r for r, _ in finite])
         best = max(finite, key=lambda rk: rk[0]) if finite else (math.nan, None)
-        rows.append({"values": dict(zip(swept, values)), "members": len(group), "missing": len(group) - len(finite),
+        rows.append({"key": key, "values": dict(zip(swept, values)), "members": len(group),
+                     "missing": len(group) - len(finite),
                      "mean": float(scores.mean()) if finite else math.nan,
                      "std": float(scores.std(ddof=1)) if len(finite) > 1 else (0.0 if finite else math.nan),
-                     "best_member": best[1], "best_return": best[0]})
+                     "best_member": best[1], "best_value": best[0]})
     rows.sort(key=lambda row: (math.isnan(row["mean"]), -row["mean"] if not math.isnan(row["mean"]) else 0.0))
     for rank, row in enumerate(rows, 1):
         row["rank"] = rank
@@ -124,14 +139,15 @@ def setting_label(values: dict) -> str:
 
 def ranking_text(rows: list) -> str:
     """`sweep_settings` rows as a fixed-width table: rank, the swept values, members (and missing
-    ones, when any), return mean ± std, best (member)."""
+    ones, when any), mean ± std of the ranking statistic ("return mean ± std"), best (member)."""
     names = list(dict.fromkeys(k for row in rows for k in row["values"]))
     missing = any(row["missing"] for row in rows)
-    header = ["rank", *names, "members", *(["missing"] if missing else []), "return mean ± std", "best (member)"]
+    stat = statistic_name(rows[0]["key"] if rows else "mean_return")
+    header = ["rank", *names, "members", *(["missing"] if missing else []), f"{stat} mean ± std", "best (member)"]
     table = [[str(row["rank"]), *(_value(row["values"].get(n, "")) for n in names),
               str(row["members"]), *([str(row["missing"])] if missing else []),
               f"{_num(row['mean'])} ± {_num(row['std'])}",
-              f"{_num(row['best_return'])} (#{row['best_member']})" if row["best_member"] is not None else "n/a"]
+              f"{_num(row['best_value'])} (#{row['best_member']})" if row["best_member"] is not None else "n/a"]
              for row in rows]
     widths = [max(len(line[i]) for line in [header, *table]) for i in range(len(header))]
     numeric = {0, len(names) + 1} | ({len(names) + 2} if missing else set())
@@ -143,27 +159,35 @@ def ranking_text(rows: list) -> str:
 
 
 def write_ranking_csv(rows: list, path) -> Path:
-    """`sweep_settings` rows as a CSV: rank, the swept names, then CSV_FIELDS (NaN as "nan", no best
-    member as "")."""
+    """`sweep_settings` rows as a CSV: rank, the swept names, members, missing, then the ranking
+    statistic's STAT_mean, STAT_std, best_member and best_STAT (csv_fields; NaN as "nan", no best member
+    as "")."""
     names = list(dict.fromkeys(k for row in rows for k in row["values"]))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["rank", *names, *CSV_FIELDS])
+        writer.writerow(["rank", *names, *csv_fields(rows[0]["key"] if rows else "mean_return")])
         for row in rows:
             writer.writerow([row["rank"], *(row["values"].get(n, "") for n in names), row["members"], row["missing"],
                              repr(row["mean"]), repr(row["std"]),
-                             "" if row["best_member"] is None else row["best_member"], repr(row["best_return"])])
+                             "" if row["best_member"] is None else row["best_member"], repr(row["best_value"])])
     return path
+
+
+def csv_fields(key: str) -> tuple:
+    """The ranking CSV's columns after the swept names, for the ranking statistic `key`
+    (mean_return: members, missing, return_mean, return_std, best_member, best_return)."""
+    stat = statistic_name(key)
+    return ("members", "missing", f"{stat}_mean", f"{stat}_std", "best_member", f"best_{stat}")
 
 
 def population_summary(report: dict, target: float | None = None) -> str:
     """A population report's returns in one line, from its members' returns: "median return 487.20
     (IQR 470.10 to 500.00) over 64 members", per team for several policies ("returns taggers median
     1.20 (IQR ...), runners median ..."); "; 58 of 64 reached 475" with a `target` (every policy at
-    least `target`); with a sweep, the best setting by mean over its members. "" before any episode
-    ended."""
+    least `target`); with a sweep, the best setting by the mean over its members of the run's ranking
+    statistic (rank_key). "" before any episode ended."""
     members = report.get("members") or []
     teams = list(dict.fromkeys(k.split("/", 1)[1] for m in members for k in m if k.startswith("return/")))
     parts, counted = [], set()
@@ -186,6 +210,7 @@ def population_summary(report: dict, target: float | None = None) -> str:
     if swept_names(report):
         best = sweep_settings(report)[0]
         if not math.isnan(best["mean"]):
-            line += (f"; best setting {setting_label(best['values'])} (mean {_num(best['mean'])} over "
+            by = "" if best["key"] == "mean_return" else f"{best['key']} "
+            line += (f"; best setting {setting_label(best['values'])} ({by}mean {_num(best['mean'])} over "
                      f"{best['members']} seeds)")
     return line

@@ -38,8 +38,12 @@ def plot_learning_curve(history: list, path, title: str = "") -> Path:
     ax, ax2 = fig.subplots(1, 2)
     steps = [m["env_steps"] for m in history]
     population = [m for m in history if m.get("members")]
+    ylabel = "mean episode return"
     if population:
         title = f"{title or 'learning curve'} ({plot_population(ax, population)})"
+        from .ranking import rank_key, swept_names
+        if swept_names(population[-1]) and rank_key(population[-1]) != "mean_return":
+            ylabel = f"{rank_key(population[-1])} (median over seeds)"
     else:
         keys = list(dict.fromkeys(k for m in history for k in m if k.startswith("return/")))
         for index, key in enumerate(keys):
@@ -53,7 +57,7 @@ def plot_learning_curve(history: list, path, title: str = "") -> Path:
         else:
             ax.text(0.5, 0.5, "no episode ended yet", ha="center", va="center", transform=ax.transAxes, color="0.4")
     ax.set_xlabel("env-steps")
-    ax.set_ylabel("mean episode return")
+    ax.set_ylabel(ylabel)
     ax.set_title(title or "learning curve")
     ax.grid(alpha=0.3)
     rates = [float(m.get("env_steps_per_s", math.nan)) for m in history]

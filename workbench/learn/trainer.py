@@ -27,6 +27,7 @@ from . import fused, interrupts, learners, population, trainer_state
 from .algorithms import a2c, ddpg, ppo
 from .collection import Collector
 from .compiled import MaybeCompiled
+from .config_env import check_against_env, config_for_env
 from .episode_stats import EpisodeStats
 from .iteration_graph import IterationGraph
 from .members import MemberSamples
@@ -67,7 +68,7 @@ class Trainer:
     truncated, which is all the learners read). The env has it while train() runs, and its own
     setting before and after.
     The config must agree with the env (name, explicit target, env_params); the one kept and saved
-    records all the env's parameters (cfg.config_for_env). config.seed seeds the policies and the
+    records all the env's parameters (config_env.config_for_env). config.seed seeds the policies and the
     sampler, the env keeps its own seed. The caller's global torch RNG is left alone.
     """
 
@@ -87,8 +88,8 @@ class Trainer:
         self.M = len(self.members)
         self.E, self.T = env.num_envs, config.rollout_length
         self.E_member = self.E // self.M
-        cfg.check_against_env(config, env, self.groups, members=self.M)
-        self.config = config = cfg.config_for_env(config, env)  # (what it saves records the env's parameters)
+        check_against_env(config, env, self.groups, members=self.M)
+        self.config = config = config_for_env(config, env)  # (what it saves records the env's parameters)
         self.hp = population.Hyper(config, self.members, self.device)
         self.streams = learners.member_streams(self, [m.seed + 1 for m in self.members])
         self.precision = resolve_precision(config.precision, self.device)
@@ -121,7 +122,7 @@ class Trainer:
                         if self.algorithm in ON_POLICY else None)
         stat_names = ddpg.STATS if self.algorithm == "ddpg" else ON_POLICY[self.algorithm].STATS
         self.metrics = Metrics(stat_names, self.groups, self.episode_stats, self.device, self.sync, self.world_size,
-                               members=self.members, ranks=self.ranks)
+                               members=self.members, ranks=self.ranks, rank_by=config.rank_by)
         self.graph = IterationGraph(self.generator)
         self.iteration, self.env_steps, self.history = 0, 0, []
         self._interrupt: str | None = None

@@ -1,0 +1,103 @@
+"""A run config against the env it trains: checks that need the env and the policy map (made before
+anything compiles or allocates), and the config a trainer of a given env keeps and saves."""
+from __future__ import annotations
+
+from ..errors import did_you_mean
+from .config import ConfigError, PPOConfig, replace
+
+
+def check_against_env(config, env, groups=None, members: int = 1) -> None:
+    """Checks of `config` that need the env and the policy map, run before anything compiles or
+    allocates: the statistic rank_by names, the env's replica count (num_envs per member of a
+    population, each member's replicas seeded apart) and PPO's minibatch split of every policy's batch.
+
+    groups: the policies' agents, as {name: agent ids} or objects with `name` and `ids`
+    (None: one policy for every agent)."""
+    name = type(config).__name__
+    if groups is None:
+        sizes = {"shared": env.num_agents}
+    elif isinstance(groups, dict):
+        sizes = {str(k): len(list(v)) for k, v in groups.items()}
+    else:
+        sizes = {g.name: len(list(g.ids)) for g in groups}
+    ranked = ranked_statistics(env, list(sizes))
+    if config.rank_by not in ranked:
+        raise ConfigError(f"{name}.rank_by is {config.rank_by!r}, which this run does not report: name one of "
+                          f"{ranked} (higher ranks first){did_you_mean(str(config.rank_by), ranked, repr)}")
+    if members > 1:
+        if env.num_envs != members * config.num_envs or getattr(env, "replicas_per_seed", None) != config.num_envs:
+            raise ConfigError(
+                f"{name} trains a population of {members} members with num_envs={config.num_envs} each: the env "
+                f"must hold {members * config.num_envs} replicas in blocks of {config.num_envs} seeded apart; make "
+                f"it with make(..., num_envs={members * config.num_envs}, replicas_per_seed={config.num_envs}) "
+                f"or let make_trainer build it")
+    elif env.num_envs != config.num_envs:
+        raise ConfigError(f"{name}.num_envs is {config.num_envs} but the env was made with num_envs={env.num_envs}; "
+                          f"make them agree: replace(config, num_envs={env.num_envs}) or make the env with "
+                          f"num_envs={config.num_envs}")
+    if not isinstance(config, PPOConfig):
+        return
+    for policy, agents in sizes.items():
+        batch = config.num_envs * config.rollout_length * agents
+        if batch % config.num_minibatches:
+            divisors = [d for d in range(1, min(batch, 64) + 1) if batch % d == 0]
+            raise ConfigError(
+                f"{name}.num_minibatches={config.num_minibatches} does not divide the batch of policy '{policy}': "
+                f"num_envs {config.num_envs} x rollout_length {config.rollout_length} x {agents} agent(s) = {batch}; "
+                f"pick one of {divisors}{' ...' if batch > 64 else ''} or change num_envs or rollout_length")
+
+
+def ranked_statistics(env, policies: list) -> list:
+    """What a config's rank_by may name for runs of `env` with these policies: the statistics of each
+    report that say how well a member does (higher is better)."""
+    from .episode_stats import RENAMED
+    from .evaluate import env_metrics
+    metrics = [RENAMED.get(k, k) for k in env_metrics(env)] if getattr(env, "definition", None) is not None else []
+    return ["mean_return"] + [f"return/{p}" for p in policies] + metrics
+
+
+def _plain(value):
+    """An env parameter's value as YAML writes and reads it (numpy scalars as numbers, tuples as lists)."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value.tolist() if hasattr(value, "tolist") else value  # (numpy scalars and arrays)
+
+
+def config_for_env(config, env):
+    """The config a trainer of `env` (an Env given to it) keeps and saves, so that resume, evaluate,
+    replay and load_policy rebuild that env: `config` with env_params holding every parameter the
+    env was made with that differs from the env's defaults.
+
+    A config left at the default `env` takes the env's name. Refused (ConfigError, naming both sides
+    and the fix): a config whose `env` names another env than the default and the env's, an
+    explicit `target` other than the env's ("auto" accepts it, and stays "auto" in the config), and
+    `env_params` the env disagrees with. The seed is not compared: config.seed seeds the policies
+    and the learner's sampling, the env keeps the seed it was made (or last reset) with, which
+    checkpoints record (env_seed) and resume restores."""
+    name = type(config).__name__
+    env_name = getattr(env, "name", None)
+    if env_name is not None and config.env != env_name and config.env == type(config).env:
+        config = replace(config, env=env_name)  # the field's default, not a choice: the env given names it
+    if env_name is not None and config.env != env_name:
+        raise ConfigError(f"{name}.env is {config.env!r} but the env passed in is {env_name!r}: make them agree "
+                          f"(replace(config, env={env_name!r}), or {name}(env={env_name!r}, ...))")
+    target = getattr(getattr(env, "target", None), "name", None)
+    if target is not None and config.target not in ("auto", target):
+        raise ConfigError(f"{name}.target is {config.target!r} but the env passed in runs on target {target!r}: "
+                          f"make them agree (replace(config, target={target!r}) or \"auto\", or make the env with "
+                          f"target={config.target!r})")
+    if getattr(env, "definition", None) is None:
+        return config
+    params, defaults = env.definition.params, env.definition.namespace.get("PARAMS", {})
+    asked = dict(config.env_params or {})
+    for key, value in asked.items():
+        if key not in params:
+            raise ConfigError(f"{name}.env_params names {key!r}, which env {env_name!r} does not take; its "
+                              f"parameters are {sorted(params)}{did_you_mean(key, params, repr)}")
+        if _plain(params[key]) != _plain(value):
+            raise ConfigError(f"{name}.env_params[{key!r}] is {value!r} but the env passed in was made with "
+                              f"{key}={params[key]!r}: make them agree (make the env with {key}={value!r}, or drop "
+                              f"{key!r} from env_params: the trainer records the env's own)")
+    made = {k: _plain(v) for k, v in params.items()
+            if k not in asked and (k not in defaults or _plain(defaults[k]) != _plain(v))}
+    return replace(config, env_params={**asked, **made}) if made else config
