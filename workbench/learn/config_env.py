@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from ..errors import did_you_mean
 from .config import ConfigError, PPOConfig, replace
+from .episode_stats import RENAMED
+from .evaluate import env_metrics
 
 
 def check_against_env(config, env, groups=None, members: int = 1) -> None:
@@ -50,8 +52,6 @@ def check_against_env(config, env, groups=None, members: int = 1) -> None:
 def ranked_statistics(env, policies: list) -> list:
     """What a config's rank_by may name for runs of `env` with these policies: the statistics of each
     report that say how well a member does (higher is better)."""
-    from .episode_stats import RENAMED
-    from .evaluate import env_metrics
     metrics = [RENAMED.get(k, k) for k in env_metrics(env)] if getattr(env, "definition", None) is not None else []
     return ["mean_return"] + [f"return/{p}" for p in policies] + metrics
 
