@@ -309,7 +309,7 @@ def test_an_exported_member_trains_on_as_it_would_in_its_population(tmp_path, ca
     assert_same_reports(on, 1, alone, least=5)
 
 
-def test_best_member_is_loaded_for_replay_and_evaluate(tmp_path):
+def test_best_member_is_loaded_for_replay_and_evaluate(tmp_path, capsys):
     from workbench.cli import main
     from workbench.learn.population import best_member
     from workbench.learn.runs import load_policy
@@ -325,6 +325,16 @@ def test_best_member_is_loaded_for_replay_and_evaluate(tmp_path):
     weights = policy.models["shared"].actor[0].weight
     assert torch.allclose(weights, member_state(trainer.models["shared"], best)["actor.0.weight"])
     assert main(["evaluate", str(tmp_path), "--member", "2", "--num-envs", "2", "--random"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(tmp_path), "--num-envs", "2", "--steps", "5"]) == 0
+    assert f"member {best} of 3 (the best by mean_return)" in capsys.readouterr().out
+    payload = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    for report in payload["history"]:  # no member with a finished episode: 'best' says what it fell back to
+        for m in report["members"]:
+            m["mean_return"] = float("nan")
+    with pytest.warns(UserWarning, match="no member of this population has a value of mean_return yet"):
+        assert population.member_payload(payload, "best")["member_of"] == {"members": 3, "member": 0,
+                                                                           "best_by": "mean_return"}
     with pytest.raises(cfg.ConfigError, match="member must be in 0..2"):
         load_policy(tmp_path, member=5)
     with pytest.raises(cfg.ConfigError, match="member must be in 0..2 or 'best', got 'worst'"):

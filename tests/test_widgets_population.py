@@ -178,3 +178,26 @@ def test_a_changed_population_is_a_new_run_and_its_folder_reads_back_as_reports(
         assert read["return/shared"] == pytest.approx(live["return/shared"], nan_ok=True)
         assert read["return_q75/shared"] == pytest.approx(live["return_q75/shared"], nan_ok=True)
     assert cfg.from_dict(config).seeds == 2
+
+
+def test_continue_ranks_by_a_new_rank_by_and_the_folder_reads_back_with_it(runs_root):
+    panel = TrainingPanel("cartpole", seeds=2, runs_root=runs_root, **TINY)
+    panel.config_form.inputs["sweep"].value = "lr=1e-3,3e-3"
+    panel.start()
+    panel.wait(TIMEOUT)
+    assert panel.history[-1]["rank_by"] == "mean_return"
+    panel.set(total_env_steps=4 * 8 * 4, rank_by="episode_length")
+    assert panel.can_continue() is True  # what ranks the members changes nothing they learn
+    panel.start()
+    panel.wait(TIMEOUT)
+    assert panel.history[-1]["rank_by"] == "episode_length" and panel.trainer.config.rank_by == "episode_length"
+    assert "episode_length mean ± std" in panel.ranking
+    assert panel.plot.axes["return"].get_title().startswith("episode_length: median, IQR band")
+    config, reports = read_run(panel.runs[0]["run_dir"])
+    assert config["rank_by"] == "episode_length" and reports[-1]["rank_by"] == "episode_length"
+    panel.set(total_env_steps=4 * 8 * 5, rank_by="return/runners")  # checked against what the run reports
+    panel.start()
+    with pytest.raises(ConfigError, match="rank_by is 'return/runners', which this run does not report"):
+        panel.wait(TIMEOUT)
+    assert "rank_by is &#x27;return/runners&#x27;" in panel.error_html.value
+    assert panel.trainer.config.rank_by == "episode_length" and panel.history[-1]["iteration"] == 4

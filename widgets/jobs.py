@@ -26,11 +26,12 @@ from pathlib import Path
 import torch
 
 from workbench.learn import config as cfg
+from workbench.learn.config_env import check_against_env
 
 from .runfiles import append_csv, default_run_dir, read_metrics, refuse_held_run, write_config
 
 # what a continued run takes from the form; every other field stays the trainer's
-CONTINUED = ("total_env_steps", "log_every", "checkpoint_every", "target_return", "run_dir", "logger")
+CONTINUED = ("total_env_steps", "log_every", "checkpoint_every", "target_return", "run_dir", "logger", "rank_by")
 
 
 def continued_config(trained, form):
@@ -46,6 +47,8 @@ def train(run) -> None:
     config = run.spec.config
     if run.trainer is not None:  # continuing: same trainer, the form's budget and schedule
         config = continued_config(run.trainer.config, config)
+        # a new rank_by (what ranks the members, nothing they learn), checked against what the run reports
+        check_against_env(config, run.trainer.env, run.trainer.groups, members=run.trainer.M)
     else:
         refuse_held_run(config.run_dir)
     if run.spec.record_every and config.cuda_graph:
@@ -57,6 +60,7 @@ def train(run) -> None:
     logger = make_logger(config, config.run_dir)
     try:
         if run.trainer is not None:
+            run.trainer.metrics.rank_by = config.rank_by
             run.trainer.config = config
         else:
             run.set_state("compiling")
@@ -229,7 +233,7 @@ def train_on_ranks(run) -> None:
         stopping_since = None
         while True:
             code = proc.poll()
-            rows = read_metrics(metrics_path)
+            rows = read_metrics(metrics_path, rank_by=config.rank_by)
             for row in rows[rows_seen:]:
                 if run.state == "compiling":
                     run.set_state("running")

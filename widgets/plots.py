@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 
+from workbench.learn.ranking import rank_key, swept_names
 from workbench.learn.report import matplotlib_colours, rate_unit, team_colour  # noqa: F401 - rate_unit too
 
 LOSS_KEYS = ("policy_loss", "value_loss", "actor_loss", "critic_loss")
@@ -184,7 +185,8 @@ class LivePlot:
         self._warmup(warmup_steps)
         if population:
             final = population[-1]
-            self.axes["return"].set_title(f"episode return: median, IQR band over "
+            shown = rank_key(final) if swept_names(final) and rank_key(final) != "mean_return" else "episode return"
+            self.axes["return"].set_title(f"{shown}: median, IQR band over "
                                           f"{final.get('num_members', len(final['members']))} members", fontsize=9)
         right = max((float(m.get("env_steps", 0)) for m in history), default=0.0)
         for i, (label, other) in enumerate(others):

@@ -71,11 +71,12 @@ def read_run(run_dir) -> tuple:
         if (run_dir / name).exists():
             config = yaml.safe_load((run_dir / name).read_text()) or {}
             break
-    return config, read_metrics(run_dir / "metrics.csv")
+    return config, read_metrics(run_dir / "metrics.csv", rank_by=config.get("rank_by"))
 
 
-def read_metrics(path: Path) -> list:
-    """The rows of a trainer's metrics.csv as dicts of numbers (an incomplete last line is left out)."""
+def read_metrics(path: Path, rank_by: str | None = None) -> list:
+    """The rows of a trainer's metrics.csv as dicts of numbers (an incomplete last line is left out); a
+    population's as its reports (population_reports), ranked by `rank_by` (the run's config.rank_by)."""
     if not path.exists():
         return []
     text = path.read_text()
@@ -93,14 +94,14 @@ def read_metrics(path: Path) -> list:
             if isinstance(parsed.get(key), float):
                 parsed[key] = int(parsed[key])
         rows.append(parsed)
-    return population_reports(rows) if rows and "member" in rows[0] else rows
+    return population_reports(rows, rank_by) if rows and "member" in rows[0] else rows
 
 
-def population_reports(rows: list) -> list:
+def population_reports(rows: list, rank_by: str | None = None) -> list:
     """A population's metrics.csv rows (one per member per pull, with its member, seed and swept
     values) as the reports its trainer made: per pull each statistic's median over the members,
-    the returns' quartiles, num_members and `members` (workbench.learn.metrics.population_report).
-    A last pull with fewer members than the first (its rows being written) is left out."""
+    the returns' quartiles, num_members, rank_by (default mean_return) and `members`
+    (workbench.learn.metrics.population_report). A last pull with fewer members than the first (its rows being written) is left out."""
     from workbench.learn.metrics import population_report
     from workbench.learn.ranking import HYPERPARAMETERS
     pulls: list = []
@@ -116,7 +117,8 @@ def population_reports(rows: list) -> list:
     swept = [k for k in rows[0] if k in HYPERPARAMETERS]
     reports = []
     for members in pulls:
-        report = population_report({k: members[0][k] for k in base_keys if k in members[0]}, members, [])
+        report = population_report({k: members[0][k] for k in base_keys if k in members[0]}, members, [],
+                                   rank_by=rank_by or "mean_return")
         for name in swept:  # a swept value is the members' own, not a statistic
             report.pop(name, None)
         reports.append(report)

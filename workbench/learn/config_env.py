@@ -2,6 +2,8 @@
 anything compiles or allocates), and the config a trainer of a given env keeps and saves."""
 from __future__ import annotations
 
+import warnings
+
 from ..errors import did_you_mean
 from .config import ConfigError, PPOConfig, replace
 from .episode_stats import RENAMED
@@ -9,8 +11,9 @@ from .evaluate import env_metrics
 
 
 def check_against_env(config, env, groups=None, members: int = 1) -> None:
-    """Checks of `config` that need the env and the policy map, run before anything compiles or
-    allocates: the statistic rank_by names, the env's replica count (num_envs per member of a
+    """Checks of `config` that need the env and the policy map, run before the trainer allocates
+    anything: the statistic rank_by names (warning where a sweep of several policies ranks by their
+    mean return), the env's replica count (num_envs per member of a
     population, each member's replicas seeded apart) and PPO's minibatch split of every policy's batch.
 
     groups: the policies' agents, as {name: agent ids} or objects with `name` and `ids`
@@ -22,10 +25,13 @@ def check_against_env(config, env, groups=None, members: int = 1) -> None:
         sizes = {str(k): len(list(v)) for k, v in groups.items()}
     else:
         sizes = {g.name: len(list(g.ids)) for g in groups}
-    ranked = ranked_statistics(env, list(sizes))
-    if config.rank_by not in ranked:
-        raise ConfigError(f"{name}.rank_by is {config.rank_by!r}, which this run does not report: name one of "
-                          f"{ranked} (higher ranks first){did_you_mean(str(config.rank_by), ranked, repr)}")
+    definition = getattr(env, "definition", None)
+    check_rank_by(config, definition, list(sizes))
+    if members > 1 and config.sweep and len(sizes) > 1 and config.rank_by == "mean_return":
+        others = [k for k in ranked_statistics(definition, list(sizes)) if k != "mean_return"]
+        warnings.warn(f"{name}.rank_by is mean_return, the average of the returns of policies {list(sizes)}: where "
+                      f"they play against each other it ranks the sweep's settings by little; set rank_by to one "
+                      f"policy's return or an env metric (one of {others})", stacklevel=3)
     if members > 1:
         if env.num_envs != members * config.num_envs or getattr(env, "replicas_per_seed", None) != config.num_envs:
             raise ConfigError(
@@ -49,11 +55,27 @@ def check_against_env(config, env, groups=None, members: int = 1) -> None:
                 f"pick one of {divisors}{' ...' if batch > 64 else ''} or change num_envs or rollout_length")
 
 
-def ranked_statistics(env, policies: list) -> list:
-    """What a config's rank_by may name for runs of `env` with these policies: the statistics of each
-    report that say how well a member does (higher is better)."""
-    metrics = [RENAMED.get(k, k) for k in env_metrics(env)] if getattr(env, "definition", None) is not None else []
-    return ["mean_return"] + [f"return/{p}" for p in policies] + metrics
+def ranked_statistics(definition, policies: list) -> list:
+    """What a config's rank_by may name for runs of the env `definition` (None: unknown) with these
+    policies: the statistics of each report that say how well a member does (higher is better)."""
+    metrics = [RENAMED.get(k, k) for k in env_metrics(definition)] if definition is not None else []
+    return ["mean_return"] + [f"return/{p}" for p in policies] + ["episode_length"] + metrics
+
+
+# names users reach for that reports call otherwise: the tables' "return", evaluate's runner_survival
+_RANK_ALIASES = {"return": "mean_return", **RENAMED}
+
+
+def check_rank_by(config, definition, policies: list) -> None:
+    """ConfigError unless config.rank_by names a statistic the run's reports hold (ranked_statistics);
+    the trainer calls it before the env compiles, and again once the policy map is built."""
+    ranked = ranked_statistics(definition, policies)
+    if config.rank_by in ranked:
+        return
+    alias = _RANK_ALIASES.get(config.rank_by)
+    hint = f"; did you mean {alias!r}?" if alias in ranked else did_you_mean(str(config.rank_by), ranked, repr)
+    raise ConfigError(f"{type(config).__name__}.rank_by is {config.rank_by!r}, which this run does not report: name "
+                      f"one of {ranked} (higher ranks first){hint}")
 
 
 def _plain(value):

@@ -63,14 +63,15 @@ DERIVED_METRICS = {
 
 
 def env_metrics(env) -> dict:
-    """The env's EVAL_METRICS, or TAG_METRICS for a Tag game, or {}."""
-    namespace = env.definition.namespace
+    """The env's EVAL_METRICS, or TAG_METRICS for a Tag game, or {} (env: an Env or its definition)."""
+    definition = getattr(env, "definition", env)
+    namespace = definition.namespace
     declared = namespace.get("EVAL_METRICS")
     if declared is not None:
         return dict(declared)
     groups = namespace.get("AGENT_GROUPS")
-    params = env.definition.params
-    if groups is not None and "in_game" in env.store and {"num_taggers", "num_runners"} <= set(params):
+    params = definition.params
+    if groups is not None and "in_game" in definition.arrays and {"num_taggers", "num_runners"} <= set(params):
         return dict(TAG_METRICS)
     return {}
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -229,9 +230,16 @@ def member_payload(payload: dict, k) -> dict:
         raise cfg.ConfigError("this checkpoint is not a population's (it has no members); load it as it is")
     config = cfg.from_saved(payload["config"])
     history = payload.get("history") or []
-    asked = k
+    asked, best_by = k, None
     try:
-        k = best_member(history) if k == "best" else int(k)
+        if k == "best":
+            known = latest_report(history) if history else {}
+            k, best_by = best_member(known), rank_key(known)
+            if not any(m.get(best_by) == m.get(best_by) for m in known.get("members") or ()):
+                warnings.warn(f"no member of this population has a value of {best_by} yet (no episode ended): "
+                              f"'best' falls back to member {k}; name a member to pick another", stacklevel=2)
+        else:
+            k = int(k)
     except (TypeError, ValueError):
         k = -1
     if not 0 <= k < info["members"]:
@@ -258,7 +266,8 @@ def member_payload(payload: dict, k) -> dict:
            "history": [_member_row(r["members"][k], population_columns, info["members"])
                        for r in history if r.get("members")],
            "env_state": member_env_state(payload["env_state"], info["members"], k),
-           "env_seed": member.seed, "member_of": {"members": info["members"], "member": k}}
+           "env_seed": member.seed, "member_of": {"members": info["members"], "member": k,
+                                                            **({"best_by": best_by} if best_by else {})}}
     return out
 
 

@@ -93,7 +93,7 @@ def population_curves(history: list, thin_up_to: int = 8, key: str | None = None
                 finite = [(s, float(by[k][stat])) for s, by in reports if k in by and _finite(by[k].get(stat))]
                 if finite:
                     own[k] = tuple(list(column) for column in zip(*finite))
-        curves.append({"label": label, "team": team, "key": key, "steps": steps, "q25": q25, "median": median,
+        curves.append({"label": label, "team": team, "key": stat, "steps": steps, "q25": q25, "median": median,
                        "q75": q75, "members": own})
     return {"num_members": M, "swept": swept, "settings": len(settings), "curves": curves}
 

@@ -296,16 +296,18 @@ def run_training(config, *, resume=None, progress=True, policies=None, show_run_
     finally:
         if logger is not None:
             logger.close(trainer.history[-1] if trainer.history else None)
+    from .population import latest_report
+    # a population's members as last reported with a value (what the ranking and the best member use)
+    final = latest_report(trainer.history) if result.metrics.get("members") and trainer.history else result.metrics
     training_s = result.wall_time_s - result.warmup_s
     warmup = "torch.compile, kernel loads and graph capture" if config.compile else "kernel loads and graph capture"
     say(f"stopped by {result.stopped_by} after {result.iterations} iterations, {result.env_steps / 1e6:.2f} M "
         f"env-steps, {training_s:.{2 if training_s < 10 else 1}f} s of training (env compile {compile_s:.1f} s "
         + (f"and {warmup} {result.warmup_s:.1f} s " if result.warmup_s else "")
-        + "apart); " + (returns_text(result.metrics) or "no episode ended"))
+        + "apart); " + (returns_text(final) or "no episode ended"))
     if config.sweep and trainer.history and trainer.is_main:
-        from .population import latest_report
         from .ranking import ranking_text, sweep_settings, write_ranking_csv
-        rows = sweep_settings(latest_report(trainer.history))
+        rows = sweep_settings(final)
         say(ranking_text(rows))
         if run_dir is not None:
             write_ranking_csv(rows, run_dir / "ranking.csv")

@@ -27,13 +27,14 @@ from . import fused, interrupts, learners, population, trainer_state
 from .algorithms import a2c, ddpg, ppo
 from .collection import Collector
 from .compiled import MaybeCompiled
-from .config_env import check_against_env, config_for_env
+from .config_env import check_against_env, check_rank_by, config_for_env
 from .episode_stats import EpisodeStats
 from .iteration_graph import IterationGraph
 from .members import MemberSamples
 from .metrics import Metrics, append_csv, nonfinite_error, weights_finite
 from .policies import ActionHead
 from .rollout import PolicyMapError, build_groups
+from ..runtime import registry
 
 ON_POLICY = {"ppo": ppo, "a2c": a2c}
 
@@ -409,14 +410,17 @@ def make_trainer(config, policies=None, models=None, env=None, distributed: bool
         else:
             seed = dist_mod.rank_seed(config.seed, context.rank)
         distributed = True
+    definition = env.definition if env is not None else registry.definition(config.env, **(config.env_params or {}))
+    if policies is None:
+        groups = definition.namespace.get("AGENT_GROUPS")
+        if groups is not None:
+            import types
+            policies = {k: list(v) for k, v in groups(types.SimpleNamespace(**definition.params)).items()}
+    if policies is None or isinstance(policies, dict):  # (a misspelt rank_by is named before anything compiles)
+        check_rank_by(config, definition, list(policies) if policies is not None else ["shared"])
     if env is None:
         blocks = {"replicas_per_seed": config.num_envs} if members > 1 else {}
         env = make(config.env, num_envs=config.num_envs * members, target=target, seed=seed, **blocks,
                    **(config.env_params or {}))
-    if policies is None:
-        groups = env.definition.namespace.get("AGENT_GROUPS")
-        if groups is not None:
-            import types
-            policies = {k: list(v) for k, v in groups(types.SimpleNamespace(**env.definition.params)).items()}
     return Trainer(env, config, policies=policies, models=models, distributed=distributed and split is None,
                    split=split)

@@ -180,7 +180,7 @@ def update(agent: DDPGAgent, actor_opt, critic_opt, batch, config, *, sync=None,
     count = member_sums(live, members).clamp_min(1) if live is not None else rows // members
 
     def mean(x):  # over each member's transitions of agents in the game
-        return member_sums(x if live is None else x * live, members) / count
+        return member_sums(x if live is None else torch.where(live > 0, x, 0.0), members) / count
 
     # critic: y = r + gamma * (1 - terminated) * Q'(s', mu'(s'))
     with torch.no_grad(), autocast():
