@@ -395,9 +395,10 @@ def warm_up_in_background(triton: bool):
 def make_trainer(config, policies=None, models=None, env=None, distributed: bool | None = None) -> Trainer:
     """Build the env named in `config` (on its target) and a trainer for it. Under torchrun
     (or distributed=True) this joins the process group first, so the env lands on this rank's GPU."""
-    from ..runtime.env import best_target, make
-    target = best_target(env.definition if env is not None else config.env) if config.target == "auto" \
-        else config.target
+    from ..runtime.env import Env, best_target
+    # parsed once: the policy map and rank_by are checked against it before anything compiles
+    definition = env.definition if env is not None else registry.definition(config.env, **(config.env_params or {}))
+    target = best_target(definition) if config.target == "auto" else config.target
     if target != "cpu" and WARM_UP_IN_BACKGROUND and torch.cuda.is_available():
         warm_up_in_background(getattr(config, "fused_kernels", False))
     seed = config.seed
@@ -410,7 +411,6 @@ def make_trainer(config, policies=None, models=None, env=None, distributed: bool
         else:
             seed = dist_mod.rank_seed(config.seed, context.rank)
         distributed = True
-    definition = env.definition if env is not None else registry.definition(config.env, **(config.env_params or {}))
     if policies is None:
         groups = definition.namespace.get("AGENT_GROUPS")
         if groups is not None:
@@ -419,8 +419,7 @@ def make_trainer(config, policies=None, models=None, env=None, distributed: bool
     if policies is None or isinstance(policies, dict):  # (a misspelt rank_by is named before anything compiles)
         check_rank_by(config, definition, list(policies) if policies is not None else ["shared"])
     if env is None:
-        blocks = {"replicas_per_seed": config.num_envs} if members > 1 else {}
-        env = make(config.env, num_envs=config.num_envs * members, target=target, seed=seed, **blocks,
-                   **(config.env_params or {}))
+        env = Env(definition, num_envs=config.num_envs * members, target=target, seed=seed,
+                  replicas_per_seed=config.num_envs if members > 1 else None)
     return Trainer(env, config, policies=policies, models=models, distributed=distributed and split is None,
                    split=split)
