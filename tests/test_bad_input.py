@@ -110,6 +110,11 @@ ENV_CONFIG_CASES = {
     "rank_by a misspelt policy": (wb.PPOConfig(num_envs=8, rank_by="return/runner"), {"taggers": [0], "runners": [1, 2]},
                                   raises(cfg.ConfigError, "rank_by is 'return/runner'", "does not report",
                                          "'return/taggers', 'return/runners'", "did you mean 'return/runners'?")),
+    "rank_by lowest first, misspelt": (wb.PPOConfig(num_envs=8, rank_by="-episode_lenght"), None,
+                                       raises(cfg.ConfigError, "rank_by is '-episode_lenght'", "'-' to rank the lowest",
+                                              "did you mean '-episode_length'?")),
+    "rank_by lowest first, an alias": (wb.PPOConfig(num_envs=8, rank_by="-return"), None,
+                                       raises(cfg.ConfigError, "did you mean '-mean_return'?")),
 }
 
 

@@ -345,12 +345,16 @@ def test_cli_trains_a_sweep_and_writes_its_ranking(tmp_path, capsys):
     from workbench.cli import main
     run = tmp_path / "run"
     assert main(["train", "cartpole", "--seeds", "2", "--sweep", "lr=1e-3,3e-3", "--num-envs", "8",
-                 "--total-env-steps", "512", "--target", "cpu", "--cpu-threads", "1", "--run-dir", str(run)]) == 0
+                 "--total-env-steps", "512", "--target", "cpu", "--cpu-threads", "1", "--run-dir", str(run),
+                 "--rank-by", "-episode_length"]) == 0  # (a value with a minus, as argparse would refuse it)
     out = capsys.readouterr().out
-    assert "4 members x 8 replicas" in out and "rank" in out and "over 4 members" in out
+    assert "4 members x 8 replicas" in out and "episode_length (lowest first) mean" in out and "over 4 members" in out
     with (run / "ranking.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     assert sorted(float(r["lr"]) for r in rows) == [1e-3, 3e-3] and all(int(r["members"]) == 2 for r in rows)
+    assert float(rows[0]["episode_length_mean"]) <= float(rows[1]["episode_length_mean"])
+    assert main(["evaluate", str(run), "--steps", "8"]) == 0
+    assert "(the best by episode_length, the lowest)" in capsys.readouterr().out
     assert main(["train", "cartpole", "--sweep", "lr=fast", "--target", "cpu"]) == 2
     assert "--sweep takes NAME=V1,V2" in capsys.readouterr().err
     assert main(["train", "cartpole", "--sweep", "lr=1e-3", "--sweep", "lr=3e-3", "--target", "cpu"]) == 2

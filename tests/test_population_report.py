@@ -286,3 +286,25 @@ def test_a_population_ranks_and_picks_its_best_member_by_its_rank_by(tmp_path):
     curves = ranking.population_curves(by_taggers)["curves"]
     assert [c["label"] for c in curves] == ["lr=0.001 (return/taggers)", "lr=0.0003 (return/taggers)"]
     assert curves[0]["median"][-1] == 3.5  # the setting's members' taggers' returns at the last report
+
+
+def test_a_rank_by_with_a_minus_ranks_the_lowest_first(tmp_path):
+    """rank_by "-NAME": the settings' order, each setting's best member, the population's best member
+    and the summary all take the lowest value of NAME as the best; the table says so."""
+    from workbench.learn.population import best_member, latest_report
+    policies = ("taggers", "runners")
+    lowest = population_history(TEAMS, TEAM_SWEEP, policies, rank_by="-return/runners")
+    highest = population_history(TEAMS, TEAM_SWEEP, policies, rank_by="return/runners")
+    # the members' latest runners' returns: -3.0, -1.0, -6.0, 0.5
+    assert best_member(lowest) == 2 and best_member(highest) == 3
+    rows = ranking.sweep_settings(latest_report(lowest))
+    assert [(r["key"], r["values"]["lr"], r["mean"], r["best_member"], r["best_value"]) for r in rows] == [
+        ("return/runners", 3e-4, -2.75, 2, -6.0), ("return/runners", 1e-3, -2.0, 0, -3.0)]
+    assert [r["values"]["lr"] for r in ranking.sweep_settings(latest_report(highest))] == [1e-3, 3e-4]
+    assert "return/runners (lowest first) mean ± std" in ranking.ranking_text(rows).splitlines()[0]
+    assert ranking.write_ranking_csv(rows, tmp_path / "r.csv").read_text().splitlines()[0].endswith(
+        "return/runners_mean,return/runners_std,best_member,best_return/runners")
+    assert ranking.population_summary(latest_report(lowest)).endswith(
+        "; best setting lr=0.0003 (return/runners mean -2.75 over 2 seeds, the lowest ranking first)")
+    assert [c["label"] for c in ranking.population_curves(lowest)["curves"]] == [
+        "lr=0.001 (return/runners)", "lr=0.0003 (return/runners)"]

@@ -83,9 +83,15 @@ def test_the_panel_offers_seeds_sweep_and_rank_by_on_rows_of_their_own():
     assert "Population" in panel.population.children[0].value
     in_accordion = [c for row in panel.config_form.children[1:] for c in row.children]
     assert not {seeds, sweep, rank_by} & set(in_accordion)  # shown once, on the population rows
+    assert list(rank_by.options) == ["mean_return", "return/shared", "episode_length"]  # what cartpole reports
+    rank_by.value = "-episode_length"  # (not a choice: the lowest first)
+    assert panel.spec().config.rank_by == "-episode_length"
     rank_by.value = "return/shared"
     assert panel.spec().config.rank_by == "return/shared"
     rank_by.value = "mean_return"
+    panel.env_name.value = "tag_continuous"  # the env's teams and metrics become the choices
+    assert {"return/taggers", "return/runners", "tag_rate", "survival"} <= set(rank_by.options)
+    panel.env_name.value = "cartpole"
     sweep.value = "lr=1e-3,3e-3; ent_coef=0,0.01"
     config = panel.spec().config
     assert config.seeds == 4 and config.sweep == {"lr": [1e-3, 3e-3], "ent_coef": [0.0, 0.01]}

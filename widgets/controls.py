@@ -9,6 +9,7 @@ names an env, or a run starts (`RunForm.sync_registry`)."""
 from __future__ import annotations
 
 import os
+import types
 
 import ipywidgets as widgets
 import numpy as np
@@ -152,6 +153,7 @@ class RunForm:
         for widget in form.inputs.values():
             widget.observe(self._changed, names="value")
         self.config_form = form
+        self._offer_rank_choices()
         self.population.children = [widgets.HTML(
             "<b>Population</b> <span style='color:#666;font-size:12px'>seeds x the settings of sweep, trained "
             "at once as one program (member k has seed + k); the curves show the median and the interquartile "
@@ -162,8 +164,13 @@ class RunForm:
         self.env_form = form or EnvParamsForm(self.env_name.value, env_params)
         for widget in self.env_form.inputs.values():
             widget.observe(self._changed, names="value")
+        self._offer_rank_choices()
         self._update_accordion()
         self._changed()
+
+    def _offer_rank_choices(self):
+        if self.config_form is not None and self.env_form is not None and "rank_by" in self.config_form.inputs:
+            self.config_form.inputs["rank_by"].options = rank_choices(self.env_form.definition, self.policies)
 
     def sync_registry(self) -> str:
         """Offer the envs registered now in the env list, and rebuild the env's form when its env was
@@ -321,6 +328,20 @@ class RunForm:
         return RunSpec(config=config, mode=self.mode.value, checkpoint=checkpoint or None,
                        record_every=self.record_every.value, record_replicas=replicas or (0,),
                        world_size=self.gpus.value if self.mode.value == "train" else 1, policies=self.policies)
+
+
+def rank_choices(definition, policies: dict | None) -> list:
+    """rank_by's choices: what a run of the env reports with these policies (None: the env's
+    AGENT_GROUPS, else one shared policy); the field takes any other text too, a minus included."""
+    from workbench.learn.config_env import ranked_statistics
+    names = list(policies) if isinstance(policies, dict) else ["shared"]
+    groups = definition.namespace.get("AGENT_GROUPS")
+    if policies is None and groups is not None:
+        try:
+            names = list(groups(types.SimpleNamespace(**definition.params)))
+        except Exception:  # noqa: BLE001 - the env's own code: Start reports what it raises
+            names = ["shared"]
+    return ranked_statistics(definition, names)
 
 
 def checked_gpus(gpus, target: str, mode: str) -> int:

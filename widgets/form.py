@@ -53,6 +53,8 @@ def field_widget(name: str, kind, default, value, doc: str) -> widgets.Widget:
         widget = widgets.IntText(value=int(value), **common)
     elif base is float and default is not None and value is not None:
         widget = widgets.FloatText(value=float(value), **common)
+    elif name == "rank_by":  # the statistics a run reports are offered once the env is known (RunForm)
+        widget = widgets.Combobox(value=_text(value), ensure_option=False, placeholder="mean_return", **common)
     elif name == "sweep":  # a grid written as "lr=1e-3,3e-4; ent_coef=0,0.01" (parse_sweep)
         widget = widgets.Text(value=_text(value, name), placeholder=f"none; e.g. {SWEEP_EXAMPLE}", **common)
     else:
@@ -304,6 +306,7 @@ class EnvParamsForm(widgets.VBox):
         self.env_name = env_name
         self.registered = definition_key(registry.lookup(env_name))
         defn = registry.definition(env_name)
+        self.definition = defn
         self.defaults = dict(defn.params)
         self.docs = dict(defn.namespace.get("PARAM_DOCS", {}) or {})
         self.agent_names = agent_params(env_name)

@@ -382,8 +382,20 @@ def out_of_memory(exc: BaseException) -> bool:
         "out of memory" in text or "can't allocate memory" in text
 
 
+def _signed_values(argv: list) -> list:
+    """["--rank-by", "-episode_length"] -> ["--rank-by=-episode_length"]: argparse takes a value that
+    starts with '-' for an option of its own."""
+    out = []
+    for token in argv:
+        if out and out[-1] == "--rank-by" and token.startswith("-") and not token.startswith("--"):
+            out[-1] = f"--rank-by={token}"
+        else:
+            out.append(token)
+    return out
+
+
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_signed_values(sys.argv[1:] if argv is None else list(argv)))
     from .errors import WorkbenchError
     try:
         return args.func(args)

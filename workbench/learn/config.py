@@ -54,7 +54,8 @@ class RunConfig:
                            "every setting trained by `seeds` members (member k has seed + k).")
     rank_by: str = _f("mean_return", "The statistic that ranks a population's sweep settings and picks its best member "
                                      "(higher is better): mean_return (the policies' returns averaged), return/NAME "
-                                     "(policy NAME's), or a metric of the env's (Tag: tag_rate, survival).")
+                                     "(policy NAME's), episode_length or a metric of the env's (Tag: tag_rate, "
+                                     "survival); '-' before it ranks the lowest first (-episode_length).")
     env_params: dict = _f(None, "Overrides of the env's PARAMS, e.g. {max_steps: 200}.")
     total_env_steps: int = _f(1_000_000, "Stop after this many replica steps (summed over replicas).")
     target_return: float = _f(None, "Stop early once the mean episode return of every policy reaches this.")

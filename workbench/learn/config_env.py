@@ -70,12 +70,16 @@ def check_rank_by(config, definition, policies: list) -> None:
     """ConfigError unless config.rank_by names a statistic the run's reports hold (ranked_statistics);
     the trainer calls it before the env compiles, and again once the policy map is built."""
     ranked = ranked_statistics(definition, policies)
-    if config.rank_by in ranked:
+    name = type(config).__name__
+    sign = "-" if config.rank_by.startswith("-") else ""
+    statistic = config.rank_by[len(sign):]
+    if statistic in ranked:
         return
-    alias = _RANK_ALIASES.get(config.rank_by)
-    hint = f"; did you mean {alias!r}?" if alias in ranked else did_you_mean(str(config.rank_by), ranked, repr)
-    raise ConfigError(f"{type(config).__name__}.rank_by is {config.rank_by!r}, which this run does not report: name "
-                      f"one of {ranked} (higher ranks first){hint}")
+    alias = _RANK_ALIASES.get(statistic)
+    hint = (f"; did you mean {sign + alias!r}?" if alias in ranked
+            else did_you_mean(statistic, ranked, lambda s: repr(sign + s)))
+    raise ConfigError(f"{name}.rank_by is {config.rank_by!r}, which this run does not report: name one of {ranked} "
+                      f"(higher ranks first; prefix it with '-' to rank the lowest first, as '-episode_length'){hint}")
 
 
 def _plain(value):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from . import config as cfg
-from .ranking import rank_key
+from .ranking import lower_first, rank_key
 
 
 @dataclass(frozen=True)
@@ -132,15 +132,15 @@ def latest_report(history: list) -> dict:
 
 def best_member(report: dict) -> int:
     """The member whose latest report has the highest value of the statistic the run ranks by
-    (ranking.rank_key: config.rank_by, mean_return by default), of a population's last report or of
-    its history (latest_report)."""
+    (ranking.rank_key: config.rank_by, mean_return by default; the lowest for a rank_by "-NAME"), of
+    a population's last report or of its history (latest_report)."""
     if isinstance(report, list):
         report = latest_report(report)
     members = report.get("members")
     if not members:
         return 0
-    key = rank_key(report)
-    finite = [(m[key], -m["member"]) for m in members if m.get(key, float("nan")) == m.get(key)]
+    key, sign = rank_key(report), (-1.0 if lower_first(report) else 1.0)
+    finite = [(sign * m[key], -m["member"]) for m in members if m.get(key, float("nan")) == m.get(key)]
     return -max(finite)[1] if finite else 0  # (a tie: the lowest index, as the ranking's table says)
 
 
@@ -268,6 +268,8 @@ def member_payload(payload: dict, k) -> dict:
            "env_state": member_env_state(payload["env_state"], info["members"], k),
            "env_seed": member.seed, "member_of": {"members": info["members"], "member": k,
                                                             **({"best_by": best_by} if best_by else {})}}
+    if best_by and lower_first(known):
+        out["member_of"]["best_by"] = f"{best_by}, the lowest"
     return out
 
 

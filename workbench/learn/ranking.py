@@ -14,10 +14,22 @@ from .config import SWEEPABLE
 HYPERPARAMETERS = tuple(dict.fromkeys(name for names in SWEEPABLE.values() for name in names))
 
 
+def split_rank_by(rank_by: str | None) -> tuple:
+    """config.rank_by -> (the statistic, lower_first): "-episode_length" ranks the lowest first;
+    None (a report written before runs recorded it) is mean_return."""
+    rank_by = rank_by or "mean_return"
+    return (rank_by[1:], True) if rank_by.startswith("-") else (rank_by, False)
+
+
 def rank_key(report: dict) -> str:
-    """The statistic that ranks a population report's members: its rank_by (config.rank_by), or
-    mean_return for a report written before runs recorded it."""
-    return report.get("rank_by") or "mean_return"
+    """The statistic that ranks a population report's members: its rank_by (config.rank_by) without
+    the sign, or mean_return for a report written before runs recorded it."""
+    return split_rank_by(report.get("rank_by"))[0]
+
+
+def lower_first(report: dict) -> bool:
+    """Whether a population report's members rank lowest first (config.rank_by "-NAME")."""
+    return split_rank_by(report.get("rank_by"))[1]
 
 
 def statistic_name(key: str) -> str:
@@ -100,25 +112,28 @@ def population_curves(history: list, thin_up_to: int = 8, key: str | None = None
 
 def sweep_settings(report: dict, swept: list | None = None, key: str | None = None) -> list:
     """One row per sweep setting of a population report's members, best first (NaN means last), by
-    the statistic `key` (default: the run's rank_by, rank_key; higher is better): {rank, key, values:
-    {name: value}, members (count), missing (members whose value is NaN), mean, std (sample std of
-    the finite values; 0 for one), best_member (its `member` index; None when all are missing),
-    best_value}. `swept`: the names that tell settings apart (default `swept_names(report)`)."""
+    the statistic `key` (default: the run's rank_by, rank_key; higher is better unless the run's
+    rank_by is "-NAME"): {rank, key, lower_first, values: {name: value}, members (count), missing
+    (members whose value is NaN), mean, std (sample std of the finite values; 0 for one),
+    best_member (its `member` index; None when all are missing), best_value}. `swept`: the names
+    that tell settings apart (default `swept_names(report)`)."""
     members = report.get("members") or [dict(report, member=0)]
     swept = swept_names(report) if swept is None else list(swept)
+    lower = lower_first(report) if key is None else False
     key = key or rank_key(report)
+    sign = -1.0 if lower else 1.0
     rows = []
     for values, group in settings_of(members, swept).items():
         returns = [(m.get(key, math.nan), m.get("member", i)) for i, m in enumerate(group)]
         finite = [(float(r), k) for r, k in returns if _finite(r)]
         scores = np.array([r for r, _ in finite])
-        best = max(finite, key=lambda rk: rk[0]) if finite else (math.nan, None)
-        rows.append({"key": key, "values": dict(zip(swept, values)), "members": len(group),
+        best = max(finite, key=lambda rk: sign * rk[0]) if finite else (math.nan, None)
+        rows.append({"key": key, "lower_first": lower, "values": dict(zip(swept, values)), "members": len(group),
                      "missing": len(group) - len(finite),
                      "mean": float(scores.mean()) if finite else math.nan,
                      "std": float(scores.std(ddof=1)) if len(finite) > 1 else (0.0 if finite else math.nan),
                      "best_member": best[1], "best_value": best[0]})
-    rows.sort(key=lambda row: (math.isnan(row["mean"]), -row["mean"] if not math.isnan(row["mean"]) else 0.0))
+    rows.sort(key=lambda row: (math.isnan(row["mean"]), -sign * row["mean"] if not math.isnan(row["mean"]) else 0.0))
     for rank, row in enumerate(rows, 1):
         row["rank"] = rank
     return rows
@@ -143,6 +158,7 @@ def ranking_text(rows: list) -> str:
     names = list(dict.fromkeys(k for row in rows for k in row["values"]))
     missing = any(row["missing"] for row in rows)
     stat = statistic_name(rows[0]["key"] if rows else "mean_return")
+    stat += " (lowest first)" if rows and rows[0].get("lower_first") else ""
     header = ["rank", *names, "members", *(["missing"] if missing else []), f"{stat} mean ± std", "best (member)"]
     table = [[str(row["rank"]), *(_value(row["values"].get(n, "")) for n in names),
               str(row["members"]), *([str(row["missing"])] if missing else []),
@@ -212,5 +228,5 @@ def population_summary(report: dict, target: float | None = None) -> str:
         if not math.isnan(best["mean"]):
             by = "" if best["key"] == "mean_return" else f"{best['key']} "
             line += (f"; best setting {setting_label(best['values'])} ({by}mean {_num(best['mean'])} over "
-                     f"{best['members']} seeds)")
+                     f"{best['members']} seeds{', the lowest ranking first' if best['lower_first'] else ''})")
     return line
