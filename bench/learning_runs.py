@@ -192,9 +192,11 @@ def write_page(results: list, path: Path) -> None:
                 f"{'yes, ' + _returns(at['return']) if at else 'no (best ' + _returns(r['best_return']) + ')'} | "
                 f"{_fmt(at['env_steps'], 0) if at else '-'} | {_fmt(at['train_s']) if at else '-'} | "
                 f"{_returns(r['final_return'])} | "
-                f"{_fmt(ev['stochastic']['trained']['return/shared'])} / "
-                f"{_fmt(ev['deterministic']['trained']['return/shared'])} | "
-                f"{_fmt(ev['stochastic']['random']['return/shared'])} | "
+                + (f"{_fmt(ev['deterministic']['trained']['return/shared'])} (a deterministic actor) | "
+                   if r["algorithm"] == "DDPG" else
+                   f"{_fmt(ev['stochastic']['trained']['return/shared'])} / "
+                   f"{_fmt(ev['deterministic']['trained']['return/shared'])} | ")
+                + f"{_fmt(ev['stochastic']['random']['return/shared'])} | "
                 f"{_fmt(r['env_steps'], 0)} steps, {_fmt(r['train_s'])} s |")
         lines.append("")
     tags = [r for r in results if r["threshold"] is None]
@@ -230,6 +232,7 @@ def write_page(results: list, path: Path) -> None:
                   f"- {' '.join(r['summary'])}",
                   f"- whole process (compile, training, files): {_fmt(r['process_wall_s'])} s",
                   "", f"![{r['name']} learning curve]({r['figure']})", "",
+                  "Evaluation (DDPG's deterministic actor):" if r["algorithm"] == "DDPG" else
                   "Evaluation (sampled actions):", "", "```", r["evaluation"]["stochastic_table"].rstrip(), "```", ""]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")

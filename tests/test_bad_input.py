@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 import types
+import warnings
 from pathlib import Path
 
 import pytest
@@ -72,7 +73,34 @@ CONFIG_CASES = {
                               raises(cfg.ConfigError, "unknown key", "learning_rate", "did you mean 'lr'")),
     "from_dict misspelt key": (lambda: cfg.from_dict({"total_steps": 1000}),
                                raises(cfg.ConfigError, "unknown key", "did you mean 'total_env_steps' for 'total_steps'?")),
+    "PPOConfig(tau), a DDPG field": (lambda: wb.PPOConfig(tau=0.01),
+                                     raises(cfg.ConfigError, "'tau' is a field of DDPGConfig", "algorithm: ddpg")),
+    "DDPGConfig(target_kl), a PPO field": (lambda: wb.DDPGConfig(target_kl=0.01),
+                                           raises(cfg.ConfigError, "'target_kl' is a field of PPOConfig")),
+    "DDPGConfig(gradient_steps), SB3's name": (lambda: wb.DDPGConfig(gradient_steps=2),
+                                               raises(cfg.ConfigError, "did you mean 'updates_per_rollout'")),
+    "DDPG sweep of lr": (lambda: wb.DDPGConfig(sweep={"lr": [1e-3, 3e-4]}),
+                         raises(cfg.ConfigError, "sweep names 'lr'", "actor_lr and critic_lr: sweep those")),
+    "auto-scale of DDPG": (lambda: __import__("workbench.learn.autoscale", fromlist=["auto_scale"]).auto_scale(
+                               wb.DDPGConfig(env="pendulum")),
+                           raises(cfg.ConfigError, "auto-scale sizes on-policy runs", "set num_envs yourself")),
 }
+
+
+def test_switching_algorithm_takes_the_new_ones_defaults_and_names_what_stays_behind():
+    """A PPO config's tunings (rollout_length 128, PPO's max_grad_norm default) do not become a DDPG
+    run's: fields at the old default take the new class's, set ones go on only where both classes
+    share the field and its default; a warning names the set values left behind."""
+    ppo = cfg.load_yaml(Path(__file__).parent.parent / "configs" / "mountain_car_continuous.yaml")
+    with pytest.warns(UserWarning, match=r"PPOConfig -> DDPGConfig: lr=0.001, rollout_length=128, update_epochs=8"):
+        ddpg = cfg.replace(ppo, algorithm="ddpg", actor_lr=1e-3)
+    default = wb.DDPGConfig()
+    assert (ddpg.max_grad_norm, ddpg.rollout_length, ddpg.actor_lr) == (default.max_grad_norm, default.rollout_length,
+                                                                         1e-3)
+    assert (ddpg.num_envs, ddpg.normalize_obs, ddpg.total_env_steps) == (64, True, 1_500_000)  # the shared ones
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing set: nothing to name
+        assert cfg.replace(wb.PPOConfig(), algorithm="a2c").rollout_length == wb.A2CConfig().rollout_length
 
 
 @pytest.mark.parametrize("case", CONFIG_CASES)

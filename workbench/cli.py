@@ -199,7 +199,7 @@ def cmd_evaluate(args) -> int:
     else:
         results = compare(trainer, **options)
     print(f"{config.env}: {config.num_envs} replicas x {options['episodes']} episode(s) each, "
-          f"{'deterministic' if args.deterministic else 'stochastic'} policies, seed {options['seed']}")
+          f"{acting_text(config.algorithm, args.deterministic)}, seed {options['seed']}")
     print(format_comparison(results))
     if args.json:
         import json
@@ -380,6 +380,13 @@ def out_of_memory(exc: BaseException) -> bool:
     text = str(exc)
     return isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError" or \
         "out of memory" in text or "can't allocate memory" in text
+
+
+def acting_text(algorithm: str, deterministic: bool) -> str:
+    """How evaluate's policies act: DDPG's actor is deterministic either way (no exploration noise)."""
+    if algorithm == "ddpg":
+        return "deterministic actor (DDPG's, without exploration noise)"
+    return "deterministic policies" if deterministic else "stochastic policies"
 
 
 def _signed_values(argv: list) -> list:

@@ -85,6 +85,11 @@ def _free_trainer(trainer):
 
 def auto_scale(config, *, margin: float = 0.2, start: int = 1024, max_envs: int = 1 << 26, log=print):
     """Return (config with num_envs sized to this device, ScaleReport)."""
+    if config.algorithm == "ddpg":  # (its trial iterations would time the random phase, not learning)
+        raise cfg.ConfigError(f"auto-scale sizes on-policy runs (ppo, a2c) by their env-steps/s; DDPG takes "
+                              f"updates_per_rollout={config.updates_per_rollout} gradient steps an iteration whatever "
+                              f"the replica count, so more replicas learn less from each transition: set num_envs "
+                              f"yourself (the pendulum config's: 16) and drop --auto-scale")
     from ..runtime.env import best_target
     from .trainer import make_trainer
     target = best_target(config.env) if config.target == "auto" else config.target

@@ -11,6 +11,7 @@ import functools
 import math
 import numbers
 import typing
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -173,12 +174,20 @@ def unknown_keys_error(cls, unknown) -> ConfigError:
     """The error for keys `cls` does not have, with "did you mean" from other libraries' names
     (SYNONYMS) or close spellings."""
     names = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(unknown)
-    close = {k: [SYNONYMS[k]] if SYNONYMS.get(k) in names else difflib.get_close_matches(k, names, n=1, cutoff=0.6)
-             for k in unknown}
-    hint = "; ".join(f"did you mean '{c[0]}' for '{k}'?" for k, c in close.items() if c)
-    hint = f"; {hint}" if hint else ""
-    return ConfigError(f"unknown key(s) {unknown} for {cls.__name__}{hint}; valid keys: {names}")
+    hints = []
+    for k in sorted(unknown):
+        owners = [other for other in ALGORITHMS.values() if other is not cls
+                  and k in {f.name for f in dataclasses.fields(other)}]
+        close = difflib.get_close_matches(k, names, n=1, cutoff=0.6)
+        if SYNONYMS.get(k) in names:
+            hints.append(f"did you mean '{SYNONYMS[k]}' for '{k}'?")
+        elif owners:
+            hints.append(f"'{k}' is a field of {' and '.join(o.__name__ for o in owners)}: set algorithm: "
+                         f"{' or '.join(o.algorithm for o in owners)} to use it, or drop it")
+        elif close:
+            hints.append(f"did you mean '{close[0]}' for '{k}'?")
+    hint = f"; {'; '.join(hints)}" if hints else ""
+    return ConfigError(f"unknown key(s) {sorted(unknown)} for {cls.__name__}{hint}; valid keys: {names}")
 
 
 def _refuse_unknown_keywords(cls):
@@ -266,7 +275,8 @@ def _number_text(text: str, otherwise):
 # other libraries' names for the config's keys (Stable-Baselines3, CleanRL), for "did you mean"
 SYNONYMS = {"learning_rate": "lr", "n_envs": "num_envs", "total_timesteps": "total_env_steps",
             "n_steps": "rollout_length", "num_steps": "rollout_length", "n_epochs": "update_epochs",
-            "clip_range": "clip_coef", "target_reward": "target_return"}
+            "clip_range": "clip_coef", "target_reward": "target_return", "gradient_steps": "updates_per_rollout",
+            "polyak": "tau", "replay_size": "buffer_size", "start_steps": "learning_starts"}
 
 
 def from_dict(data: dict, cls=None):
@@ -357,8 +367,10 @@ def _validate_sweep(config) -> None:
     allowed = SWEEPABLE[config.algorithm]
     for key, values in config.sweep.items():
         if key not in allowed:
+            hint = ("; DDPG learns at actor_lr and critic_lr: sweep those" if key == "lr" and "actor_lr" in allowed
+                    else did_you_mean(key, allowed, repr))
             raise ConfigError(f"{name}.sweep names {key!r}; the hyperparameters {config.algorithm} members can "
-                              f"differ in are {list(allowed)}{did_you_mean(key, allowed, repr)}")
+                              f"differ in are {list(allowed)}{hint}")
         if not isinstance(values, (list, tuple)) or not values or not all(
                 isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values):
             raise ConfigError(f"{name}.sweep[{key!r}] must be a non-empty list of numbers, e.g. "
@@ -407,14 +419,24 @@ def save_yaml(config, path) -> None:
 
 def replace(config, **changes):
     """A copy of `config` with `changes`, type-checked like from_dict. A changed `algorithm` switches
-    the config class, keeping the fields the two classes share."""
+    the config class: the values set away from the old class's defaults go on where both classes
+    share the field and its default; the rest take the new class's defaults (a warning names the set
+    values left behind: another algorithm's fields, and tunings such as rollout_length whose
+    defaults differ between the two)."""
     algorithm = changes.pop("algorithm", config.algorithm)
     if algorithm != config.algorithm:
         if algorithm not in ALGORITHMS:
             raise ConfigError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
-        names = {f.name for f in dataclasses.fields(ALGORITHMS[algorithm])} - {"algorithm"}
+        new, old = ALGORITHMS[algorithm], type(config)
+        defaults = {cls: {f.name: to_dict(cls())[f.name] for f in dataclasses.fields(cls)} for cls in (new, old)}
         if algorithm == "ddpg":  # (DDPG reads actor_lr and critic_lr: another algorithm's lr is not carried over)
-            names.discard("lr")
-        kept = {k: v for k, v in to_dict(config).items() if k in names}
-        return from_dict({**kept, **changes}, ALGORITHMS[algorithm])
+            defaults[new].pop("lr", None)
+        chosen = {k: v for k, v in to_dict(config).items() if v != defaults[old].get(k) and k not in changes}
+        kept = {k: v for k, v in chosen.items() if k in defaults[new] and defaults[new][k] == defaults[old][k]}
+        left = {k: v for k, v in chosen.items() if k not in kept and k != "algorithm"}
+        if left:
+            warnings.warn(f"{old.__name__} -> {new.__name__}: {', '.join(f'{k}={v!r}' for k, v in left.items())} "
+                          f"set for {config.algorithm} do not carry over ({new.__name__} has no such field, or its "
+                          f"default differs); set them again to keep them", stacklevel=2)
+        return from_dict({**kept, **changes}, new)
     return from_dict({**to_dict(config), **changes}, type(config))

@@ -128,7 +128,9 @@ def default_ddpg_agent(tr):
     """DDPG's default actor and critic (and their targets) for one policy."""
     space = tr.env.action_space
     if not isinstance(space, Box):
-        raise PolicyMapError(f"DDPG needs a continuous (Box) action space; '{tr.env.name}' has {space}")
+        raise PolicyMapError(f"DDPG needs a continuous (Box) action space; '{tr.env.name}' has {space}: train it "
+                             f"with algorithm ppo or a2c, or give DDPG an env with Box actions (pendulum, "
+                             f"mountain_car_continuous)")
     act = hidden_activation(tr.config)
     return ddpg.DDPGAgent(DeterministicActor(tr.obs_dim, space, tr.config.hidden_sizes, act),
                           QCritic(tr.obs_dim, tr.head.out_dim, tr.config.hidden_sizes, act))
@@ -148,7 +150,18 @@ def build_ddpg(tr, g, agent):
         optimizers = (adam(agent.actor.parameters(), tr.config.actor_lr, tr.device, tr.lr_tensors),
                       adam(agent.critic.parameters(), tr.config.critic_lr, tr.device, tr.lr_tensors))
     n = tr.E * g.n
-    buffer = ddpg.ReplayBuffer(max(tr.config.buffer_size, n // tr.M), tr.obs_dim, act_dim, tr.device, batch=n,
+    if tr.config.buffer_size < n // tr.M:
+        from .config import ConfigError
+        raise ConfigError(f"DDPGConfig.buffer_size={tr.config.buffer_size} holds less than one step of every replica "
+                          f"of policy '{g.name}' ({n // (tr.M * g.n)} replicas x {g.n} agent(s) = {n // tr.M} "
+                          f"transitions a step): raise buffer_size to at least {n // tr.M} (it should hold many "
+                          f"steps) or lower num_envs")
+    collected = tr.config.total_env_steps * g.n  # (total_env_steps counts replica steps, a member's)
+    if collected < tr.config.learning_starts:
+        warnings.warn(f"DDPGConfig.total_env_steps={tr.config.total_env_steps} collects {collected} transitions of "
+                      f"policy '{g.name}', fewer than learning_starts={tr.config.learning_starts}: the run would end "
+                      f"before it learns anything; raise total_env_steps or lower learning_starts", stacklevel=4)
+    buffer = ddpg.ReplayBuffer(tr.config.buffer_size, tr.obs_dim, act_dim, tr.device, batch=n,
                                members=tr.M, masked=tr.env.definition.active is not None)
     return agent, optimizers, buffer
 

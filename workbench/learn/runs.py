@@ -178,7 +178,7 @@ def _reached(history, target) -> bool:
 
 
 FIXED_ON_RESUME = ("env", "algorithm", "num_envs", "env_params", "seed", "seeds", "sweep", "hidden_sizes",
-                   "activation", "shared_body", "centralised_critic")
+                   "activation", "shared_body", "centralised_critic", "buffer_size")
 RUN_FILES = ("checkpoint.pt", "metrics.csv")  # a folder holding either holds a run
 
 
@@ -299,12 +299,17 @@ def run_training(config, *, resume=None, progress=True, policies=None, show_run_
     from .population import latest_report
     # a population's members as last reported with a value (what the ranking and the best member use)
     final = latest_report(trainer.history) if result.metrics.get("members") and trainer.history else result.metrics
+    outcome = returns_text(final)
+    if not outcome and not final.get("members"):  # (DDPG's long episodes: the last log window may hold none)
+        known = next((m for m in reversed(trainer.history) if returns_text(m)), None)
+        if known is not None:
+            outcome = f"{returns_text(known)} (the last reported, at iteration {known.get('iteration', '?')})"
     training_s = result.wall_time_s - result.warmup_s
     warmup = "torch.compile, kernel loads and graph capture" if config.compile else "kernel loads and graph capture"
     say(f"stopped by {result.stopped_by} after {result.iterations} iterations, {result.env_steps / 1e6:.2f} M "
         f"env-steps, {training_s:.{2 if training_s < 10 else 1}f} s of training (env compile {compile_s:.1f} s "
         + (f"and {warmup} {result.warmup_s:.1f} s " if result.warmup_s else "")
-        + "apart); " + (returns_text(final) or "no episode ended"))
+        + "apart); " + (outcome or "no episode ended"))
     if config.sweep and trainer.history and trainer.is_main:
         from .ranking import ranking_text, sweep_settings, write_ranking_csv
         rows = sweep_settings(final)

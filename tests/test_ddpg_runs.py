@@ -1,0 +1,39 @@
+"""DDPG as a user drives it: what a run says where its last log window holds no episode end, and the
+settings that would learn nothing or break a resumed run, refused or warned about by name."""
+import pytest
+
+import workbench as wb
+from workbench.learn import config as cfg
+from workbench.learn.runs import ResumeError
+from workbench.learn.trainer import make_trainer
+
+SMALL = dict(env="pendulum", target="cpu", num_envs=4, rollout_length=1, updates_per_rollout=1, batch_size=16,
+             learning_starts=16, buffer_size=2048, hidden_sizes=[16, 16], log_every=50, cpu_threads=1)
+
+
+def test_a_run_whose_last_window_had_no_episode_end_says_its_last_reported_return(tmp_path, capsys):
+    """Pendulum's episodes end every 200 steps; with 50 iterations a window, a run of 250 iterations
+    ends on a window without one: its closing line names the return reported at iteration 200."""
+    run = tmp_path / "run"
+    trainer, result = wb.train(wb.DDPGConfig(**SMALL, total_env_steps=4 * 250, run_dir=str(run)), progress=False)
+    assert result.iterations == 250 and result.metrics["mean_return"] != result.metrics["mean_return"]  # NaN
+    at_200 = next(m for m in trainer.history if m["iteration"] == 200)
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("stopped by")][-1]
+    assert line.endswith(f"mean return {at_200['mean_return']:.2f} (the last reported, at iteration 200)")
+    with pytest.raises(ResumeError, match=r"buffer_size cannot change \(2048 -> 4096\)"):
+        wb.train(resume=run, buffer_size=4096, progress=False)
+
+
+def test_a_buffer_smaller_than_one_step_of_every_replica_is_refused_by_name():
+    config = wb.DDPGConfig(**{**SMALL, "num_envs": 64, "buffer_size": 32, "batch_size": 32, "learning_starts": 0})
+    with pytest.raises(cfg.ConfigError, match=r"buffer_size=32 holds less than one step of every replica of policy "
+                                              r"'shared' \(64 replicas x 1 agent\(s\) = 64 transitions a step\): "
+                                              r"raise buffer_size to at least 64"):
+        make_trainer(config)
+
+
+def test_a_budget_that_ends_before_learning_starts_warns():
+    config = wb.DDPGConfig(**{**SMALL, "learning_starts": 1000, "total_env_steps": 400})
+    with pytest.warns(UserWarning, match=r"total_env_steps=400 collects 400 transitions of policy 'shared', fewer "
+                                         r"than learning_starts=1000: the run would end before it learns anything"):
+        make_trainer(config)
