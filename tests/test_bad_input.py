@@ -79,6 +79,9 @@ CONFIG_CASES = {
                                            raises(cfg.ConfigError, "'target_kl' is a field of PPOConfig")),
     "DDPGConfig(gradient_steps), SB3's name": (lambda: wb.DDPGConfig(gradient_steps=2),
                                                raises(cfg.ConfigError, "did you mean 'updates_per_rollout'")),
+    "PPOConfig(gradient_steps), SB3's name of a DDPG field": (
+        lambda: wb.PPOConfig(gradient_steps=2),
+        raises(cfg.ConfigError, "'gradient_steps' is what we call 'updates_per_rollout', a field of DDPGConfig")),
     "DDPG sweep of lr": (lambda: wb.DDPGConfig(sweep={"lr": [1e-3, 3e-4]}),
                          raises(cfg.ConfigError, "sweep names 'lr'", "actor_lr and critic_lr: sweep those")),
     "auto-scale of DDPG": (lambda: __import__("workbench.learn.autoscale", fromlist=["auto_scale"]).auto_scale(

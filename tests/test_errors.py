@@ -27,7 +27,7 @@ def test_cuda_without_gpu_names_available_targets():
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert "target 'cuda' is not available: no CUDA GPU" in out.stdout
-    assert "Available here: ['cpu']" in out.stdout
+    assert "Available here: ['cpu']" in out.stdout and "set NUMBA_ENABLE_CUDASIM=1" in out.stdout
 
 
 def test_unknown_target():

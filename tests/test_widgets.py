@@ -437,9 +437,30 @@ def test_bad_fields_are_shown_and_nothing_starts():
     assert panel.runner is None
     assert "hidden_sizes" in panel.error_html.value and panel.status.startswith("cannot start")
     panel.config_form.inputs["hidden_sizes"].value = "16"
+    panel.config_form.inputs["gamma"].value = 2.0  # typed into the form: Start shows why it refuses
     with pytest.raises(ConfigError):
-        panel.set(gamma=2.0).start()
+        panel.start()
     assert "gamma must be in [0, 1]" in panel.error_html.value
+
+
+@pytest.mark.parametrize("values, words", [
+    ({"lr": -1.0}, "lr must be > 0, got -1.0"), ({"gamma": 2.0}, "gamma must be in [0, 1]"),
+    ({"activation": "gelu"}, "activation must be tanh or relu"),
+    ({"record_replicas": [8]}, "record_replicas [8] out of range: the run's env has 8 replicas, indices 0 .. 7"),
+    ({"seeds": 2, "record_replicas": [16]}, "16 replicas (8 per member x 2 members)"),
+    ({"lr": 1e-3, "gamma": -0.5}, "gamma must be in [0, 1]")])
+def test_set_and_the_constructor_refuse_a_value_out_of_its_range_and_change_nothing(values, words):
+    panel = tiny_panel(num_envs=8)
+    before = {name: widget.value for name, widget in panel.config_form.inputs.items()}
+    replicas = panel.run_form.record_replicas.value
+    with pytest.raises(ConfigError) as info:
+        panel.set(**values)
+    assert words in str(info.value)
+    assert {name: widget.value for name, widget in panel.config_form.inputs.items()} == before
+    assert panel.run_form.record_replicas.value == replicas
+    with pytest.raises(ConfigError, match=words.split(" ")[0]):
+        tiny_panel(num_envs=8, **values)
+    panel.set(seeds=2, record_replicas=[15])  # in range once the members are there
 
 
 def test_errors_before_training_are_shown_too(monkeypatch):

@@ -8,6 +8,7 @@ after the panel was built is offered, and its form rebuilt, when the panel is di
 names an env, or a run starts (`RunForm.sync_registry`)."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import types
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from workbench.errors import did_you_mean
 from workbench.learn import config as cfg
+from workbench.learn import population
 from workbench.learn.config import ConfigError
 
 from .device import device_line, gpu_count
@@ -112,6 +114,7 @@ class RunForm:
         self.forms = widgets.Accordion(children=[], layout=widgets.Layout(max_width="980px"))
         self.forms.add_class("wb-forms")
         self._build_config_form(dict(config))
+        checked_fields(cfg.ALGORITHMS[algorithm], dict(config), None, self.record_replicas.value, num_envs, mode)
         self._build_env_form(env_params)
 
         self.env_name.observe(lambda _c: self._syncing or self._build_env_form(None), names="value")
@@ -143,6 +146,8 @@ class RunForm:
         # what the user changed from the old algorithm's defaults goes on; the rest takes the new one's
         values = self.config_form.changed() if self.config_form is not None else {}
         check_config_fields(cls, overrides or {})
+        if overrides:
+            checked_config(cls, overrides, {})  # (ranges: a value out of one is refused, named)
         form = ConfigForm(cls, exclude=CONTROLLED, apart=POPULATION)
         for name, value in values.items():
             if name in form.inputs and type(form.inputs[name]) is type(self.config_form.inputs[name]):
@@ -274,17 +279,14 @@ class RunForm:
         if "record_replicas" in values:
             checked["record_replicas"] = replicas_text(values["record_replicas"])
         if "checkpoint" in values:
-            checkpoint = values["checkpoint"]
-            if checkpoint is not None and not isinstance(checkpoint, (str, os.PathLike)):
-                raise ConfigError(f"checkpoint={checkpoint!r}: give a checkpoint file's path (or None: random actions)")
-            checked["checkpoint"] = str(checkpoint or "")
+            checked["checkpoint"] = checkpoint_text(values["checkpoint"])
         env_form = None
         if "env_params" in values or env != self.env_name.value:
             env_form = EnvParamsForm(env, values.get("env_params"))
         fields = {k: v for k, v in values.items() if k not in checked and k not in ("env_params", "checkpoint")}
         check_config_fields(cfg.ALGORITHMS[algorithm], fields)
-        if fields:  # their types, on a scratch form: a refused value leaves this one as it was
-            ConfigForm(cfg.ALGORITHMS[algorithm], exclude=CONTROLLED).set(**fields)
+        checked_fields(cfg.ALGORITHMS[algorithm], fields, self.config_form if algorithm == self.algorithm.value else None,
+                       checked.get("record_replicas"), checked.get("num_envs", self.num_envs.value), mode)
         order = ("env", "algorithm", "mode", "target", "num_envs", "record_every", "gpus")  # env, algorithm: new forms
         for name in [n for n in order if n in checked]:
             (self.env_name if name == "env" else getattr(self, name)).value = checked[name]
@@ -328,6 +330,46 @@ class RunForm:
         return RunSpec(config=config, mode=self.mode.value, checkpoint=checkpoint or None,
                        record_every=self.record_every.value, record_replicas=replicas or (0,),
                        world_size=self.gpus.value if self.mode.value == "train" else 1, policies=self.policies)
+
+
+def checked_config(cls, fields: dict, base: dict):
+    """The config of `base` (field values) with `fields` set, the fields' types checked on a scratch
+    form and every range by the config class: ConfigError names a refused value, and no form changes."""
+    scratch = ConfigForm(cls, exclude=CONTROLLED)
+    if fields:
+        scratch.set(**fields)
+    typed = {k: v for k, v in scratch.values().items() if k in fields}
+    names = {f.name for f in dataclasses.fields(cls)} - set(CONTROLLED)
+    return cls(**{k: v for k, v in {**base, **typed}.items() if k in names})
+
+
+def checked_fields(cls, fields: dict, form, replicas: str | None, num_envs: int, mode: str) -> None:
+    """ConfigError unless `fields` are valid values of `cls` beside the values `form` holds now (None:
+    the defaults) and the replica indices `replicas` (None: unchanged) lie in the run's replicas."""
+    try:
+        base = form.values() if form is not None else {}
+    except ConfigError:  # (a bad value typed into the form: Start names it)
+        base = {}
+    config = checked_config(cls, fields, base)
+    if replicas is not None:
+        check_replicas(replicas, num_envs, population.size(config) if mode == "train" else 1)
+
+
+def checkpoint_text(checkpoint) -> str:
+    """The checkpoint field's text of `checkpoint` (a path, or None: random actions)."""
+    if checkpoint is not None and not isinstance(checkpoint, (str, os.PathLike)):
+        raise ConfigError(f"checkpoint={checkpoint!r}: give a checkpoint file's path (or None: random actions)")
+    return str(checkpoint or "")
+
+
+def check_replicas(text: str, num_envs: int, members: int) -> None:
+    """ConfigError unless every replica index of `text` ("0, 3") is one of the run's num_envs x members."""
+    replicas = int(num_envs) * members
+    bad = [int(r) for r in text.replace(",", " ").split() if not 0 <= int(r) < replicas]
+    if bad:
+        per = f" ({num_envs} per member x {members} members)" if members > 1 else ""
+        raise ConfigError(f"record_replicas {bad} out of range: the run's env has {replicas} replicas{per}, "
+                          f"indices 0 .. {replicas - 1}; pick replicas in that range")
 
 
 def rank_choices(definition, policies: dict | None) -> list:

@@ -176,13 +176,15 @@ def unknown_keys_error(cls, unknown) -> ConfigError:
     names = [f.name for f in dataclasses.fields(cls)]
     hints = []
     for k in sorted(unknown):
+        ours = SYNONYMS.get(k, k)  # (another library's name for it, or its own)
         owners = [other for other in ALGORITHMS.values() if other is not cls
-                  and k in {f.name for f in dataclasses.fields(other)}]
+                  and ours in {f.name for f in dataclasses.fields(other)}]
         close = difflib.get_close_matches(k, names, n=1, cutoff=0.6)
-        if SYNONYMS.get(k) in names:
-            hints.append(f"did you mean '{SYNONYMS[k]}' for '{k}'?")
+        if ours in names and ours != k:
+            hints.append(f"did you mean '{ours}' for '{k}'?")
         elif owners:
-            hints.append(f"'{k}' is a field of {' and '.join(o.__name__ for o in owners)}: set algorithm: "
+            called = f"'{k}' is" if ours == k else f"'{k}' is what we call '{ours}',"
+            hints.append(f"{called} a field of {' and '.join(o.__name__ for o in owners)}: set algorithm: "
                          f"{' or '.join(o.algorithm for o in owners)} to use it, or drop it")
         elif close:
             hints.append(f"did you mean '{close[0]}' for '{k}'?")

@@ -64,8 +64,10 @@ def get_target(name: str) -> Target:
         raise TargetUnavailableError(f"unknown target '{name}'; targets are {list(_CLASSES)}")
     reason = target_named(name).availability()
     if reason is not None:
+        simulator = (" (numba's CUDA simulator runs the cuda target without a GPU, slowly, for tests and checks: "
+                     "set NUMBA_ENABLE_CUDASIM=1 before the process imports numba)" if name == "cuda" else "")
         raise TargetUnavailableError(f"target '{name}' is not available: {reason}. "
-                                     f"Available here: {available_targets()}")
+                                     f"Available here: {available_targets()}{simulator}")
     return target_named(name)
 
 
