@@ -3,6 +3,8 @@
 the status line's member count and population summary, a sweep's ranked settings at the end, and
 a population's run folder read back as its reports."""
 import numpy as np
+from pathlib import Path
+
 import pytest
 
 import workbench as wb
@@ -201,6 +203,9 @@ def test_continue_ranks_by_a_new_rank_by_and_the_folder_reads_back_with_it(runs_
     assert panel.plot.axes["return"].get_title().startswith("episode_length: median, IQR band")
     config, reports = read_run(panel.runs[0]["run_dir"])
     assert config["rank_by"] == "episode_length" and reports[-1]["rank_by"] == "episode_length"
+    folder = Path(panel.runs[0]["run_dir"])  # the panel's run folder holds what the CLI's does
+    assert (folder / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
+    assert (folder / "ranking.csv").read_text().splitlines()[0].startswith("rank,lr,members,missing,episode_length_mean")
     panel.set(total_env_steps=4 * 8 * 5, rank_by="return/runners")  # checked against what the run reports
     panel.start()
     with pytest.raises(ConfigError, match="rank_by is 'return/runners', which this run does not report"):

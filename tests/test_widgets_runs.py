@@ -225,16 +225,20 @@ def test_an_env_made_before_its_cell_ran_again_is_not_said_reused(cell_envs):
 
 
 def test_record_replicas_are_checked_before_anything_is_compiled_or_written():
-    panel = TrainingPanel("cartpole", record_every=1, record_replicas=(99,), **TINY)
+    with pytest.raises(ConfigError, match=r"record_replicas \[99\] out of range: .* 8 replicas, indices 0 \.\. 7"):
+        TrainingPanel("cartpole", record_every=1, record_replicas=(99,), **TINY)
+    panel = TrainingPanel("cartpole", record_every=1, **TINY)
+    panel.record_replicas.value = "99"  # typed into the field: Start refuses it
     with pytest.raises(ConfigError, match=r"record_replicas \[99\] out of range: .* 8 replicas, indices 0 \.\. 7"):
         panel.start()
     assert panel.runner is None and not Path("runs").exists()
-    panel.set(record_replicas=[-1])
     with pytest.raises(ConfigError, match=r"record_replicas \[-1\]"):
-        panel.spec()
+        panel.set(record_replicas=[-1])
     panel.set(record_replicas=[15], seeds=2)  # a population's env: 8 replicas per member x 2 members
     assert panel.spec().record_replicas == (15,)
-    panel.set(record_replicas=[16])
+    with pytest.raises(ConfigError, match=r"16 replicas \(8 per member x 2 members\)"):
+        panel.set(record_replicas=[16])
+    panel.record_replicas.value = "16"
     with pytest.raises(ConfigError, match=r"16 replicas \(8 per member x 2 members\)"):
         panel.spec()
 

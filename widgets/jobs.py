@@ -43,6 +43,7 @@ def continued_config(trained, form):
 def train(run) -> None:
     """Train the spec's config in this process (continuing run.trainer when the run resumes one)."""
     from workbench.learn.loggers import make_logger
+    from workbench.learn.runs import finish_run_folder
     from workbench.learn.trainer import make_trainer
     config = run.spec.config
     if run.trainer is not None:  # continuing: same trainer, the form's budget and schedule
@@ -82,6 +83,7 @@ def train(run) -> None:
         logger.close(history[-1] if history else None)
     run.stopped_by = run.result.stopped_by
     run.pull_episodes(run.trainer.iteration, force=run.spec.record_every > 0)
+    finish_run_folder(run.trainer, config.run_dir)  # learning_curve.png (and a sweep's ranking.csv), as the CLI's
 
 
 def _given_env(run, config):

@@ -266,7 +266,6 @@ def run_training(config, *, resume=None, progress=True, policies=None, show_run_
     checkpoint to continue from; one outside config.run_dir forks its run into run_dir.
     show_run_folder: print what the run folder holds at the end."""
     from .loggers import compose, make_logger
-    from .report import plot_learning_curve
     from .trainer import make_trainer
 
     start = time.perf_counter()
@@ -310,15 +309,11 @@ def run_training(config, *, resume=None, progress=True, policies=None, show_run_
         f"env-steps, {training_s:.{2 if training_s < 10 else 1}f} s of training (env compile {compile_s:.1f} s "
         + (f"and {warmup} {result.warmup_s:.1f} s " if result.warmup_s else "")
         + "apart); " + (outcome or "no episode ended"))
-    if config.sweep and trainer.history and trainer.is_main:
-        from .ranking import ranking_text, sweep_settings, write_ranking_csv
-        rows = sweep_settings(final)
-        say(ranking_text(rows))
-        if run_dir is not None:
-            write_ranking_csv(rows, run_dir / "ranking.csv")
-    if run_dir is not None and trainer.history and trainer.is_main:
-        plot_learning_curve(trainer.history, run_dir / "learning_curve.png", f"{config.env} {config.algorithm}")
-        if show_run_folder:
+    if trainer.is_main:
+        table = finish_run_folder(trainer, run_dir)
+        if table:
+            say(table)
+        if run_dir is not None and trainer.history and show_run_folder:
             print(run_folder_contents(run_dir))
     if trainer.sync is not None or trainer.ranks is not None:
         import torch.distributed
@@ -335,6 +330,28 @@ def _keep_env_source(defn, run_dir: Path):
     kept = registry.stored(defn)
     if kept is not None:
         (run_dir / SOURCE_FILES.get(kept["language"], "env_source.py")).write_text(kept["source"])
+
+
+def finish_run_folder(trainer, run_dir) -> str:
+    """Write what a run folder holds once training stops (the CLI's, wb.train's and the panel's alike):
+    learning_curve.png, and for a sweep ranking.csv; returns the sweep's ranking table ("" without a
+    sweep or before any report). run_dir None writes nothing."""
+    history, config = trainer.history, trainer.config
+    if not history:
+        return ""
+    run_dir = Path(run_dir) if run_dir is not None else None
+    table = ""
+    if config.sweep:
+        from .population import latest_report
+        from .ranking import ranking_text, sweep_settings, write_ranking_csv
+        rows = sweep_settings(latest_report(history))
+        table = ranking_text(rows)
+        if run_dir is not None:
+            write_ranking_csv(rows, run_dir / "ranking.csv")
+    if run_dir is not None:
+        from .report import plot_learning_curve
+        plot_learning_curve(history, run_dir / "learning_curve.png", f"{config.env} {config.algorithm}")
+    return table
 
 
 def train(config=None, *, resume=None, progress: bool = True, policies=None, **changes):
