@@ -283,16 +283,22 @@ ARGUMENT_TYPES = {bool: _boolean, int: _integer, float: _float, str: str}
 def _add_config_options(parser):
     from .learn.config import ALGORITHMS, describe
     seen = set()
-    group = parser.add_argument_group("config fields (override the file's values)")
+    group = parser.add_argument_group("config fields (override the file's values; a field of some algorithms "
+                                      "only says whose)")
+    owners = {}
+    for key, cls in ALGORITHMS.items():
+        for name, *_ in describe(cls):
+            owners.setdefault(name, []).append(key.upper())
     for cls in ALGORITHMS.values():
         for name, kind, _default, doc in describe(cls):
             if name in seen or name in ("algorithm", "env_params", "hidden_sizes", "run_dir"):
                 continue
             seen.add(name)
             base = getattr(kind, "__origin__", kind)
+            whose = f"({', '.join(owners[name])} only) " if len(owners[name]) < len(ALGORITHMS) else ""
             if base in (bool, int, float, str):
                 group.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, type=ARGUMENT_TYPES[base],
-                                   help=doc)
+                                   help=whose + doc)
     parser.add_argument("--sweep", action="extend", nargs="+", dest="sweep_items", metavar="NAME=V1,V2,...",
                         help="train a population over these values of a hyperparameter (several names for a grid; "
                              "each setting times --seeds members), e.g. --sweep lr=1e-3,3e-4 ent_coef=0,0.01")
