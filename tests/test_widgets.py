@@ -463,6 +463,21 @@ def test_set_and_the_constructor_refuse_a_value_out_of_its_range_and_change_noth
     panel.set(seeds=2, record_replicas=[15])  # in range once the members are there
 
 
+def test_set_checks_its_own_values_beside_the_forms():
+    """set() weighs its values against what the form holds (the members a new algorithm keeps too), and
+    a bad value typed into another field is Start's to name, not a reason to refuse set()."""
+    panel = tiny_panel(num_envs=4)
+    panel.set(seeds=4)
+    panel.set(algorithm="a2c", record_replicas=[10])  # 4 replicas x 4 members, kept across the switch
+    assert panel.run_form.record_replicas.value == "10" and panel.config_form.inputs["seeds"].value == 4
+    panel.config_form.inputs["gamma"].value = 7.0
+    panel.set(lr=1e-3, record_replicas=[0])
+    with pytest.raises(ConfigError, match="lr must be > 0"):
+        panel.set(lr=-1.0)
+    with pytest.raises(ConfigError, match="gamma must be in"):
+        panel.spec()
+
+
 def test_errors_before_training_are_shown_too(monkeypatch):
     from workbench.learn import trainer as trainer_module
 

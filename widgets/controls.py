@@ -21,7 +21,7 @@ from workbench.learn import population
 from workbench.learn.config import ConfigError
 
 from .device import device_line, gpu_count
-from .form import POPULATION, ConfigForm, EnvParamsForm
+from .form import POPULATION, ConfigForm, EnvParamsForm, parse_field
 from .jobs import checkpoint_env
 from .runner import RunSpec
 
@@ -114,7 +114,7 @@ class RunForm:
         self.forms = widgets.Accordion(children=[], layout=widgets.Layout(max_width="980px"))
         self.forms.add_class("wb-forms")
         self._build_config_form(dict(config))
-        checked_fields(cfg.ALGORITHMS[algorithm], dict(config), None, self.record_replicas.value, num_envs, mode)
+        checked_fields(cfg.ALGORITHMS[algorithm], dict(config), None, True, self.record_replicas.value, num_envs, mode)
         self._build_env_form(env_params)
 
         self.env_name.observe(lambda _c: self._syncing or self._build_env_form(None), names="value")
@@ -285,7 +285,7 @@ class RunForm:
             env_form = EnvParamsForm(env, values.get("env_params"))
         fields = {k: v for k, v in values.items() if k not in checked and k not in ("env_params", "checkpoint")}
         check_config_fields(cfg.ALGORITHMS[algorithm], fields)
-        checked_fields(cfg.ALGORITHMS[algorithm], fields, self.config_form if algorithm == self.algorithm.value else None,
+        checked_fields(cfg.ALGORITHMS[algorithm], fields, self.config_form, algorithm == self.algorithm.value,
                        checked.get("record_replicas"), checked.get("num_envs", self.num_envs.value), mode)
         order = ("env", "algorithm", "mode", "target", "num_envs", "record_every", "gpus")  # env, algorithm: new forms
         for name in [n for n in order if n in checked]:
@@ -334,25 +334,41 @@ class RunForm:
 
 def checked_config(cls, fields: dict, base: dict):
     """The config of `base` (field values) with `fields` set, the fields' types checked on a scratch
-    form and every range by the config class: ConfigError names a refused value, and no form changes."""
+    form and every range by the config class: ConfigError names a refused value, and no form changes.
+    Where `base` alone is refused already (a bad value typed into the form: Start names it), the
+    fields are checked on the class's defaults."""
     scratch = ConfigForm(cls, exclude=CONTROLLED)
     if fields:
         scratch.set(**fields)
     typed = {k: v for k, v in scratch.values().items() if k in fields}
     names = {f.name for f in dataclasses.fields(cls)} - set(CONTROLLED)
-    return cls(**{k: v for k, v in {**base, **typed}.items() if k in names})
-
-
-def checked_fields(cls, fields: dict, form, replicas: str | None, num_envs: int, mode: str) -> None:
-    """ConfigError unless `fields` are valid values of `cls` beside the values `form` holds now (None:
-    the defaults) and the replica indices `replicas` (None: unchanged) lie in the run's replicas."""
     try:
-        base = form.values() if form is not None else {}
-    except ConfigError:  # (a bad value typed into the form: Start names it)
-        base = {}
+        return cls(**{k: v for k, v in {**base, **typed}.items() if k in names})
+    except ConfigError:
+        try:
+            cls(**{k: v for k, v in base.items() if k in names})
+        except ConfigError:
+            return cls(**typed)
+        raise
+
+
+def checked_fields(cls, fields: dict, form, same_algorithm: bool, replicas: str | None, num_envs: int,
+                   mode: str) -> None:
+    """ConfigError unless `fields` are valid values of `cls` beside the values `form` holds now (all
+    of them with the same algorithm, else its population's) and the replica indices `replicas`
+    (None: unchanged) lie in the run's replicas."""
+    shown = {}
+    for name, (kind, default, _doc) in (form.fields.items() if form is not None else ()):
+        try:  # (field by field: a bad one typed in is Start's to name)
+            shown[name] = parse_field(form.cls.__name__, name, kind, default, form.inputs[name])
+        except ConfigError:
+            pass
+    base = shown if same_algorithm else {k: v for k, v in shown.items() if k in ("seeds", "sweep")}
     config = checked_config(cls, fields, base)
     if replicas is not None:
-        check_replicas(replicas, num_envs, population.size(config) if mode == "train" else 1)
+        grid = {**base, **{k: getattr(config, k) for k in ("seeds", "sweep") if k in fields}}
+        members = population.size(types.SimpleNamespace(seeds=grid.get("seeds", 1), sweep=grid.get("sweep")))
+        check_replicas(replicas, num_envs, members if mode == "train" else 1)
 
 
 def checkpoint_text(checkpoint) -> str:

@@ -327,7 +327,8 @@ def validate(config) -> None:
     if isinstance(config, DDPGConfig):
         checks += [("tau", 0.0 < config.tau <= 1.0, "must be in (0, 1]"),
                    ("buffer_size", config.buffer_size >= 1, "must be >= 1"),
-                   ("batch_size", 1 <= config.batch_size <= config.buffer_size, "must be in [1, buffer_size]"),
+                   ("batch_size", 1 <= config.batch_size <= config.buffer_size,
+                    f"must be in [1, buffer_size={config.buffer_size}] (lower it or raise buffer_size)"),
                    ("actor_lr", config.actor_lr > 0, "must be > 0"),
                    ("critic_lr", config.critic_lr > 0, "must be > 0"),
                    ("updates_per_rollout", config.updates_per_rollout >= 1, "must be >= 1 (else nothing learns)"),
@@ -436,9 +437,19 @@ def replace(config, **changes):
         chosen = {k: v for k, v in to_dict(config).items() if v != defaults[old].get(k) and k not in changes}
         kept = {k: v for k, v in chosen.items() if k in defaults[new] and defaults[new][k] == defaults[old][k]}
         left = {k: v for k, v in chosen.items() if k not in kept and k != "algorithm"}
+        if kept.get("sweep"):  # (a swept name the new algorithm's members cannot differ in stays behind)
+            unswept = {k: v for k, v in kept["sweep"].items() if k not in SWEEPABLE[algorithm]}
+            kept["sweep"] = {k: v for k, v in kept["sweep"].items() if k not in unswept} or None
+            left.update({f"sweep[{k!r}]": v for k, v in unswept.items()})
         if left:
-            warnings.warn(f"{old.__name__} -> {new.__name__}: {', '.join(f'{k}={v!r}' for k, v in left.items())} "
-                          f"set for {config.algorithm} do not carry over ({new.__name__} has no such field, or its "
-                          f"default differs); set them again to keep them", stacklevel=2)
+            def why(key):
+                if key == "lr" and algorithm == "ddpg":
+                    return "it learns at actor_lr and critic_lr"
+                if key.startswith("sweep["):
+                    return "its members cannot differ in it"
+                return f"its default is {defaults[new][key]!r}" if key in defaults[new] else "no such field"
+            warnings.warn(f"{old.__name__} -> {new.__name__}: values set for {config.algorithm} left behind: "
+                          f"{', '.join(f'{k}={v!r} ({why(k)})' for k, v in left.items())}; set them again to "
+                          f"keep them", stacklevel=2)
         return from_dict({**kept, **changes}, new)
     return from_dict({**to_dict(config), **changes}, type(config))
