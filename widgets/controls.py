@@ -23,7 +23,7 @@ from workbench.learn.config import ConfigError
 from .device import device_line, gpu_count
 from .form import POPULATION, ConfigForm, EnvParamsForm, parse_field
 from .jobs import checkpoint_env
-from .runner import RunSpec
+from .runner import RunSpec, check_replicas
 
 MODES = ("train", "rollouts")
 
@@ -146,8 +146,6 @@ class RunForm:
         # what the user changed from the old algorithm's defaults goes on; the rest takes the new one's
         values = self.config_form.changed() if self.config_form is not None else {}
         check_config_fields(cls, overrides or {})
-        if overrides:
-            checked_config(cls, overrides, {})  # (ranges: a value out of one is refused, named)
         form = ConfigForm(cls, exclude=CONTROLLED, apart=POPULATION)
         for name, value in values.items():
             if name in form.inputs and type(form.inputs[name]) is type(self.config_form.inputs[name]):
@@ -368,7 +366,8 @@ def checked_fields(cls, fields: dict, form, same_algorithm: bool, replicas: str 
     if replicas is not None:
         grid = {**base, **{k: getattr(config, k) for k in ("seeds", "sweep") if k in fields}}
         members = population.size(types.SimpleNamespace(seeds=grid.get("seeds", 1), sweep=grid.get("sweep")))
-        check_replicas(replicas, num_envs, members if mode == "train" else 1)
+        check_replicas([int(r) for r in replicas.replace(",", " ").split()], num_envs,
+                       members if mode == "train" else 1)
 
 
 def checkpoint_text(checkpoint) -> str:
@@ -376,16 +375,6 @@ def checkpoint_text(checkpoint) -> str:
     if checkpoint is not None and not isinstance(checkpoint, (str, os.PathLike)):
         raise ConfigError(f"checkpoint={checkpoint!r}: give a checkpoint file's path (or None: random actions)")
     return str(checkpoint or "")
-
-
-def check_replicas(text: str, num_envs: int, members: int) -> None:
-    """ConfigError unless every replica index of `text` ("0, 3") is one of the run's num_envs x members."""
-    replicas = int(num_envs) * members
-    bad = [int(r) for r in text.replace(",", " ").split() if not 0 <= int(r) < replicas]
-    if bad:
-        per = f" ({num_envs} per member x {members} members)" if members > 1 else ""
-        raise ConfigError(f"record_replicas {bad} out of range: the run's env has {replicas} replicas{per}, "
-                          f"indices 0 .. {replicas - 1}; pick replicas in that range")
 
 
 def rank_choices(definition, policies: dict | None) -> list:

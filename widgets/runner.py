@@ -47,6 +47,16 @@ def running_runs() -> list:
     return [run for run in list(_started) if run.running]
 
 
+def check_replicas(replicas, num_envs: int, members: int) -> None:
+    """ConfigError unless every replica index in `replicas` is one of the run's num_envs x members."""
+    total = int(num_envs) * members
+    bad = [r for r in replicas if not 0 <= r < total]
+    if bad:
+        per = f" ({num_envs} per member x {members} members)" if members > 1 else ""
+        raise ConfigError(f"record_replicas {bad} out of range: the run's env has {total} replicas{per}, "
+                          f"indices 0 .. {total - 1}; pick replicas in that range")
+
+
 @dataclass
 class RunSpec:
     """What to run.
@@ -79,13 +89,8 @@ class RunSpec:
         if self.world_size > 1 and self.mode != "train":
             raise ValueError("several processes (world_size > 1) are for training; rollouts run in one")
         self.record_replicas = tuple(int(r) for r in self.record_replicas)
-        replicas = self.config.num_envs * (population.size(self.config) if self.mode == "train" else 1)
-        bad = [r for r in self.record_replicas if not 0 <= r < replicas]
-        if bad:
-            members = f" ({self.config.num_envs} per member x {replicas // self.config.num_envs} members)" \
-                if replicas != self.config.num_envs else ""
-            raise ConfigError(f"record_replicas {bad} out of range: the run's env has {replicas} replicas{members}, "
-                              f"indices 0 .. {replicas - 1}; pick replicas in that range")
+        check_replicas(self.record_replicas, self.config.num_envs,
+                       population.size(self.config) if self.mode == "train" else 1)
 
     @property
     def total_iterations(self) -> int:

@@ -431,7 +431,7 @@ def replace(config, **changes):
         if algorithm not in ALGORITHMS:
             raise ConfigError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
         new, old = ALGORITHMS[algorithm], type(config)
-        defaults = {cls: {f.name: to_dict(cls())[f.name] for f in dataclasses.fields(cls)} for cls in (new, old)}
+        defaults = {cls: to_dict(cls()) for cls in (new, old)}
         if algorithm == "ddpg":  # (DDPG reads actor_lr and critic_lr: another algorithm's lr is not carried over)
             defaults[new].pop("lr", None)
         chosen = {k: v for k, v in to_dict(config).items() if v != defaults[old].get(k) and k not in changes}
