@@ -84,6 +84,8 @@ CONFIG_CASES = {
         raises(cfg.ConfigError, "'gradient_steps' is what we call 'updates_per_rollout', a field of DDPGConfig")),
     "DDPG sweep of lr": (lambda: wb.DDPGConfig(sweep={"lr": [1e-3, 3e-4]}),
                          raises(cfg.ConfigError, "sweep names 'lr'", "actor_lr and critic_lr: sweep those")),
+    "PPO sweep of tau, a DDPG hyperparameter": (lambda: wb.PPOConfig(sweep={"tau": [0.01]}),
+                                                raises(cfg.ConfigError, "'tau' is a hyperparameter of ddpg")),
     "auto-scale of DDPG": (lambda: __import__("workbench.learn.autoscale", fromlist=["auto_scale"]).auto_scale(
                                wb.DDPGConfig(env="pendulum")),
                            raises(cfg.ConfigError, "auto-scale sizes on-policy runs", "set num_envs yourself")),
@@ -518,6 +520,9 @@ def test_a_new_run_into_a_folder_holding_a_run_is_refused_and_nothing_is_overwri
     (["cartpole", "--set", "ent_coef=-1"], ["PPOConfig.ent_coef must be >= 0"]),
     (["cartpole", "--max-grad-norm", "-1"], ["PPOConfig.max_grad_norm must be >= 0"]),
     (["cartpole", "--sweep", "lr=inf,1e-3"], ["sweep['lr'] holds inf", "lr must be a finite number"]),
+    (["cartpole", "--lr", "5e-3", "--sweep", "lr=1e-3,3e-3"], ["lr is given (0.005) and swept", "add 0.005 to the sweep"]),
+    (["cartpole", "--sweep", "lr=1e-3,0.001"], ["sweep['lr'] lists 0.001 more than once", "seeds"]),
+    (["cartpole", "--sweep", "learning_rate=1e-3"], ["sweep names 'learning_rate'", "did you mean 'lr'?"]),
     (["pendulum", "--lr", "1"], ["DDPGConfig.lr is not read by DDPG, which learns at actor_lr and critic_lr", "--actor-lr"]),
     (["pendulum", "--set", "updates_per_rollout=0"], ["DDPGConfig.updates_per_rollout must be >= 1"]),
     (["pendulum", "--set", "actor_lr=-1"], ["DDPGConfig.actor_lr must be > 0"]),

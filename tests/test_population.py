@@ -333,11 +333,11 @@ def test_best_member_is_loaded_for_replay_and_evaluate(tmp_path, capsys):
         for m in report["members"]:
             m["mean_return"] = float("nan")
     with pytest.warns(UserWarning, match="no member of this population has a value of mean_return yet"):
-        assert population.member_payload(payload, "best")["member_of"] == {"members": 3, "member": 0,
-                                                                           "best_by": "mean_return"}
-    with pytest.raises(cfg.ConfigError, match="member must be in 0..2"):
+        assert population.member_payload(payload, "best")["member_of"] == {"members": 3, "member": 0, "seed": 11,
+                                                                           "values": {}}  # (not the best by any)
+    with pytest.raises(cfg.ConfigError, match="member must be an index in 0..2"):
         load_policy(tmp_path, member=5)
-    with pytest.raises(cfg.ConfigError, match="member must be in 0..2 or 'best', got 'worst'"):
+    with pytest.raises(cfg.ConfigError, match="member must be an index in 0..2 or 'best', got 'worst'"):
         load_policy(tmp_path, member="worst")
 
 

@@ -105,8 +105,8 @@ def test_ranking_csv_round_trips(tmp_path):
     with path.open(newline="") as fh:
         back = list(csv.DictReader(fh))
     assert list(back[0]) == ["rank", "lr", "ent_coef", "members", "missing", "return_mean", "return_std",
-                             "best_member", "best_return"]
-    assert len(back) == len(rows)
+                             "best_member", "best_return", "ranked_by"]
+    assert len(back) == len(rows) and {read["ranked_by"] for read in back} == {"mean_return"}
     for row, read in zip(rows, back):
         assert int(read["rank"]) == row["rank"]
         assert {k: float(read[k]) for k in ("lr", "ent_coef")} == row["values"]
@@ -280,7 +280,7 @@ def test_a_population_ranks_and_picks_its_best_member_by_its_rank_by(tmp_path):
     assert "return/taggers mean ± std" in ranking.ranking_text(rows).splitlines()[0]
     path = ranking.write_ranking_csv(rows, tmp_path / "ranking.csv")
     assert path.read_text().splitlines()[0] == ("rank,lr,members,missing,return/taggers_mean,return/taggers_std,"
-                                                "best_member,best_return/taggers")
+                                                "best_member,best_return/taggers,ranked_by")
     assert ranking.population_summary(latest_report(by_taggers)).endswith(
         "; best setting lr=0.0003 (return/taggers mean 3.75 over 2 seeds)")
     curves = ranking.population_curves(by_taggers)["curves"]
@@ -302,9 +302,17 @@ def test_a_rank_by_with_a_minus_ranks_the_lowest_first(tmp_path):
         ("return/runners", 3e-4, -2.75, 2, -6.0), ("return/runners", 1e-3, -2.0, 0, -3.0)]
     assert [r["values"]["lr"] for r in ranking.sweep_settings(latest_report(highest))] == [1e-3, 3e-4]
     assert "return/runners (lowest first) mean ± std" in ranking.ranking_text(rows).splitlines()[0]
-    assert ranking.write_ranking_csv(rows, tmp_path / "r.csv").read_text().splitlines()[0].endswith(
-        "return/runners_mean,return/runners_std,best_member,best_return/runners")
+    written = ranking.write_ranking_csv(rows, tmp_path / "r.csv").read_text().splitlines()
+    assert written[0].endswith("return/runners_mean,return/runners_std,best_member,best_return/runners,ranked_by")
+    assert all(line.endswith(",-return/runners") for line in written[1:])  # the order, for a reader of the csv alone
     assert ranking.population_summary(latest_report(lowest)).endswith(
         "; best setting lr=0.0003 (return/runners mean -2.75 over 2 seeds, the lowest ranking first)")
     assert [c["label"] for c in ranking.population_curves(lowest)["curves"]] == [
         "lr=0.001 (return/runners)", "lr=0.0003 (return/runners)"]
+
+
+def test_a_setting_of_one_member_shows_its_value_without_a_spread_and_says_one_seed():
+    final = population_history([[10.0, 30.0]], [{"lr": 1e-3}, {"lr": 3e-4}])[-1]
+    lines = ranking.ranking_text(ranking.sweep_settings(final)).splitlines()
+    assert lines[1].split()[:4] == ["1", "0.0003", "1", "30.00"] and "±" not in lines[1] + lines[2]
+    assert ranking.population_summary(final).endswith("; best setting lr=0.0003 (mean 30.00 over 1 seed)")

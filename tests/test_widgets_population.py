@@ -121,6 +121,19 @@ def test_a_bad_sweep_stops_start_with_a_message_naming_the_field(tmp_path):
     assert panel.runner is None
 
 
+def test_a_rank_by_the_run_does_not_report_is_refused_by_set_and_by_start_before_any_file(tmp_path):
+    panel = TrainingPanel("cartpole", seeds=2, runs_root=str(tmp_path), **TINY)
+    with pytest.raises(ConfigError, match=r"PPOConfig\.rank_by is 'bogus', which this run does not report: name "
+                                          r"one of \['mean_return', 'return/shared', 'episode_length'\]"):
+        panel.set(rank_by="bogus")
+    assert panel.config_form.values()["rank_by"] == "mean_return"  # nothing set
+    panel.set(rank_by="-episode_length")  # a choice, the minus allowed
+    panel.config_form.inputs["rank_by"].value = "return"  # typed into the field: the tables' name
+    with pytest.raises(ConfigError, match="did you mean 'mean_return'"):
+        panel.start()
+    assert panel.runner is None and panel.runs == [] and list(tmp_path.iterdir()) == []  # no folder, no run
+
+
 # ---- a population run -----------------------------------------------------------------------------
 
 def test_a_population_run_draws_the_median_and_the_band_and_says_the_summary(seeds_panel):
@@ -206,9 +219,7 @@ def test_continue_ranks_by_a_new_rank_by_and_the_folder_reads_back_with_it(runs_
     folder = Path(panel.runs[0]["run_dir"])  # the panel's run folder holds what the CLI's does
     assert (folder / "learning_curve.png").read_bytes()[:4] == b"\x89PNG"
     assert (folder / "ranking.csv").read_text().splitlines()[0].startswith("rank,lr,members,missing,episode_length_mean")
-    panel.set(total_env_steps=4 * 8 * 5, rank_by="return/runners")  # checked against what the run reports
-    panel.start()
     with pytest.raises(ConfigError, match="rank_by is 'return/runners', which this run does not report"):
-        panel.wait(TIMEOUT)
-    assert "rank_by is &#x27;return/runners&#x27;" in panel.error_html.value
+        panel.set(total_env_steps=4 * 8 * 5, rank_by="return/runners")  # checked against what the run reports
+    assert panel.config_form.values()["total_env_steps"] == 4 * 8 * 4  # a refused set() sets nothing
     assert panel.trainer.config.rank_by == "episode_length" and panel.history[-1]["iteration"] == 4

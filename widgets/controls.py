@@ -283,6 +283,8 @@ class RunForm:
             env_form = EnvParamsForm(env, values.get("env_params"))
         fields = {k: v for k, v in values.items() if k not in checked and k not in ("env_params", "checkpoint")}
         check_config_fields(cfg.ALGORITHMS[algorithm], fields)
+        if isinstance(fields.get("rank_by"), str):
+            check_rank_choice(cfg.ALGORITHMS[algorithm], fields["rank_by"], env_form or self.env_form, self.policies)
         checked_fields(cfg.ALGORITHMS[algorithm], fields, self.config_form, algorithm == self.algorithm.value,
                        checked.get("record_replicas"), checked.get("num_envs", self.num_envs.value), mode)
         order = ("env", "algorithm", "mode", "target", "num_envs", "record_every", "gpus")  # env, algorithm: new forms
@@ -320,6 +322,8 @@ class RunForm:
         data = {**values, "env": self.env_name.value, "num_envs": self.num_envs.value, "target": self.target.value,
                 "env_params": env_params or None}
         config = cfg.from_dict(data, self.config_form.cls)
+        if not rollouts:  # (refused here, Start writes no run folder and adds no run)
+            check_rank_choice(type(config), config.rank_by, self.env_form, self.policies)
         try:
             replicas = tuple(int(r) for r in self.record_replicas.value.replace(",", " ").split())
         except ValueError:
@@ -389,6 +393,12 @@ def rank_choices(definition, policies: dict | None) -> list:
         except Exception:  # noqa: BLE001 - the env's own code: Start reports what it raises
             names = ["shared"]
     return ranked_statistics(definition, names)
+
+
+def check_rank_choice(cls, rank_by: str, env_form, policies: dict | None) -> None:
+    """ConfigError unless `rank_by` (a minus allowed) is one of rank_choices: what the run will report."""
+    from workbench.learn.config_env import check_rank_name
+    check_rank_name(cls.__name__, rank_by, rank_choices(env_form.definition, policies))
 
 
 def checked_gpus(gpus, target: str, mode: str) -> int:

@@ -179,9 +179,7 @@ def cmd_evaluate(args) -> int:
     path, payload = load_checkpoint(_checkpoint_path(args.checkpoint))  # registers a %%warpenv env it kept
     if payload.get("population"):
         payload = population.member_payload(payload, "best" if args.member is None else args.member)
-        chosen = payload["member_of"]
-        print(f"member {chosen['member']} of {chosen['members']}"
-              + (f" (the best by {chosen['best_by']})" if chosen.get("best_by") else ""))
+        print(population.member_label(payload["member_of"]))
     elif args.member not in (None, 0, "best"):  # (as load_policy and replay: a single run is its own member 0)
         raise cfg.ConfigError(f"--member {args.member}: {str(path)!r} is a single run's checkpoint, not a "
                               f"population's; evaluate it without --member")

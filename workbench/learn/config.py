@@ -58,7 +58,8 @@ class RunConfig:
                                      "(policy NAME's), episode_length or a metric of the env's (Tag: tag_rate, "
                                      "survival); '-' before it ranks the lowest first (-episode_length).")
     env_params: dict = _f(None, "Overrides of the env's PARAMS, e.g. {max_steps: 200}.")
-    total_env_steps: int = _f(1_000_000, "Stop after this many replica steps (summed over replicas).")
+    total_env_steps: int = _f(1_000_000, "Stop after this many replica steps (summed over replicas; a population's "
+                                         "budget is each member's).")
     target_return: float = _f(None, "Stop early once the mean episode return of every policy reaches this.")
     log_every: int = _f(1, "Pull metrics to the host every this many iterations.")
     hidden_sizes: tuple = _f((64, 64), "Hidden layer widths of the default MLP policies.")
@@ -259,6 +260,9 @@ def _coerce(cls, name, kind, value):
         if isinstance(value, str) and name == "centralised_critic":
             return (value,)
     elif origin is dict:
+        if isinstance(value, dict) and name == "sweep":  # (its values read as numbers as a field's are)
+            return {k: [_number_text(v, v) if isinstance(v, str) else v for v in vs]
+                    if isinstance(vs, (list, tuple)) else vs for k, vs in value.items()}
         if isinstance(value, dict):
             return dict(value)
     raise ConfigError(f"{cls.__name__}.{name} must be {getattr(kind, '__name__', kind)}, got {value!r} "
@@ -370,19 +374,37 @@ def _validate_sweep(config) -> None:
     allowed = SWEEPABLE[config.algorithm]
     for key, values in config.sweep.items():
         if key not in allowed:
-            hint = ("; DDPG learns at actor_lr and critic_lr: sweep those" if key == "lr" and "actor_lr" in allowed
-                    else did_you_mean(key, allowed, repr))
             raise ConfigError(f"{name}.sweep names {key!r}; the hyperparameters {config.algorithm} members can "
-                              f"differ in are {list(allowed)}{hint}")
+                              f"differ in are {list(allowed)}{_sweep_name_hint(key, config.algorithm)}")
         if not isinstance(values, (list, tuple)) or not values or not all(
                 isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values):
             raise ConfigError(f"{name}.sweep[{key!r}] must be a non-empty list of numbers, e.g. "
                               f"{{{key}: [{getattr(config, key)!r}, ...]}}, got {values!r}")
+        twice = sorted({float(v) for v in values if sum(float(w) == float(v) for w in values) > 1})
+        if twice:
+            raise ConfigError(f"{name}.sweep[{key!r}] lists {', '.join(f'{v:g}' for v in twice)} more than once "
+                              f"({list(values)}): give each value once (more seeds train a setting more times: "
+                              f"seeds)")
         for value in values:
             try:
                 validate(dataclasses.replace(config, sweep=None, **{key: float(value)}))
             except ConfigError as exc:
                 raise ConfigError(f"{name}.sweep[{key!r}] holds {value!r}, not a valid {key}: {exc}") from None
+
+
+def _sweep_name_hint(key: str, algorithm: str) -> str:
+    """Why a name is not among `algorithm`'s sweepable ones, or what was meant: another library's
+    name, another case or spelling, another algorithm's hyperparameter."""
+    allowed = SWEEPABLE[algorithm]
+    if key == "lr" and "actor_lr" in allowed:
+        return "; DDPG learns at actor_lr and critic_lr: sweep those"
+    ours = SYNONYMS.get(key, key.lower())
+    if ours in allowed:
+        return f"; did you mean {ours!r}?"
+    owners = [other for other, names in SWEEPABLE.items() if other != algorithm and ours in names]
+    if owners:
+        return f"; {ours!r} is a hyperparameter of {' and '.join(owners)} (set algorithm: {owners[0]} to sweep it)"
+    return did_you_mean(key, allowed, repr)
 
 
 def to_dict(config) -> dict:

@@ -69,16 +69,19 @@ _RANK_ALIASES = {"return": "mean_return", **RENAMED}
 def check_rank_by(config, definition, policies: list) -> None:
     """ConfigError unless config.rank_by names a statistic the run's reports hold (ranked_statistics);
     the trainer calls it before the env compiles, and again once the policy map is built."""
-    ranked = ranked_statistics(definition, policies)
-    name = type(config).__name__
-    sign = "-" if config.rank_by.startswith("-") else ""
-    statistic = config.rank_by[len(sign):]
+    check_rank_name(type(config).__name__, config.rank_by, ranked_statistics(definition, policies))
+
+
+def check_rank_name(owner: str, rank_by: str, ranked: list) -> None:
+    """ConfigError (naming `owner`.rank_by) unless `rank_by`, a minus allowed, is one of `ranked`."""
+    sign = "-" if rank_by.startswith("-") else ""
+    statistic = rank_by[len(sign):]
     if statistic in ranked:
         return
     alias = _RANK_ALIASES.get(statistic)
     hint = (f"; did you mean {sign + alias!r}?" if alias in ranked
             else did_you_mean(statistic, ranked, lambda s: repr(sign + s)))
-    raise ConfigError(f"{name}.rank_by is {config.rank_by!r}, which this run does not report: name one of {ranked} "
+    raise ConfigError(f"{owner}.rank_by is {rank_by!r}, which this run does not report: name one of {ranked} "
                       f"(higher ranks first; prefix it with '-' to rank the lowest first, as '-episode_length'){hint}")
 
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 import warnings
 from dataclasses import dataclass
 
 import torch
 
 from . import config as cfg
-from .ranking import lower_first, rank_key
+from .ranking import lower_first, rank_key, setting_label
 
 
 @dataclass(frozen=True)
@@ -221,6 +222,15 @@ def _member_row(report: dict, population_columns: set, members: int) -> dict:
     return row
 
 
+def member_label(member_of: dict) -> str:
+    """Which member a member's payload is ("member_of"): "member 6 of 8 (the best by return), seed 6,
+    lr=0.003"."""
+    text = f"member {member_of['member']} of {member_of['members']}"
+    text += f" (the best by {member_of['best_by']})" if member_of.get("best_by") else ""
+    text += f", seed {member_of['seed']}" if "seed" in member_of else ""
+    return text + (f", {setting_label(member_of['values'])}" if member_of.get("values") else "")
+
+
 def member_payload(payload: dict, k) -> dict:
     """A population checkpoint's payload -> member k's as a standalone run's checkpoint payload (the
     member's weights, optimiser moments, normaliser, env replicas, random streams, history); k may be
@@ -238,12 +248,16 @@ def member_payload(payload: dict, k) -> dict:
             if not any(m.get(best_by) == m.get(best_by) for m in known.get("members") or ()):
                 warnings.warn(f"no member of this population has a value of {best_by} yet (no episode ended): "
                               f"'best' falls back to member {k}; name a member to pick another", stacklevel=2)
-        else:
+                best_by = None  # (not the best by anything)
+        elif isinstance(k, numbers.Integral) and not isinstance(k, bool):
             k = int(k)
+        else:
+            k = -1
     except (TypeError, ValueError):
         k = -1
     if not 0 <= k < info["members"]:
-        raise cfg.ConfigError(f"member must be in 0..{info['members'] - 1} or 'best', got {asked!r}")
+        raise cfg.ConfigError(f"member must be an index in 0..{info['members'] - 1} or 'best', got {asked!r}"
+                              + (f" ({type(asked).__name__})" if not isinstance(asked, (int, str)) else ""))
     models, optimizers = {}, {}
     for name, state in payload["models"].items():
         layout = info["layout"][name]
@@ -266,8 +280,9 @@ def member_payload(payload: dict, k) -> dict:
            "history": [_member_row(r["members"][k], population_columns, info["members"])
                        for r in history if r.get("members")],
            "env_state": member_env_state(payload["env_state"], info["members"], k),
-           "env_seed": member.seed, "member_of": {"members": info["members"], "member": k,
-                                                            **({"best_by": best_by} if best_by else {})}}
+           "env_seed": member.seed, "member_of": {"members": info["members"], "member": k, "seed": member.seed,
+                                                  "values": dict(member.values),
+                                                  **({"best_by": best_by} if best_by else {})}}
     if best_by and lower_first(known):
         out["member_of"]["best_by"] = f"{best_by}, the lowest"
     return out

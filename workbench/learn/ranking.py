@@ -162,7 +162,7 @@ def ranking_text(rows: list) -> str:
     header = ["rank", *names, "members", *(["missing"] if missing else []), f"{stat} mean ± std", "best (member)"]
     table = [[str(row["rank"]), *(_value(row["values"].get(n, "")) for n in names),
               str(row["members"]), *([str(row["missing"])] if missing else []),
-              f"{_num(row['mean'])} ± {_num(row['std'])}",
+              _spread(row),
               f"{_num(row['best_value'])} (#{row['best_member']})" if row["best_member"] is not None else "n/a"]
              for row in rows]
     widths = [max(len(line[i]) for line in [header, *table]) for i in range(len(header))]
@@ -174,10 +174,15 @@ def ranking_text(rows: list) -> str:
     return "\n".join(fmt(line) for line in [header, *table])
 
 
+def _spread(row) -> str:
+    """"mean ± std" over a setting's members; the mean alone where one member has a value."""
+    return f"{_num(row['mean'])} ± {_num(row['std'])}" if row["members"] - row["missing"] > 1 else _num(row["mean"])
+
+
 def write_ranking_csv(rows: list, path) -> Path:
     """`sweep_settings` rows as a CSV: rank, the swept names, members, missing, then the ranking
-    statistic's STAT_mean, STAT_std, best_member and best_STAT (csv_fields; NaN as "nan", no best member
-    as "")."""
+    statistic's STAT_mean, STAT_std, best_member, best_STAT and ranked_by (csv_fields; NaN as "nan", no
+    best member as ""; ranked_by is the rank_by, "-NAME" where the lowest ranks first)."""
     names = list(dict.fromkeys(k for row in rows for k in row["values"]))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -187,15 +192,16 @@ def write_ranking_csv(rows: list, path) -> Path:
         for row in rows:
             writer.writerow([row["rank"], *(row["values"].get(n, "") for n in names), row["members"], row["missing"],
                              repr(row["mean"]), repr(row["std"]),
-                             "" if row["best_member"] is None else row["best_member"], repr(row["best_value"])])
+                             "" if row["best_member"] is None else row["best_member"], repr(row["best_value"]),
+                             ("-" if row.get("lower_first") else "") + row["key"]])
     return path
 
 
 def csv_fields(key: str) -> tuple:
     """The ranking CSV's columns after the swept names, for the ranking statistic `key`
-    (mean_return: members, missing, return_mean, return_std, best_member, best_return)."""
+    (mean_return: members, missing, return_mean, return_std, best_member, best_return, ranked_by)."""
     stat = statistic_name(key)
-    return ("members", "missing", f"{stat}_mean", f"{stat}_std", "best_member", f"best_{stat}")
+    return ("members", "missing", f"{stat}_mean", f"{stat}_std", "best_member", f"best_{stat}", "ranked_by")
 
 
 def population_summary(report: dict, target: float | None = None) -> str:
@@ -228,5 +234,5 @@ def population_summary(report: dict, target: float | None = None) -> str:
         if not math.isnan(best["mean"]):
             by = "" if best["key"] == "mean_return" else f"{best['key']} "
             line += (f"; best setting {setting_label(best['values'])} ({by}mean {_num(best['mean'])} over "
-                     f"{best['members']} seeds{', the lowest ranking first' if best['lower_first'] else ''})")
+                     f"{best['members']} seed{'s' if best['members'] > 1 else ''}{', the lowest ranking first' if best['lower_first'] else ''})")
     return line

@@ -193,11 +193,14 @@ def run_config(config=None, *, resume=None, changes=None):
     changes = dict(changes or {})
     if resume:
         config, checkpoint, payload = _resume(resume, config)
+        _refuse_fixed_and_swept(changes, config.sweep, resuming=config.run_dir)
         for key in FIXED_ON_RESUME:
             if key in changes and getattr(cfg.replace(config, **{key: changes[key]}), key) != getattr(config, key):
+                reordered = key == "sweep" and _same_values_reordered(config.sweep, changes[key])
                 raise ResumeError(f"resuming {config.run_dir!r} continues the run as trained; {key} cannot change "
-                                  f"({getattr(config, key)!r} -> {changes[key]!r}): drop it to continue the run, "
-                                  f"or start a new run")
+                                  f"({getattr(config, key)!r} -> {changes[key]!r}"
+                                  + ("; the same values in another order, which numbers the members otherwise"
+                                     if reordered else "") + "): drop it to continue the run, or start a new run")
         fork = changes.pop("run_dir", None)
         if fork and Path(fork).resolve() != Path(config.run_dir).resolve():
             for name in RUN_FILES:
@@ -222,11 +225,34 @@ def run_config(config=None, *, resume=None, changes=None):
     if config is None:
         raise cfg.ConfigError("train needs a config (a file or a shipped config's name), or a run to resume "
                               "(--resume RUN_DIR; resume=RUN_DIR from Python)")
+    _refuse_fixed_and_swept(changes, changes.get("sweep"))
     config = cfg.replace(config, **changes)
     if not config.run_dir:
         config = cfg.replace(config, run_dir=default_run_dir(config.env))
     refuse_held_run(config.run_dir)
     return config, None
+
+
+def _same_values_reordered(sweep, other) -> bool:
+    try:
+        return dict(sweep or {}) != dict(other or {}) and {k: sorted(v) for k, v in (sweep or {}).items()} == \
+            {k: sorted(v) for k, v in (other or {}).items()}
+    except (TypeError, AttributeError):
+        return False
+
+
+def _refuse_fixed_and_swept(changes: dict, sweep, resuming=None) -> None:
+    """A value given for a swept hyperparameter would train no member (each trains at its sweep's
+    value): refused, naming the field, rather than ignored."""
+    for key, values in (sweep or {}).items():
+        if key in changes:
+            if resuming:
+                raise ResumeError(f"{key} is swept in {resuming!r} ({key}: {list(values)}): a resume keeps each "
+                                  f"member's value, so {key}={changes[key]!r} would change nothing; drop it to "
+                                  f"continue the run, or start a new run")
+            raise cfg.ConfigError(f"{key} is given ({changes[key]!r}) and swept ({key}: {list(values)}): every "
+                                  f"member trains at a value of the sweep, none at {changes[key]!r}; drop {key} "
+                                  f"(--{key.replace('_', '-')}), or add {changes[key]!r} to the sweep")
 
 
 def refuse_held_run(run_dir, new_folder: str = "--run-dir; run_dir=") -> None:
@@ -305,7 +331,8 @@ def run_training(config, *, resume=None, progress=True, policies=None, show_run_
             outcome = f"{returns_text(known)} (the last reported, at iteration {known.get('iteration', '?')})"
     training_s = result.wall_time_s - result.warmup_s
     warmup = "torch.compile, kernel loads and graph capture" if config.compile else "kernel loads and graph capture"
-    say(f"stopped by {result.stopped_by} after {result.iterations} iterations, {result.env_steps / 1e6:.2f} M "
+    stopped = "interrupted" if result.stopped_by == "interrupted" else f"stopped by {result.stopped_by}"
+    say(f"{stopped} after {result.iterations} iterations, {result.env_steps / 1e6:.2f} M "
         f"env-steps, {training_s:.{2 if training_s < 10 else 1}f} s of training (env compile {compile_s:.1f} s "
         + (f"and {warmup} {result.warmup_s:.1f} s " if result.warmup_s else "")
         + "apart); " + (outcome or "no episode ended"))
@@ -372,7 +399,8 @@ def train(config=None, *, resume=None, progress: bool = True, policies=None, **c
 def load_policy(run_or_checkpoint, *, num_envs: int = 1, target: str | None = None, seed: int | None = None,
                 member=None):
     """A Trainer holding the trained policies of a run, on a fresh env of `num_envs` replicas. For a
-    population's run: those of `member` (an index, or "best", the default)."""
+    population's run: those of `member` (an index, or "best", the default), which the trainer's
+    `member_label` names ("member 6 of 8 (the best by return), seed 6, lr=0.003"; None for a single run)."""
     from . import population, trainer_state
     from .trainer import make_trainer
     path, payload = load_checkpoint(run_or_checkpoint)
@@ -385,6 +413,7 @@ def load_policy(run_or_checkpoint, *, num_envs: int = 1, target: str | None = No
                          seed=config.seed if seed is None else seed)
     trainer = make_trainer(config, policies=payload["signature"]["policies"])
     trainer_state.restore(trainer, payload, path, restore_env=False)
+    trainer.member_label = population.member_label(payload["member_of"]) if payload.get("member_of") else None
     return trainer
 
 

@@ -1,10 +1,9 @@
 """Rollout viewer: pulled trajectories drawn per env, played in the notebook by a small HTML/JS
-player with a frame slider, or written to mp4 through ffmpeg.
-
-A trajectory is one entry of `env.pull_trajectories()`: host arrays [T, ...] of the env's state
-(per-env arrays [T], per-agent arrays [T, A]) before each step, plus obs, t, action, reward, done;
-an episode that ended has one frame more, the state it ended in. The player plays in real time: one
-step per `dt` seconds of the env (`steps_per_second`).
+player with a frame slider, or written to mp4 through ffmpeg. A trajectory is one entry of
+`env.pull_trajectories()`: host arrays [T, ...] of the env's state (per-env arrays [T], per-agent
+arrays [T, A]) before each step, plus obs, t, action, reward, done; an episode that ended has one
+frame more, the state it ended in. The player plays in real time: one step per `dt` seconds of the
+env (`steps_per_second`).
 An env is drawn by the drawer its source declares (`RENDER = MyDrawer` or `draw(frame, ax)`:
 shipped envs and `%%warpenv` cells alike), found through its definition by `drawer_for`;
 workbench.notebook.drawers holds the Drawer base class and the drawers of envs that declare none. A
@@ -123,6 +122,8 @@ def _replica_label(trajectory: dict, env) -> str:
     """'replica r'; in a population's env (member k's replicas are its k-th seed block) also the member
     and the replica's index among the member's own."""
     replica, block = int(trajectory.get("replica", 0)), getattr(env, "replicas_per_seed", None)
+    if trajectory.get("member"):  # (a replay of a population's member: which one, population.member_label)
+        return f"{trajectory['member']}, replica {replica}"
     if isinstance(block, int) and 0 < block < getattr(env, "num_envs", 0):
         return f"member {replica // block} replica {replica % block} (env replica {replica})"
     return f"replica {replica}"
@@ -488,7 +489,8 @@ def replay(run_or_checkpoint, *, replica: int = 0, num_envs: int = 1, mp4=None, 
     trainer = load_policy(run_or_checkpoint, num_envs=max(num_envs, replica + 1), target=target, seed=seed,
                           member=member)
     episodes = record_episode(trainer.env, trainer, replicas=[replica], max_steps=max_steps,
-                                     deterministic=deterministic)
+                              deterministic=deterministic)
+    episodes[0]["member"] = trainer.member_label  # (the title names a population's member)
     animation = animate(episodes[0], trainer.env, fps=fps, **kwargs)
     if mp4 is not None:
         animation.save_mp4(mp4)
