@@ -20,7 +20,8 @@ from pathlib import Path
 RECORD = Path(__file__).resolve().parent.parent / "docs" / "gpu-record.md"
 # Commits touching these can change what runs on the GPU.
 GPU_PATHS = ("workbench/compiler/targets", "workbench/compiler/codegen*.py", "workbench/compiler/cuda",
-             "workbench/compiler/rng.py", "workbench/compiler/kernel_cache.py", "workbench/runtime/sampling*.py",
+             "workbench/compiler/rng.py", "workbench/compiler/helpers.py", "workbench/compiler/kernel_cache.py",
+             "workbench/runtime/sampling*.py",
              "workbench/runtime/env.py", "workbench/runtime/random_actions.py", "workbench/runtime/store.py",
              "workbench/learn/trainer.py",
              "workbench/learn/collection.py", "workbench/learn/learners.py", "workbench/learn/iteration_graph.py",

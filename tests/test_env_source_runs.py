@@ -155,3 +155,22 @@ def test_a_shipped_name_gives_way_to_the_run_kept_source():
         assert "registration parameters" in registry.register_stored({**kept, "params": {"max_steps": 9}})
     finally:
         registry._REGISTRY["cartpole"] = shipped
+
+
+def test_a_source_registered_under_a_shipped_name_warns_and_trains_with_the_default_config():
+    shipped = registry.lookup("cartpole")
+    try:
+        with pytest.warns(UserWarning, match=r"wb.register\('cartpole'\) replaces the shipped env 'cartpole' in this "
+                                             r"process: .* the default config \(not configs/cartpole.yaml"):
+            wb.register("cartpole", KEEPAWAY)
+        assert runs.load_config("cartpole") == runs.default_config("cartpole")  # not CartPole's tuned file
+        assert runs.load_config("cartpole").target_return is None
+    finally:
+        registry._REGISTRY["cartpole"] = shipped
+    assert runs.load_config("cartpole").target_return == 475.0
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        wb.register("cartpole", shipped.source)  # the shipped source itself: nothing replaced
+    assert runs.load_config("cartpole").target_return == 475.0
+    registry._REGISTRY["cartpole"] = shipped

@@ -99,6 +99,24 @@ def test_rounding_and_sign_are_exact(registered, target):
     assert got[:, exact].tolist() == want[:, exact].tolist()
 
 
+ROUNDINGS = ["np.trunc(u[env])", "np.fix(u[env])", "np.floor(u[env])", "np.ceil(u[env])", "np.rint(u[env])"]
+
+
+def test_rounding_of_float32_state_matches_numpy(target):
+    """Rounding float32 state (the CUDA simulator hands the phases numpy float32 scalars)."""
+    source = SOURCE.replace('per_env("float64")', 'per_env("float32")').replace('"float64", (', '"float32", (')
+    body = "\n    ".join(f"out[env, {k}] = {expr}" for k, expr in enumerate(ROUNDINGS))
+    start, end = source.index("    u = u[env]"), source.index("\n\ndef observe")
+    wb.register("numpy_float32_rounding", source[:start] + "    " + body + source[end:])
+    u = np.array(FINITE[:8], dtype=np.float32)
+    env = wb.make("numpy_float32_rounding", num_envs=len(u), target=target)
+    env.data["u"].copy_(torch.as_tensor(u))
+    env.step()
+    got = env.data["out"].cpu().numpy()[:, :len(ROUNDINGS)]
+    want = np.stack([np.trunc(u), np.fix(u), np.floor(u), np.ceil(u), np.rint(u)], axis=1)
+    assert got.tolist() == want.tolist()
+
+
 SMALL = textwrap.dedent('''
     import math
     import numpy as np
@@ -142,6 +160,8 @@ SMALL = textwrap.dedent('''
                                 "env); 'reward' is an array: take it as an argument of the phase "
                                 "(def step(env, x, reward))"),
     ("x[env] + np.pie", "np.pie is not a numpy name; did you mean np.pi?"),
+    ("print(x[env])", "print() does not compile on target(s) cuda, cuda-c; use a state array the phase writes and "
+                      "the host reads after the step"),
 ])
 def test_messages_name_the_fix(expression, message):
     wb.register("numpy_message", SMALL.replace("x[env] + speed", expression))
@@ -156,6 +176,21 @@ def test_module_level_name_error_suggests_the_name():
     wb.register("numpy_module_level", SMALL.replace("ACTION = Discrete(2)", "ACTION = Discrte(2)"))
     with pytest.raises(wb.EnvDefinitionError, match=r"name 'Discrte' is not defined; did you mean 'Discrete'\?"):
         wb.make("numpy_module_level", num_envs=2, target="cpu")
+
+
+@pytest.mark.parametrize("module, line", [("np", "import numpy as np"), ("math", "import math")])
+def test_a_module_not_imported_says_to_import_it(module, line):
+    source = SMALL.replace("import math\nimport numpy as np\n", "").replace("x[env] + speed", f"{module}.fabs(x[env])")
+    wb.register("numpy_no_import", source)
+    with pytest.raises(wb.EnvDefinitionError, match=f"name '{module}' is not defined .*; add `{line}` at the top"):
+        wb.make("numpy_no_import", num_envs=2, target="cpu")
+
+
+def test_a_missing_observe_gives_its_form():
+    wb.register("numpy_no_observe", SMALL.split("def observe")[0])
+    with pytest.raises(wb.EnvDefinitionError, match=r"the source does not define observe; add e.g. `def observe\("
+                                                      r"env, agent, x, obs\): obs\[env, agent, 0\] = x\[env\]`"):
+        wb.make("numpy_no_observe", num_envs=2, target="cpu")
 
 
 def test_host_code_keeps_numpy():

@@ -16,6 +16,13 @@ import numpy as np
 from ..errors import EnvDefinitionError, did_you_mean
 
 
+# what every env source defines, each with an example of its form (for the error naming a missing one)
+REQUIRED = {"NUM_AGENTS": "`NUM_AGENTS = 1`", "OBSERVATION": "`OBSERVATION = Box(shape=(4,))`",
+            "ACTION": "`ACTION = Discrete(2)`",
+            "observe": "`def observe(env, agent, x, obs): obs[env, agent, 0] = x[env]` (the state arrays it reads "
+                       "as arguments, obs last)"}
+
+
 @functools.lru_cache(maxsize=1)
 def _reserved_names() -> dict:
     """Name -> what it is, for every global the numba kernel modules define after the env's code

@@ -35,7 +35,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import EnvDefinitionError, EnvParameterError, did_you_mean
-from .declaration_checks import box_problem, check_active, check_host_hooks, check_reserved_names, refuse_declaration
+from .declaration_checks import (REQUIRED, box_problem, check_active, check_host_hooks, check_reserved_names,
+                                 refuse_declaration)
 
 SPECIAL_ARGS = ("env", "agent", "key")
 # names of the generated drivers' own arguments and locals (codegen, codegen_c): an array or entity so named
@@ -300,9 +301,10 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
                                          f"it must be a whole number, got {value!r}")
             params[key] = int(value)  # (2.0 for a count: shapes and loops take ints)
 
-    for required in ("NUM_AGENTS", "OBSERVATION", "ACTION", "observe"):
+    for required, example in REQUIRED.items():
         if required not in namespace:
-            raise EnvDefinitionError(f"{name}: the source does not define {required}")
+            raise EnvDefinitionError(f"{name}: the source does not define {required}; add e.g. {example} "
+                                     f"(docs/writing-an-env.md)")
     if "RESET" not in namespace and "reset" not in namespace:
         raise EnvDefinitionError(f"{name}: the source defines no reset function (define `reset` or `RESET = [...]`)")
     if "STEP" not in namespace and "step" not in namespace:

@@ -54,7 +54,8 @@ def _np_ceil(x):
 def _np_trunc(x):
     if not abs(x) < 4503599627370496.0:
         return x * 1.0
-    return float(math.trunc(x))
+    # (floor and ceil, not math.trunc: the CUDA simulator runs this on numpy float32, which has no __trunc__)
+    return float(math.floor(x)) if x >= 0.0 else float(math.ceil(x))
 
 
 def _np_minimum(a, b):

@@ -88,6 +88,9 @@ def _where(name: str, node: ast.AST, lines: list) -> str:
     return f"{name}: line {node.lineno}: {text}"
 
 
+MODULE_IMPORTS = {"np": "import numpy as np", "numpy": "import numpy", "math": "import math"}
+
+
 def _import_hint(name: str) -> str:
     return f" ({IMPORT_OF[name]})" if name in IMPORT_OF else ""
 
@@ -133,7 +136,7 @@ def _numpy_call(node: ast.Call, attr: str, shown: str) -> str | None:
 
 
 REFUSED_BUILTINS = {"sum": "a loop accumulating into a local", "sorted": "an insertion into a small local",
-                    "print": "writing the value into a state array", "enumerate": "range(n) and an index",
+                    "print": "a state array the phase writes and the host reads after the step", "enumerate": "range(n) and an index",
                     "zip": "range(n) and an index", "tuple": "a literal (a, b)", "list": "a loop",
                     "dict": "a loop", "set": "a loop", "any": "a loop", "all": "a loop", "map": "a loop",
                     "isinstance": "a loop"}
@@ -331,6 +334,8 @@ def _undefined_message(missing: str, fn: ast.FunctionDef, namespace: dict, param
     with_it = f"(def {fn.name}({', '.join([a.arg for a in fn.args.args] + [missing])}))"
     if missing in arrays:
         return f"{text}; '{missing}' is an array: take it as an argument of the phase {with_it}"
+    if missing in MODULE_IMPORTS:
+        return f"{text}; add `{MODULE_IMPORTS[missing]}` at the top of the env source"
     if missing == "key":
         return f"{text}; 'key' is the phase's random stream (what the random draws take): add it to the " \
                f"phase's parameters {with_it}"

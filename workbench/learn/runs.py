@@ -72,12 +72,13 @@ def default_config(env: str, algorithm: str | None = None):
 
 
 def load_config(name_or_path: str, algorithm: str | None = None):
-    """A config file, a shipped config's name, or (with neither of that name) the default config of the
-    env registered under it (default_config)."""
+    """A config file, a shipped config's name, or (with neither of that name, or where a registered
+    source replaced the shipped env of that name) the default config of the env registered under it
+    (default_config)."""
+    from ..runtime import registry
     found = config_file(name_or_path)
-    if found is None:
-        from ..runtime import registry
-        if name_or_path in registry.names():
+    if found is None or (not Path(name_or_path).is_file() and registry.replaced_shipped(name_or_path)):
+        if name_or_path in registry.names():  # (a shipped config is tuned for the shipped env, not its replacement)
             return default_config(name_or_path, algorithm)
     return cfg.load_yaml(found or resolve_config(name_or_path))
 

@@ -6,6 +6,7 @@ evaluate or replay its run (`register_stored`) without the notebook cell that de
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -73,8 +74,20 @@ def register(name: str, source: str, *, language: str = "python", filename: str 
     _load_builtins()
     entry = EnvSource(name, source, filename or f"<warpenv {name}>", canonical,
                       params=tuple((params or {}).items()))
+    replaced = _REGISTRY.get(name)
+    if replaced is not None and replaced.shipped and replaced.source != source:
+        warnings.warn(f"wb.register({name!r}) replaces the shipped env {name!r} in this process: wb.train({name!r}) "
+                      f"and the CLI now train this source with the default config (not configs/{name}.yaml, which "
+                      f"is tuned for the shipped env); register it under another name to keep both", stacklevel=2)
     _REGISTRY[name] = entry
     return entry
+
+
+def replaced_shipped(name: str) -> bool:
+    """Whether `name` is a shipped env's name that a registered source replaced in this process."""
+    _load_builtins()
+    entry, file = _REGISTRY.get(name), resources.files("workbench.envs").joinpath(f"{name}.py")
+    return entry is not None and not entry.shipped and file.is_file() and entry.source != file.read_text()
 
 
 def lookup(name: str) -> EnvSource:
