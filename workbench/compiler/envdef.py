@@ -275,6 +275,8 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
     unknown = sorted(set(overrides) - set(defaults))
     if unknown:
         hints = "".join(did_you_mean(k, defaults, lambda c, k=k: f"{c!r} for {k!r}") for k in unknown)
+        hints += "; YAML reads 'key:value' as one key: put a space after the colon" if any(
+            isinstance(k, str) and ":" in k and k.split(":")[0].strip() in defaults for k in unknown) else ""
         raise EnvDefinitionError(f"{name}: unknown parameter(s) {unknown}{hints}; this env takes {sorted(defaults)}")
     check_reserved_names(name, source, namespace, defaults)
     params = {**defaults, **overrides}

@@ -195,6 +195,7 @@ def run_config(config=None, *, resume=None, changes=None):
     if resume:
         config, checkpoint, payload = _resume(resume, config)
         _refuse_fixed_and_swept(changes, config.sweep, resuming=config.run_dir)
+        _merge_env_params(changes, config)
         for key in FIXED_ON_RESUME:
             if key in changes and getattr(cfg.replace(config, **{key: changes[key]}), key) != getattr(config, key):
                 reordered = key == "sweep" and _same_values_reordered(config.sweep, changes[key])
@@ -227,11 +228,32 @@ def run_config(config=None, *, resume=None, changes=None):
         raise cfg.ConfigError("train needs a config (a file or a shipped config's name), or a run to resume "
                               "(--resume RUN_DIR; resume=RUN_DIR from Python)")
     _refuse_fixed_and_swept(changes, changes.get("sweep"))
+    _merge_env_params(changes, config)
     config = cfg.replace(config, **changes)
     if not config.run_dir:
         config = cfg.replace(config, run_dir=default_run_dir(config.env))
     refuse_held_run(config.run_dir)
     return config, None
+
+
+def _merge_env_params(changes: dict, config) -> None:
+    """env_params given as a change add to the config's (a file's tuned parameters stay); a key given
+    as None (YAML null) goes back to the env's default."""
+    given = changes.get("env_params")
+    if isinstance(given, dict) and config.env_params:
+        changes["env_params"] = {k: v for k, v in {**config.env_params, **given}.items() if v is not None} or None
+
+
+def _saved_policy_map(checkpoint) -> dict | None:
+    """The policy map {name: agent ids} a checkpoint was trained with (read through a memory map:
+    the weights are not loaded), or None when it records none."""
+    import torch
+    try:
+        payload = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)
+    except Exception:  # noqa: BLE001 - an older or foreign file: trainer.load names what is wrong
+        return None
+    policies = payload.get("signature", {}).get("policies") if isinstance(payload, dict) else None
+    return {name: list(ids) for name, ids in policies.items()} if isinstance(policies, dict) else None
 
 
 def _same_values_reordered(sweep, other) -> bool:
@@ -296,6 +318,8 @@ def run_training(config, *, resume=None, progress=True, policies=None, show_run_
     from .trainer import make_trainer
 
     start = time.perf_counter()
+    if resume and policies is None:  # (the run's own policy map: wb.train(policies=...) is no CLI option)
+        policies = _saved_policy_map(resume)
     trainer = make_trainer(config, policies=policies)
     compile_s = time.perf_counter() - start
     if resume:
