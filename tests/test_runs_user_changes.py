@@ -15,7 +15,8 @@ TINY = {"num_envs": 8, "rollout_length": 8, "total_env_steps": 128, "target": "c
 
 def test_env_params_given_beside_a_config_add_to_its_own():
     shipped = runs.load_config("tag_grid").env_params
-    config, _ = runs.run_config(runs.load_config("tag_grid"), changes={"env_params": {"num_runners": 3}, "run_dir": None})
+    config, _ = runs.run_config(runs.load_config("tag_grid"),
+                                changes={"env_params": {"num_runners": 3}, "run_dir": None})
     assert config.env_params == {**shipped, "num_runners": 3}  # the file's grid_length, episode_length... stay
     config, _ = runs.run_config(runs.load_config("tag_grid"), changes={"env_params": {"grid_length": None},
                                                                        "run_dir": None})

@@ -136,7 +136,8 @@ def _numpy_call(node: ast.Call, attr: str, shown: str) -> str | None:
 
 
 REFUSED_BUILTINS = {"sum": "a loop accumulating into a local", "sorted": "an insertion into a small local",
-                    "print": "a state array the phase writes and the host reads after the step", "enumerate": "range(n) and an index",
+                    "print": "a state array the phase writes and the host reads after the step",
+                    "enumerate": "range(n) and an index",
                     "zip": "range(n) and an index", "tuple": "a literal (a, b)", "list": "a loop",
                     "dict": "a loop", "set": "a loop", "any": "a loop", "all": "a loop", "map": "a loop",
                     "isinstance": "a loop"}

@@ -233,6 +233,7 @@ def population_summary(report: dict, target: float | None = None) -> str:
         best = sweep_settings(report)[0]
         if not math.isnan(best["mean"]):
             by = "" if best["key"] == "mean_return" else f"{best['key']} "
-            line += (f"; best setting {setting_label(best['values'])} ({by}mean {_num(best['mean'])} over "
-                     f"{best['members']} seed{'s' if best['members'] > 1 else ''}{', the lowest ranking first' if best['lower_first'] else ''})")
+            seeds = f"{best['members']} seed{'s' if best['members'] > 1 else ''}"
+            line += (f"; best setting {setting_label(best['values'])} ({by}mean {_num(best['mean'])} over {seeds}"
+                     f"{', the lowest ranking first' if best['lower_first'] else ''})")
     return line
