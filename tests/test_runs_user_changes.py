@@ -40,3 +40,12 @@ def test_an_env_parameter_yaml_read_as_one_key_says_to_put_a_space(tmp_path, cap
     assert "YAML reads 'key:value' as one key: put a space after the colon" in capsys.readouterr().err
     with pytest.raises(wb.EnvDefinitionError, match="did you mean 'length'"):
         wb.make("cartpole", num_envs=2, target="cpu", **{"length:0.6": None})
+
+
+def test_rollouts_of_the_envs_named(capsys):
+    assert main(["rollouts", "cartpole", "--num-envs", "16", "--steps", "3", "--target", "cpu"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "rollouts of cartpole on target 'cpu' (16 replicas, 3 steps)" and len(out) == 2
+    assert out[1].split()[0] == "cartpole" and float(out[1].split()[1]) > 0
+    assert main(["rollouts", "cartpol", "--num-envs", "16", "--target", "cpu"]) == 2
+    assert "unknown env 'cartpol'; did you mean 'cartpole'?" in capsys.readouterr().err

@@ -216,8 +216,10 @@ def cmd_export_member(args) -> int:
 def cmd_rollouts(args) -> int:
     import workbench as wb
     target = args.target or wb.best_target()
-    print(f"rollouts of every shipped env on target '{target}' ({args.num_envs} replicas, {args.steps} steps)")
-    for name in wb.env_names():
+    names = args.envs or wb.env_names()
+    print(f"rollouts of {', '.join(args.envs) if args.envs else 'every env'} on target '{target}' "
+          f"({args.num_envs} replicas, {args.steps} steps)")
+    for name in names:
         start = time.perf_counter()
         env = wb.make(name, num_envs=args.num_envs, target=target, seed=args.seed)
         compile_s = time.perf_counter() - start
@@ -350,11 +352,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "member_K in the population's run folder: checkpoint.pt, config.yaml, metrics.csv)")
     export.set_defaults(func=cmd_export_member)
     ev.set_defaults(func=cmd_evaluate)
-    rollouts = sub.add_parser("rollouts", help="random-action rollouts of every shipped env, env-steps/s")
-    rollouts.add_argument("--target", default=None)
-    rollouts.add_argument("--num-envs", type=_count, default=100_000)
-    rollouts.add_argument("--steps", type=_count, default=100)
-    rollouts.add_argument("--seed", type=_integer, default=0)
+    rollouts = sub.add_parser("rollouts", help="random-action rollouts of the envs (default: every one), env-steps/s")
+    rollouts.add_argument("envs", nargs="*", help="env names (default: every registered env, each compiled at its "
+                                                  "default parameters)")
+    rollouts.add_argument("--target", default=None, help="cpu, cuda or cuda-c (default: the best present)")
+    rollouts.add_argument("--num-envs", type=_count, default=100_000, help="replicas of each env")
+    rollouts.add_argument("--steps", type=_count, default=100, help="timed steps of each env, after 3 warm-up steps")
+    rollouts.add_argument("--seed", type=_integer, default=0, help="the envs' seed")
     rollouts.set_defaults(func=cmd_rollouts)
     check = sub.add_parser("check", help="cross-target consistency check of envs")
     check.add_argument("envs", nargs="*")

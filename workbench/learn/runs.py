@@ -327,7 +327,7 @@ def run_training(config, *, resume=None, progress=True, policies=None, show_run_
     run_dir = Path(config.run_dir) if config.run_dir else None
     if run_dir is not None and trainer.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
-        cfg.save_yaml(trainer.config, run_dir / "config.yaml")  # (with every parameter its env was made with)
+        cfg.save_yaml(trainer.config, run_dir / "config.yaml")  # (with the env's parameters set away from defaults)
         _keep_env_source(trainer.env.definition, run_dir)
         if resume and Path(resume).parent.resolve() != run_dir.resolve() and Path(resume).name == "checkpoint.pt":
             _fork_metrics(Path(resume).parent / "metrics.csv", run_dir / "metrics.csv", trainer.iteration)
