@@ -143,9 +143,11 @@ def test_population_on_the_cuda_target_equals_standalone(target):
     # (the gradient kernel splits one member's rows over more programs than a population's member's,
     # and so sums them in another order) become bf16 steps, and the runs part by about 0.2% within 2
     # iterations
-    config = small("a2c", "cartpole", {}, target="cuda", num_envs=2, T=4, iterations=2, seeds=2, precision="fp32")
+    # (a max_grad_norm of 0 for members 0 and 1: not clipped, in the fused Adam step on a GPU too)
+    config = small("a2c", "cartpole", {}, target="cuda", num_envs=2, T=4, iterations=2, seeds=2, precision="fp32",
+                   sweep={"max_grad_norm": [0.0, 0.05]})
     result = make_trainer(config).train()
-    for k in range(2):
+    for k in range(4):
         alone = make_trainer(population.member_config(config, k)).train()
         assert_same_reports(result.history, k, alone.history, least=5)
 
@@ -200,6 +202,26 @@ def test_target_kl_stops_each_member_on_its_own_kl(monkeypatch):
         assert_same_reports(result.history, k, alone.train().history)
         for key, value in alone.models["shared"].state_dict().items():
             assert torch.allclose(member_state(trainer.models["shared"], k)[key], value, rtol=1e-4, atol=1e-5), (k, key)
+
+
+@pytest.mark.parametrize("algorithm, field, values", [
+    ("ppo", "max_grad_norm", [0.0, 0.05]), ("ppo", "clip_coef", [0.05, 0.3]), ("ppo", "gae_lambda", [0.5, 1.0]),
+    ("ppo", "vf_coef", [0.25, 2.0]), ("a2c", "max_grad_norm", [0.0, 0.05]), ("ddpg", "max_grad_norm", [0.0, 0.05]),
+])
+def test_each_swept_hyperparameter_is_each_members_own(algorithm, field, values):
+    """A sweep of one field, edge values included (max_grad_norm 0: no clipping, as a run of its
+    own), learns what each member's standalone run learns."""
+    env, extra = ("pendulum", {**DDPG, "env_params": {"max_steps": 10}}) if algorithm == "ddpg" else ("cartpole", {})
+    config = small(algorithm, env, extra, sweep={field: values}, iterations=8 if algorithm == "ddpg" else 3)
+    trainer = make_trainer(config)
+    result = trainer.train()
+    for k in range(2):
+        alone = make_trainer(population.member_config(config, k))
+        assert getattr(alone.config, field) == values[k]
+        assert_same_reports(result.history, k, alone.train().history, least=5)
+        for name, model in trainer.models.items():
+            for key, value in alone.models[name].state_dict().items():
+                assert torch.allclose(member_state(model, k)[key], value, rtol=1e-4, atol=1e-5), (k, name, key)
 
 
 def test_a_swept_learning_rate_is_each_members_own():
@@ -498,3 +520,33 @@ def test_rollout_copies_of_stacked_members_in_nn_linear_layout_refresh_to_the_sa
     with torch.no_grad():
         ref = models["wide"](x)
     torch.testing.assert_close(got[0].float(), ref[0], rtol=0.05, atol=0.05)
+
+
+def test_target_kl_ends_the_update_after_the_epoch_whose_last_minibatch_passes_it(monkeypatch):
+    """CleanRL's rule: after each epoch, the last minibatch's approximate KL (not a running mean over
+    the update, which lags behind the first epoch's near-zero KLs) decides whether to go on."""
+    from workbench.learn.algorithms import ppo
+    kls, original = [], ppo.chunk_loss
+
+    def recording(*args, **kwargs):
+        loss, stats = original(*args, **kwargs)
+        kls.append(float(stats[ppo.KL].sum()))
+        return loss, stats
+
+    monkeypatch.setattr(ppo, "chunk_loss", recording)
+    config = small("ppo", "cartpole", {}, num_envs=16, T=16, lr=2e-2, update_epochs=10, num_minibatches=4,
+                   target_kl=0.02, iterations=4)
+    trainer = make_trainer(config)
+    assert trainer.chunk_size["shared"] >= 64  # one chunk a minibatch: one recorded KL a step
+    stopped_early = 0
+    for _ in range(4):
+        kls.clear()
+        trainer.train(num_iterations=1)
+        expected = config.update_epochs
+        for epoch in range(config.update_epochs):
+            if kls[4 * epoch + 3] > config.target_kl:
+                expected = epoch + 1
+                break
+        assert len(kls) == 4 * expected, kls
+        stopped_early += expected < config.update_epochs
+    assert stopped_early >= 2

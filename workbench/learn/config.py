@@ -145,8 +145,8 @@ class PPOConfig(RunConfig):
     clip_value: bool = _f(False, "Clip the value update around the old values, as the policy ratio.")
     ent_coef: float = _f(0.0, "Entropy bonus coefficient.")
     vf_coef: float = _f(0.5, "Value loss coefficient.")
-    target_kl: float = _f(None, "Stop an update's epochs early when the approximate KL exceeds this (each member "
-                                "of a population on its own KL).")
+    target_kl: float = _f(None, "Stop an update's epochs early after an epoch whose last minibatch's approximate "
+                                "KL exceeds this, as CleanRL (each member of a population on its own KL).")
     anneal_lr: bool = _f(True, "Decay the learning rate linearly to zero over the run.")
     normalize_advantages: bool = _f(True, "Normalise advantages per minibatch.")
 
@@ -181,7 +181,10 @@ def unknown_keys_error(cls, unknown) -> ConfigError:
         owners = [other for other in ALGORITHMS.values() if other is not cls
                   and ours in {f.name for f in dataclasses.fields(other)}]
         close = difflib.get_close_matches(k, names, n=1, cutoff=0.6)
-        if ours in names and ours != k:
+        if k in ITERATION_COUNTS and "total_env_steps" in names:
+            hints.append(f"a run's length is 'total_env_steps' (an iteration is num_envs x rollout_length "
+                         f"env-steps), not '{k}'; Trainer.train(num_iterations=N) runs N iterations")
+        elif ours in names and ours != k:
             hints.append(f"did you mean '{ours}' for '{k}'?")
         elif owners:
             called = f"'{k}' is" if ours == k else f"'{k}' is what we call '{ours}',"
@@ -283,6 +286,8 @@ SYNONYMS = {"learning_rate": "lr", "n_envs": "num_envs", "total_timesteps": "tot
             "n_steps": "rollout_length", "num_steps": "rollout_length", "n_epochs": "update_epochs",
             "clip_range": "clip_coef", "target_reward": "target_return", "gradient_steps": "updates_per_rollout",
             "polyak": "tau", "replay_size": "buffer_size", "start_steps": "learning_starts"}
+# keys a user may reach for to set a run's length, which the config counts in env-steps
+ITERATION_COUNTS = {"iterations", "num_iterations", "n_iterations", "max_iterations", "num_updates", "n_updates"}
 
 
 def from_dict(data: dict, cls=None):

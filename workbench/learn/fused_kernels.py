@@ -403,7 +403,7 @@ def member_adam(flat, grad, exp_avg, exp_avg_sq, lr, partials, max_norm, steps, 
                 BLOCK: tl.constexpr, CHUNKS: tl.constexpr):
     """One Adam step of member m's chunks of its row of flat [M, P] (members.MemberAdam.step is the
     reference): the gradient scaled to global norm at most max_norm (CLIP; partials [M, SPLITS] the
-    parts of its squared norm, max_norm [M] or a float), then the moments' and the parameters'
+    parts of its squared norm, max_norm [M] or a float, <= 0 for none), then the moments' and the parameters'
     updates at its step steps[m] (steps [M, 1])."""
     m = tl.program_id(0).to(tl.int64)
     start = tl.program_id(1) * CHUNKS * BLOCK
@@ -416,6 +416,7 @@ def member_adam(flat, grad, exp_avg, exp_avg_sq, lr, partials, max_norm, steps, 
         s = tl.arange(0, SPLITS_P)
         sq_norm = tl.sum(tl.load(partials + m * SPLITS + s, mask=s < SPLITS, other=0.0), 0)
         scale = tl.minimum(bound / (tl.sqrt(sq_norm) + 1e-6), 1.0)
+        scale = tl.where(bound > 0, scale, 1.0)  # a member swept to max_grad_norm 0 is not clipped
     t = tl.load(steps + m)
     bias1 = 1.0 - tl.exp(t * tl.log(beta1))
     bias2_sqrt = tl.sqrt(1.0 - tl.exp(t * tl.log(beta2)))

@@ -200,6 +200,9 @@ class MemberAdam:
         norm = self.grad.square().sum(1, keepdim=True).sqrt()
         if isinstance(max_norm, torch.Tensor):  # (a float stays a scalar: no host-to-device copy in a graph)
             max_norm = max_norm.reshape(-1, 1)
+            # a member swept to max_grad_norm 0 is not clipped, as a run of its own is not
+            self.grad.mul_(torch.where(max_norm > 0, (max_norm / (norm + 1e-6)).clamp_(max=1.0), 1.0))
+            return
         self.grad.mul_((max_norm / (norm + 1e-6)).clamp_(max=1.0))
 
     def step(self, max_norm=None, active=None):

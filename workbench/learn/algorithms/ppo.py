@@ -8,7 +8,8 @@ processed in chunks whose gradients add up to the minibatch's, before one optimi
 The same code runs eagerly on the CPU and is replayed from a CUDA graph on a GPU: it allocates
 nothing that outlives an iteration, draws its permutations on the device and never reads a value
 back to the host (except for `target_kl`, which therefore keeps the update out of the graph).
-With `target_kl` each member of a population stops on its own approximate KL, as its standalone run
+`target_kl` ends the update after an epoch whose last minibatch's approximate KL exceeds it, as
+CleanRL's ppo.py does. With `target_kl` each member of a population stops on its own approximate KL, as its standalone run
 would: a stopped member's remaining minibatches change neither its weights, its Adam state nor its
 statistics (a mask [M] on its optimiser's step), and the epochs end once every member has stopped.
 """
@@ -20,6 +21,7 @@ from ..members import clip_and_step, member_rows, member_sums
 from ..rollout import Batch, chunks, masked_moments, take
 
 STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "nonfinite")
+KL = STATS.index("approx_kl")
 
 
 def loss(model, mb: dict, config, count, hp=None, members: int = 1):
@@ -128,6 +130,8 @@ def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int
             idx = minibatches[:, m]
             moments = (adv_mean[:, m], adv_std[:, m]) if adv_mean is not None else (None, None)
             before = local.clone() if learning is not None else None
+            if config.target_kl is not None and m == config.num_minibatches - 1:
+                kl_before = local[KL].clone()
             if fused is not None:  # forward, loss and backward of the whole minibatch, one launch per network
                 fused.gradients(idx, count[:, m], *moments, local)
             else:
@@ -146,13 +150,14 @@ def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int
                 member_updates += learning.reshape(-1)
             clip_and_step(model, optimizer, hp.max_grad_norm, learning)
             updates += 1
-        if learning is not None:  # each member's mean KL over its own updates, as its standalone run's
-            kl = local[STATS.index("approx_kl")] / member_updates
+        # target_kl: the epoch's last minibatch's approximate KL ends the update (CleanRL's rule)
+        if learning is not None:  # each member on its own KL, as its standalone run
+            kl = local[KL] - kl_before
             learning.mul_((~(kl.double() > config.target_kl)).float().reshape(-1, 1))
             if not bool(learning.any()):
                 break
         elif config.target_kl is not None:
-            kl = local[STATS.index("approx_kl")].max() / updates
+            kl = (local[KL] - kl_before).max()
             kl = sync.mean(kl) if sync is not None else kl
             if float(kl) > config.target_kl:
                 break
