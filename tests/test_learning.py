@@ -11,7 +11,7 @@ import torch
 
 import workbench as wb
 from workbench import cli
-from workbench.learn.evaluate import EvaluationError, compare, evaluate
+from workbench.learn.evaluate import EvaluationError, compare, evaluate, format_comparison, tag_side_labels
 
 
 @pytest.fixture(autouse=True)
@@ -121,3 +121,35 @@ def test_evaluate_refuses_bad_requests_by_name(tmp_path, capsys):
     assert "error: random_policies (--random) names ['tagger']" in capsys.readouterr().err
     assert cli.main(["evaluate", str(tmp_path / "missing")]) == 2
     assert "no checkpoint at" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("policies, lines", [
+    (None, ["taggers: tag rate", "runners: survival"]),
+    ({"chasers": [0], "prey": [1, 2, 3]}, ["taggers: tag rate", "runners: survival"]),
+    ({"chaser": [0], "prey_a": [1], "prey_b": [2, 3]}, ["taggers: tag rate"]),
+    ({"shared": [0, 1, 2, 3]}, []),
+])
+def test_evaluate_compares_each_side_with_random_whatever_the_policies_are_called(policies, lines):
+    """The trained-against-random lines follow which agents each policy controls, not its name; a
+    side split over policies gets no line from compare (each policy is randomised alone), and a
+    policy playing both sides gives neither line."""
+    trainer = wb.Trainer(wb.make("tag_grid", num_envs=8, target="cpu", **TAG_GRID),
+                         tag_grid_config(num_envs=8, total_env_steps=64),
+                         policies=policies or {"taggers": [0], "runners": [1, 2, 3]})
+    results = compare(trainer, seed=7)
+    text = format_comparison(results, tag_side_labels(trainer))
+    said = [line for line in text.splitlines() if line.startswith(("taggers:", "runners:"))]
+    assert [line.split(" trained")[0].rsplit(" ", 1)[0] for line in said] == lines, text
+    if lines:
+        side = tag_side_labels(trainer)["taggers"]
+        assert f"{results[side]['tag_rate']:.3f} for random taggers" in text
+
+
+def test_evaluate_from_the_cli_names_a_split_side_randomised_together(tmp_path, capsys):
+    trainer = wb.Trainer(wb.make("tag_grid", num_envs=8, target="cpu", **TAG_GRID),
+                         tag_grid_config(num_envs=8, total_env_steps=64),
+                         policies={"chaser": [0], "prey_a": [1], "prey_b": [2, 3]})
+    trainer.save(tmp_path / "checkpoint.pt")
+    assert cli.main(["evaluate", str(tmp_path), "--random", "prey_b", "prey_a", "--num-envs", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "random prey_a prey_b" in out and "runners: survival" in out and "taggers:" not in out

@@ -84,6 +84,26 @@ def test_building_a_trainer_leaves_the_global_random_stream_alone(cartpole_env, 
     assert torch.equal(torch.get_rng_state(), state)
 
 
+@pytest.mark.parametrize("algorithm", ["ppo", "a2c", "ddpg"])
+def test_a_second_trainer_on_an_env_learns_as_on_a_new_env(algorithm):
+    """Episodes the env began before (another trainer's, or the user's own steps) are not the new
+    trainer's: it starts the env afresh, so its reports equal those of a trainer given a new env."""
+    extra = dict(batch_size=16, buffer_size=64, learning_starts=16) if algorithm == "ddpg" else {}
+    name = "pendulum" if algorithm == "ddpg" else "cartpole"
+    small = {k: v for k, v in SMALL.items() if algorithm == "ppo" or k not in ("num_minibatches", "update_epochs")}
+    config = cfg.replace(cfg.ALGORITHMS[algorithm](env=name, **small, **extra), total_env_steps=4 * 8 * 3, log_every=1)
+    used = wb.make(name, num_envs=4, target="cpu", seed=5)
+    wb.Trainer(used, config).train()
+    used.step(used.sample_actions())  # mid-episode, the clock and the running returns not zero
+    again = wb.Trainer(used, config).train()
+    fresh = wb.Trainer(wb.make(name, num_envs=4, target="cpu", seed=5), config).train()
+    assert len(again.history) == len(fresh.history) == 3
+    for ours, theirs in zip(again.history, fresh.history):
+        assert ours.keys() == theirs.keys()
+        for key in set(ours) - {"env_steps_per_s", "time_s"}:
+            assert ours[key] == pytest.approx(theirs[key], nan_ok=True, rel=1e-6), key
+
+
 # -- 2, 4, 6, 7. configs ----------------------------------------------------------------------------
 
 def test_ddpg_refuses_learning_starts_past_its_buffer():

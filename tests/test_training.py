@@ -2,6 +2,7 @@
 import math
 import textwrap
 
+import numpy as np
 import pytest
 import torch
 
@@ -116,6 +117,26 @@ def test_policy_map_errors():
         wb.Trainer(env, ppo_cartpole(), policies={"p": []})
     with pytest.raises(PolicyMapError, match="agent 3, but the env has agents 0..0"):
         wb.Trainer(env, ppo_cartpole(), policies={"p": [0, 3]})
+
+
+@pytest.mark.parametrize("policies, message", [
+    ({"taggers": "taggers"}, r"policy 'taggers' must list its agents' ids \(a list of ints\), e.g. \{'shared': \[0\]\}"),
+    (["shared"], r"policies must map a policy's name to its agents' ids.*got list \['shared'\]"),
+    ({"p": 0}, r"policy 'p' must list its agents' ids"),
+    ({"p": [0.0]}, r"policy 'p' lists 0.0; agent ids are ints 0..0"),
+    ({"p": ["0"]}, r"policy 'p' lists '0'"),
+    ({"p": [True]}, r"policy 'p' lists True"),
+])
+def test_policy_maps_of_the_wrong_shape_are_refused_by_name(policies, message):
+    env = wb.make("cartpole", num_envs=32, target="cpu")
+    with pytest.raises(PolicyMapError, match=message):
+        wb.Trainer(env, ppo_cartpole(), policies=policies)
+
+
+def test_policy_maps_take_numpy_and_torch_ids():
+    env = wb.make("cartpole", num_envs=32, target="cpu")
+    for ids in (np.arange(1), torch.arange(1), range(1)):
+        assert wb.Trainer(env, ppo_cartpole(), policies={"p": ids}).groups[0].ids == [0]
 
 
 def test_model_with_the_wrong_action_head():

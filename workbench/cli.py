@@ -170,7 +170,7 @@ def _checkpoint_path(path: str) -> Path:
 
 def cmd_evaluate(args) -> int:
     from .learn import config as cfg
-    from .learn.evaluate import compare, evaluate, format_comparison
+    from .learn.evaluate import compare, evaluate, format_comparison, random_label, tag_side_labels
     from .learn.runs import load_checkpoint
     from .learn.trainer import make_trainer
     from .learn import population, trainer_state
@@ -193,12 +193,12 @@ def cmd_evaluate(args) -> int:
     if args.random is not None:
         results = {"trained": evaluate(trainer, **options)}
         if args.random:
-            results["random " + " ".join(args.random)] = evaluate(trainer, random_policies=args.random, **options)
+            results[random_label(trainer, args.random)] = evaluate(trainer, random_policies=args.random, **options)
     else:
         results = compare(trainer, **options)
     print(f"{config.env}: {config.num_envs} replicas x {options['episodes']} episode(s) each, "
           f"{acting_text(config.algorithm, args.deterministic)}, seed {options['seed']}")
-    print(format_comparison(results))
+    print(format_comparison(results, tag_side_labels(trainer)))
     if args.json:
         import json
         Path(args.json).write_text(json.dumps(results, indent=2))

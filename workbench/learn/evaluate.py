@@ -147,20 +147,46 @@ def _play(trainer, episodes, steps, random_groups, deterministic, seed) -> dict:
     return report
 
 
+def random_label(trainer, random_policies) -> str:
+    """The label of a report with `random_policies` replaced by random actions: "random" where the
+    run has one policy, else "random NAME ..." in the policy map's order."""
+    names = [g.name for g in trainer.groups]
+    if len(names) == 1:
+        return "random"
+    return "random " + " ".join(n for n in names if n in set(random_policies))
+
+
 def compare(trainer, **kwargs) -> dict:
     """{label: report}: "trained", then "random NAME" for every policy replaced by random actions
     (one policy: "random"), all from the same starts (the seed defaults to the config's)."""
     kwargs.setdefault("seed", trainer.config.seed)
-    names = [g.name for g in trainer.groups]
     out = {"trained": evaluate(trainer, **kwargs)}
-    for name in names:
-        label = "random" if len(names) == 1 else f"random {name}"
-        out[label] = evaluate(trainer, random_policies=(name,), **kwargs)
+    for g in trainer.groups:
+        out[random_label(trainer, (g.name,))] = evaluate(trainer, random_policies=(g.name,), **kwargs)
     return out
 
 
-def format_comparison(results: dict) -> str:
-    """A table, one column per configuration, and for Tag the two comparisons in words."""
+def tag_side_labels(trainer) -> dict:
+    """{"taggers": label, "runners": label}: the report in which exactly that side of a Tag game
+    plays at random (the policies that control only its agents, together all of them), for the
+    sides some policy map allows (a policy controlling agents of both sides allows neither)."""
+    params = trainer.env.definition.params
+    if not {"num_taggers", "num_runners"} <= set(params):
+        return {}
+    taggers = set(range(params["num_taggers"]))
+    sides = {"taggers": taggers, "runners": set(range(trainer.env.num_agents)) - taggers}
+    out = {}
+    for side, ids in sides.items():
+        policies = [g.name for g in trainer.groups if set(g.ids) <= ids]
+        if policies and set().union(*(set(g.ids) for g in trainer.groups if g.name in policies)) == ids \
+                and len(policies) < len(trainer.groups):
+            out[side] = random_label(trainer, policies)
+    return out
+
+
+def format_comparison(results: dict, side_labels: dict | None = None) -> str:
+    """A table, one column per configuration, and for Tag the two comparisons in words
+    (`side_labels`, from tag_side_labels: which report plays each side at random)."""
     labels = list(results)
     keys = list(dict.fromkeys(k for r in results.values() for k in r))
     width = max(12, *(len(label) for label in labels))
@@ -169,13 +195,15 @@ def format_comparison(results: dict) -> str:
         row = "".join(f"{results[label].get(key, math.nan):>{width + 2}.4f}" for label in labels)
         lines.append(f"{key:24s}{row}")
     trained = results.get("trained", {})
+    side_labels = side_labels or {}
     if "tag_rate" in trained:
-        if "random taggers" in results:
+        taggers, runners = side_labels.get("taggers"), side_labels.get("runners")
+        if taggers in results:
             lines.append(f"taggers: tag rate {trained['tag_rate']:.3f} trained vs "
-                         f"{results['random taggers']['tag_rate']:.3f} for random taggers "
+                         f"{results[taggers]['tag_rate']:.3f} for random taggers "
                          f"(against the trained runners)")
-        if "random runners" in results:
+        if runners in results:
             lines.append(f"runners: survival {trained['runner_survival']:.3f} trained vs "
-                         f"{results['random runners']['runner_survival']:.3f} for random runners "
+                         f"{results[runners]['runner_survival']:.3f} for random runners "
                          f"(against the trained taggers)")
     return "\n".join(lines)

@@ -4,6 +4,9 @@ Shared by A2C and PPO (and, for groups and normalisation, by DDPG).
 """
 from __future__ import annotations
 
+import numbers
+from collections.abc import Iterable, Mapping
+
 import torch
 
 from ..errors import WorkbenchError
@@ -45,9 +48,20 @@ def build_groups(policies, num_agents: int, device) -> list:
     """Check a policy map covers every agent exactly once and build its groups."""
     if policies is None:
         policies = {"shared": list(range(num_agents))}
+    example = f"{{'shared': [0, ..., {num_agents - 1}]}}" if num_agents > 1 else "{'shared': [0]}"
+    if not isinstance(policies, Mapping):
+        raise PolicyMapError(f"policies must map a policy's name to its agents' ids, e.g. {example}; "
+                             f"got {type(policies).__name__} {policies!r:.80}")
     seen = {}
     for name, ids in policies.items():
+        if isinstance(ids, (str, bytes, Mapping)) or not isinstance(ids, Iterable):
+            raise PolicyMapError(f"policy '{name}' must list its agents' ids (a list of ints), e.g. {example}; "
+                                 f"got {ids!r:.80}")
         for i in ids:
+            if isinstance(i, torch.Tensor) and i.numel() == 1:
+                i = i.item()
+            if isinstance(i, bool) or not isinstance(i, numbers.Integral):
+                raise PolicyMapError(f"policy '{name}' lists {i!r}; agent ids are ints 0..{num_agents - 1}")
             i = int(i)
             if not 0 <= i < num_agents:
                 raise PolicyMapError(f"policy '{name}' names agent {i}, but the env has agents 0..{num_agents - 1}")

@@ -70,7 +70,7 @@ class Trainer:
     setting before and after.
     The config must agree with the env (name, explicit target, env_params); the one kept and saved
     records all the env's parameters (config_env.config_for_env). config.seed seeds the policies and the
-    sampler, the env keeps its own seed. The caller's global torch RNG is left alone.
+    sampler; the env keeps its own seed and starts afresh (a new env's starts). Global RNG untouched.
     """
 
     def __init__(self, env, config, policies=None, models=None, distributed: bool | None = None, split=None):
@@ -90,6 +90,8 @@ class Trainer:
         self.E, self.T = env.num_envs, config.rollout_length
         self.E_member = self.E // self.M
         check_against_env(config, env, self.groups, members=self.M)
+        # episodes begun before (another trainer's, or the user's own steps) would count as this run's
+        env.reset(seed=env.seed)
         self.config = config = config_for_env(config, env)  # (what it saves records the env's parameters)
         self.hp = population.Hyper(config, self.members, self.device)
         self.streams = learners.member_streams(self, [m.seed + 1 for m in self.members])
