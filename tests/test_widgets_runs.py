@@ -315,3 +315,37 @@ def test_stop_while_compiling_gives_a_result_and_a_raised_budget_says_continue(m
     panel.start()
     panel.wait(TIMEOUT)
     assert [m["iteration"] for m in panel.history] == [1, 2, 3]
+
+
+def test_continue_works_for_a_cell_env_with_its_own_defaults_and_not_after_its_source_changed(cell_envs):
+    """A %%warpenv cell with options (`--agents N`) registers parameters the run's trainer writes out
+    in its config: Continue still continues. After the cell re-ran with another source, Start is a
+    new run."""
+    register_cell(cell_envs, "pole_options", max_steps=40)  # (as `--agents` sets num_agents)
+    panel = TrainingPanel("pole_options", **TINY)
+    panel.start()
+    panel.wait(TIMEOUT)
+    trainer = panel.trainer
+    assert trainer.config.env_params == {"max_steps": 40} and panel.runner.spec.config.env_params is None
+    panel.set(total_env_steps=8 * 16 * 3)
+    assert panel.start_button.description == "Continue"
+    panel.start_button.click()
+    panel.wait(TIMEOUT)
+    assert panel.runner.error is None and panel.trainer is trainer
+    assert [m["iteration"] for m in panel.history] == [1, 2, 3]
+    source = registry.lookup("cartpole").source
+    wb.register("pole_options", source.replace("length=0.5", "length=0.75"), params={"max_steps": 40})
+    panel.set(total_env_steps=8 * 16 * 4)
+    assert panel.start_button.description == "Start" and not panel.can_continue()
+
+
+def test_a_continue_that_cannot_go_on_says_why_in_the_panel(monkeypatch):
+    import importlib
+    panel_module = importlib.import_module("workbench.widgets.panel")
+    panel = TrainingPanel("cartpole", **TINY)
+    panel.start()
+    panel.wait(TIMEOUT)
+    panel.set(total_env_steps=8 * 16 * 3)
+    monkeypatch.setattr(panel_module, "Runner", lambda *a, **k: (_ for _ in ()).throw(ValueError("cannot go on")))
+    panel.start_button.click()
+    assert "cannot go on" in html.unescape(panel.error_html.value) and "cannot start" in panel.status

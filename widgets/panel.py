@@ -35,7 +35,7 @@ from .curves import RunCurves
 from .device import device_summary, gpu_count  # noqa: F401 - importable from here too
 from .jobs import CONTINUED, continued_config
 from .runfiles import default_run_dir, refuse_held_run
-from .runner import Runner, RunSpec, running_runs, same_experiment
+from .runner import Runner, RunSpec, env_redefined, running_runs, same_experiment
 from .status import (describe_state, error_box_html, iteration_text, notice_html, progress_line, ranking_html,
                      refused_text, state_style, status_line_html)
 from .viewer import EpisodeViewer
@@ -163,7 +163,8 @@ class TrainingPanel(widgets.VBox):
             spec = spec or self.spec()
         except Exception:  # noqa: BLE001 - a bad field: Start will say so
             return False
-        return same_experiment(prev.spec, spec) and prev.trainer.iteration < spec.total_iterations
+        return (same_experiment(prev.spec, spec) and prev.trainer.iteration < spec.total_iterations
+                and not env_redefined(prev.trainer.env))
 
     def start(self, new: bool = False) -> Runner:
         """Start a run with the panel's current values, in the background; returns its Runner.
@@ -182,13 +183,14 @@ class TrainingPanel(widgets.VBox):
             spec = self.spec()
             resume = self.runner if not new and self.can_continue(spec) else None
             spec, notice = prepare(spec, resume, self.run_curves.label_of(self.runner), self.runs_root)
+            runner = Runner(spec, on_state=lambda _s: self._wake.set(), on_metrics=lambda _m: self._wake.set(),
+                            on_trajectories=self._on_trajectories, resume=resume, env=self.given_env)
         except Exception as exc:
             self._show_error(exc, with_traceback=False)
             self._set_status(f"cannot start: {exc}", "error")
             raise
         self._add_notice(notice)
-        self.runner = Runner(spec, on_state=lambda _s: self._wake.set(), on_metrics=lambda _m: self._wake.set(),
-                             on_trajectories=self._on_trajectories, resume=resume, env=self.given_env)
+        self.runner = runner
         self.run_curves.add_runner(self.runner, resume)
         self.rollout_viewer.new_run(continued=resume is not None)
         if resume is None:
@@ -380,11 +382,7 @@ def take_env(env, env_params) -> tuple:
     `env` a cell made: its parameters, and the env itself unless its env was registered again since
     (a %%warpenv cell re-ran): then a run compiles the definition registered now."""
     from workbench.runtime import registry
-    try:
-        current = registry.definition(env.name, **env.definition.params).digest == env.definition.digest
-    except Exception:  # noqa: BLE001 - parameters the new definition refuses: not the env registered now
-        current = False
-    if not current:
+    if env_redefined(env):
         return None, env_params, (f"; the {env.name} env given was made from an earlier definition of "
                                   f"{env.name!r} (its cell ran again since): a run compiles the one registered "
                                   f"now, with its default parameters")

@@ -103,9 +103,28 @@ def same_experiment(a: RunSpec, b: RunSpec) -> bool:
     replicas, target, algorithm, policy map and population (seeds and sweep), trained in this process."""
     ca, cb = a.config, b.config
     return (a.mode == b.mode == "train" and a.world_size == b.world_size == 1 and a.policies == b.policies
-            and type(ca) is type(cb)
-            and all(getattr(ca, k, None) == getattr(cb, k, None)
-                    for k in ("env", "env_params", "num_envs", "target", "seeds", "sweep")))
+            and type(ca) is type(cb) and env_parameters(ca) == env_parameters(cb)
+            and all(getattr(ca, k, None) == getattr(cb, k, None) for k in ("env", "num_envs", "target", "seeds", "sweep")))
+
+
+def env_parameters(config) -> dict:
+    """Every parameter the config's env takes, as the registry resolves them: a parameter left to the
+    env's default (None) and the same value written out (a trainer's config records them) agree."""
+    from workbench.runtime import registry
+    try:
+        return dict(registry.definition(config.env, **(config.env_params or {})).params)
+    except Exception:  # noqa: BLE001 - an env or parameters the registry refuses: compared as written
+        return dict(config.env_params or {})
+
+
+def env_redefined(env) -> bool:
+    """Whether `env` was made from a definition its name no longer registers (a %%warpenv cell
+    or wb.register ran again since with another source)."""
+    from workbench.runtime import registry
+    try:
+        return registry.definition(env.name, **env.definition.params).digest != env.definition.digest
+    except Exception:  # noqa: BLE001 - parameters the new definition refuses: not the env registered now
+        return True
 
 
 class StopRequested(Exception):
