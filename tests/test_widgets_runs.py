@@ -166,6 +166,9 @@ def test_switching_the_algorithm_keeps_only_the_values_the_user_changed():
     (dict(num_envs="many"), ["num_envs", "'many'"]),
     (dict(lr="fast"), ["lr", "'fast'", "a number"]),
     (dict(record_replicas="first"), ["record_replicas", "'first'"]),
+    (dict(env_params={"max_steps": -3}), ["env_params", "max_steps=-3 is out of range", "[1, inf)"]),
+    (dict(logger="bogus"), ["logger", "'bogus'", "tensorboard"]),
+    (dict(learning_rate=1e-3), ["learning_rate", "did you mean 'lr'"]),
 ])
 def test_set_checks_values_as_the_constructor_does_and_changes_nothing(values, words):
     panel = TrainingPanel("cartpole", target="cpu", num_envs=8)
@@ -241,6 +244,24 @@ def test_record_replicas_are_checked_before_anything_is_compiled_or_written():
     panel.record_replicas.value = "16"
     with pytest.raises(ConfigError, match=r"16 replicas \(8 per member x 2 members\)"):
         panel.spec()
+
+
+@pytest.mark.parametrize("typed, words", [
+    (lambda panel: panel.set(num_minibatches=7), ["num_minibatches=7 does not divide", "8 x rollout_length 16"]),
+    (lambda panel: setattr(panel.env_form.inputs["length"], "value", -1.0), ["env_params", "length=-1.0"]),
+    (lambda panel: setattr(panel.config_form.inputs["logger"], "value", "bogus"), ["logger", "'bogus'"]),
+])
+def test_start_refuses_what_only_the_env_can_refuse_before_anything_is_compiled_or_written(typed, words):
+    """Checks against the env (its parameters' ranges, the minibatch split of each policy's batch)
+    and the logger's name: Start refuses them before a run folder is written or a run is added."""
+    panel = TrainingPanel("cartpole", **TINY)
+    typed(panel)
+    with pytest.raises(ConfigError) as info:
+        panel.start()
+    for word in words:
+        assert word in str(info.value)
+    assert panel.runner is None and not Path("runs").exists() and not panel.runs
+    assert all(word in html.unescape(panel.error_html.value) for word in words)
 
 
 # ---- runs compared ---------------------------------------------------------------------------------------

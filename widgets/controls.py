@@ -281,6 +281,7 @@ class RunForm:
         env_form = None
         if "env_params" in values or env != self.env_name.value:
             env_form = EnvParamsForm(env, values.get("env_params"))
+            check_env_params(env, env_form.values())
         fields = {k: v for k, v in values.items() if k not in checked and k not in ("env_params", "checkpoint")}
         check_config_fields(cfg.ALGORITHMS[algorithm], fields)
         if isinstance(fields.get("rank_by"), str):
@@ -324,6 +325,9 @@ class RunForm:
         config = cfg.from_dict(data, self.config_form.cls)
         if not rollouts:  # (refused here, Start writes no run folder and adds no run)
             check_rank_choice(type(config), config.rank_by, self.env_form, self.policies)
+            from workbench.learn.config_env import check_before_compile
+            check_env_params(config.env, env_params or {})
+            check_before_compile(config, self.policies)
         try:
             replicas = tuple(int(r) for r in self.record_replicas.value.replace(",", " ").split())
         except ValueError:
@@ -395,6 +399,16 @@ def rank_choices(definition, policies: dict | None) -> list:
     return ranked_statistics(definition, names)
 
 
+def check_env_params(env: str, env_params: dict) -> None:
+    """ConfigError unless `env_params` lie in the env's declared ranges (PARAM_RANGES, validate_params)."""
+    from workbench.errors import EnvParameterError
+    from workbench.runtime import registry
+    try:
+        registry.definition(env, **env_params)
+    except EnvParameterError as exc:
+        raise ConfigError(f"env_params: {exc}") from None
+
+
 def check_rank_choice(cls, rank_by: str, env_form, policies: dict | None) -> None:
     """ConfigError unless `rank_by` (a minus allowed) is one of rank_choices: what the run will report."""
     from workbench.learn.config_env import check_rank_name
@@ -437,7 +451,9 @@ def check_config_fields(cls, values: dict) -> None:
     unknown = sorted(set(values) - names)
     if unknown:
         known = sorted(names - set(CONTROLLED))
-        raise ConfigError(f"unknown {cls.__name__} field(s) {unknown}{did_you_mean(unknown[0], known, repr)}; "
+        meant = cfg.SYNONYMS.get(unknown[0])
+        hint = f"; did you mean {meant!r}?" if meant in known else did_you_mean(unknown[0], known, repr)
+        raise ConfigError(f"unknown {cls.__name__} field(s) {unknown}{hint}; "
                           f"fields: {known}")
 
 

@@ -286,6 +286,7 @@ SYNONYMS = {"learning_rate": "lr", "n_envs": "num_envs", "total_timesteps": "tot
             "n_steps": "rollout_length", "num_steps": "rollout_length", "n_epochs": "update_epochs",
             "clip_range": "clip_coef", "target_reward": "target_return", "gradient_steps": "updates_per_rollout",
             "polyak": "tau", "replay_size": "buffer_size", "start_steps": "learning_starts"}
+LOGGERS = ("csv", "tensorboard", "wandb")  # (csv: metrics.csv alone)
 # keys a user may reach for to set a run's length, which the config counts in env-steps
 ITERATION_COUNTS = {"iterations", "num_iterations", "n_iterations", "max_iterations", "num_updates", "n_updates"}
 
@@ -354,6 +355,7 @@ def validate(config) -> None:
     checks += [(f.name, math.isfinite(getattr(config, f.name)), "must be a finite number")
                for f in dataclasses.fields(config) if isinstance(getattr(config, f.name), float)]
     checks.append(("activation", config.activation in (None, "tanh", "relu"), "must be tanh or relu (or null)"))
+    checks.append(("logger", config.logger in (None,) + LOGGERS, f"must be one of {LOGGERS}"))
     if config.shared_body:
         checks += [("shared_body", not isinstance(config, DDPGConfig),
                     "must be false for DDPG (its actor and Q-critic take different inputs)"),

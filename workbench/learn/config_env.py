@@ -43,6 +43,33 @@ def check_against_env(config, env, groups=None, members: int = 1) -> None:
         raise ConfigError(f"{name}.num_envs is {config.num_envs} but the env was made with num_envs={env.num_envs}; "
                           f"make them agree: replace(config, num_envs={env.num_envs}) or make the env with "
                           f"num_envs={config.num_envs}")
+    check_minibatches(config, sizes)
+
+
+def policy_sizes(definition, policies) -> dict:
+    """{policy: its agent count} of a run of env `definition` with `policies` as make_trainer takes
+    them: {name: agent ids}, or None for the env's AGENT_GROUPS (one shared policy without them)."""
+    if isinstance(policies, dict):
+        return {str(k): len(list(v)) for k, v in policies.items()}
+    groups = definition.namespace.get("AGENT_GROUPS")
+    if groups is None:
+        return {"shared": definition.num_agents}
+    import types
+    return {str(k): len(list(v)) for k, v in groups(types.SimpleNamespace(**definition.params)).items()}
+
+
+def check_before_compile(config, policies=None) -> None:
+    """The checks of `config` against its env that need no compiled env: the env parameters against
+    the env's ranges and PPO's minibatch split of every policy's batch (EnvParameterError,
+    ConfigError)."""
+    from ..runtime import registry
+    definition = registry.definition(config.env, **(config.env_params or {}))
+    check_minibatches(config, policy_sizes(definition, policies))
+
+
+def check_minibatches(config, sizes: dict) -> None:
+    """ConfigError unless PPO's num_minibatches divides the batch of every policy (sizes {name: agents})."""
+    name = type(config).__name__
     if not isinstance(config, PPOConfig):
         return
     for policy, agents in sizes.items():

@@ -10,10 +10,9 @@ import math
 import os
 from pathlib import Path
 
-from .config import ConfigError, to_dict
+from .config import LOGGERS, ConfigError, to_dict  # noqa: F401 - LOGGERS importable from here too
 from ..extras import require
 
-LOGGERS = ("csv", "tensorboard", "wandb")
 
 
 def _scalars(metrics: dict) -> dict:
