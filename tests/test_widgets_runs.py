@@ -101,8 +101,8 @@ class FailingTorchrun:
 
 
 def test_several_ranks_refuse_a_held_folder_and_default_to_a_runs_folder(tmp_path, monkeypatch):
-    from workbench.widgets import controls, jobs
-    monkeypatch.setattr(controls, "gpu_count", lambda: 2)
+    from workbench.widgets import checks, jobs
+    monkeypatch.setattr(checks, "gpu_count", lambda: 2)
     monkeypatch.setattr(jobs.subprocess, "Popen", FailingTorchrun)
     FailingTorchrun.launched = []
     held = tmp_path / "held"

@@ -5,7 +5,8 @@
 
 TrainingPanel (panel.py; `panel(...)` is the same) puts its parts together:
 
-    controls.py   RunForm: what to run, with form.py's forms generated from the config dataclasses
+    controls.py   RunForm: what to run, with form.py's forms generated from the config dataclasses;
+                  checks.py its checks of typed values, before anything compiles or is written
     runner.py     Runner and RunSpec: a run in a background thread, usable without widgets (one
                   at a time in a process: running_runs() lists the one going);
                   jobs.py holds what a run does, runfiles.py its run folder's files

@@ -27,7 +27,7 @@ from . import fused, interrupts, learners, population, trainer_state
 from .algorithms import a2c, ddpg, ppo
 from .collection import Collector
 from .compiled import MaybeCompiled
-from .config_env import check_against_env, check_rank_by, config_for_env
+from .config_env import check_against_env, check_minibatches, check_rank_by, config_for_env, policy_sizes
 from .episode_stats import EpisodeStats
 from .iteration_graph import IterationGraph
 from .members import MemberSamples
@@ -418,8 +418,9 @@ def make_trainer(config, policies=None, models=None, env=None, distributed: bool
         if groups is not None:
             import types
             policies = {k: list(v) for k, v in groups(types.SimpleNamespace(**definition.params)).items()}
-    if policies is None or isinstance(policies, dict):  # (a misspelt rank_by is named before anything compiles)
+    if policies is None or isinstance(policies, dict):  # (named before anything compiles)
         check_rank_by(config, definition, list(policies) if policies is not None else ["shared"])
+        check_minibatches(config, policy_sizes(definition, policies))
     if env is None:
         env = Env(definition, num_envs=config.num_envs * members, target=target, seed=seed,
                   replicas_per_seed=config.num_envs if members > 1 else None)
