@@ -4,6 +4,7 @@ a checkpoint's policy) and the rollout viewer fed by recorded episodes."""
 import html
 import threading
 import time
+import types
 
 import ipywidgets as widgets
 import pytest
@@ -410,6 +411,50 @@ def test_redraws_are_throttled():
     assert len(updates) <= elapsed / 0.4 + 2
     gaps = [b - a for a, b in zip(updates, updates[1:-1])]  # the last redraw comes right after the end
     assert all(gap >= 0.3 for gap in gaps), gaps
+
+
+def test_redraws_take_at_most_a_fifth_of_the_time_and_the_end_is_drawn_at_once(monkeypatch):
+    """A slow redraw (here 0.3 s) spaces the next ones by five times its duration, whatever
+    redraw_interval says; once the run ends, its last redraw (and wait(), and Start) do not wait out
+    the interval."""
+    import importlib
+    panel_module = importlib.import_module("workbench.widgets.panel")
+    slow = panel_module.TrainingPanel._redraw
+
+    def slow_redraw(self, runner):
+        time.sleep(0.3)
+        slow(self, runner)
+
+    monkeypatch.setattr(panel_module.TrainingPanel, "_redraw", slow_redraw)
+    panel = tiny_panel(num_envs=4, rollout_length=4, total_env_steps=4 * 4 * 10**6, redraw_interval=0.05)
+    updates = []
+    panel.curves.observe(lambda change: updates.append(time.perf_counter()), names="value")
+    panel.start()
+    wait_for(lambda: len(updates) >= 3, what="three redraws")
+    panel.stop()
+    panel.wait(timeout=TIMEOUT)
+    gaps = [b - a for a, b in zip(updates, updates[1:3])]
+    assert all(gap >= 5 * 0.3 - 0.05 for gap in gaps), gaps
+    monkeypatch.setattr(panel_module.TrainingPanel, "_redraw", slow)
+    panel = tiny_panel(redraw_interval=1000)  # (the first redraw comes at once: the one after the end must too)
+    start = time.perf_counter()
+    panel.start()
+    panel.wait(timeout=TIMEOUT)
+    assert time.perf_counter() - start < 60 and panel.status.startswith("finished")
+
+
+def test_the_progress_line_rate_is_over_the_last_iterations_while_running():
+    from workbench.widgets.status import RATE_WINDOW, fmt_steps, progress_line
+    runner = types.SimpleNamespace(running=True, spec=types.SimpleNamespace(config=wb.PPOConfig(total_env_steps=10**6),
+                                                                         total_iterations=1000),
+                                   resumed_from=None, trainer=None, history=[])
+    # one iteration in ten took ten times as long (a redraw, a checkpoint): the rate shown stays near the mean
+    history = [{"iteration": i + 1, "env_steps": 1000 * (i + 1), "time_s": 0.1 * (i + 1) + 0.9 * (i >= 19),
+                "env_steps_per_s": 1000 / (1.0 if i == 19 else 0.1)} for i in range(20)]
+    history[19]["env_steps_per_s"] = 1000.0
+    _frac, text = progress_line(runner, history)
+    expected = 1000 * RATE_WINDOW / (history[-1]["time_s"] - history[-RATE_WINDOW - 1]["time_s"])
+    assert f"| {fmt_steps(expected)}env-steps/s |" in text and fmt_steps(expected) == "5.3 k", text
 
 
 def test_errors_in_the_training_thread_are_shown(monkeypatch):

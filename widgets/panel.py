@@ -13,7 +13,8 @@ The panel lays out its parts and drives them:
     status                 the status line, progress line and error box
 
 Stop only sets a threading.Event that the training callback reads. A second thread (here) redraws
-the panel at most once per `redraw_interval` seconds: the progress bar with env-steps/s and ETA,
+the panel at most once per `redraw_interval` seconds (or per 5 redraws' time, where redrawing is
+slow, so that it takes at most a fifth of the cores' time): the progress bar with env-steps/s and ETA,
 the curves, device memory and, every `record_every` iterations, the viewer. Errors of either
 thread land in the panel.
 """
@@ -39,6 +40,8 @@ from .runner import Runner, RunSpec, env_redefined, running_runs, same_experimen
 from .status import (describe_state, error_box_html, iteration_text, notice_html, progress_line, ranking_html,
                      refused_text, state_style, status_line_html)
 from .viewer import EpisodeViewer
+
+REDRAW_SHARE = 5.0  # a redraw waits at least this many times the last one's duration
 
 
 class TrainingPanel(widgets.VBox):
@@ -78,7 +81,7 @@ class TrainingPanel(widgets.VBox):
         self.redraws = 0
         self._refresher: threading.Thread | None = None
         self._wake = threading.Event()
-        self._last_draw = 0.0
+        self._last_draw, self._last_draw_s = 0.0, 0.0
         self._lock, self._notices = threading.Lock(), []
 
         self.run_form = RunForm(env, mode=mode, algorithm=algorithm, target=target, num_envs=num_envs,
@@ -286,9 +289,12 @@ class TrainingPanel(widgets.VBox):
             while runner.running:
                 self._wake.wait(self.redraw_interval)
                 self._wake.clear()
-                wait = self.redraw_interval - (time.perf_counter() - self._last_draw)
-                if wait > 0 and runner.running:
-                    time.sleep(wait)  # at most one redraw per interval, however fast the metrics come
+                # at most one redraw per interval, however fast the metrics come, and at most a fifth of
+                # the time spent redrawing (a redraw holds the interpreter: on 2 cores it slows training)
+                interval = max(self.redraw_interval, REDRAW_SHARE * self._last_draw_s)
+                wait = interval - (time.perf_counter() - self._last_draw)
+                if wait > 0:
+                    runner.ended_within(wait)  # (a run that ends gets its last redraw at once)
                 self._redraw_safely(runner)
             self._redraw_safely(runner)
             if runner.history and runner.spec.mode == "train":
@@ -300,6 +306,7 @@ class TrainingPanel(widgets.VBox):
             self.run_curves.update_table()
 
     def _redraw_safely(self, runner):
+        start = time.perf_counter()
         try:
             self._redraw(runner)
         except Exception as exc:  # noqa: BLE001 - a drawing bug must show, not kill the thread silently
@@ -307,6 +314,7 @@ class TrainingPanel(widgets.VBox):
             self._show_error(exc, "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
         finally:
             self._last_draw = time.perf_counter()  # the interval counts from the end of a redraw
+            self._last_draw_s = self._last_draw - start
 
     def _redraw(self, runner: Runner):
         history = list(runner.history)

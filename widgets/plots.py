@@ -116,6 +116,7 @@ class LivePlot:
         self.fig.clear()
         self.axes, self.lines = {}, {}
         self.layout = tuple(panels)
+        self._layout_key = None  # (tight_layout's subplot parameters: measured again)
         if not panels:
             self.fig.set_size_inches(self.width, 1.2)
             self.message = self.fig.text(0.5, 0.5, "", ha="center", va="center", fontsize=11, color="0.4")
@@ -238,7 +239,12 @@ class LivePlot:
         rows = math.ceil(len(self.axes) / min(self.columns, len(self.axes)))
         room = 0.32 + 0.17 * (math.ceil(len(handles) / ncol) - 1)  # inches for the legend above the titles
         top = 1.0 - room / (self.row_height * rows + 0.5)
-        self.fig.tight_layout(pad=0.6, rect=(0, 0, 1, top))
+        # tight_layout measures every label (half a render's time): again where the panels or the
+        # legend changed, else every few renders, as tick labels widen with the data
+        layout = (tuple(self.axes), ncol, len(handles), top)
+        if layout != self._layout_key or self.renders % 8 == 0:
+            self.fig.tight_layout(pad=0.6, rect=(0, 0, 1, top))
+            self._layout_key = layout
         return self._png(start)
 
     def _drop(self, prefixes) -> None:

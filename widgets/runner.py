@@ -195,6 +195,12 @@ class Runner:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    def ended_within(self, timeout: float) -> bool:
+        """Wait at most `timeout` s for the run to end; whether it has."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return not self.running
+
     def wait(self, timeout: float | None = None, raise_error: bool = True):
         """Block until the run ends; returns its result (a TrainResult, or the rollouts' summary dict).
         Raises the run's error when it failed (and raise_error), TimeoutError after `timeout` s."""

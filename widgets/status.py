@@ -12,6 +12,7 @@ from workbench.learn.ranking import population_summary, ranking_text, sweep_sett
 from workbench.learn.report import returns_text  # noqa: F401 - the status line and the CLI say returns alike
 
 STATUS_COLOURS = {"error": "#b00020", "warning": "#a15c00", "success": "#1b7f3a"}
+RATE_WINDOW = 10  # iterations the progress line's rate averages over while a run goes
 
 
 def fmt_steps(n: float) -> str:
@@ -107,13 +108,17 @@ def state_style(runner) -> str:
 
 def progress_line(runner, history: list) -> tuple:
     """(fraction of total_env_steps done, the progress line as HTML) after the metrics `history`.
-    While running the rate is the last row's and an ETA follows; once ended, the mean rate since
+    While running the rate is that of the last RATE_WINDOW iterations and an ETA follows; once ended, the mean rate since
     Start or Continue (time_s goes on over the run's earlier sessions) and no ETA."""
     last = history[-1]
     total = runner.spec.config.total_env_steps
     steps = float(last.get("env_steps", 0))
     frac = min(1.0, steps / max(total, 1))
     rate = float(last.get("env_steps_per_s", 0.0))
+    window = history[-RATE_WINDOW - 1:]  # while running: the rate over the last iterations, not one's
+    elapsed = float(last.get("time_s", 0.0)) - float(window[0].get("time_s", 0.0))
+    if runner.running and len(window) > 1 and elapsed > 0:
+        rate = (steps - float(window[0].get("env_steps", 0))) / elapsed
     if not runner.running:
         earlier = runner.resumed_from.history if runner.resumed_from else []
         before = earlier[-1] if earlier else {}
