@@ -41,7 +41,9 @@ from .status import (describe_state, error_box_html, iteration_text, notice_html
                      refused_text, state_style, status_line_html)
 from .viewer import EpisodeViewer
 
-REDRAW_SHARE = 5.0  # a redraw waits at least this many times the last one's duration
+# a redraw waits at least this many times the last one's duration (besides redraw_interval, however
+# fast the metrics come): a redraw holds the interpreter, and on 2 cores it slowed training by half
+REDRAW_SHARE = 5.0
 
 
 class TrainingPanel(widgets.VBox):
@@ -289,12 +291,8 @@ class TrainingPanel(widgets.VBox):
             while runner.running:
                 self._wake.wait(self.redraw_interval)
                 self._wake.clear()
-                # at most one redraw per interval, however fast the metrics come, and at most a fifth of
-                # the time spent redrawing (a redraw holds the interpreter: on 2 cores it slows training)
-                interval = max(self.redraw_interval, REDRAW_SHARE * self._last_draw_s)
-                wait = interval - (time.perf_counter() - self._last_draw)
-                if wait > 0:
-                    runner.ended_within(wait)  # (a run that ends gets its last redraw at once)
+                interval = max(self.redraw_interval, REDRAW_SHARE * self._last_draw_s)  # (ends cut it short)
+                runner.ended_within(interval - (time.perf_counter() - self._last_draw))
                 self._redraw_safely(runner)
             self._redraw_safely(runner)
             if runner.history and runner.spec.mode == "train":

@@ -198,7 +198,7 @@ class Runner:
     def ended_within(self, timeout: float) -> bool:
         """Wait at most `timeout` s for the run to end; whether it has."""
         if self._thread is not None:
-            self._thread.join(timeout)
+            self._thread.join(max(0.0, timeout))
         return not self.running
 
     def wait(self, timeout: float | None = None, raise_error: bool = True):
