@@ -189,7 +189,7 @@ def test_embed_limit_strides_with_a_warning_and_a_note(recorded):
     assert anim.stride >= 4 and len(anim.frames) == math.ceil(total / anim.stride) < total
     assert anim.steps == list(range(0, total, anim.stride))
     assert anim.nbytes <= limit_mb * 2**20
-    assert f"every {anim.stride}th step ({len(anim.frames)} of {total} frames)" in anim.note
+    assert f"every {render._ordinal(anim.stride)} step ({len(anim.frames)} of {total} frames)" in anim.note
     assert anim.note in anim.to_html().replace("&#x27;", "'")
     # the player advances `stride` steps per frame at the same speed: a longer interval
     assert f"1000*{anim.stride}/(fps*" in anim.to_html()
@@ -197,7 +197,7 @@ def test_embed_limit_strides_with_a_warning_and_a_note(recorded):
 
 def test_embed_limit_can_raise_instead(recorded):
     env, (traj, *_) = recorded["acrobot"]
-    with pytest.raises(render.EmbedLimitError, match=r"over the embed limit of 0\.0 MB: pass embed_limit_mb="):
+    with pytest.raises(render.EmbedLimitError, match=r"over the embed limit of 0\.01 MB: pass embed_limit_mb="):
         render.Animation(traj, env, embed_limit_mb=0.01, on_limit="raise")
     with pytest.raises(ValueError, match="on_limit"):
         render.Animation(traj, env, on_limit="drop")
@@ -523,3 +523,8 @@ def test_recording_an_episode_between_stop_and_continue_leaves_the_run_as_it_was
     assert all(torch.equal(watched.env.store[k], plain.env.store[k]) for k in plain.env.store)
     assert all(torch.equal(p, q) for p, q in zip(watched.models["shared"].parameters(),
                                                  plain.models["shared"].parameters()))
+
+
+def test_ordinals_in_notes_read_as_english():
+    assert [render._ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 101, 111, 231)] == \
+        ["1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st", "111th", "231st"]

@@ -89,6 +89,33 @@ def test_replay_returns_an_animation_and_writes_mp4(runs, tmp_path):
         wb.replay(tmp_path)
 
 
+def test_replay_with_a_seed_plays_the_same_episode_and_without_one_others(runs):
+    split, _, _ = runs
+    frames = [wb.replay(split, seed=s, max_steps=40, dpi=30).frames for s in (5, 5, 6)]
+    assert frames[0] == frames[1] and frames[0] != frames[2]
+    assert wb.replay(split, max_steps=40, dpi=30).frames != wb.replay(split, max_steps=40, dpi=30).frames
+
+
+@pytest.mark.parametrize("options, words", [
+    (dict(max_steps=-3), "max_steps must be an int >= 1"), (dict(max_steps=0), "max_steps must be an int >= 1"),
+    (dict(max_frames=0), "max_frames must be an int > 0"), (dict(fps=0), "fps must be a number > 0"),
+    (dict(fps=-5.0), "fps must be a number > 0"), (dict(embed_limit_mb=0), "embed_limit_mb must be a number > 0"),
+])
+def test_replay_refuses_bad_arguments_by_name(runs, options, words):
+    split, _, _ = runs
+    with pytest.raises(wb.WorkbenchError, match=words):
+        wb.replay(split, **{"max_steps": 5, **options})
+
+
+@pytest.mark.parametrize("name, words", [("policy.gif", "name the file .mp4, not .gif"),
+                                         ("/proc/policy.mp4", "failed writing /proc/policy.mp4: .+")])
+def test_an_mp4_ffmpeg_cannot_write_says_why(runs, tmp_path, name, words):
+    """(not a bare BrokenPipeError from the frames' pipe)"""
+    split, _, _ = runs
+    with pytest.raises(wb.WorkbenchError, match=words):
+        wb.replay(split, max_steps=5, dpi=30, mp4=tmp_path / name)
+
+
 def test_default_run_dir_names_env_and_time(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     config = cfg.from_dict(SMALL)

@@ -5,8 +5,8 @@ arrays [T, A]) before each step, plus obs, t, action, reward, done; an episode t
 frame more, the state it ended in. The player plays in real time: one step per `dt` seconds of the
 env (`steps_per_second`).
 An env is drawn by the drawer its source declares (`RENDER = MyDrawer` or `draw(frame, ax)`:
-shipped envs and `%%warpenv` cells alike), found through its definition by `drawer_for`;
-workbench.notebook.drawers holds the Drawer base class and the drawers of envs that declare none. A
+shipped envs and `%%warpenv` cells alike), found through its definition by `drawer_for`
+(frames.py, with `FrameSource`, the frames themselves); workbench.notebook.drawers holds the Drawer base class and the drawers of envs that declare none. A
 drawer makes its artists once and moves them with `set_data` (agents of a group share ONE
 Line2D with point markers: thousands of agents stay cheap); frames are drawn by blitting onto a
 fixed background.
@@ -18,13 +18,12 @@ fixed background.
 from __future__ import annotations
 
 import base64
+import contextlib
 import html
-import io
 import itertools
 import json
 import math
 import shutil
-import types
 import uuid
 import warnings
 from pathlib import Path
@@ -34,6 +33,8 @@ import numpy as np
 # the drawer classes are part of this module's interface (an env's RENDER subclasses render.Drawer)
 from .drawers import GROUP_COLOURS, Drawer, FunctionDrawer, PointsDrawer, StripDrawer  # noqa: F401
 from ..errors import WorkbenchError
+from .frames import (DEFAULT_STEPS_PER_SECOND, DRAWERS, MAX_STEPS_PER_SECOND, EmptyTrajectoryError,  # noqa: F401
+                     FrameSource, drawer_for, register_drawer, render_frames, steps_per_second)
 
 
 class FFmpegNotFoundError(WorkbenchError, RuntimeError):
@@ -44,146 +45,8 @@ class EmbedLimitError(WorkbenchError, ValueError):
     """The frames of an animation exceed the embed limit and on_limit="raise" was asked for."""
 
 
-class EmptyTrajectoryError(WorkbenchError, ValueError):
-    """A trajectory with no frames: the env was not stepped while it was recorded."""
-
-
 class EmbedLimitWarning(UserWarning):
     """An animation shows every k-th step only, to stay under the embed limit."""
-
-
-# ---- which drawer --------------------------------------------------------------------------------
-
-DRAWERS: dict = {}  # env name -> Drawer subclass, from register_drawer: wins over what the env's source declares
-
-
-def register_drawer(name: str, drawer: type) -> None:
-    """Draw env `name` with `drawer` (a Drawer subclass) instead of the drawer its source declares."""
-    DRAWERS[name] = drawer
-
-
-def _definition(env):
-    """EnvDefinition of an Env, an EnvDefinition or a registered env name."""
-    from ..compiler.envdef import EnvDefinition
-    if isinstance(env, EnvDefinition):
-        return env
-    if isinstance(env, str):
-        from ..runtime.registry import definition
-        return definition(env)
-    return env.definition
-
-
-def drawer_for(trajectory: dict, env) -> Drawer:
-    """The drawer of `env`, bound to `trajectory`: one registered for its name, else its source's
-    RENDER class or draw(frame, ax) function, else points (per-agent positions) or a strip of its
-    state arrays."""
-    defn = _definition(env)
-    groups = None
-    fn = defn.namespace.get("AGENT_GROUPS")
-    if fn is not None:
-        groups = {k: list(v) for k, v in fn(types.SimpleNamespace(**defn.params)).items()}
-    cls = DRAWERS.get(defn.name) or defn.namespace.get("RENDER")
-    draw = defn.namespace.get("draw")
-    if cls is None and callable(draw):
-        return FunctionDrawer(trajectory, defn.params, groups, defn.name, draw)
-    if cls is None:
-        per_agent_xy = "x" in trajectory and "y" in trajectory and np.ndim(trajectory["x"]) == 2
-        pairs = any(isinstance(v, np.ndarray) and v.ndim == 3 and v.shape[-1] == 2 and k not in ("obs", "action")
-                    for k, v in trajectory.items())
-        cls = PointsDrawer if per_agent_xy or pairs else StripDrawer
-    return cls(trajectory, defn.params, groups, defn.name)
-
-
-# ---- frames --------------------------------------------------------------------------------------
-
-DEFAULT_STEPS_PER_SECOND = 30.0  # the rate of an env that does not say how long a step lasts
-MAX_STEPS_PER_SECOND = 60.0
-
-
-def steps_per_second(env) -> float:
-    """Real time for `env`: 1 / its seconds per step, the PARAMS entry `dt` (or `tau`, CartPole's
-    name for it), at most MAX_STEPS_PER_SECOND; DEFAULT_STEPS_PER_SECOND when it declares neither."""
-    params = _definition(env).params
-    for name in ("dt", "tau"):
-        value = params.get(name)
-        if isinstance(value, (int, float, np.number)) and not isinstance(value, bool) and value > 0:
-            return min(1.0 / float(value), MAX_STEPS_PER_SECOND)
-    return DEFAULT_STEPS_PER_SECOND
-
-
-def _partial_note(trajectory: dict) -> str:
-    if trajectory.get("complete", True):
-        return ""
-    missing = int(trajectory.get("steps_missing", 0))
-    return f"  (its first {missing} steps not recorded)" if missing else "  (episode still running)"
-
-
-def _replica_label(trajectory: dict, env) -> str:
-    """'replica r'; in a population's env (member k's replicas are its k-th seed block) also the member
-    and the replica's index among the member's own."""
-    replica, block = int(trajectory.get("replica", 0)), getattr(env, "replicas_per_seed", None)
-    if trajectory.get("member"):  # (a replay of a population's member: which one, population.member_label)
-        return f"{trajectory['member']}, replica {replica}"
-    if isinstance(block, int) and 0 < block < getattr(env, "num_envs", 0):
-        return f"member {replica // block} replica {replica % block} (env replica {replica})"
-    return f"replica {replica}"
-
-
-class FrameSource:
-    """RGB frames [H, W, 3] uint8 of one trajectory, drawn by blitting the moving artists onto a
-    background rendered once."""
-
-    def __init__(self, trajectory: dict, env, dpi: int = 80, caption: bool = True):
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-        if len(trajectory.get("t", ())) == 0:
-            raise EmptyTrajectoryError(f"no frames recorded for {_replica_label(trajectory, env)}: step the env after "
-                                       f"env.record(...) and before env.pull_trajectories() (or let "
-                                       f"render.record_episode(env, policy) do all three)")
-        self.drawer = drawer_for(trajectory, env)
-        self.fig = Figure(figsize=self.drawer.figsize, dpi=dpi)
-        self.canvas = FigureCanvasAgg(self.fig)
-        ax = self.fig.add_subplot()
-        ax.set_autoscale_on(False)
-        self.artists = self.drawer.setup(ax)
-        label = f"{self.drawer.name}  {_replica_label(trajectory, env)}" + _partial_note(trajectory)
-        if ax.get_title():
-            # the drawer's own title stays, redrawn every frame (a draw() may change it per frame)
-            self.fig.suptitle(label, fontsize=8)
-            self.artists = list(self.artists) + [ax.title]
-        else:
-            ax.set_title(label, fontsize=9)
-        self.fig.tight_layout()
-        if not caption and self.drawer.info is not None:
-            self.drawer.info.set_visible(False)
-            self.artists = [a for a in self.artists if a is not self.drawer.info]
-        for artist in self.artists:
-            artist.set_animated(True)
-        self.canvas.draw()
-        self.background = self.canvas.copy_from_bbox(self.fig.bbox)
-
-    def __len__(self):
-        return len(self.drawer)
-
-    def rgb(self, k: int) -> np.ndarray:
-        """Frame k as a fresh [H, W, 3] uint8 array."""
-        self.drawer.update(k)
-        self.canvas.restore_region(self.background)
-        for artist in getattr(self.drawer, "current", []) + self.artists:
-            self.fig.draw_artist(artist)
-        return np.array(np.asarray(self.canvas.buffer_rgba())[..., :3])
-
-    def png(self, k: int) -> bytes:
-        from PIL import Image
-        buf = io.BytesIO()
-        Image.fromarray(self.rgb(k)).save(buf, format="PNG", compress_level=3)
-        return buf.getvalue()
-
-
-def render_frames(trajectory: dict, env, *, stride: int = 1, dpi: int = 80) -> list:
-    """RGB frames [H, W, 3] uint8 of every `stride`-th step of `trajectory`."""
-    source = FrameSource(trajectory, env, dpi)
-    return [source.rgb(k) for k in range(0, len(source), max(1, int(stride)))]
 
 
 # ---- the HTML/JS player --------------------------------------------------------------------------
@@ -193,6 +56,20 @@ def _embed_limit_bytes(embed_limit_mb) -> float:
         import matplotlib
         embed_limit_mb = matplotlib.rcParams["animation.embed_limit"]
     return float(embed_limit_mb) * 1024 * 1024
+
+
+def _check_positive(name: str, value, meaning: str, integer: bool = False) -> None:
+    """WorkbenchError unless `value` is None or a number (an int where `integer`) above 0."""
+    kinds = (int, np.integer) if integer else (int, float, np.integer, np.floating)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, kinds) or not value > 0
+                              or not math.isfinite(value)):
+        raise WorkbenchError(f"{name} must be {'an int' if integer else 'a number'} > 0 ({meaning}), got {value!r}")
+
+
+def _ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, 11th, 12th, 21st, 231st."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
 
 
 class Animation:
@@ -216,6 +93,9 @@ class Animation:
                  dpi: int = 80, max_frames: int | None = None, on_limit: str = "stride"):
         if on_limit not in ("stride", "raise"):
             raise ValueError(f"on_limit must be 'stride' or 'raise', got {on_limit!r}")
+        _check_positive("fps", fps, "steps a second at 1x; None: the env's real time")
+        _check_positive("max_frames", max_frames, "None: every step, up to the embed limit", integer=True)
+        _check_positive("embed_limit_mb", embed_limit_mb, "None: matplotlib's animation.embed_limit")
         self.trajectory = trajectory
         self.env = env
         self.fps = float(fps) if fps else steps_per_second(env)  # steps per second at 1x
@@ -246,11 +126,11 @@ class Animation:
         self.captions = [source.drawer.captions[k] for k in steps]
         self.note = ""
         if stride > 1:
-            why = (f"the frames exceed the embed limit of {limit / 2**20:.1f} MB; raise it with "
+            why = (f"the frames exceed the embed limit of {limit / 2**20:.3g} MB; raise it with "
                    f"embed_limit_mb=... (or matplotlib.rcParams['animation.embed_limit']) to keep every step, "
                    f"or save_mp4() for all of them"
                    if limited else f"max_frames={max_frames}")
-            self.note = f"Showing every {stride}th step ({len(steps)} of {total} frames): {why}."
+            self.note = f"Showing every {_ordinal(stride)} step ({len(steps)} of {total} frames): {why}."
             if limited:
                 warnings.warn(self.note, EmbedLimitWarning, stacklevel=2)
 
@@ -258,7 +138,7 @@ class Animation:
     def _limit_message(total, stride, per_frame, limit) -> str:
         need = per_frame * math.ceil(total / stride)
         return (f"{math.ceil(total / stride)} frames of about {per_frame / 1024:.0f} KB need {need / 2**20:.1f} MB, "
-                f"over the embed limit of {limit / 2**20:.1f} MB: pass embed_limit_mb={math.ceil(need * 1.1 / 2**20)} "
+                f"over the embed limit of {limit / 2**20:.3g} MB: pass embed_limit_mb={math.ceil(need * 1.1 / 2**20)} "
                 f"(or set matplotlib.rcParams['animation.embed_limit']), max_frames=... or a lower dpi, "
                 f"on_limit='stride' to keep every k-th step, or use save_mp4() for every step")
 
@@ -386,6 +266,7 @@ def find_ffmpeg() -> str:
 def to_mp4(trajectory: dict, env, path, *, fps: float | None = None, dpi: int = 80) -> Path:
     """Write every step of `trajectory` to `path` as H.264 mp4 (ffmpeg-python over a raw pipe), `fps`
     steps a second (default `steps_per_second(env)`, real time)."""
+    _check_positive("fps", fps, "steps a second; None: the env's real time")
     exe = find_ffmpeg()
     fps = float(fps) if fps else steps_per_second(env)
     try:
@@ -406,33 +287,42 @@ def to_mp4(trajectory: dict, env, path, *, fps: float | None = None, dpi: int = 
         for k in range(len(source)):
             frame = first if k == 0 else source.rgb(k)
             process.stdin.write(np.ascontiguousarray(frame[:h, :w]).tobytes())
+    except BrokenPipeError:  # ffmpeg quit (a folder it cannot write, a format it cannot make): its words follow
+        pass
     finally:
-        process.stdin.close()
+        with contextlib.suppress(BrokenPipeError):
+            process.stdin.close()
         err = process.stderr.read().decode(errors="replace")
         code = process.wait()
     if code != 0:
-        raise WorkbenchError(f"ffmpeg ({exe}) failed writing {path}: {err.strip()[-500:]}")
+        hint = (f" (it writes H.264 video: name the file .mp4, not {path.suffix or 'no suffix'})"
+                if path.suffix.lower() != ".mp4" else "")
+        raise WorkbenchError(f"ffmpeg ({exe}) failed writing {path}{hint}: {err.strip()[-500:] or f'exit {code}'}")
     return path
 
 
 # ---- recording episodes ----------------------------------------------------------------------------
 
+
 _RECORDINGS = itertools.count(1)  # record_episode's calls: each resets the env with a seed of its own
 
 
 def record_episode(env, policy=None, *, replicas=(0,), max_steps: int | None = None, reset: bool = True,
-                   deterministic: bool = False) -> list:
+                   deterministic: bool = False, seed: int | None = None) -> list:
     """Step `env` until every replica in `replicas` finished an episode (or `max_steps` steps) and
     return their trajectories (an episode that ended ends with the state it ended in). policy: None
     (uniformly random actions), a Trainer (its `act`), or a callable `policy(env)` that writes or
-    returns the actions. reset: start new episodes, drawn afresh at each call (else go on from the
-    env's state). The env is left as it was found (its state, seed, random streams and any recording,
+    returns the actions. reset: start new episodes, from `seed` (the same seed, the same starts) or,
+    without one, drawn afresh at each call (reset=False: go on from the env's state). The env is left as it was found (its state, seed, random streams and any recording,
     such as a panel's), as learn.evaluate leaves it: a run continued afterwards is the same run."""
     replicas = [int(r) for r in replicas]
     bad = [r for r in replicas if not 0 <= r < env.num_envs]
     if bad:
         raise WorkbenchError(f"replicas {bad} are out of range: the env has {env.num_envs} replicas (0 .. "
                              f"{env.num_envs - 1}; in a population's, member k's start at k * config.num_envs)")
+    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer))
+                                  or max_steps < 1):
+        raise WorkbenchError(f"max_steps must be an int >= 1 (or None: the env's episode bound), got {max_steps!r}")
     limit = int(max_steps or min(env.definition.max_steps, 2000))
     found = (env.store.snapshot(), env.seed, env._generator.get_state(), env._clock, env.recorder, env._detached,
              {n: t.clone() for n, t in env.terminal.buffers.items()})
@@ -440,7 +330,8 @@ def record_episode(env, policy=None, *, replicas=(0,), max_steps: int | None = N
     try:
         recorder = env.record(replicas=replicas, max_steps=limit)
         if reset:
-            env.reset(seed=(env.seed + next(_RECORDINGS) * 0x9E3779B97F4A7C15) & 0x7FFFFFFFFFFFFFFF)
+            env.reset(seed=seed if seed is not None
+                      else (env.seed + next(_RECORDINGS) * 0x9E3779B97F4A7C15) & 0x7FFFFFFFFFFFFFFF)
         finished = np.zeros(len(replicas), dtype=bool)
         for _ in range(limit):
             if policy is None:
@@ -483,13 +374,14 @@ def replay(run_or_checkpoint, *, replica: int = 0, num_envs: int = 1, mp4=None, 
            member=None, **kwargs):
     """Load a run's trained policy, play one episode of `replica` and return its Animation
     (displayed by a notebook); also written as mp4 to `mp4` and as an HTML player to `html` if given.
+    seed: the episode's starts (the same seed, the same episode; None: drawn afresh at each call).
     member: of a population's run, the member to replay (an index, or "best", the default).
     Extra keyword arguments go to the Animation (dpi, max_frames, embed_limit_mb)."""
     from ..learn.runs import load_policy
     trainer = load_policy(run_or_checkpoint, num_envs=max(num_envs, replica + 1), target=target, seed=seed,
                           member=member)
     episodes = record_episode(trainer.env, trainer, replicas=[replica], max_steps=max_steps,
-                              deterministic=deterministic)
+                              deterministic=deterministic, seed=seed)
     episodes[0]["member"] = trainer.member_label  # (the title names a population's member)
     animation = animate(episodes[0], trainer.env, fps=fps, **kwargs)
     if mp4 is not None:
