@@ -633,3 +633,16 @@ def test_several_ranks_run_under_torchrun_and_stop(tmp_path):
     assert run.state == "stopped" and result["stopped_by"] == "callback"
     assert result["iterations"] >= 2 and (tmp_path / "run" / "metrics.csv").exists()
     assert "training cartpole with PPO" in run.log_path.read_text()
+
+
+def test_status_words_read_as_english():
+    from workbench.widgets.status import describe_state, fmt_time
+    assert [fmt_time(s) for s in (0.4, 9.94, 12.0, 90.0, 7200.0)] == ["0.4 s", "9.9 s", "12 s", "1.5 min", "2.0 h"]
+    panel = tiny_panel(total_env_steps=8 * 8 * 10**6)
+    panel.start()
+    wait_for(lambda: panel.history, what="the first iteration")
+    running = describe_state(panel.runner)
+    panel.stop()
+    panel.wait(timeout=TIMEOUT)
+    assert "8 replicas x 1 agent," in running, running
+    assert " in 0 s" not in describe_state(panel.runner)

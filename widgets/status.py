@@ -34,7 +34,7 @@ def fmt_time(s: float) -> str:
         return f"{s / 3600:.1f} h"
     if s >= 60:
         return f"{s / 60:.1f} min"
-    return f"{s:.0f} s"
+    return f"{s:.0f} s" if s >= 10 else f"{s:.1f} s"
 
 
 def iteration_text(runner) -> str:
@@ -74,7 +74,8 @@ def describe_state(runner) -> str:
     if members:
         what += f" as {members}"
     agents = runner.env.num_agents if runner.env is not None else None
-    size = f"{c.num_envs} replicas" + (" per member" if members else "") + (f" x {agents} agents" if agents else "")
+    size = (f"{c.num_envs} replicas" + (" per member" if members else "")
+            + (f" x {agents} agent{'s' if agents != 1 else ''}" if agents else ""))
     ranks = f" on {spec.world_size} ranks" if spec.world_size > 1 else ""
     last = runner.history[-1] if runner.history else {}
     done = (f"{last.get('iteration', 0)} iterations, {fmt_steps(float(last.get('env_steps', 0)))}env-steps"
