@@ -92,7 +92,9 @@ def test_every_agent_is_drawn_in_every_frame(recorded, name):
             in_game = traj["in_game"][k] != 0
             assert len(taggers.get_xdata()) == len(env.taggers)  # taggers never leave the game
             assert len(runners.get_xdata()) == int(in_game[env.runners].sum())
-            np.testing.assert_allclose(taggers.get_xdata(), traj["x"][k][env.taggers])
+            # (on the grid, agents sharing a cell are drawn a quarter cell around it)
+            np.testing.assert_allclose(taggers.get_xdata(), traj["x"][k][env.taggers],
+                                       atol=0.26 if drawer.grid else 1e-9)
         # one Line2D per group (plus crosses and rings), never a scatter collection per agent
         assert len(source.fig.axes[0].collections) == 0
         moving = [line for line in source.fig.axes[0].lines if line.get_animated()]
@@ -528,3 +530,14 @@ def test_recording_an_episode_between_stop_and_continue_leaves_the_run_as_it_was
 def test_ordinals_in_notes_read_as_english():
     assert [render._ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 101, 111, 231)] == \
         ["1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st", "111th", "231st"]
+
+
+def test_agents_sharing_a_grid_cell_are_drawn_apart():
+    from workbench.notebook.drawers import spread_stacked
+    xs = np.array([[1.0, 1.0, 1.0, 4.0], [2.0, 3.0, 4.0, 5.0]])
+    ys = np.array([[2.0, 2.0, 2.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    sx, sy = spread_stacked(xs, ys)
+    assert (sx[0, 3], sy[0, 3]) == (4.0, 0.0) and np.array_equal(sx[1], xs[1]) and np.array_equal(sy[1], ys[1])
+    drawn = {(round(x, 3), round(y, 3)) for x, y in zip(sx[0, :3], sy[0, :3])}
+    assert len(drawn) == 3  # three markers, not one
+    assert np.allclose(np.hypot(sx[0, :3] - 1.0, sy[0, :3] - 2.0), 0.25)

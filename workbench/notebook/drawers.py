@@ -74,11 +74,32 @@ class Drawer:
             self.info.set_text(self.captions[k])
 
 
+def spread_stacked(xs: np.ndarray, ys: np.ndarray, radius: float = 0.25) -> tuple:
+    """Positions [T, A] on a grid with the agents that share a cell in a frame moved onto a circle
+    of `radius` cells around it (an agent alone on its cell stays where it is)."""
+    xs, ys = xs.copy(), ys.copy()
+    cells = np.rint(xs).astype(np.int64) * (2 ** 31) + np.rint(ys).astype(np.int64)
+    for k in range(len(cells)):
+        order = np.argsort(cells[k], kind="stable")
+        sorted_cells = cells[k][order]
+        starts = np.flatnonzero(np.r_[True, sorted_cells[1:] != sorted_cells[:-1]])
+        counts = np.diff(np.r_[starts, len(order)])
+        if counts.max(initial=1) == 1:
+            continue
+        rank = np.arange(len(order)) - np.repeat(starts, counts)
+        count = np.repeat(counts, counts)
+        angle = 2 * np.pi * rank / count + np.pi / 4
+        shared = count > 1
+        xs[k, order[shared]] += radius * np.cos(angle[shared])
+        ys[k, order[shared]] += radius * np.sin(angle[shared])
+    return xs, ys
+
+
 class PointsDrawer(Drawer):
     """Agents as points at per-agent (x, y) (or any per-agent array of pairs), one Line2D per agent
     group: the drawing of an env with per-agent positions and no drawer of its own, and the base of
     drawers of agents on a plane (Tag's). `grid`: agents on integer cells (square markers, cell
-    lines, the limits half a cell out)."""
+    lines, the limits half a cell out, agents that share a cell drawn around it)."""
     figsize = (4.6, 5.0)
     grid = False
 
@@ -98,11 +119,13 @@ class PointsDrawer(Drawer):
 
     def setup(self, ax):
         self.xs, self.ys = self.positions()
+        if self.grid:  # agents sharing a cell drawn apart, around its centre, so each one shows
+            self.xs, self.ys = spread_stacked(self.xs, self.ys)
         n = self.xs.shape[1]
         (x0, x1), (y0, y1) = self.limits(self.xs, self.ys)
         margin = 0.5 if self.grid else 0.03 * max(x1 - x0, y1 - y0)  # half a cell: edge squares stay whole
         ax.set_xlim(x0 - margin, x1 + margin)
-        ax.set_ylim(y0 - margin, y1 + margin)
+        ax.set_ylim(y0 - margin, y1 + margin + 0.08 * (y1 - y0 + 2 * margin))  # (room for the caption)
         ax.set_aspect("equal")
         if self.grid and x1 - x0 <= 40:
             for v in range(int(x0), int(x1) + 1):
