@@ -51,9 +51,10 @@ def test_wandb_runs_offline_without_a_key(tmp_path, monkeypatch):
 
 
 def test_bad_logger_and_missing_extra_are_named(tmp_path, monkeypatch):
-    config = cfg.from_dict({"env": "cartpole", "run_dir": str(tmp_path), "logger": "mlflow"})
-    with pytest.raises(ConfigError, match=r"logger must be one of \['csv', 'tensorboard', 'wandb'\]"):
-        make_logger(config)
+    with pytest.raises(ConfigError, match=r"PPOConfig.logger must be one of \['csv', 'tensorboard', 'wandb'\], "
+                                          r"got 'mlflow'"):
+        cfg.from_dict({"env": "cartpole", "run_dir": str(tmp_path), "logger": "mlflow"})
+    config = cfg.from_dict({"env": "cartpole", "run_dir": str(tmp_path)})
     with pytest.raises(ConfigError, match="set run_dir"):
         make_logger(cfg.replace(config, logger="tensorboard", run_dir=None))
     monkeypatch.setitem(sys.modules, "wandb", None)

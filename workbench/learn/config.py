@@ -355,7 +355,7 @@ def validate(config) -> None:
     checks += [(f.name, math.isfinite(getattr(config, f.name)), "must be a finite number")
                for f in dataclasses.fields(config) if isinstance(getattr(config, f.name), float)]
     checks.append(("activation", config.activation in (None, "tanh", "relu"), "must be tanh or relu (or null)"))
-    checks.append(("logger", config.logger in (None,) + LOGGERS, f"must be one of {LOGGERS}"))
+    checks.append(("logger", config.logger in (None,) + LOGGERS, f"must be one of {list(LOGGERS)}"))
     if config.shared_body:
         checks += [("shared_body", not isinstance(config, DDPGConfig),
                     "must be false for DDPG (its actor and Q-critic take different inputs)"),
