@@ -121,6 +121,9 @@ def test_evaluate_refuses_bad_requests_by_name(tmp_path, capsys):
     assert "error: random_policies (--random) names ['tagger']" in capsys.readouterr().err
     assert cli.main(["evaluate", str(tmp_path / "missing")]) == 2
     assert "no checkpoint at" in capsys.readouterr().err
+    (tmp_path / "stopped_early").mkdir()  # a run folder before its first checkpoint
+    assert cli.main(["evaluate", str(tmp_path / "stopped_early")]) == 2
+    assert "stopped_early' has no checkpoint.pt yet" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("policies, lines", [

@@ -144,3 +144,72 @@ def test_train_from_python_keeps_a_run_folder_and_resumes_it(tmp_path, monkeypat
         wb.train(resume=folder, num_envs=16)
     with pytest.raises(cfg.ConfigError, match="train needs a config"):
         wb.train()
+
+
+@pytest.mark.parametrize("algorithm, change", [("a2c", {"lr": 0.05}), ("ppo", {"lr": 0.05, "anneal_lr": False}),
+                                               ("ddpg", {"actor_lr": 0.05, "critic_lr": 0.07})])
+def test_a_resume_learns_at_the_learning_rate_it_is_given(tmp_path, algorithm, change):
+    """Not at the one the checkpoint's optimiser state holds (anneal_lr, which sets the rate every
+    iteration from the config, hid this where it is on)."""
+    env = "pendulum" if algorithm == "ddpg" else "cartpole"
+    extra = dict(batch_size=16, buffer_size=256, learning_starts=16) if algorithm == "ddpg" else {}
+    if algorithm == "ppo":
+        extra.update(update_epochs=1, num_minibatches=1, anneal_lr=False)
+    config = cfg.from_dict({"env": env, "algorithm": algorithm, "target": "cpu", "num_envs": 4, "rollout_length": 4,
+                            "total_env_steps": 32, "cpu_threads": 1, "run_dir": str(tmp_path / "run"), **extra})
+    wb.train(config, progress=False)
+    trainer, _ = wb.train(config, resume=tmp_path / "run", run_dir=str(tmp_path / "fork"), total_env_steps=64,
+                          progress=False, **change)
+    names = ("actor_lr", "critic_lr") if algorithm == "ddpg" else ("lr",)
+    optimisers = [o for opt in trainer.optimizers.values() for o in (opt if isinstance(opt, tuple) else (opt,))]
+    for name, optimiser in zip(names * len(trainer.optimizers), optimisers):
+        rates = optimiser.lr if hasattr(optimiser, "members") else [g["lr"] for g in optimiser.param_groups]
+        assert [float(r) for r in torch.as_tensor(rates).reshape(-1)] == pytest.approx([change[name]]), name
+
+
+def test_a_resume_with_longer_iterations_stops_at_the_budget_in_env_steps(tmp_path):
+    config = cfg.from_dict({**SMALL, "run_dir": str(tmp_path / "run"), "total_env_steps": 2 * E * T})
+    wb.train(config, progress=False)
+    trainer, result = wb.train(config, resume=tmp_path / "run", run_dir=str(tmp_path / "fork"),
+                               rollout_length=4 * T, total_env_steps=6 * E * T, progress=False)
+    assert trainer.env_steps == 6 * E * T and result.iterations == 3  # 2 short iterations, then 1 of 4 x T
+
+
+def test_a_run_killed_after_its_checkpoint_resumes_without_repeating_rows(tmp_path):
+    """A hard kill (no Ctrl-C handler runs) leaves metrics.csv rows past the last checkpoint; the
+    resumed run logs those iterations again, once."""
+    config = cfg.from_dict({**SMALL, "run_dir": str(tmp_path), "total_env_steps": 6 * E * T, "log_every": 1})
+    trainer = make_trainer(config)
+    trainer.train(num_iterations=2)  # the checkpoint: iteration 2
+    with (tmp_path / "metrics.csv").open() as fh:
+        rows = list(csv.reader(fh))
+    with (tmp_path / "metrics.csv").open("a", newline="") as fh:  # iterations 3 and 4, logged before the kill
+        for i in (3, 4):
+            csv.writer(fh).writerow([str(i) if name == "iteration" else value for name, value in zip(rows[0], rows[-1])])
+    assert cli.main(["train", "--resume", str(tmp_path)]) == 0
+    with (tmp_path / "metrics.csv").open() as fh:
+        iterations = [int(r["iteration"]) for r in csv.DictReader(fh)]
+    assert iterations == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.parametrize("edit, words", [("seed: 4", "seed=7"), ("num_envs: 8", "num_envs=32")])
+def test_a_config_yaml_edited_in_a_field_a_resume_keeps_is_refused(tmp_path, edit, words):
+    config = cfg.from_dict({**SMALL, "run_dir": str(tmp_path)})
+    wb.train(config, progress=False)
+    path = tmp_path / "config.yaml"
+    changed = edit.replace("4", "7") if "seed" in edit else edit.replace("8", "32")
+    text = path.read_text()
+    assert edit in text
+    path.write_text(text.replace(edit, changed))
+    with pytest.raises(ResumeError, match=rf"says {words} but the checkpoint was trained with .*put .* back in "
+                                          r"config.yaml"):
+        wb.train(config, resume=tmp_path, total_env_steps=8 * E * T, progress=False)
+
+
+def test_a_checkpoint_is_readable_as_the_other_run_files_are(tmp_path):
+    import os
+    import stat
+    config = cfg.from_dict({**SMALL, "run_dir": str(tmp_path), "total_env_steps": E * T})
+    wb.train(config, progress=False)
+    mode = lambda name: stat.S_IMODE(os.stat(tmp_path / name).st_mode)  # noqa: E731
+    assert mode("checkpoint.pt") == mode("metrics.csv") == mode("config.yaml")

@@ -159,11 +159,13 @@ def _member(value: str):
 
 def _checkpoint_path(path: str) -> Path:
     """A checkpoint file, or a run folder holding checkpoint.pt."""
+    from .learn.checkpoint import CheckpointError
     p = Path(path)
-    if p.is_dir():
-        p = p / "checkpoint.pt"
+    if p.is_dir() and not (p / "checkpoint.pt").is_file():
+        raise CheckpointError(f"run folder {str(p)!r} has no checkpoint.pt yet (a run writes it when training ends, "
+                              f"and every checkpoint_every iterations)")
+    p = p / "checkpoint.pt" if p.is_dir() else p
     if not p.is_file():
-        from .learn.checkpoint import CheckpointError
         raise CheckpointError(f"no checkpoint at {str(p)!r} (pass a run folder or a checkpoint file)")
     return p
 

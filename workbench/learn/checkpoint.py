@@ -69,6 +69,17 @@ def remove_stale_temps(path: Path) -> list:
     return removed
 
 
+def _umask() -> int:
+    """The process's umask, read without setting it (os.umask would change it for every thread a moment)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    return 0o022
+
+
 def save_atomic(payload: dict, path) -> Path:
     """Write `payload` to `path` so that a crash mid-write leaves the previous file intact.
 
@@ -87,6 +98,7 @@ def save_atomic(payload: dict, path) -> Path:
             torch.save(payload, fh)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # (mkstemp's 0600 would hide it from a shared folder's readers)
         os.replace(tmp, path)
     except BaseException as exc:
         if os.path.exists(tmp):

@@ -151,6 +151,7 @@ def _resume(run_or_checkpoint, requested):
         config, run_dir = cfg.from_saved(payload["config"]), path.with_suffix("")
     else:
         config = cfg.load_yaml(saved_file) if saved_file.is_file() else cfg.from_saved(payload["config"])
+        _refuse_edited_fixed_fields(config, cfg.from_saved(payload["config"]), saved_file)
     signature = payload["signature"]
     for key, theirs in (("env", signature["env"]), ("algorithm", signature["algorithm"])):
         if getattr(config, key) != theirs:
@@ -160,6 +161,19 @@ def _resume(run_or_checkpoint, requested):
             raise ResumeError(f"cannot resume {str(run_dir)!r} with {key}={getattr(requested, key)!r}: that run "
                               f"trained {key}={theirs!r} (drop the config argument to continue the run as it was)")
     return cfg.replace(config, run_dir=str(run_dir)), path, payload
+
+
+def _refuse_edited_fixed_fields(config, trained, saved_file: Path) -> None:
+    """ResumeError where the run folder's config.yaml (edited by hand) differs from the checkpoint's
+    config in a field a resume keeps (FIXED_ON_RESUME): the weights and env state were made with those."""
+    for key in FIXED_ON_RESUME[2:]:  # (env and algorithm: checked against the signature)
+        mine, theirs = getattr(config, key, None), getattr(trained, key, None)
+        if key == "env_params":
+            mine, theirs = mine or {}, theirs or {}
+        if type(config) is type(trained) and mine != theirs:
+            raise ResumeError(f"{saved_file} says {key}={mine!r} but the checkpoint was trained with {key}={theirs!r};"
+                              f" a resume continues the run as trained: put {key}: {theirs!r} back in config.yaml "
+                              f"(a new run, not a resume, trains another {key})")
 
 
 def _exported_member_file(path: Path, payload: dict) -> bool:
@@ -290,7 +304,8 @@ def refuse_held_run(run_dir, new_folder: str = "--run-dir; run_dir=") -> None:
 
 
 def _fork_metrics(source: Path, dest: Path, upto: int):
-    """The forked run's metrics.csv starts as the source's rows up to the checkpoint's iteration."""
+    """`dest` (a forked run's metrics.csv, or the source itself) holds the source's rows up to the
+    checkpoint's iteration."""
     if not source.is_file():
         return
     with source.open(newline="") as fh:
@@ -333,6 +348,8 @@ def run_training(config, *, resume=None, progress=True, policies=None, show_run_
             _fork_metrics(Path(resume).parent / "metrics.csv", run_dir / "metrics.csv", trainer.iteration)
         elif resume and not (run_dir / "metrics.csv").exists():  # a checkpoint file trained on into a new folder
             _write_reports(run_dir / "metrics.csv", trainer.history)
+        elif resume:  # in place: rows logged after the checkpoint by a run killed since would come twice
+            _fork_metrics(run_dir / "metrics.csv", run_dir / "metrics.csv", trainer.iteration)
     say = print if trainer.is_main else (lambda *a, **k: None)
     total = trainer.M * (trainer.ranks.context.world_size if trainer.ranks is not None else 1)
     members = f"{total} members x " if trainer.M > 1 else ""

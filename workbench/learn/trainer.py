@@ -64,10 +64,9 @@ class Trainer:
 
     policies: {name: agent ids} (default: one policy shared by all agents);
     models: optional {name: nn.Module} replacing the default MLP of that policy.
-    keep_final_obs: whether the env keeps the final observation of every ended episode while this
-    trainer steps it (Env.keep_final_obs; default: only where its metrics read them, else only where
-    truncated, which is all the learners read). The env has it while train() runs, and its own
-    setting before and after.
+    keep_final_obs: whether the env keeps every ended episode's final observation while train() runs
+    (Env.keep_final_obs; default: only where its metrics read them, else only where truncated, which is
+    all the learners read); the env's own setting before and after.
     The config must agree with the env (name, explicit target, env_params); the one kept and saved
     records all the env's parameters (config_env.config_for_env). config.seed seeds the policies and the
     sampler; the env keeps its own seed and starts afresh (a new env's starts). Global RNG untouched.
@@ -90,8 +89,7 @@ class Trainer:
         self.E, self.T = env.num_envs, config.rollout_length
         self.E_member = self.E // self.M
         check_against_env(config, env, self.groups, members=self.M)
-        # episodes begun before (another trainer's, or the user's own steps) would count as this run's
-        env.reset(seed=env.seed)
+        env.reset(seed=env.seed)  # (episodes begun before, another trainer's or the user's, are not this run's)
         self.config = config = config_for_env(config, env)  # (what it saves records the env's parameters)
         self.hp = population.Hyper(config, self.members, self.device)
         self.streams = learners.member_streams(self, [m.seed + 1 for m in self.members])
@@ -245,7 +243,9 @@ class Trainer:
         return self.rank == 0
 
     def total_iterations(self) -> int:
-        return max(1, math.ceil(self.config.total_env_steps / self.steps_per_iteration))
+        """The iteration at which env_steps reaches total_env_steps (counted from the env-steps done)."""
+        left = max(0, self.config.total_env_steps - self.env_steps)
+        return max(1, self.iteration + math.ceil(left / self.steps_per_iteration))
 
     def train(self, callback=None, num_iterations: int | None = None, progress: bool | None = None) -> TrainResult:
         """Run until `total_env_steps` (or `num_iterations` more iterations), the target return,

@@ -129,6 +129,7 @@ def restore(tr, payload: dict, path, restore_env: bool = True):
     check_shapes(tr, payload["models"], path)
     for n, saved in payload["models"].items():
         tr.models[n].load_state_dict(saved)
+    rates = _learning_rates(tr)  # the config's (anneal_lr recomputes them each iteration from it)
     for n, saved in payload["optimizers"].items():
         opt = tr.optimizers[n]
         for o, s in zip(opt, saved) if isinstance(opt, tuple) else ((opt, saved),):
@@ -137,6 +138,7 @@ def restore(tr, payload: dict, path, restore_env: bool = True):
             else:
                 o.load_state_dict(s)
     _keep_lr_tensors(tr)
+    _set_learning_rates(rates)  # a resume's lr, not the saved optimiser's
     for n, saved in payload.get("replay", {}).items():
         tr.buffers[n].load_state_dict(saved)
     for n, saved in payload["norms"].items():
@@ -181,6 +183,25 @@ def _set_generator(generator: torch.Generator, state: torch.Tensor) -> bool:
         return False
     generator.set_state(state)
     return True
+
+
+def _learning_rates(tr) -> list:
+    """[(optimiser, its learning rates now)] of every optimiser of `tr`."""
+    return [(o, o.lr.clone() if isinstance(o, MemberAdam) else [float(g["lr"]) for g in o.param_groups])
+            for o in _optimizers(tr)]
+
+
+def _set_learning_rates(rates: list) -> None:
+    """Put back the learning rates `_learning_rates` read (in the tensors a graph reads, in place)."""
+    for o, lr in rates:
+        if isinstance(o, MemberAdam):
+            o.lr.copy_(lr)
+            continue
+        for group, value in zip(o.param_groups, lr):
+            if isinstance(group["lr"], torch.Tensor):
+                group["lr"].fill_(value)
+            else:
+                group["lr"] = value
 
 
 def _keep_lr_tensors(tr):
