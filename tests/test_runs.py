@@ -185,7 +185,8 @@ def test_a_run_killed_after_its_checkpoint_resumes_without_repeating_rows(tmp_pa
         rows = list(csv.reader(fh))
     with (tmp_path / "metrics.csv").open("a", newline="") as fh:  # iterations 3 and 4, logged before the kill
         for i in (3, 4):
-            csv.writer(fh).writerow([str(i) if name == "iteration" else value for name, value in zip(rows[0], rows[-1])])
+            csv.writer(fh).writerow([str(i) if name == "iteration" else value
+                                     for name, value in zip(rows[0], rows[-1])])
     assert cli.main(["train", "--resume", str(tmp_path)]) == 0
     with (tmp_path / "metrics.csv").open() as fh:
         iterations = [int(r["iteration"]) for r in csv.DictReader(fh)]
@@ -213,3 +214,12 @@ def test_a_checkpoint_is_readable_as_the_other_run_files_are(tmp_path):
     wb.train(config, progress=False)
     mode = lambda name: stat.S_IMODE(os.stat(tmp_path / name).st_mode)  # noqa: E731
     assert mode("checkpoint.pt") == mode("metrics.csv") == mode("config.yaml")
+
+
+def test_wb_train_takes_a_callback_whose_false_stops_the_run_and_resume_continues_it(tmp_path):
+    config = cfg.from_dict({**SMALL, "run_dir": str(tmp_path)})
+    seen = []
+    trainer, result = wb.train(config, progress=False, callback=lambda i, m: seen.append(i) or i < 2)
+    assert seen == [1, 2] and result.stopped_by == "callback" and trainer.iteration == 2
+    trainer, result = wb.train(config, resume=tmp_path, progress=False)
+    assert trainer.iteration == 4 and result.stopped_by == "budget"

@@ -104,7 +104,8 @@ def same_experiment(a: RunSpec, b: RunSpec) -> bool:
     ca, cb = a.config, b.config
     return (a.mode == b.mode == "train" and a.world_size == b.world_size == 1 and a.policies == b.policies
             and type(ca) is type(cb) and env_parameters(ca) == env_parameters(cb)
-            and all(getattr(ca, k, None) == getattr(cb, k, None) for k in ("env", "num_envs", "target", "seeds", "sweep")))
+            and all(getattr(ca, k, None) == getattr(cb, k, None)
+                    for k in ("env", "num_envs", "target", "seeds", "sweep")))
 
 
 def env_parameters(config) -> dict:

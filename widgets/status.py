@@ -109,8 +109,9 @@ def state_style(runner) -> str:
 
 def progress_line(runner, history: list) -> tuple:
     """(fraction of total_env_steps done, the progress line as HTML) after the metrics `history`.
-    While running the rate is that of the last RATE_WINDOW iterations and an ETA follows; once ended, the mean rate since
-    Start or Continue (time_s goes on over the run's earlier sessions) and no ETA."""
+    While running the rate is that of the last RATE_WINDOW iterations and an ETA follows; once
+    ended, the mean rate since Start or Continue (time_s goes on over the run's earlier sessions)
+    and no ETA."""
     last = history[-1]
     total = runner.spec.config.total_env_steps
     steps = float(last.get("env_steps", 0))

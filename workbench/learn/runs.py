@@ -324,11 +324,12 @@ def _write_reports(path: Path, reports: list):
         append_csv(path, report)
 
 
-def run_training(config, *, resume=None, progress=True, policies=None, show_run_folder: bool = True):
+def run_training(config, *, resume=None, progress=True, policies=None, show_run_folder: bool = True, callback=None):
     """Train per `config`, writing its run folder; returns (trainer, result), on every rank of a
     distributed run once rank 0 has written the whole folder. `resume` is a
     checkpoint to continue from; one outside config.run_dir forks its run into run_dir.
-    show_run_folder: print what the run folder holds at the end."""
+    show_run_folder: print what the run folder holds at the end. callback(iteration, metrics): as
+    Trainer.train's (False stops the run, its checkpoint kept)."""
     from .loggers import compose, make_logger
     from .trainer import make_trainer
 
@@ -359,7 +360,7 @@ def run_training(config, *, resume=None, progress=True, policies=None, show_run_
         + (f"; continuing {resume} from iteration {trainer.iteration}" if resume else ""))
     logger = make_logger(config, run_dir) if trainer.is_main else None
     try:
-        result = trainer.train(callback=compose(logger), progress=progress and trainer.is_main)
+        result = trainer.train(callback=compose(logger, callback), progress=progress and trainer.is_main)
     finally:
         if logger is not None:
             logger.close(trainer.history[-1] if trainer.history else None)
@@ -423,19 +424,21 @@ def finish_run_folder(trainer, run_dir) -> str:
     return table
 
 
-def train(config=None, *, resume=None, progress: bool = True, policies=None, **changes):
+def train(config=None, *, resume=None, progress: bool = True, policies=None, callback=None, **changes):
     """Train from Python as `python -m workbench train` does: `config` is a config, a YAML file, a
     shipped config's name ("cartpole") or the name of a registered env without a config (trained with
     default_config's choices), `changes` override its fields (num_envs=..., seed=...), and
     `resume` (a run folder or checkpoint) continues that run instead. Every run keeps a folder
     (runs/ENV-DATE unless run_dir names one): config.yaml, metrics.csv, checkpoint.pt and
     learning_curve.png. With `resume`, run_dir names a folder to fork the run into, and a raised
-    total_env_steps outruns a target_return the run had reached. Returns (trainer, TrainResult).
+    total_env_steps outruns a target_return the run had reached. `callback(iteration, metrics)`
+    returning False stops the run (its checkpoint kept, so `resume` continues it). Returns (trainer,
+    TrainResult).
     `Trainer.train` alone writes only where run_dir says."""
     if isinstance(config, (str, Path)):
         config = load_config(str(config), changes.get("algorithm"))
     config, checkpoint = run_config(config, resume=resume, changes=changes)
-    return run_training(config, resume=checkpoint, progress=progress, policies=policies)
+    return run_training(config, resume=checkpoint, progress=progress, policies=policies, callback=callback)
 
 
 def load_policy(run_or_checkpoint, *, num_envs: int = 1, target: str | None = None, seed: int | None = None,

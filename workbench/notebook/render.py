@@ -6,8 +6,8 @@ frame more, the state it ended in. The player plays in real time: one step per `
 env (`steps_per_second`).
 An env is drawn by the drawer its source declares (`RENDER = MyDrawer` or `draw(frame, ax)`:
 shipped envs and `%%warpenv` cells alike), found through its definition by `drawer_for`
-(frames.py, with `FrameSource`, the frames themselves); workbench.notebook.drawers holds the Drawer base class and the drawers of envs that declare none. A
-drawer makes its artists once and moves them with `set_data` (agents of a group share ONE
+(frames.py, with `FrameSource`, the frames themselves); workbench.notebook.drawers holds the
+Drawer base class and the drawers of envs that declare none. A drawer makes its artists once and moves them with `set_data` (agents of a group share ONE
 Line2D with point markers: thousands of agents stay cheap); frames are drawn by blitting onto a
 fixed background.
 
@@ -309,12 +309,13 @@ _RECORDINGS = itertools.count(1)  # record_episode's calls: each resets the env 
 
 def record_episode(env, policy=None, *, replicas=(0,), max_steps: int | None = None, reset: bool = True,
                    deterministic: bool = False, seed: int | None = None) -> list:
-    """Step `env` until every replica in `replicas` finished an episode (or `max_steps` steps) and
-    return their trajectories (an episode that ended ends with the state it ended in). policy: None
+    """Step `env` until every replica in `replicas` finished an episode (or `max_steps` steps) and return
+    their trajectories (an episode that ended ends with the state it ended in). policy: None
     (uniformly random actions), a Trainer (its `act`), or a callable `policy(env)` that writes or
     returns the actions. reset: start new episodes, from `seed` (the same seed, the same starts) or,
-    without one, drawn afresh at each call (reset=False: go on from the env's state). The env is left as it was found (its state, seed, random streams and any recording,
-    such as a panel's), as learn.evaluate leaves it: a run continued afterwards is the same run."""
+    without one, drawn afresh at each call (reset=False: go on from the env's state). The env is
+    left as it was found (its state, seed, random streams and any recording, such as a panel's), as
+    learn.evaluate leaves it: a run continued afterwards is the same run."""
     replicas = [int(r) for r in replicas]
     bad = [r for r in replicas if not 0 <= r < env.num_envs]
     if bad:
