@@ -415,7 +415,8 @@ def test_cli_malformed_config_file(tmp_path, capsys):
 
 def test_cli_missing_config_and_checkpoint(tmp_path, capsys):
     _assert_one_line_error(*_cli(["train", "no_such_config"], capsys)[::2], "no config file", "shipped configs")
-    _assert_one_line_error(*_cli(["evaluate", str(tmp_path)], capsys)[::2], "no checkpoint at")
+    _assert_one_line_error(*_cli(["evaluate", str(tmp_path)], capsys)[::2], "has no checkpoint.pt yet")
+    _assert_one_line_error(*_cli(["evaluate", str(tmp_path / "gone")], capsys)[::2], "no checkpoint at")
 
 
 @pytest.mark.parametrize("fault", [OSError(errno.ENOSPC, "No space left on device", "/runs/x/metrics.csv"),
