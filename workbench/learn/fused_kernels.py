@@ -403,8 +403,8 @@ def member_adam(flat, grad, exp_avg, exp_avg_sq, lr, partials, max_norm, steps, 
                 BLOCK: tl.constexpr, CHUNKS: tl.constexpr):
     """One Adam step of member m's chunks of its row of flat [M, P] (members.MemberAdam.step is the
     reference): the gradient scaled to global norm at most max_norm (CLIP; partials [M, SPLITS] the
-    parts of its squared norm, max_norm [M] or a float, <= 0 for none), then the moments' and the parameters'
-    updates at its step steps[m] (steps [M, 1])."""
+    parts of its squared norm, max_norm [M] or a float, <= 0 for none), then the moments' and the
+    parameters' updates at its step steps[m] (steps [M, 1])."""
     m = tl.program_id(0).to(tl.int64)
     start = tl.program_id(1) * CHUNKS * BLOCK
     scale = 1.0

@@ -14,7 +14,6 @@ from .config import LOGGERS, ConfigError, to_dict  # noqa: F401 - LOGGERS import
 from ..extras import require
 
 
-
 def _scalars(metrics: dict) -> dict:
     """The numeric entries of a metrics row (bools as 0/1), as written to metrics.csv."""
     return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}

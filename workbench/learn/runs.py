@@ -166,11 +166,13 @@ def _resume(run_or_checkpoint, requested):
 def _refuse_edited_fixed_fields(config, trained, saved_file: Path) -> None:
     """ResumeError where the run folder's config.yaml (edited by hand) differs from the checkpoint's
     config in a field a resume keeps (FIXED_ON_RESUME): the weights and env state were made with those."""
-    for key in FIXED_ON_RESUME[2:]:  # (env and algorithm: checked against the signature)
+    if type(config) is not type(trained):  # (another algorithm: refused against the signature)
+        return
+    for key in [k for k in FIXED_ON_RESUME if k not in ("env", "algorithm")]:  # (those: against the signature)
         mine, theirs = getattr(config, key, None), getattr(trained, key, None)
         if key == "env_params":
             mine, theirs = mine or {}, theirs or {}
-        if type(config) is type(trained) and mine != theirs:
+        if mine != theirs:
             raise ResumeError(f"{saved_file} says {key}={mine!r} but the checkpoint was trained with {key}={theirs!r};"
                               f" a resume continues the run as trained: put {key}: {theirs!r} back in config.yaml "
                               f"(a new run, not a resume, trains another {key})")

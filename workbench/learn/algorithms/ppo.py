@@ -9,7 +9,7 @@ The same code runs eagerly on the CPU and is replayed from a CUDA graph on a GPU
 nothing that outlives an iteration, draws its permutations on the device and never reads a value
 back to the host (except for `target_kl`, which therefore keeps the update out of the graph).
 `target_kl` ends the update after an epoch whose last minibatch's approximate KL exceeds it, as
-CleanRL's ppo.py does. With `target_kl` each member of a population stops on its own approximate KL, as its standalone run
+CleanRL's ppo.py does; each member of a population stops on its own KL, as its standalone run
 would: a stopped member's remaining minibatches change neither its weights, its Adam state nor its
 statistics (a mask [M] on its optimiser's step), and the epochs end once every member has stopped.
 """
