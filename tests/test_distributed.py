@@ -43,6 +43,16 @@ def test_two_rank_training_keeps_parameters_identical_and_resumes_single_process
     trainer.train(num_iterations=1)
 
 
+def test_a_resume_on_the_same_ranks_continues_exactly(tmp_path):
+    """Stopped after 2 iterations and resumed on the same 2 ranks, a run ends with the weights of the
+    same run trained straight through: each rank's env state and DDPG's replay come back as its own."""
+    out = torchrun("resume_exact", str(tmp_path))
+    assert out.returncode == 0, out.stdout + out.stderr
+    for rank in (0, 1):
+        for case in ("ppo", "ddpg", "population"):
+            assert f"rank {rank} {case} resumed differs by 0 at iteration 4" in out.stdout, out.stdout
+
+
 def test_population_split_over_ranks_equals_one_process(tmp_path):
     """Members split over 2 ranks (no gradient crosses them) learn exactly what one process training
     every member learns: the same reports, and one checkpoint holding every member."""

@@ -95,6 +95,36 @@ def train(run_dir, die_at=None):
         print(f"rank {rank} resumed with its own policy noise", flush=True)
 
 
+def resume_exact(run_dir):
+    """A data-parallel run stopped after 2 iterations and resumed for 2 more on the same ranks ends
+    where the same run trained 4 iterations without a stop does (PPO, and DDPG with its replay), and
+    so does a population split over the ranks."""
+    cases = {
+        "ppo": lambda steps: wb.PPOConfig(num_envs=8, rollout_length=16, num_minibatches=2, total_env_steps=steps,
+                                          target="cpu", normalize_obs=True, cpu_threads=1),
+        "ddpg": lambda steps: wb.DDPGConfig(env="pendulum", num_envs=4, rollout_length=8, total_env_steps=steps,
+                                            target="cpu", learning_starts=32, batch_size=32, cpu_threads=1),
+        "population": lambda steps: population_config(total_env_steps=steps),
+    }
+    for name, config_for in cases.items():
+        per_iteration = {"ppo": 8 * 16 * 2, "ddpg": 4 * 8 * 2, "population": 8 * 16}[name]
+        straight = wb.make_trainer(config_for(4 * per_iteration))
+        straight.train(progress=False)
+        rank = dist.get_rank()
+        first = wb.make_trainer(config_for(4 * per_iteration))
+        first.train(progress=False, num_iterations=2)  # (as a run stopped there: the same annealing)
+        path = os.path.join(run_dir, f"{name}.pt")
+        first.save(path)
+        dist.barrier()  # rank 0 has written it
+        resumed = wb.make_trainer(config_for(4 * per_iteration)).load(path)
+        resumed.train(progress=False)
+        worst = 0.0
+        for policy, model in straight.models.items():
+            for a, b in zip(model.parameters(), resumed.models[policy].parameters()):
+                worst = max(worst, float((a.detach() - b.detach()).abs().max()))
+        print(f"rank {rank} {name} resumed differs by {worst:.3g} at iteration {resumed.iteration}", flush=True)
+
+
 # the population job's settings per target (fp32 on GPUs: both sides of the comparison compute alike)
 TARGETS = {"cpu": {}, "cuda": {"target": "cuda", "precision": "fp32"}}
 
@@ -144,6 +174,8 @@ if __name__ == "__main__":
         train(sys.argv[2])
     elif mode == "die":
         train(sys.argv[2], die_at=2)
+    elif mode == "resume_exact":
+        resume_exact(sys.argv[2])
     elif mode == "population":
         population(*sys.argv[2:4])
     dist.barrier()  # no rank tears gloo down while the other still talks to it (an abort at exit otherwise)

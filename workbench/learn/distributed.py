@@ -113,6 +113,12 @@ class GradientSync:
         dist.all_reduce(value, op=dist.ReduceOp.MAX)
         return bool(value.item() > 0)
 
+    def gather_to_main(self, obj) -> list | None:
+        """obj of every rank, in rank order, on rank 0 (picklable host objects); None on the others."""
+        out = [None] * self.context.world_size if self.context.is_main else None
+        dist.gather_object(obj, out, dst=0)
+        return out
+
     def broadcast_parameters(self, module: torch.nn.Module) -> None:
         for tensor in list(module.parameters()) + list(module.buffers()):
             dist.broadcast(tensor.data, src=0)

@@ -366,4 +366,5 @@ def slice_payload(payload: dict, start: int, stop: int) -> dict:
     rng["streams"] = {**payload["rng"]["streams"], "seeds": payload["rng"]["streams"]["seeds"][start:stop]}
     return {**payload, "models": models, "optimizers": optimizers, "norms": norms, "replay": replay,
             "env_state": env_state, "rng": rng, "signature": {**payload["signature"], "members": stop - start},
+            "env_seed": payload["env_seed"] + start,  # (block k of a population's replicas is seeded seed + k)
             "population": {**info, "members": stop - start}}

@@ -255,8 +255,9 @@ class Trainer:
         total_iters = self.total_iterations()
         stop_at = self.iteration + num_iterations if num_iterations is not None else total_iters
         run_dir = Path(config.run_dir) if config.run_dir and self.is_main else None
-        # a split population's ranks all take part in writing its checkpoint (rank 0 writes the file)
-        save_dir = Path(config.run_dir) if config.run_dir and (self.is_main or self.ranks is not None) else None
+        # every rank of a distributed run takes part in writing its checkpoint (rank 0 writes the file)
+        save_dir = (Path(config.run_dir) if config.run_dir and (self.is_main or self.ranks is not None
+                                                                or self.sync is not None) else None)
         bar = None
         if (config.progress if progress is None else progress) and self.is_main:
             from .progress import ProgressBar
@@ -349,10 +350,7 @@ class Trainer:
     def save(self, path) -> Path | None:
         """Atomically write policies, optimisers, normaliser, RNG, counters and env state
         (on the main rank only; other ranks return None)."""
-        if self.ranks is not None:  # a split population: every rank's members into rank 0's one checkpoint
-            parts = self.ranks.gather(ckpt.to_host(trainer_state.state(self)))
-            return ckpt.save_atomic(population.merge_payloads(parts), path) if self.is_main else None
-        return ckpt.save_atomic(trainer_state.state(self), path) if self.is_main else None
+        return trainer_state.save(self, path)
 
     def load(self, path, *, restore_env: bool = True) -> "Trainer":
         """Resume from a checkpoint written by `save` for the same env and policy map."""

@@ -100,6 +100,25 @@ def state(tr) -> dict:
     }
 
 
+def save(tr, path):
+    """Write `tr`'s checkpoint to `path` (atomically) on the main rank; every rank of a distributed
+    run calls it, since each sends what is its own."""
+    if tr.ranks is not None:  # a split population: every rank's members into rank 0's one checkpoint
+        parts = tr.ranks.gather(ckpt.to_host(state(tr)))
+        return ckpt.save_atomic(population.merge_payloads(parts), path) if tr.is_main else None
+    if tr.sync is not None:  # data parallel: every rank's own env and replay, for a resume on as many ranks
+        parts = tr.sync.gather_to_main(ckpt.to_host(rank_state(tr)))
+        return ckpt.save_atomic({**state(tr), "ranks": parts}, path) if tr.is_main else None
+    return ckpt.save_atomic(state(tr), path) if tr.is_main else None
+
+
+def rank_state(tr) -> dict:
+    """What differs between the ranks of a data-parallel run (the rest they hold alike): the env's
+    state and seed, and DDPG's replay buffers. The checkpoint keeps every rank's (its "ranks")."""
+    return {"env_state": {k: v.detach() for k, v in tr.env.store.items()}, "env_seed": tr.env.seed,
+            "replay": {n: b.state_dict() for n, b in tr.buffers.items() if isinstance(b, ddpg.ReplayBuffer)}}
+
+
 def load_member_adam(optimizer, saved: dict):
     """Put an exported member's Adam moments (population.member_payload) into a standalone trainer's
     optimiser: a MemberAdam of one member (on-policy runs), or torch Adam (DDPG's), whatever its
@@ -139,7 +158,10 @@ def restore(tr, payload: dict, path, restore_env: bool = True):
                 o.load_state_dict(s)
     _keep_lr_tensors(tr)
     _set_learning_rates(rates)  # a resume's lr, not the saved optimiser's
-    for n, saved in payload.get("replay", {}).items():
+    ranks = payload.get("ranks")
+    own = (ranks[tr.rank] if ranks and len(ranks) == tr.world_size
+           else payload if tr.world_size == 1 else None)  # (None: saved by another rank count)
+    for n, saved in (own or payload).get("replay", {}).items():
         tr.buffers[n].load_state_dict(saved)
     for n, saved in payload["norms"].items():
         tr.norms[n].load_state_dict(saved)
@@ -168,9 +190,9 @@ def restore(tr, payload: dict, path, restore_env: bool = True):
     if restore_env and saved_world != tr.world_size:
         warnings.warn(f"checkpoint written by {saved_world} rank(s), resumed by {tr.world_size}: policies, "
                       f"optimisers and counters are restored; env replicas start new episodes", stacklevel=3)
-    elif restore_env and payload["env_state"]["obs"].shape == tr.env.store["obs"].shape and tr.world_size == 1:
-        tr.env.store.load_snapshot(payload["env_state"])
-        tr.env.seed = payload["env_seed"]
+    elif restore_env and own is not None and own["env_state"]["obs"].shape == tr.env.store["obs"].shape:
+        tr.env.store.load_snapshot(own["env_state"])
+        tr.env.seed = own["env_seed"]
         if not _set_generator(tr.env._generator, payload["rng"]["env_generator"]):
             # not the env's first stream again: its resets would repeat the run's first episodes
             tr.env._generator.manual_seed(tr.env.seed * 2**20 + tr.iteration)
