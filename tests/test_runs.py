@@ -77,6 +77,10 @@ def test_resume_errors_name_what_is_missing(runs, tmp_path, capsys):
         resume_config(split, requested=cfg.from_dict({**a2c, "algorithm": "a2c"}))
     assert cli.main(["train", "--resume", str(split), "--num-envs", "16"]) == 2
     assert "num_envs cannot change" in capsys.readouterr().err
+    done = 4 * E * T  # (the run has spent its whole budget)
+    for flags in ([], ["--total-env-steps", str(done // 2)]):
+        assert cli.main(["train", "--resume", str(split), *flags]) == 2
+        assert f"has trained {done} env-steps" in capsys.readouterr().err
 
 
 def test_replay_returns_an_animation_and_writes_mp4(runs, tmp_path):

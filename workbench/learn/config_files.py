@@ -1,0 +1,66 @@
+"""Config files: a shipped config's name or a path, and the default config of a registered env that
+has no config file (what `train ENV`, `wb.train(ENV)` and the panel start from)."""
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from . import config as cfg
+from ..errors import did_you_mean
+
+
+def config_file(name_or_path: str) -> Path | None:
+    """The config file a name means (a path, or a shipped config's name: configs/NAME.yaml), or None."""
+    path = Path(name_or_path)
+    if path.is_file():  # (a folder of the name, e.g. an env's sources, is not a config)
+        return path
+    shipped = resources.files("workbench.configs") / f"{name_or_path.removesuffix('.yaml')}.yaml"
+    return Path(str(shipped)) if shipped.is_file() else None
+
+
+def resolve_config(name_or_path: str) -> Path:
+    """A config file path, or the name of a shipped config (configs/NAME.yaml)."""
+    found = config_file(name_or_path)
+    if found is not None:
+        return found
+    names = sorted(p.name[:-5] for p in resources.files("workbench.configs").iterdir() if p.name.endswith(".yaml"))
+    hint = did_you_mean(Path(name_or_path).stem, names, repr)
+    raise cfg.ConfigError(f"no config file {name_or_path!r}{hint}; shipped configs: {names}; an env registered in this "
+                          f"process (wb.register, %%warpenv) trains from Python with a default config: "
+                          f"wb.train(ENV_NAME)")
+
+
+def default_config(env: str, algorithm: str | None = None):
+    """A config for the registered env `env` after the shipped configs' conventions: PPO (whatever the
+    action space, as the shipped Box env mountain_car_continuous), observations normalised, 64
+    replicas x 64 steps for one agent, 128 x 32 for several (the Tag configs), an entropy bonus for
+    discrete actions only; `algorithm` "ddpg" follows pendulum.yaml, "a2c" takes A2CConfig's defaults."""
+    from ..compiler.envdef import Box
+    from ..runtime import registry
+    algorithm = algorithm or "ppo"
+    if algorithm not in cfg.ALGORITHMS:
+        raise cfg.ConfigError(f"algorithm must be one of {sorted(cfg.ALGORITHMS)}, got {algorithm!r}")
+    defn = registry.definition(env)
+    single = defn.num_agents == 1
+    if algorithm == "ddpg":
+        values = dict(num_envs=16, rollout_length=1, updates_per_rollout=16, batch_size=256, learning_starts=2000,
+                      buffer_size=200_000, hidden_sizes=[256, 256], total_env_steps=200_000, log_every=50)
+    elif algorithm == "ppo":
+        values = dict(num_envs=64 if single else 128, rollout_length=64 if single else 32, num_minibatches=4,
+                      update_epochs=4, lr=1e-3, ent_coef=0.0 if isinstance(defn.action, Box) else 0.01,
+                      normalize_obs=True, total_env_steps=1_000_000, log_every=2)
+    else:
+        values = dict(normalize_obs=True, num_envs=64 if single else 128)
+    return cfg.from_dict({"algorithm": algorithm, "env": env, **values})
+
+
+def load_config(name_or_path: str, algorithm: str | None = None):
+    """A config file, a shipped config's name, or (with neither of that name, or where a registered
+    source replaced the shipped env of that name) the default config of the env registered under it
+    (default_config)."""
+    from ..runtime import registry
+    found = config_file(name_or_path)
+    if found is None or (not Path(name_or_path).is_file() and registry.replaced_shipped(name_or_path)):
+        if name_or_path in registry.names():  # (a shipped config is tuned for the shipped env, not its replacement)
+            return default_config(name_or_path, algorithm)
+    return cfg.load_yaml(found or resolve_config(name_or_path))
