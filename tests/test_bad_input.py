@@ -566,6 +566,13 @@ def test_cli_flags_take_numbers_as_written():
     args = cli.build_parser().parse_args(["train", "cartpole", "--total-env-steps", "1e6", "--normalize-obs", "off",
                                           "--lr", "3e-4"])
     assert (args.total_env_steps, args.normalize_obs, args.lr) == (1_000_000, False, 3e-4)
+    for null in ("null", "None", "~"):  # a field whose default is None takes null back (a shipped config's value off)
+        args = cli.build_parser().parse_args(["train", "cartpole", "--target-return", null])
+        assert cli._overrides(args) == {"target_return": None}
+    assert cli._overrides(cli.build_parser().parse_args(["train", "cartpole", "--target-return", "400"])) == \
+        {"target_return": 400.0}
+    with pytest.raises(SystemExit):  # (a field that needs a value does not)
+        cli.build_parser().parse_args(["train", "cartpole", "--lr", "null"])
 
 
 def test_cli_an_allocation_that_fails_is_a_one_line_error(capsys, monkeypatch):

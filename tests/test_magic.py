@@ -254,7 +254,8 @@ def test_agents_needs_a_parameter(ip):
 # ---- --lang cuda -----------------------------------------------------------------------------
 
 
-def test_cuda_c_cell_compiles(ip, nvrtc, capsys):
+def test_cuda_c_cell_compiles(ip, nvrtc, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_CACHE_DIR", str(tmp_path / "cache"))  # (compiled here, not found in the cache)
     ip.run_cell_magic("warpenv", "magic_walk_c --lang cuda --agents 4", WALK_C)
     out = capsys.readouterr().out
     result = magic.last_result("magic_walk_c")
@@ -270,6 +271,22 @@ def test_cuda_c_cell_compiles(ip, nvrtc, capsys):
         assert f"compiled with NVRTC for {magic.DEFAULT_ARCH}" in out and "running it needs a GPU" in out
     ip.run_cell_magic("warpenv", "magic_walk_c --lang cuda --agents 4", WALK_C)
     assert magic.last_result("magic_walk_c").cached
+
+
+def test_cuda_c_cell_without_a_gpu_says_when_its_cubin_came_from_the_compile_cache(ip, nvrtc, capsys, tmp_path,
+                                                                                   monkeypatch):
+    """(not "compiled with NVRTC in 0.0 s")"""
+    if "cuda-c" in wb.available_targets():
+        pytest.skip("a GPU runs the cell: the kernel cache's own lines apply")
+    monkeypatch.setenv("WORKBENCH_CACHE_DIR", str(tmp_path / "cache"))
+    for first in (True, False):
+        ip.run_cell_magic("warpenv", "magic_walk_cubin --lang cuda --agents 3", WALK_C)
+        out = capsys.readouterr().out
+        if first:
+            assert f"CUDA C compiled with NVRTC for {magic.DEFAULT_ARCH} in " in out
+        else:
+            assert f"CUDA C for {magic.DEFAULT_ARCH} loaded from the compile cache" in out and " in 0.0 s" not in out
+        magic.clear_cache()  # (a cell's own cache would answer the second run)
 
 
 def test_cuda_c_syntax_error_names_the_cell_line(ip, nvrtc, capsys):

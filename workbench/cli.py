@@ -37,7 +37,7 @@ def _overrides(args) -> dict:
     for cls in ALGORITHMS.values():
         for name, *_ in describe(cls):
             if name in vars(args) and getattr(args, name) is not None:
-                values[name] = getattr(args, name)
+                values[name] = None if getattr(args, name) is NULL else getattr(args, name)
     for item in getattr(args, "sweep_items", None) or []:
         (name, swept), = _sweep_item(item).items()
         if name in values.get("sweep", {}):
@@ -280,6 +280,15 @@ def _float(text: str) -> float:
 
 
 ARGUMENT_TYPES = {bool: _boolean, int: _integer, float: _float, str: str}
+NULL = object()  # a flag given as null (--target-return null): the field's default None, not "not given"
+
+
+def _or_null(parse):
+    """`parse`, or NULL for null / none (for the fields whose default is None)."""
+    def parse_or_null(text: str):
+        return NULL if text.strip().lower() in ("null", "none", "~") else parse(text)
+    parse_or_null.__name__ = parse.__name__  # (argparse names the type in its error)
+    return parse_or_null
 
 
 def _add_config_options(parser):
@@ -292,15 +301,16 @@ def _add_config_options(parser):
         for name, *_ in describe(cls):
             owners.setdefault(name, []).append(key.upper())
     for cls in ALGORITHMS.values():
-        for name, kind, _default, doc in describe(cls):
+        for name, kind, default, doc in describe(cls):
             if name in seen or name in ("algorithm", "env_params", "hidden_sizes", "run_dir"):
                 continue
             seen.add(name)
             base = getattr(kind, "__origin__", kind)
             whose = f"({', '.join(owners[name])} only) " if len(owners[name]) < len(ALGORITHMS) else ""
             if base in (bool, int, float, str):
-                group.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, type=ARGUMENT_TYPES[base],
-                                   help=whose + doc)
+                parse = ARGUMENT_TYPES[base] if default is not None else _or_null(ARGUMENT_TYPES[base])
+                group.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, type=parse,
+                                   help=whose + doc + (" (null: none)" if default is None else ""))
     parser.add_argument("--sweep", action="extend", nargs="+", dest="sweep_items", metavar="NAME=V1,V2,...",
                         help="train a population over these values of a hyperparameter (several names for a grid; "
                              "each setting times --seeds members), e.g. --sweep lr=1e-3,3e-4 ent_coef=0,0.01")

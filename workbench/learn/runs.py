@@ -11,6 +11,7 @@ import csv
 import math
 import os
 import time
+import warnings
 from pathlib import Path
 
 from . import config as cfg
@@ -155,8 +156,11 @@ def run_config(config=None, *, resume=None, changes=None):
         config, checkpoint, payload = _resume(resume, config)
         _refuse_fixed_and_swept(changes, config.sweep, resuming=config.run_dir)
         _merge_env_params(changes, config)
-        for key in FIXED_ON_RESUME:
-            if key in changes and getattr(cfg.replace(config, **{key: changes[key]}), key) != getattr(config, key):
+        for key in [k for k in FIXED_ON_RESUME if k in changes]:
+            with warnings.catch_warnings():  # (replace's note on switching algorithm: refused just below)
+                warnings.simplefilter("ignore")
+                changed = getattr(cfg.replace(config, **{key: changes[key]}), key) != getattr(config, key)
+            if changed:
                 reordered = key == "sweep" and _same_values_reordered(config.sweep, changes[key])
                 raise ResumeError(f"resuming {config.run_dir!r} continues the run as trained; {key} cannot change "
                                   f"({getattr(config, key)!r} -> {changes[key]!r}"
@@ -325,7 +329,8 @@ def run_training(config, *, resume=None, progress=True, policies=None, show_run_
     training_s = result.wall_time_s - result.warmup_s
     warmup = "torch.compile, kernel loads and graph capture" if config.compile else "kernel loads and graph capture"
     stopped = "interrupted" if result.stopped_by == "interrupted" else f"stopped by {result.stopped_by}"
-    say(f"{stopped} after {result.iterations} iterations, {result.env_steps / 1e6:.2f} M "
+    steps = f"{result.env_steps / 1e6:.2f} M" if result.env_steps >= 100_000 else f"{result.env_steps}"
+    say(f"{stopped} after {result.iterations} iterations, {steps} "
         f"env-steps, {training_s:.{2 if training_s < 10 else 1}f} s of training (env compile {compile_s:.1f} s "
         + (f"and {warmup} {result.warmup_s:.1f} s " if result.warmup_s else "")
         + "apart); " + (outcome or "no episode ended"))

@@ -50,6 +50,7 @@ class WarpenvResult:
     envs: dict = field(default_factory=dict)  # target -> the small Env compiled for it
     compile_seconds: float | None = None  # None when every kernel came from the kernel cache
     nvrtc_arch: str | None = None  # a CUDA C cell compiled without a GPU: the arch it was compiled for
+    nvrtc_cached: bool = False  # ... its cubin taken from the compile cache (NVRTC did not run)
     report: object = None  # check_env's CheckReport, None when not checked
     note: str = ""  # why a CUDA C cell did not run here
     cached: bool = False  # True when this run came from the cache
@@ -141,6 +142,8 @@ def _summary(result: WarpenvResult) -> str:
     parts = [f"warpenv {result.name}: {agents}, obs {tuple(defn.obs_shape)} per agent, action {_space(defn.action)}"]
     if result.targets:
         built = f"compiled for {', '.join(result.targets)}"
+    elif result.nvrtc_arch and result.nvrtc_cached:
+        built = f"CUDA C for {result.nvrtc_arch} loaded from the compile cache"
     elif result.nvrtc_arch:
         built = f"CUDA C compiled with NVRTC for {result.nvrtc_arch}"
     else:
@@ -242,16 +245,17 @@ def _build(result: WarpenvResult, replicas: int, check: bool, progress=None) -> 
     defn = result.definition
     if not result.targets:  # a CUDA C cell where the cuda-c target cannot run: compile it if NVRTC is here
         from ..compiler.targets.cuda import simulator_enabled
-        from ..compiler.targets.cuda_c import compile_program, nvrtc_problem
+        from ..compiler.targets.cuda_c import compile_program, cubin_cached, nvrtc_problem
         try:
             import cuda.core  # noqa: F401
             problem = nvrtc_problem()
         except ImportError as exc:
             problem = f"cuda.core is not installed ({exc}); pip install cuda-core"
         if problem is None:
+            result.nvrtc_cached = cubin_cached(defn, DEFAULT_ARCH)
             start = time.perf_counter()
             compile_program(defn, DEFAULT_ARCH)
-            result.compile_seconds = time.perf_counter() - start
+            result.compile_seconds = None if result.nvrtc_cached else time.perf_counter() - start
             result.nvrtc_arch = DEFAULT_ARCH
         else:
             result.note = f"not compiled: {problem}"

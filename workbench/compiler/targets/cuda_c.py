@@ -91,6 +91,14 @@ def compile_program(defn: EnvDefinition, arch: str, layout=None, target_type: st
     return code, source
 
 
+def cubin_cached(defn: EnvDefinition, arch: str, layout=None) -> bool:
+    """Whether compile_program(defn, arch) would load its cubin from the compile cache (no NVRTC run)."""
+    from cuda.core import ProgramOptions
+    source = codegen_c.c_program(defn, layout or gpu_layout(defn.num_agents))
+    options = ProgramOptions(arch=arch, std="c++17", include_path=[str(INCLUDE_DIR)])
+    return kernel_cache.enabled() and _cubin_path(source, options).is_file()
+
+
 class CudaCKernels:
     def __init__(self, defn, layout, code, source, device):
         self.defn = defn
