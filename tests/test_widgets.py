@@ -325,6 +325,19 @@ def test_start_after_stop_continues_the_run_and_new_run_starts_again(tmp_path):
     assert other.plot.lines["return/shared"].get_label() == run_dir.name  # not "policy"
 
 
+def test_the_runs_table_leaves_out_gpu_fields_between_cpu_runs():
+    """A recorded run turns cuda_graph off: between CPU runs that says nothing, so it is no column."""
+    from widgets.curves import RunCurves
+    curves = RunCurves()
+    base = {"env": "cartpole", "target": "cpu", "lr": 1e-3, "cuda_graph": True}
+    curves.runs = [{"label": "a", "run_dir": "runs/a", "config": base, "history": []},
+                   {"label": "b", "run_dir": "runs/b", "config": {**base, "lr": 3e-3, "cuda_graph": False},
+                    "history": []}]
+    assert curves.config_differences()[0] == ["lr"]
+    curves.runs[1]["config"]["target"] = "cuda"
+    assert curves.config_differences()[0] == ["cuda_graph", "lr", "target"]
+
+
 def test_a_panel_reuses_the_env_a_cell_made():
     env = wb.make("cartpole", num_envs=6, target="cpu", max_steps=50)
     panel = TrainingPanel(env, total_env_steps=6 * 8 * 2, **TINY)

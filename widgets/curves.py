@@ -10,6 +10,7 @@ import ipywidgets as widgets
 
 from workbench.learn import config as cfg
 
+from .form import GPU_ONLY
 from .plots import LivePlot
 from .runfiles import read_run, run_folder
 from .status import describe_state
@@ -97,7 +98,8 @@ class RunCurves:
         """(keys, rows): the config fields whose values differ between the runs, and per run
         (label, run_dir, {key: value})."""
         configs = [dict(e.get("config") or {}) for e in self.runs]
-        keys = sorted({k for c in configs for k in c if k != "run_dir"})
+        hidden = {"run_dir"} | (set() if any(map(_on_gpu, configs)) else set(GPU_ONLY))  # (no effect on the CPU)
+        keys = sorted({k for c in configs for k in c if k not in hidden})
         differing = [k for k in keys if len({repr(c.get(k)) for c in configs}) > 1]
         return differing, [(e["label"], e["run_dir"], {k: c.get(k) for k in differing})
                            for e, c in zip(self.runs, configs)]
@@ -117,6 +119,15 @@ class RunCurves:
         self.table.value = (f"<div style='font-size:12px'><b>Runs compared</b> (curves overlaid on the return "
                             f"plot; the columns are the settings that differ)<table><tr><th>run</th>"
                             f"<th>folder</th>{head}</tr>{body}</table></div>")
+
+
+def _on_gpu(config: dict) -> bool:
+    """Whether a run of `config` trains on a GPU target (auto: where this process sees a GPU)."""
+    target = config.get("target", "auto")
+    if target == "auto":
+        import torch
+        return torch.cuda.is_available()
+    return target in ("cuda", "cuda-c")
 
 
 def run_label(run_dir, number: int) -> str:
