@@ -469,6 +469,9 @@ def test_cli_interrupted_training_says_where_the_checkpoint_went(tmp_path, capsy
     assert code == 130
     assert f"interrupted after 7 iterations: checkpoint saved to {tmp_path / 'checkpoint.pt'}" in err
     assert "--resume" in err
+    monkeypatch.setenv("RANK", "1")  # under torchrun the other ranks stop as quietly (rank 0 said it)
+    code, _out, err = _cli(["train", "cartpole", "--run-dir", str(tmp_path / "other")], capsys)
+    assert code == 130 and err == ""
 
 
 def test_cli_ctrl_c_outside_training_is_one_line(capsys, monkeypatch):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -111,6 +112,8 @@ def exit_code(result, config) -> int:
     """0, or 130 for a run stopped by Ctrl-C / SIGTERM, after saying where its checkpoint went."""
     if result.stopped_by != "interrupted":
         return 0
+    if os.environ.get("RANK", "0") != "0":  # (under torchrun, said once: by rank 0, which saved the checkpoint)
+        return EXIT_INTERRUPTED
     checkpoint = getattr(result, "checkpoint", None)
     if checkpoint is None and config.run_dir:
         checkpoint = Path(config.run_dir) / "checkpoint.pt"
