@@ -234,7 +234,8 @@ def member_label(member_of: dict) -> str:
 def member_payload(payload: dict, k) -> dict:
     """A population checkpoint's payload -> member k's as a standalone run's checkpoint payload (the
     member's weights, optimiser moments, normaliser, env replicas, random streams, history); k may be
-    "best". Training it on continues exactly as the member would have in its population."""
+    "best". Training it on continues as the member would have in its population (to float rounding:
+    members' batched matmuls round apart from one member's)."""
     info = payload.get("population")
     if not info:
         raise cfg.ConfigError("this checkpoint is not a population's (it has no members); load it as it is")

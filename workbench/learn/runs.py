@@ -428,7 +428,8 @@ def export_member(run_or_checkpoint, member="best", path=None):
     default a run folder member_K beside the run's checkpoint (checkpoint.pt, config.yaml with the
     member's seed and hyperparameters, metrics.csv of its reports, the env's source where the run kept
     one), or with `path` its checkpoint alone; returns the checkpoint's path. Resume, evaluate and replay
-    it as any run: training it on continues exactly as the member would have in its population."""
+    it as any run: training it on continues as the member would have in its population (to float
+    rounding)."""
     from . import checkpoint as ckpt
     from .population import member_payload
     source, payload = load_checkpoint(run_or_checkpoint)
