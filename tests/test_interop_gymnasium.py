@@ -98,6 +98,25 @@ def test_an_action_past_the_narrow_store_type_is_refused_not_wrapped(cartpole):
     env.step(np.array([0, 1, 1, 0]))  # good actions still step
 
 
+def test_bad_actions_are_refused_by_name_not_truncated_or_reshaped(cartpole):
+    env = cartpole.as_gymnasium()
+    env.reset(seed=1)
+    assert env.np_random_seed == 1
+    for actions, words in ((np.full(4, 0.9), "got dtype torch.float64"), (np.ones((2, 2), int), r"got shape \[2, 2\]"),
+                           (np.ones(3, int), r"got shape \[3\]"), (None, "got NoneType"), ("a", "got str")):
+        with pytest.raises(AdapterError, match=r"integers of shape \[4\] \(Discrete\(n=2\)\).*" + words):
+            env.step(actions)
+    env.step(np.ones((4, 1), int))  # ([N, 1] is unambiguous)
+    for seed in (-1, True):
+        with pytest.raises(AdapterError, match="one int >= 0"):
+            env.reset(seed=seed)
+    with pytest.raises(AdapterError, match="options"):
+        env.reset(options={"low": 0.1})
+    env.close()
+    with pytest.raises(AdapterError, match="after close"):
+        env.step(np.ones(4, int))
+
+
 def test_multi_agent_env_needs_flatten_and_says_what_to_call():
     tag = wb.make("tag_continuous", num_envs=2, target="cpu", seed=1, **TAG_SMALL)
     with pytest.raises(AdapterError, match=r"8 agents.*flatten_agents=True.*as_pettingzoo"):

@@ -75,6 +75,56 @@ def test_an_action_past_the_narrow_store_type_is_refused_not_wrapped(tag):
         single.step(actions)
 
 
+def test_bad_actions_are_refused_by_name_not_truncated_or_broadcast(tag):
+    single = tag.as_pettingzoo(replica=0)
+    with pytest.raises(AdapterError, match=r"step\(\) before reset\(\)"):
+        single.step({})
+    single.reset(seed=2)
+    good = {name: np.array([1, 2]) for name in single.agents}
+    for actions, words in (({**good, "runners_0": np.array([1.9, 2.7])}, "got dtype torch.float64"),
+                           ({**good, "runners_0": 3}, r"integers of shape \[2\].*got shape \[\]"),
+                           ({"taggers_0": np.array([1, 1])}, r"no action for 7 agent\(s\) in the game")):
+        with pytest.raises(AdapterError, match=words):
+            single.step(actions)
+    with pytest.raises(AdapterError, match="reset\\(seed=...\\) takes an int"):
+        single.reset(seed="x")
+    batched = tag.as_pettingzoo()
+    batched.reset(seed=1)
+    batched.step({"runners_0": np.zeros((3, 2), np.int64)})  # NumPy is taken too
+    with pytest.raises(AdapterError, match=r"integers of shape \[3, 2\].*got shape \[2\]"):
+        batched.step({"runners_0": torch.tensor([1, 2])})  # (not copied to every replica)
+
+
+def test_a_tagged_runner_leaves_the_game_and_its_agents():
+    """An agent whose ACTIVE flag drops is terminated in that step and then gets no more values."""
+    env = wb.make("tag_continuous", num_envs=1, target="cpu", seed=0, num_taggers=10, num_runners=2,
+                  tagging_distance=0.2)
+    game = env.as_pettingzoo(replica=0)
+    game.reset(seed=0)
+    left = []
+    while game.agents and not left:
+        before = list(game.agents)
+        obs, rewards, terms, truncs, infos = game.step({a: game.action_space(a).sample() for a in game.agents})
+        left = [a for a in before if terms[a] and not truncs[a] and a not in game.agents]
+    assert left and all(a.startswith("runners_") for a in left) and game.agents
+    assert rewards[left[0]] < 0 and left[0] in obs
+    obs, rewards, *_ = game.step({a: game.action_space(a).sample() for a in game.agents})
+    assert left[0] not in obs and left[0] not in rewards
+
+
+def test_the_spaces_hold_no_adapter_alive():
+    import gc
+    import weakref
+    env = wb.make("cartpole", num_envs=2, target="cpu")
+    game = env.as_pettingzoo(replica=0)
+    assert game.observation_space("agent_0") is game.observation_space("agent_0")
+    assert game.state_space.shape == (4,)
+    ref = weakref.ref(env)
+    del game, env
+    gc.collect()
+    assert ref() is None
+
+
 def test_bad_replica_and_agent_names(tag):
     with pytest.raises(AdapterError, match=r"replica must be in \[0, 3\)"):
         tag.as_pettingzoo(replica=3)

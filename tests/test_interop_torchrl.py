@@ -84,12 +84,36 @@ def test_sync_data_collector_runs(cartpole):
     assert batches[-1]["collector", "traj_ids"].max() >= E - 1
 
 
-def test_partial_reset_of_running_replicas_is_refused(cartpole):
+def test_a_partial_reset_of_running_replicas_restarts_those_alone(cartpole):
+    """(what a StepCounter(max_steps) transform asks for) the others' arrays stay as they were."""
+    from torchrl.envs import StepCounter, TransformedEnv
     env = cartpole.as_torchrl()
     env.reset()
+    env.rand_step(env.reset())
+    before = {name: t.clone() for name, t in cartpole.store.items() if t.dim() and t.shape[0] == E}
     mask = torch.zeros((E, 1), dtype=torch.bool)
     mask[1] = True
-    with pytest.raises(AdapterError, match="running replicas"):
-        env._reset(TensorDict({"_reset": mask}, batch_size=(E,)))
+    env._reset(TensorDict({"_reset": mask}, batch_size=(E,)))
+    for name, saved in before.items():
+        kept = torch.ones(E, dtype=torch.bool)
+        kept[1] = False
+        assert torch.equal(cartpole.store[name][kept], saved[kept]), name
+    assert int(cartpole.store["t"][1]) == 0 and int(cartpole.store["episode"][1]) == int(before["episode"][1]) + 1
+    assert not torch.equal(cartpole.store["obs"][1], before["obs"][1])
+    limited = TransformedEnv(cartpole.as_torchrl(), StepCounter(max_steps=5))
+    rollout = limited.rollout(12, break_when_any_done=False)
+    assert int(rollout["next", "step_count"].max()) == 5 and bool(rollout["next", "truncated"].any())
     with pytest.raises(AdapterError, match="group_map must be"):
         cartpole.as_torchrl(group_map="teams")
+
+
+def test_bad_actions_and_seeds_are_refused_by_name(cartpole):
+    env = cartpole.as_torchrl()
+    td = env.reset()
+    with pytest.raises(AdapterError, match=r"has no \('agents', 'action'\)"):
+        env.step(td)
+    td["agents", "action"] = torch.full((E, 1), 0.7)  # (would be truncated to 0)
+    with pytest.raises(AdapterError, match="integers of shape \\[4, 1\\].*got dtype torch.float32"):
+        env.step(td)
+    with pytest.raises(AdapterError, match="set_seed takes an int"):
+        env.set_seed("a")

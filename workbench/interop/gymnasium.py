@@ -14,7 +14,7 @@ import torch
 
 from ..extras import require
 from . import AdapterError
-from .spaces import gymnasium_space, wide_action_dtype
+from .spaces import action_tensor, gymnasium_space
 
 gym = require("gymnasium", "gymnasium", "env.as_gymnasium()")
 from gymnasium.vector import AutoresetMode, VectorEnv  # noqa: E402
@@ -48,7 +48,9 @@ class GymnasiumVectorEnv(VectorEnv):
         self.render_mode = None
         self.closed = False
         self._action_shape = tuple(env.store["action"].shape)
-        self._action_dtype = wide_action_dtype(env)
+        single = self.single_action_space.shape
+        # unambiguous other shapes: [N, 1] for Discrete, [N] for a Box of one number
+        self._also = ((self.num_envs, 1),) if single == () else ((self.num_envs,),) if single == (1,) else ()
 
     def _flat(self, tensor: torch.Tensor) -> np.ndarray:
         """[E, A, ...] device tensor -> a fresh host array [N, ...]."""
@@ -60,19 +62,25 @@ class GymnasiumVectorEnv(VectorEnv):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         """Reset every replica (seed: one int seeds all replicas' streams). Returns (obs [N, *O], {})."""
-        if seed is not None and not isinstance(seed, (int, np.integer)):
-            raise AdapterError(f"reset(seed=...) takes one int for all replicas (the env derives every replica's "
-                               f"stream from it), got {type(seed).__name__}")
+        if seed is not None and (not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0):
+            raise AdapterError(f"reset(seed=...) takes one int >= 0 for all replicas (the env derives every "
+                               f"replica's stream from it), got {seed!r} ({type(seed).__name__})")
+        if options:
+            raise AdapterError(f"reset(options=...) is not used by this env (got {sorted(options)}); its "
+                               f"parameters are set when it is made: wb.make(name, ..., PARAM=value)")
         if seed is not None:
             self.action_space.seed(int(seed))
             self.single_action_space.seed(int(seed))
+        super().reset(seed=None if seed is None else int(seed))  # (np_random and np_random_seed, as Gymnasium's)
         obs = self.env.reset(seed=None if seed is None else int(seed))
         return self._flat(obs), {}
 
     def step(self, actions):
         """actions: [N, ...] array or tensor. Returns (obs, rewards, terminations, truncations, infos)."""
-        actions = torch.as_tensor(np.asarray(actions) if not isinstance(actions, torch.Tensor) else actions)
-        actions = actions.to(self.env.device, self._action_dtype).reshape(self._action_shape)
+        if self.closed:
+            raise AdapterError("step() after close(): make a new adapter with env.as_gymnasium()")
+        actions = action_tensor(actions, self.env, self.action_space.shape, "GymnasiumVectorEnv.step",
+                                also=self._also).reshape(self._action_shape)
         obs, reward, done, info = self.env.step(actions)
         infos = {}
         if bool(done.any()):
@@ -92,7 +100,7 @@ class GymnasiumVectorEnv(VectorEnv):
                 self._per_agent(info["truncated"]), infos)
 
     def close_extras(self, **kwargs):
-        pass
+        self.closed = True
 
     def __repr__(self):
         return f"GymnasiumVectorEnv({self.env!r}, num_envs={self.num_envs})"

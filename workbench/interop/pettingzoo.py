@@ -1,19 +1,20 @@
 """`env.as_pettingzoo(replica=i)`: one replica as a PettingZoo ParallelEnv; `replica=None`: the same
 dict-of-agents API over all replicas at once, with device tensors [E, ...] as values.
 
-Agents are named from the env's AGENT_GROUPS (taggers_0, runners_3, ...), else agent_<id>. Every
-agent lives until its replica's episode ends (terminated or truncated for all at once).
+Agents are named from the env's AGENT_GROUPS (taggers_0, runners_3, ...), else agent_<id>. In the
+one-replica form an agent that leaves the game (the env's ACTIVE flag drops to 0: a tagged runner)
+is terminated at that step and leaves `agents`; the others live until the replica's episode ends
+(terminated or truncated for all at once). The batched form keeps every agent (its values are
+[E, ...] over replicas) and says who is in the game in infos[agent]["active"].
 """
 from __future__ import annotations
-
-import functools
 
 import numpy as np
 import torch
 
 from ..extras import require
 from . import AdapterError
-from .spaces import agent_names, gymnasium_space, staged_actions
+from .spaces import action_tensor, agent_names, gymnasium_space, staged_actions
 
 require("pettingzoo", "pettingzoo", "env.as_pettingzoo()")
 from pettingzoo import ParallelEnv  # noqa: E402
@@ -39,16 +40,26 @@ class _Agents:
         self.metadata = {"name": f"workbench_{env.name}", "render_modes": [], "is_parallelizable": True}
         self.render_mode = None
 
-    @functools.lru_cache(maxsize=None)
     def observation_space(self, agent):
         """The same space object for every agent (all agents of an env share their spaces)."""
         self._check_agent(agent)
         return self._obs_space
 
-    @functools.lru_cache(maxsize=None)
     def action_space(self, agent):
+        """One agent's action space in one replica (the batched form takes [E, ...] of it)."""
         self._check_agent(agent)
         return self._act_space
+
+    def _actions_of(self, name, action, replicas: tuple = ()) -> torch.Tensor:
+        """An agent's action (one replica's, or [E, ...] with replicas=(E,)) checked as action_tensor does."""
+        self._check_agent(name)
+        single = tuple(self._act_space.shape)
+        also = (replicas + (1,),) if single == () else (replicas,) if single == (1,) else ()
+        return action_tensor(action, self.env, replicas + single, f"step: agent {name!r}", also=also)
+
+    def _check_seed(self, seed):
+        if seed is not None and (not isinstance(seed, (int, np.integer)) or isinstance(seed, bool)):
+            raise AdapterError(f"reset(seed=...) takes an int, got {seed!r} ({type(seed).__name__})")
 
     def _check_agent(self, agent):
         if agent not in self._ids:
@@ -81,27 +92,41 @@ class ReplicaParallelEnv(_Agents, ParallelEnv):
         self._setup(env)
         self.replica = int(replica)
         self.agents = []
+        self._reset_once = False
+        low, high = (np.broadcast_to(np.asarray(b, dtype=np.float32), env.obs_shape)
+                     for b in (env.observation_space.low, env.observation_space.high))
+        spaces = require("gymnasium.spaces", "gymnasium", "a PettingZoo env's state_space")
+        self.state_space = spaces.Box(np.tile(low.reshape(-1), env.num_agents),
+                                      np.tile(high.reshape(-1), env.num_agents), dtype=np.float32)
 
     def _obs(self, tensor):
+        """{agent in the game: its observation in this replica}."""
         rows = tensor[self.replica].cpu().numpy()
-        return {name: rows[i].copy() for name, i in self._ids.items()}
+        return {name: rows[self._ids[name]].copy() for name in self.agents}
 
     def reset(self, seed: int | None = None, options: dict | None = None):
+        self._check_seed(seed)
         if seed is not None:
             self._act_space.seed(int(seed))
         obs = self.env.reset(seed=seed)
-        self.agents = list(self.possible_agents)
+        self.agents = list(self.possible_agents)  # (before _obs: every agent starts in the game)
+        self._reset_once = True
         return self._obs(obs), {name: {} for name in self.agents}
 
     def step(self, actions: dict):
         if not self.agents:
-            raise AdapterError("the episode has ended (no agents left); call reset() before step()")
+            raise AdapterError("the episode has ended (no agents left); call reset() before step()" if self._reset_once
+                               else "step() before reset(): call reset() first")
         unknown = set(actions) - set(self.agents)
         if unknown:
             raise AdapterError(f"actions for agents not in the game: {sorted(unknown)[:4]}")
+        missing = [name for name in self.agents if name not in actions]
+        if missing:
+            raise AdapterError(f"no action for {len(missing)} agent(s) in the game: {missing[:4]}"
+                               f"{' ...' if len(missing) > 4 else ''}; give one for every agent in env.agents")
         row = self._action[self.replica]
         for name, action in actions.items():
-            row[self._ids[name]] = torch.as_tensor(np.asarray(action), dtype=row.dtype)
+            row[self._ids[name]] = self._actions_of(name, action)
         obs, reward, done, info = self.env.step(self._action)
         r = self.replica
         ended = bool(done[r])
@@ -114,10 +139,16 @@ class ReplicaParallelEnv(_Agents, ParallelEnv):
             length = int(info["episode_length"][r])
             infos = {name: {"episode_return": float(returns[self._ids[name]]), "episode_length": length}
                      for name in self.agents}
+        terminations = {name: term for name in self.agents}
+        still = self.agents
+        if not ended and self.env.definition.active is not None:  # agents that left the game in this step
+            live = self.env.store[self.env.definition.active][r].cpu().numpy() != 0
+            still = [name for name in self.agents if live[self._ids[name]]]
+            for name in set(self.agents) - set(still):
+                terminations[name] = True
         out = (observations, {name: float(rewards[self._ids[name]]) for name in self.agents},
-               {name: term for name in self.agents}, {name: trunc for name in self.agents}, infos)
-        if ended:
-            self.agents = []
+               terminations, {name: trunc for name in self.agents}, infos)
+        self.agents = [] if ended else still
         return out
 
     def state(self) -> np.ndarray:
@@ -128,8 +159,9 @@ class ReplicaParallelEnv(_Agents, ParallelEnv):
 class BatchedParallelEnv(_Agents):
     """All replicas, PettingZoo's parallel API with batched values, nothing copied to the host:
     obs {agent: [E, *O]}, rewards {agent: [E]}, terminations/truncations {agent: [E] bool},
-    infos {agent: {"final_obs": [E, *O]}} (rows valid where the replica ended; it was reset in the
-    same step). Values are views of the env's tensors, rewritten by the next step (clone what you keep).
+    infos {agent: {"final_obs": [E, *O], "done": [E], "active": [E] bool}} (final_obs rows valid where
+    the replica ended, which was reset in the same step; "active": in the game, for envs with an ACTIVE
+    flag). Values are views of the env's tensors, rewritten by the next step (clone what you keep).
     Actions {agent: [E] or [E, n]} for any subset of agents; the others keep their previous actions.
     """
 
@@ -142,16 +174,19 @@ class BatchedParallelEnv(_Agents):
         return {name: tensor[:, i] for name, i in self._ids.items()}
 
     def reset(self, seed: int | None = None, options: dict | None = None):
+        self._check_seed(seed)
         obs = self.env.reset(seed=seed)
         return self._split(obs), {name: {} for name in self.agents}
 
     def step(self, actions: dict):
         for name, action in actions.items():
-            self._check_agent(name)
-            self._action[:, self._ids[name]].copy_(action)
+            self._action[:, self._ids[name]] = self._actions_of(name, action, (self.num_envs,))
         obs, reward, done, info = self.env.step(self._action)
         term, trunc = info["terminated"], info["truncated"]
         final = info["final_obs"]
+        active = self.env.definition.active
+        live = self.env.store[active] != 0 if active is not None else None
         return (self._split(obs), self._split(reward), dict.fromkeys(self.agents, term),
                 dict.fromkeys(self.agents, trunc),
-                {name: {"final_obs": final[:, i], "done": done} for name, i in self._ids.items()})
+                {name: {"final_obs": final[:, i], "done": done,
+                        **({"active": live[:, i]} if live is not None else {})} for name, i in self._ids.items()})

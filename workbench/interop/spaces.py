@@ -9,6 +9,7 @@ import torch
 
 from ..compiler.envdef import Box, Discrete, MultiDiscrete
 from ..extras import require
+from . import AdapterError
 
 
 def gymnasium_space(space, seed: int | None = None):
@@ -49,3 +50,27 @@ def staged_actions(env) -> torch.Tensor:
     """A copy of the store's actions in wide_action_dtype: the adapters that take actions agent by
     agent write them here and pass the whole tensor to env.step."""
     return env.store["action"].to(wide_action_dtype(env), copy=True)
+
+
+def action_tensor(value, env, shape: tuple, where: str, also: tuple = ()) -> torch.Tensor:
+    """`value` (an array, tensor, list or number) as a tensor of `shape` in wide_action_dtype on the
+    env's device; a value of a shape in `also` is reshaped to `shape`. AdapterError naming `where`
+    and what it takes otherwise: another shape (never reshaped or broadcast silently), no numbers,
+    or for discrete spaces floats or booleans (a cast would truncate 0.9 to 0)."""
+    discrete = not isinstance(env.action_space, Box)
+    kind = "integers" if discrete else "numbers"
+    wanted = f"{kind} of shape {list(shape)} ({env.action_space!r})"
+    if not isinstance(value, torch.Tensor):
+        array = None if value is None else np.asarray(value)
+        if array is None or array.dtype.kind not in "biuf":
+            raise AdapterError(f"{where}: actions must be {wanted}, got {type(value).__name__}"
+                               + (f" of dtype {array.dtype}" if array is not None else ""))
+        value = torch.as_tensor(array)
+    if value.is_complex() or (discrete and (value.is_floating_point() or value.dtype == torch.bool)):
+        raise AdapterError(f"{where}: actions must be {wanted}, got dtype {value.dtype}; a discrete action is an "
+                           f"integer (cast yours, e.g. actions.astype(np.int64), if they are whole numbers)")
+    if tuple(value.shape) != tuple(shape):
+        if tuple(value.shape) not in also:
+            raise AdapterError(f"{where}: actions must be {wanted}, got shape {list(value.shape)}")
+        value = value.reshape(shape)
+    return value.to(env.device, wide_action_dtype(env))

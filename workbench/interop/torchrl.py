@@ -6,7 +6,8 @@ Keys follow TorchRL's multi-agent layout: per group, (group, "observation") [E, 
 agents, the default) or the env's policy groups (group_map="policies": taggers, runners, ...).
 The env resets finished replicas inside its step: a step returns the finished episode's last
 observation as ("next", group, "observation"), and the partial reset TorchRL asks for next
-returns the already-started episode, with no kernel launch.
+returns the already-started episode, with no kernel launch. A partial reset of replicas whose
+episode goes on (a StepCounter's limit) starts new episodes for those alone.
 """
 from __future__ import annotations
 
@@ -15,10 +16,10 @@ import types
 import numpy as np
 import torch
 
-from ..compiler.envdef import Box, Discrete, MultiDiscrete
+from ..compiler.envdef import Discrete, MultiDiscrete
 from ..extras import require
 from . import AdapterError
-from .spaces import staged_actions
+from .spaces import action_tensor, staged_actions
 
 require("torchrl", "torchrl", "env.as_torchrl()")
 from tensordict import TensorDict, TensorDictBase  # noqa: E402
@@ -115,11 +116,10 @@ class TorchRLEnv(EnvBase):
         mask = tensordict.get("_reset", None) if tensordict is not None else None
         if mask is None:
             obs = self.env.reset()
-        else:  # a partial reset after a step: the env restarted exactly the replicas that ended
-            requested = mask.reshape(-1)
-            if bool((requested & ~self._ended).any()):
-                raise AdapterError("the env restarts a replica only when its episode ends (inside step); a "
-                                   "reset of running replicas must reset all of them: call reset() with no '_reset'")
+        else:  # a partial reset: the env restarted the replicas that ended in its step already
+            running = mask.reshape(-1).to(self.env.device) & ~self._ended
+            if bool(running.any()):  # (StepCounter's limit, say: replicas whose episode goes on)
+                self._restart(running)
             obs = self.env.store["obs"]
         out = self._observations(obs, {})
         E = self.env.num_envs
@@ -127,14 +127,28 @@ class TorchRLEnv(EnvBase):
         out.update(done=no, terminated=no.clone(), truncated=no.clone())
         return self._tensordict(out)
 
+    def _restart(self, replicas: torch.Tensor) -> None:
+        """New episodes for the replicas where `replicas` [E] is True, the others left as they are: a
+        reset of every replica, then the others' arrays put back (a copy of the store: not for every step)."""
+        E = self.env.num_envs
+        kept = {name: t.clone() for name, t in self.env.store.items() if t.dim() and t.shape[0] == E}
+        self.env.reset()
+        for name, saved in kept.items():
+            current = self.env.store[name]
+            current.copy_(torch.where(replicas.reshape((-1,) + (1,) * (current.dim() - 1)), current, saved))
+
     @property
     def _ended(self) -> torch.Tensor:
         return self.env.store["done"].view(torch.bool)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         for name, index in self._index.items():
-            actions = tensordict.get((name, "action"))
-            self._action[:, index] = actions.to(self._action.dtype)
+            actions = tensordict.get((name, "action"), None)
+            if actions is None:
+                raise AdapterError(f"the tensordict has no ({name!r}, 'action'): this env's action keys are "
+                                   f"{[(g, 'action') for g in self.group_map]} (a policy writes them, or rand_action)")
+            shape = (self.env.num_envs, len(self.group_map[name])) + tuple(self._action.shape[2:])
+            self._action[:, index] = action_tensor(actions, self.env, shape, f"step: ({name!r}, 'action')")
         obs, reward, done, info = self.env.step(self._action)
         shape = (-1,) + (1,) * (obs.dim() - 1)
         last = torch.where(done.reshape(shape), info["final_obs"], obs)
@@ -145,4 +159,6 @@ class TorchRLEnv(EnvBase):
 
     def _set_seed(self, seed: int | None) -> None:
         if seed is not None:
+            if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
+                raise AdapterError(f"set_seed takes an int, got {seed!r} ({type(seed).__name__})")
             self.env.reset(seed=int(seed))
