@@ -176,9 +176,11 @@ class RolloutModule(L.LightningModule):
         trainer.history.append(metrics)
         if metrics["nonfinite"]:
             raise nonfinite_error("the loss", trainer.iteration, None)
-        logged = {k: float(v) for k, v in metrics.items()
-                  if k not in ("iteration", "time_s", "nonfinite") and isinstance(v, (int, float))}
-        self.log("mean_return", logged.pop("mean_return"), on_step=True, on_epoch=False, prog_bar=True)
+        # (NaN where no episode ended in the window: not logged, so the bar keeps the last known value)
+        logged = {k: float(v) for k, v in metrics.items() if k not in ("iteration", "time_s", "nonfinite")
+                  and isinstance(v, (int, float)) and math.isfinite(v)}
+        if "mean_return" in logged:
+            self.log("mean_return", logged.pop("mean_return"), on_step=True, on_epoch=False, prog_bar=True)
         self.log_dict(logged, on_step=True, on_epoch=False)
         returns = [metrics[f"return/{name}"] for name in self.policies]
         if config.target_return is not None and all(not math.isnan(r) and r >= config.target_return
