@@ -83,6 +83,16 @@ def test_resume_errors_name_what_is_missing(runs, tmp_path, capsys):
         assert f"has trained {done} env-steps" in capsys.readouterr().err
 
 
+def test_a_budget_of_few_updates_gets_a_note_before_training(tmp_path, capsys):
+    """(wb.train("cartpole", num_envs=4096) once trained 2 iterations and replayed a random policy)"""
+    wb.train(cfg.from_dict({**SMALL, "total_env_steps": 3 * E * T}), run_dir=str(tmp_path / "few"), progress=False)
+    out = capsys.readouterr().out
+    assert f"at {E * T} env-steps an iteration (num_envs x rollout_length) leaves 3 update(s)" in out
+    assert f"--total-env-steps {50 * E * T} for 50" in out and "x 1 agent;" in out
+    wb.train(cfg.from_dict({**SMALL, "total_env_steps": 12 * E * T}), run_dir=str(tmp_path / "enough"), progress=False)
+    assert "note: total_env_steps" not in capsys.readouterr().out
+
+
 def test_replay_returns_an_animation_and_writes_mp4(runs, tmp_path):
     split, _, _ = runs
     animation = wb.replay(split, max_steps=12, mp4=tmp_path / "policy.mp4", dpi=40)

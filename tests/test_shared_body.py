@@ -73,19 +73,24 @@ def test_the_padded_output_split_matches_autograds_slices(loss, monkeypatch):
     both outputs reach the loss (a gradient autograd leaves out is zero)."""
     from workbench.learn import padded_linear
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)  # fp32 matmuls on both paths
+    # fp32 matmuls on both paths (set and put back by hand: pytest >= 9.2's monkeypatch undoes a
+    # setattr with delattr, which torch.backends.cuda.matmul does not take)
+    tf32, torch.backends.cuda.matmul.allow_tf32 = torch.backends.cuda.matmul.allow_tf32, False
     torch.manual_seed(3)
     model = SharedActorCritic(13, MultiDiscrete([5, 4]), (24, 16)).to(device)  # 10 outputs: padded to 16
     obs = torch.randn(37, 13, device=device)
     results = []
-    for padded in (True, False):
-        monkeypatch.setattr(padded_linear, "serves", lambda x, padded=padded: padded)
-        model.zero_grad(set_to_none=True)
-        head, value = model(obs)
-        weights = torch.linspace(-1, 1, head.shape[1], device=device)
-        terms = {"head": (head * weights).sum(), "value": (value ** 2).sum()}
-        (terms["head"] + terms["value"] if loss == "both" else terms[loss]).backward()
-        results.append([head.detach(), value.detach()] + [p.grad.clone() for p in model.parameters()])
+    try:
+        for padded in (True, False):
+            monkeypatch.setattr(padded_linear, "serves", lambda x, padded=padded: padded)
+            model.zero_grad(set_to_none=True)
+            head, value = model(obs)
+            weights = torch.linspace(-1, 1, head.shape[1], device=device)
+            terms = {"head": (head * weights).sum(), "value": (value ** 2).sum()}
+            (terms["head"] + terms["value"] if loss == "both" else terms[loss]).backward()
+            results.append([head.detach(), value.detach()] + [p.grad.clone() for p in model.parameters()])
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
     for mine, ref in zip(*results):
         torch.testing.assert_close(mine, ref, rtol=1e-5, atol=1e-6)
 

@@ -138,6 +138,7 @@ def _reached(history, target) -> bool:
     return True
 
 
+FEW_UPDATES = 10  # a run of fewer iterations (learner updates) gets a note before it trains
 FIXED_ON_RESUME = ("env", "algorithm", "num_envs", "env_params", "seed", "seeds", "sweep", "hidden_sizes",
                    "activation", "shared_body", "centralised_critic", "buffer_size")
 RUN_FILES = ("checkpoint.pt", "metrics.csv")  # a folder holding either holds a run
@@ -309,9 +310,16 @@ def run_training(config, *, resume=None, progress=True, policies=None, show_run_
     total = trainer.M * (trainer.ranks.context.world_size if trainer.ranks is not None else 1)
     members = f"{total} members x " if trainer.M > 1 else ""
     say(f"training {config.env} with {config.algorithm.upper()} on target '{trainer.env.target.name}' "
-        f"({members}{config.num_envs} replicas x {trainer.env.num_agents} agents; "
+        f"({members}{config.num_envs} replicas x {trainer.env.num_agents} "
+        f"agent{'s' if trainer.env.num_agents != 1 else ''}; "
         f"{f'env compiled in {compile_s:.1f} s' if compile_s >= 0.05 else 'env kernels compiled already'})"
         + (f"; continuing {resume} from iteration {trainer.iteration}" if resume else ""))
+    updates = trainer.total_iterations() - trainer.iteration
+    if updates < FEW_UPDATES and not (resume and updates <= 0):
+        say(f"note: total_env_steps={config.total_env_steps} at {trainer.steps_per_iteration} env-steps an iteration "
+            f"(num_envs x rollout_length) leaves {updates} update(s): too few to learn much; raise total_env_steps "
+            f"(--total-env-steps {5 * FEW_UPDATES * trainer.steps_per_iteration + trainer.env_steps} for "
+            f"{5 * FEW_UPDATES}) or lower num_envs")
     logger = make_logger(config, run_dir) if trainer.is_main else None
     try:
         result = trainer.train(callback=compose(logger, callback), progress=progress and trainer.is_main)
