@@ -35,6 +35,14 @@ def test_check_report_keeps_the_largest_difference_per_array():
     assert "theta: 0.00e+00" in str(report)
 
 
+def test_a_check_in_which_no_episode_ended_says_what_it_could_not_compare():
+    short = wb.check_env("cartpole", targets=("cpu",), num_envs=4, steps=3)
+    assert short.episodes_finished == 0
+    assert "but no episode ended, so the reset and the final observations were not compared" in str(short)
+    assert "MAX_STEPS is 500: steps=508 would" in str(short)
+    assert wb.check_env("cartpole", targets=("cpu",), num_envs=4, steps=60).caveat == ""
+
+
 def test_check_env_seeds_replicas_in_blocks_as_a_population_does(monkeypatch):
     from workbench.runtime import env as env_module
     made = []

@@ -165,7 +165,8 @@ def _summary(result: WarpenvResult) -> str:
         diff = max(report.max_abs_diff.values(), default=None)
         parts.append(f"check passed on {where} ({report.steps} steps x {report.num_envs} replicas, "
                      f"{report.episodes_finished} episodes finished"
-                     + (f", largest difference {diff:.1e}" if diff is not None else "") + ")")
+                     + (f", largest difference {diff:.1e}" if diff is not None else "") + ")"
+                     + (f"; {report.caveat}" if report.caveat else ""))
     elif result.targets:
         parts.append("check skipped (--no-check)")
     if result.note:
@@ -287,7 +288,9 @@ def _build(result: WarpenvResult, replicas: int, check: bool, progress=None) -> 
             result.made[target] = (origin, took)
         result.compile_seconds = seconds if fresh else None
         if check:
-            result.report = check_env(result.name, targets=result.targets, num_envs=replicas, steps=CHECK_STEPS)
+            # (past MAX_STEPS where that costs at most 4x: every replica's reset is compared then)
+            steps = min(max(CHECK_STEPS, defn.max_steps + 8), 4 * CHECK_STEPS)
+            result.report = check_env(result.name, targets=result.targets, num_envs=replicas, steps=steps)
 
 
 # ---- IPython ---------------------------------------------------------------------------------

@@ -18,11 +18,22 @@ class CheckReport:
     num_envs: int
     episodes_finished: int
     max_abs_diff: dict = field(default_factory=dict)  # {array: largest |difference| from the first target}
+    max_steps: int | None = None  # the env's MAX_STEPS
+
+    @property
+    def caveat(self) -> str:
+        """What the check could not see ("" when episodes ended): with none, the auto-reset went untested."""
+        if self.episodes_finished:
+            return ""
+        more = (f" (MAX_STEPS is {self.max_steps}: steps={self.max_steps + 8} would)"
+                if self.max_steps and self.max_steps < 100_000 else "")
+        return f"no episode ended, so the reset and the final observations were not compared: check more steps{more}"
 
     def __str__(self):
         diffs = ", ".join(f"{k}: {v:.2e}" for k, v in self.max_abs_diff.items())
         return (f"check_env({self.name!r}) passed on {list(self.targets)}: {self.steps} steps x {self.num_envs} "
-                f"replicas, {self.episodes_finished} episodes finished; largest differences {diffs or 'none'}")
+                f"replicas, {self.episodes_finished} episodes finished; largest differences {diffs or 'none'}"
+                + (f"; but {self.caveat}" if self.caveat else ""))
 
 
 def _host_actions(space, shape, rng):
@@ -159,4 +170,4 @@ def check_env(name_or_env, targets=None, *, num_envs: int = 8, steps: int = 64, 
         if bool((trunc != (before_t + 1 >= ref.definition.max_steps)).any()):
             raise ConsistencyError(f"{name}: truncated must be set exactly when t reaches MAX_STEPS")
         finished += int(done.sum())
-    return CheckReport(name, targets, steps, num_envs, finished, worst)
+    return CheckReport(name, targets, steps, num_envs, finished, worst, ref.definition.max_steps)
