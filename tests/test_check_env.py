@@ -43,6 +43,39 @@ def test_a_check_in_which_no_episode_ended_says_what_it_could_not_compare():
     assert wb.check_env("cartpole", targets=("cpu",), num_envs=4, steps=60).caveat == ""
 
 
+WIDE = """from workbench.compiler.envdef import Box, Discrete, per_agent
+
+PARAMS = dict(max_steps=4)
+NUM_AGENTS = 2
+MAX_STEPS = "max_steps"
+OBSERVATION = Box(shape=(3,))
+ACTION = Discrete(3)
+STATE = dict(pos=per_agent())
+
+
+def reset(env, agent, pos):
+    pos[env, agent] = agent + 1
+
+
+def step(env, agent, action, pos, reward):
+    pos[env, agent] += action[env, agent] - 1
+    reward[env, agent] = pos[env, agent]
+
+
+def observe(env, agent, pos, obs):
+    obs[env, agent, 0] = pos[env, agent]
+    obs[env, agent, 1] = agent + 1
+"""
+
+
+def test_an_observation_entry_that_observe_never_writes_is_pointed_out():
+    """OBSERVATION declares 3 numbers, observe fills 2: obs[..., 2] stays 0, which the report names."""
+    wb.register("check_wide_obs", WIDE)
+    report = wb.check_env("check_wide_obs", targets=("cpu",), num_envs=3, steps=10)
+    assert report.zero_obs == (2,) and "obs[..., 2] stayed 0 for every agent at every step" in str(report)
+    assert wb.check_env("cartpole", targets=("cpu",), num_envs=4, steps=60).zero_obs == ()
+
+
 def test_check_env_seeds_replicas_in_blocks_as_a_population_does(monkeypatch):
     from workbench.runtime import env as env_module
     made = []

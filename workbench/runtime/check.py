@@ -19,15 +19,23 @@ class CheckReport:
     episodes_finished: int
     max_abs_diff: dict = field(default_factory=dict)  # {array: largest |difference| from the first target}
     max_steps: int | None = None  # the env's MAX_STEPS
+    zero_obs: tuple = ()  # flat indices of observation entries that were 0 everywhere, at every step
 
     @property
     def caveat(self) -> str:
-        """What the check could not see ("" when episodes ended): with none, the auto-reset went untested."""
-        if self.episodes_finished:
-            return ""
-        more = (f" (MAX_STEPS is {self.max_steps}: steps={self.max_steps + 8} would)"
-                if self.max_steps and self.max_steps < 100_000 else "")
-        return f"no episode ended, so the reset and the final observations were not compared: check more steps{more}"
+        """What looks wrong or went unchecked ("" for nothing): an observation entry always 0 (one observe
+        never writes?), or no episode ended (the auto-reset untested)."""
+        notes = []
+        if self.zero_obs:
+            shown = ", ".join(f"obs[..., {i}]" for i in self.zero_obs[:4]) + (" ..." if len(self.zero_obs) > 4 else "")
+            notes.append(f"{shown} stayed 0 for every agent at every step: does observe write it (or is OBSERVATION "
+                         f"larger than what observe fills)?")
+        if not self.episodes_finished:
+            more = (f" (MAX_STEPS is {self.max_steps}: steps={self.max_steps + 8} would)"
+                    if self.max_steps and self.max_steps < 100_000 else "")
+            notes.append(f"no episode ended, so the reset and the final observations were not compared: check more "
+                         f"steps{more}")
+        return "; ".join(notes)
 
     def __str__(self):
         diffs = ", ".join(f"{k}: {v:.2e}" for k, v in self.max_abs_diff.items())
@@ -145,6 +153,8 @@ def check_env(name_or_env, targets=None, *, num_envs: int = 8, steps: int = 64, 
     compare("after reset")
     rng = np.random.default_rng(seed)
     finished = 0
+    obs_size = int(np.prod(ref.obs_shape))
+    seen = ref.store["obs"].reshape(-1, obs_size).ne(0).any(0).cpu()  # [O]: entries ever nonzero
     for k in range(steps):
         snap = {n: t.cpu() for n, t in ref.store.items()}
         for env in envs[1:] + [twin]:  # (before any step: on cpu, snap holds ref's own tensors)
@@ -170,4 +180,6 @@ def check_env(name_or_env, targets=None, *, num_envs: int = 8, steps: int = 64, 
         if bool((trunc != (before_t + 1 >= ref.definition.max_steps)).any()):
             raise ConsistencyError(f"{name}: truncated must be set exactly when t reaches MAX_STEPS")
         finished += int(done.sum())
-    return CheckReport(name, targets, steps, num_envs, finished, worst, ref.definition.max_steps)
+        seen |= ref.store["obs"].reshape(-1, obs_size).ne(0).any(0).cpu()
+    zero = tuple(int(i) for i in (~seen).nonzero().reshape(-1))
+    return CheckReport(name, targets, steps, num_envs, finished, worst, ref.definition.max_steps, zero)
