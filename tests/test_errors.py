@@ -118,6 +118,23 @@ def test_phase_argument_that_is_no_array():
     wb.register("bad_arg_env", BROKEN.replace("def observe(env, agent, x, obs)", "def observe(env, agent, y, obs)"))
     with pytest.raises(wb.EnvDefinitionError, match="observe\\(\\) .* takes 'y', which is neither"):
         wb.make("bad_arg_env", num_envs=2, target="cpu")
+    wb.register("typo_arg_env", BROKEN.replace("STATE = dict(x=per_env())", "STATE = dict(position=per_env())")
+                .replace("x[env]", "position[env]").replace("def observe(env, agent, x, obs)",
+                                                            "def observe(env, agent, positon, obs)")
+                .replace("def reset(env, x)", "def reset(env, position)")
+                .replace("def step(env, agent, action, x, reward)", "def step(env, agent, action, position, reward)"))
+    with pytest.raises(wb.EnvDefinitionError, match="takes 'positon', .*; did you mean 'position'\\?"):
+        wb.make("typo_arg_env", num_envs=2, target="cpu")
+
+
+def test_a_state_array_takes_numpy_dtypes_and_names_the_ones_it_takes():
+    import numpy as np
+    from workbench.compiler.envdef import per_agent, per_env
+    assert per_env(np.int32).dtype == "int32" and per_agent(np.dtype("uint8")).dtype == "uint8"
+    wb.register("half_env", BROKEN.replace("x=per_env()", "x=per_env(np.float16)").replace(
+        "from workbench.compiler.envdef", "import numpy as np\nfrom workbench.compiler.envdef"))
+    with pytest.raises(wb.EnvDefinitionError, match="dtype 'float16' is not one a state array takes: write one of"):
+        wb.make("half_env", num_envs=2, target="cpu")
 
 
 NAN_ENV = BROKEN.replace("x[env] + undefined_name", "x[env] + 1.0").replace(

@@ -85,14 +85,24 @@ class ArrayDecl:
     entity: str = ""
 
 
+def _dtype_name(dtype) -> str:
+    """A dtype as its name: "int32" for np.int32 or np.dtype("int32") too (an unknown one is refused by name later)."""
+    if isinstance(dtype, str):
+        return dtype
+    try:
+        return np.dtype(dtype).name
+    except TypeError:
+        return repr(dtype)
+
+
 def per_env(dtype: str = "float32", shape: tuple = ()) -> ArrayDecl:
     """State array with one entry (of `shape`) per replica: [E, *shape]."""
-    return ArrayDecl("env", dtype, tuple(shape))
+    return ArrayDecl("env", _dtype_name(dtype), tuple(shape))
 
 
 def per_agent(dtype: str = "float32", shape: tuple = ()) -> ArrayDecl:
     """State array with one entry (of `shape`) per agent: [E, A, *shape]."""
-    return ArrayDecl("agent", dtype, tuple(shape))
+    return ArrayDecl("agent", _dtype_name(dtype), tuple(shape))
 
 
 def per_entity(entity: str, dtype: str = "float32", shape: tuple = ()) -> ArrayDecl:
@@ -100,7 +110,7 @@ def per_entity(entity: str, dtype: str = "float32", shape: tuple = ()) -> ArrayD
     stored as a per-replica array whose shape starts with the entity count."""
     if not isinstance(entity, str):
         raise EnvDefinitionError(f"per_entity takes the entity's name (a key of ENTITIES) first, got {entity!r}")
-    return ArrayDecl("entity", dtype, tuple(shape) if not isinstance(shape, (int, str)) else (shape,), entity)
+    return ArrayDecl("entity", _dtype_name(dtype), tuple(shape) if not isinstance(shape, (int, str)) else (shape,), entity)
 
 
 @dataclass(frozen=True)
@@ -381,7 +391,8 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
             raise EnvDefinitionError(f"{name}: STATE['{arr_name}'] must be per_env(...), per_agent(...) or "
                                      f"per_entity(...)")
         if decl.dtype not in _DTYPES:
-            raise EnvDefinitionError(f"{name}: STATE['{arr_name}'] dtype '{decl.dtype}' not in {sorted(_DTYPES)}")
+            raise EnvDefinitionError(f"{name}: STATE['{arr_name}'] dtype '{decl.dtype}' is not one a state array "
+                                     f"takes: write one of {sorted(_DTYPES)} (e.g. per_env(\"int32\"))")
         shape = _shape(decl.shape, params, f"STATE['{arr_name}'].shape")
         refuse_declaration(name, source, "STATE", None if min(shape, default=0) >= 0 else
                             f"STATE['{arr_name}'] has shape {shape}: a dimension is negative; make every "
@@ -407,7 +418,8 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
                 if arg not in arrays and arg not in SPECIAL_ARGS and arg not in entities:
                     raise EnvDefinitionError(
                         f"{name}: {fn.__name__}() (line {fn.__code__.co_firstlineno}) takes '{arg}', which is "
-                        f"neither env/agent/key, an entity of ENTITIES nor an array; arrays are {sorted(arrays)}",
+                        f"neither env/agent/key, an entity of ENTITIES nor an array (arrays: {sorted(arrays)})"
+                        f"{did_you_mean(arg, [*arrays, *entities], repr)}",
                         line=fn.__code__.co_firstlineno)
             line = fn.__code__.co_firstlineno
             phase_index(name, f"{fn.__name__}() (line {line})", args, entities, line)

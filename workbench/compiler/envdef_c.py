@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from .envdef import SPECIAL_ARGS, EnvDefinition, exec_source, parse, phase_index
-from ..errors import EnvDefinitionError
+from ..errors import EnvDefinitionError, did_you_mean
 
 C_LANGUAGES = ("cuda", "cuda-c")
 C_BLOCK = "/*@workbench"
@@ -90,7 +90,8 @@ def c_phases(defn: EnvDefinition) -> dict:
                 if arg not in defn.arrays and arg not in SPECIAL_ARGS and arg not in defn.entities:
                     raise EnvDefinitionError(
                         f"{defn.name}: {phase.name}() (line {phase.line} of {where}) takes '{arg}', which is neither "
-                        f"env/agent/key, an entity of ENTITIES nor an array; arrays are {sorted(defn.arrays)}",
+                        f"env/agent/key, an entity of ENTITIES nor an array (arrays: {sorted(defn.arrays)})"
+                        f"{did_you_mean(arg, [*defn.arrays, *defn.entities], repr)}",
                         line=phase.line)
             phase_index(defn.name, f"{phase.name}() (line {phase.line} of {where})", phase.args, defn.entities,
                         phase.line)

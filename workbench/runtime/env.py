@@ -232,7 +232,7 @@ class Env:
             raise ActionError(f"actions have dtype {actions.dtype}; this env takes float32 (continuous actions)")
         if not continuous and (actions.is_floating_point() or actions.dtype == torch.bool):
             raise ActionError(f"actions have dtype {actions.dtype}; this env takes integer actions "
-                              f"(int32 or int64)")
+                              f"(any integer dtype, int8 to int64; sample_actions gives the store's own)")
         self._action_check.check(actions)
         buf.copy_(actions)
 
