@@ -2,6 +2,7 @@
 import re
 from pathlib import Path
 
+import pytest
 import torch
 
 import workbench as wb
@@ -23,3 +24,5 @@ def test_docs_example_runs_and_agrees_across_targets():
     # enough steps for agents to reach the target: a phase racing on `hits` differs across targets
     report = wb.check_env("chase", targets=("cpu", "cuda"), num_envs=4, steps=24, num_agents=4, half_width=2.0)
     assert report.targets == ("cpu", "cuda")
+    with pytest.raises(wb.WorkbenchError, match="half_width=0.0"):  # (its PARAM_RANGES: an inf observation otherwise)
+        wb.make("chase", num_envs=2, target="cpu", half_width=0.0)
