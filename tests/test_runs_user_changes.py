@@ -40,6 +40,8 @@ def test_an_env_parameter_yaml_read_as_one_key_says_to_put_a_space(tmp_path, cap
     assert "YAML reads 'key:value' as one key: put a space after the colon" in capsys.readouterr().err
     with pytest.raises(wb.EnvDefinitionError, match="did you mean 'length'"):
         wb.make("cartpole", num_envs=2, target="cpu", **{"length:0.6": None})
+    with pytest.raises(wb.EnvDefinitionError, match="did you mean 'length' for 'lenght:0.6'.*space after the colon"):
+        wb.make("cartpole", num_envs=2, target="cpu", **{"lenght:0.6": None})  # (both mistakes: both hints)
 
 
 def test_rollouts_of_the_envs_named(capsys):

@@ -284,9 +284,11 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
     overrides = dict(overrides or {})
     unknown = sorted(set(overrides) - set(defaults))
     if unknown:
-        hints = "".join(did_you_mean(k, defaults, lambda c, k=k: f"{c!r} for {k!r}") for k in unknown)
+        # (a key 'lenght:0.6' is YAML's reading of {lenght:0.6}: the name before the colon gets the hint)
+        names = {k: k.split(":")[0].strip() if isinstance(k, str) else str(k) for k in unknown}
+        hints = "".join(did_you_mean(names[k], defaults, lambda c, k=k: f"{c!r} for {k!r}") for k in unknown)
         hints += "; YAML reads 'key:value' as one key: put a space after the colon" if any(
-            isinstance(k, str) and ":" in k and k.split(":")[0].strip() in defaults for k in unknown) else ""
+            isinstance(k, str) and ":" in k for k in unknown) else ""
         raise EnvDefinitionError(f"{name}: unknown parameter(s) {unknown}{hints}; this env takes {sorted(defaults)}")
     check_reserved_names(name, source, namespace, defaults)
     params = {**defaults, **overrides}
