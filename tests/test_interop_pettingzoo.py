@@ -86,7 +86,7 @@ def test_bad_actions_are_refused_by_name_not_truncated_or_broadcast(tag):
                            ({"taggers_0": np.array([1, 1])}, r"no action for 7 agent\(s\) in the game")):
         with pytest.raises(AdapterError, match=words):
             single.step(actions)
-    with pytest.raises(AdapterError, match="reset\\(seed=...\\) takes an int"):
+    with pytest.raises(AdapterError, match="reset\\(seed=...\\) takes one int >= 0"):
         single.reset(seed="x")
     batched = tag.as_pettingzoo()
     batched.reset(seed=1)

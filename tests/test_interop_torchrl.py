@@ -115,5 +115,5 @@ def test_bad_actions_and_seeds_are_refused_by_name(cartpole):
     td["agents", "action"] = torch.full((E, 1), 0.7)  # (would be truncated to 0)
     with pytest.raises(AdapterError, match="integers of shape \\[4, 1\\].*got dtype torch.float32"):
         env.step(td)
-    with pytest.raises(AdapterError, match="set_seed takes an int"):
+    with pytest.raises(AdapterError, match="set_seed takes one int for all replicas"):
         env.set_seed("a")

@@ -87,7 +87,7 @@ def test_a_budget_of_few_updates_gets_a_note_before_training(tmp_path, capsys):
     """(wb.train("cartpole", num_envs=4096) once trained 2 iterations and replayed a random policy)"""
     wb.train(cfg.from_dict({**SMALL, "total_env_steps": 3 * E * T}), run_dir=str(tmp_path / "few"), progress=False)
     out = capsys.readouterr().out
-    assert f"at {E * T} env-steps an iteration (num_envs x rollout_length) leaves 3 update(s)" in out
+    assert f"at {E * T} env-steps an iteration (num_envs x rollout_length) gives 3 update(s) in all" in out
     assert f"--total-env-steps {50 * E * T} for 50" in out and "x 1 agent;" in out
     wb.train(cfg.from_dict({**SMALL, "total_env_steps": 12 * E * T}), run_dir=str(tmp_path / "enough"), progress=False)
     assert "note: total_env_steps" not in capsys.readouterr().out

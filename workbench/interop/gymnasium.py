@@ -14,7 +14,7 @@ import torch
 
 from ..extras import require
 from . import AdapterError
-from .spaces import action_tensor, gymnasium_space
+from .spaces import action_tensor, checked_seed, gymnasium_space
 
 gym = require("gymnasium", "gymnasium", "env.as_gymnasium()")
 from gymnasium.vector import AutoresetMode, VectorEnv  # noqa: E402
@@ -48,9 +48,6 @@ class GymnasiumVectorEnv(VectorEnv):
         self.render_mode = None
         self.closed = False
         self._action_shape = tuple(env.store["action"].shape)
-        single = self.single_action_space.shape
-        # unambiguous other shapes: [N, 1] for Discrete, [N] for a Box of one number
-        self._also = ((self.num_envs, 1),) if single == () else ((self.num_envs,),) if single == (1,) else ()
 
     def _flat(self, tensor: torch.Tensor) -> np.ndarray:
         """[E, A, ...] device tensor -> a fresh host array [N, ...]."""
@@ -62,25 +59,23 @@ class GymnasiumVectorEnv(VectorEnv):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         """Reset every replica (seed: one int seeds all replicas' streams). Returns (obs [N, *O], {})."""
-        if seed is not None and (not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0):
-            raise AdapterError(f"reset(seed=...) takes one int >= 0 for all replicas (the env derives every "
-                               f"replica's stream from it), got {seed!r} ({type(seed).__name__})")
+        seed = checked_seed(seed, "reset(seed=...)")
         if options:
             raise AdapterError(f"reset(options=...) is not used by this env (got {sorted(options)}); its "
                                f"parameters are set when it is made: wb.make(name, ..., PARAM=value)")
         if seed is not None:
-            self.action_space.seed(int(seed))
-            self.single_action_space.seed(int(seed))
-        super().reset(seed=None if seed is None else int(seed))  # (np_random and np_random_seed, as Gymnasium's)
-        obs = self.env.reset(seed=None if seed is None else int(seed))
+            self.action_space.seed(seed)
+            self.single_action_space.seed(seed)
+        super().reset(seed=seed)  # (np_random and np_random_seed, as Gymnasium's)
+        obs = self.env.reset(seed=seed)
         return self._flat(obs), {}
 
     def step(self, actions):
         """actions: [N, ...] array or tensor. Returns (obs, rewards, terminations, truncations, infos)."""
         if self.closed:
             raise AdapterError("step() after close(): make a new adapter with env.as_gymnasium()")
-        actions = action_tensor(actions, self.env, self.action_space.shape, "GymnasiumVectorEnv.step",
-                                also=self._also).reshape(self._action_shape)
+        actions = action_tensor(actions, self.env, self.action_space.shape,
+                                "GymnasiumVectorEnv.step").reshape(self._action_shape)
         obs, reward, done, info = self.env.step(actions)
         infos = {}
         if bool(done.any()):

@@ -14,7 +14,7 @@ import torch
 
 from ..extras import require
 from . import AdapterError
-from .spaces import action_tensor, agent_names, gymnasium_space, staged_actions
+from .spaces import action_tensor, agent_names, checked_seed, gymnasium_space, staged_actions
 
 require("pettingzoo", "pettingzoo", "env.as_pettingzoo()")
 from pettingzoo import ParallelEnv  # noqa: E402
@@ -53,13 +53,7 @@ class _Agents:
     def _actions_of(self, name, action, replicas: tuple = ()) -> torch.Tensor:
         """An agent's action (one replica's, or [E, ...] with replicas=(E,)) checked as action_tensor does."""
         self._check_agent(name)
-        single = tuple(self._act_space.shape)
-        also = (replicas + (1,),) if single == () else (replicas,) if single == (1,) else ()
-        return action_tensor(action, self.env, replicas + single, f"step: agent {name!r}", also=also)
-
-    def _check_seed(self, seed):
-        if seed is not None and (not isinstance(seed, (int, np.integer)) or isinstance(seed, bool)):
-            raise AdapterError(f"reset(seed=...) takes an int, got {seed!r} ({type(seed).__name__})")
+        return action_tensor(action, self.env, replicas + tuple(self._act_space.shape), f"step: agent {name!r}")
 
     def _check_agent(self, agent):
         if agent not in self._ids:
@@ -105,9 +99,9 @@ class ReplicaParallelEnv(_Agents, ParallelEnv):
         return {name: rows[self._ids[name]].copy() for name in self.agents}
 
     def reset(self, seed: int | None = None, options: dict | None = None):
-        self._check_seed(seed)
+        seed = checked_seed(seed, "reset(seed=...)")
         if seed is not None:
-            self._act_space.seed(int(seed))
+            self._act_space.seed(seed)
         obs = self.env.reset(seed=seed)
         self.agents = list(self.possible_agents)  # (before _obs: every agent starts in the game)
         self._reset_once = True
@@ -159,9 +153,9 @@ class ReplicaParallelEnv(_Agents, ParallelEnv):
 class BatchedParallelEnv(_Agents):
     """All replicas, PettingZoo's parallel API with batched values, nothing copied to the host:
     obs {agent: [E, *O]}, rewards {agent: [E]}, terminations/truncations {agent: [E] bool},
-    infos {agent: {"final_obs": [E, *O], "done": [E], "active": [E] bool}} (final_obs rows valid where
-    the replica ended, which was reset in the same step; "active": in the game, for envs with an ACTIVE
-    flag). Values are views of the env's tensors, rewritten by the next step (clone what you keep).
+    infos {agent: {"final_obs": [E, *O], "done": [E], "active": [E]}} (final_obs rows valid where
+    the replica ended, which was reset in the same step; "active", for envs with an ACTIVE flag: the
+    flag's view, nonzero while the agent is in the game). Values are views of the env's tensors, rewritten by the next step (clone what you keep).
     Actions {agent: [E] or [E, n]} for any subset of agents; the others keep their previous actions.
     """
 
@@ -174,8 +168,7 @@ class BatchedParallelEnv(_Agents):
         return {name: tensor[:, i] for name, i in self._ids.items()}
 
     def reset(self, seed: int | None = None, options: dict | None = None):
-        self._check_seed(seed)
-        obs = self.env.reset(seed=seed)
+        obs = self.env.reset(seed=checked_seed(seed, "reset(seed=...)", nonnegative=False))
         return self._split(obs), {name: {} for name in self.agents}
 
     def step(self, actions: dict):
@@ -185,7 +178,7 @@ class BatchedParallelEnv(_Agents):
         term, trunc = info["terminated"], info["truncated"]
         final = info["final_obs"]
         active = self.env.definition.active
-        live = self.env.store[active] != 0 if active is not None else None
+        live = self.env.store[active] if active is not None else None
         return (self._split(obs), self._split(reward), dict.fromkeys(self.agents, term),
                 dict.fromkeys(self.agents, trunc),
                 {name: {"final_obs": final[:, i], "done": done,

@@ -52,14 +52,29 @@ def staged_actions(env) -> torch.Tensor:
     return env.store["action"].to(wide_action_dtype(env), copy=True)
 
 
-def action_tensor(value, env, shape: tuple, where: str, also: tuple = ()) -> torch.Tensor:
+def checked_seed(seed, call: str, nonnegative: bool = True) -> int | None:
+    """`seed` as an int (None stays None), or AdapterError naming `call`: an adapter seeds Gymnasium
+    spaces before the env, and those refuse what the env would name (a str) or take nothing below 0."""
+    if seed is None:
+        return None
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or (nonnegative and seed < 0):
+        raise AdapterError(f"{call} takes one int{' >= 0' if nonnegative else ''} for all replicas (the env derives "
+                           f"every replica's stream from it), got {seed!r} ({type(seed).__name__})")
+    return int(seed)
+
+
+def action_tensor(value, env, shape: tuple, where: str) -> torch.Tensor:
     """`value` (an array, tensor, list or number) as a tensor of `shape` in wide_action_dtype on the
-    env's device; a value of a shape in `also` is reshaped to `shape`. AdapterError naming `where`
-    and what it takes otherwise: another shape (never reshaped or broadcast silently), no numbers,
-    or for discrete spaces floats or booleans (a cast would truncate 0.9 to 0)."""
-    discrete = not isinstance(env.action_space, Box)
+    env's device. Where unambiguous another shape is taken: a Discrete space's `shape + (1,)`, a
+    one-number Box's `shape[:-1]`. AdapterError naming `where` and what it takes otherwise: another
+    shape (never reshaped or broadcast silently), no numbers, or for discrete spaces floats or
+    booleans (a cast would truncate 0.9 to 0)."""
+    space = env.action_space
+    also = ((shape + (1,),) if isinstance(space, Discrete) else
+            (shape[:-1],) if isinstance(space, Box) and tuple(space.shape) == (1,) else ())
+    discrete = not isinstance(space, Box)
     kind = "integers" if discrete else "numbers"
-    wanted = f"{kind} of shape {list(shape)} ({env.action_space!r})"
+    wanted = f"{kind} of shape {list(shape)} ({space!r})"
     if not isinstance(value, torch.Tensor):
         array = None if value is None else np.asarray(value)
         if array is None or array.dtype.kind not in "biuf":

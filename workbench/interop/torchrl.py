@@ -19,7 +19,7 @@ import torch
 from ..compiler.envdef import Discrete, MultiDiscrete
 from ..extras import require
 from . import AdapterError
-from .spaces import action_tensor, staged_actions
+from .spaces import action_tensor, checked_seed, staged_actions
 
 require("torchrl", "torchrl", "env.as_torchrl()")
 from tensordict import TensorDict, TensorDictBase  # noqa: E402
@@ -159,6 +159,4 @@ class TorchRLEnv(EnvBase):
 
     def _set_seed(self, seed: int | None) -> None:
         if seed is not None:
-            if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
-                raise AdapterError(f"set_seed takes an int, got {seed!r} ({type(seed).__name__})")
-            self.env.reset(seed=int(seed))
+            self.env.reset(seed=checked_seed(seed, "set_seed", nonnegative=False))

@@ -314,11 +314,11 @@ def run_training(config, *, resume=None, progress=True, policies=None, show_run_
         f"agent{'s' if trainer.env.num_agents != 1 else ''}; "
         f"{f'env compiled in {compile_s:.1f} s' if compile_s >= 0.05 else 'env kernels compiled already'})"
         + (f"; continuing {resume} from iteration {trainer.iteration}" if resume else ""))
-    updates = trainer.total_iterations() - trainer.iteration
-    if updates < FEW_UPDATES and not (resume and updates <= 0):
+    updates = trainer.total_iterations()  # (the run's in all: a resume continuing a long run is no short run)
+    if updates < FEW_UPDATES:
         say(f"note: total_env_steps={config.total_env_steps} at {trainer.steps_per_iteration} env-steps an iteration "
-            f"(num_envs x rollout_length) leaves {updates} update(s): too few to learn much; raise total_env_steps "
-            f"(--total-env-steps {5 * FEW_UPDATES * trainer.steps_per_iteration + trainer.env_steps} for "
+            f"(num_envs x rollout_length) gives {updates} update(s) in all: too few to learn much; raise "
+            f"total_env_steps (--total-env-steps {5 * FEW_UPDATES * trainer.steps_per_iteration} for "
             f"{5 * FEW_UPDATES}) or lower num_envs")
     logger = make_logger(config, run_dir) if trainer.is_main else None
     try:

@@ -89,11 +89,9 @@ def state(tr) -> dict:
         "iteration": tr.iteration, "env_steps": tr.env_steps, "history": tr.history,
         "rng": {"torch": torch.get_rng_state(), "generator": tr.generator.get_state(),
                 "env_generator": tr.env._generator.get_state(), "streams": tr.streams.state_dict()},
-        "env_state": {k: v.detach().cpu() for k, v in tr.env.store.items()},
-        "env_seed": tr.env.seed,
         "world_size": tr.world_size,
         "threads": tr.threads,
-        "replay": {n: b.state_dict() for n, b in tr.buffers.items() if isinstance(b, ddpg.ReplayBuffer)},
+        **rank_state(tr),  # (the env's state and seed, DDPG's replay)
         "env_source": registry.stored(tr.env.definition),  # None for a shipped env
         "population": ({"members": tr.M, "layout": population.stacked_layout(tr.models),
                         "replicas_per_member": tr.E_member} if tr.M > 1 else None),
@@ -106,16 +104,17 @@ def save(tr, path):
     if tr.ranks is not None:  # a split population: every rank's members into rank 0's one checkpoint
         parts = tr.ranks.gather(ckpt.to_host(state(tr)))
         return ckpt.save_atomic(population.merge_payloads(parts), path) if tr.is_main else None
-    if tr.sync is not None:  # data parallel: every rank's own env and replay, for a resume on as many ranks
-        parts = tr.sync.gather_to_main(ckpt.to_host(rank_state(tr)))
+    if tr.sync is not None:  # data parallel: the other ranks' own env and replay, for a resume on as many ranks
+        parts = tr.sync.gather_to_main(None if tr.is_main else ckpt.to_host(rank_state(tr)))
         return ckpt.save_atomic({**state(tr), "ranks": parts}, path) if tr.is_main else None
     return ckpt.save_atomic(state(tr), path) if tr.is_main else None
 
 
 def rank_state(tr) -> dict:
     """What differs between the ranks of a data-parallel run (the rest they hold alike): the env's
-    state and seed, and DDPG's replay buffers. The checkpoint keeps every rank's (its "ranks")."""
-    return {"env_state": {k: v.detach() for k, v in tr.env.store.items()}, "env_seed": tr.env.seed,
+    state (host tensors) and seed, and DDPG's replay buffers. A data-parallel checkpoint holds rank
+    0's in its own keys and rank r's in "ranks"[r] (None for rank 0: not stored twice)."""
+    return {"env_state": {k: v.detach().cpu() for k, v in tr.env.store.items()}, "env_seed": tr.env.seed,
             "replay": {n: b.state_dict() for n, b in tr.buffers.items() if isinstance(b, ddpg.ReplayBuffer)}}
 
 
@@ -158,9 +157,11 @@ def restore(tr, payload: dict, path, restore_env: bool = True):
                 o.load_state_dict(s)
     _keep_lr_tensors(tr)
     _set_learning_rates(rates)  # a resume's lr, not the saved optimiser's
-    ranks = payload.get("ranks")
-    own = (ranks[tr.rank] if ranks and len(ranks) == tr.world_size
-           else payload if tr.world_size == 1 else None)  # (None: saved by another rank count)
+    # this rank's env and replay: the payload's own keys for rank 0, one process or a split population's
+    # rank (its slice); "ranks"[r] for rank r of a data-parallel run; None when saved by another rank count
+    ranks = payload.get("ranks") or [None]
+    own = (None if len(ranks) != tr.world_size
+           else payload if tr.sync is None or tr.rank == 0 else ranks[tr.rank])
     for n, saved in (own or payload).get("replay", {}).items():
         tr.buffers[n].load_state_dict(saved)
     for n, saved in payload["norms"].items():

@@ -7,9 +7,9 @@ env (`steps_per_second`).
 An env is drawn by the drawer its source declares (`RENDER = MyDrawer` or `draw(frame, ax)`:
 shipped envs and `%%warpenv` cells alike), found through its definition by `drawer_for`
 (frames.py, with `FrameSource`, the frames themselves); workbench.notebook.drawers holds the
-Drawer base class and the drawers of envs that declare none. A drawer makes its artists once and moves them with `set_data` (agents of a group share ONE
-Line2D with point markers: thousands of agents stay cheap); frames are drawn by blitting onto a
-fixed background.
+Drawer base class and the drawers of envs that declare none. A drawer makes its artists once and
+moves them with `set_data` (agents of a group share ONE Line2D with point markers: thousands of
+agents stay cheap); frames are drawn by blitting onto a fixed background.
 
     anim = render.show(env.pull_trajectories(), env)     # displays in a notebook (_repr_html_)
     anim.save_html("run.html"); anim.save_mp4("run.mp4")

@@ -70,11 +70,10 @@ def compile_program(defn: EnvDefinition, arch: str, layout=None, target_type: st
     """(cuda.core ObjectCode, generated source) of `defn` for `arch` ("sm_90"); needs NVRTC, no GPU.
     A cubin comes from the compile cache when an earlier process compiled the same program (NVRTC
     takes about a second a program). A compiler error raises EnvCompileError naming the env's C line."""
-    from cuda.core import ObjectCode, Program, ProgramOptions
+    from cuda.core import ObjectCode, Program
     from cuda.core._utils.cuda_utils import NVRTCError
 
-    source = codegen_c.c_program(defn, layout or gpu_layout(defn.num_agents))
-    options = ProgramOptions(arch=arch, std="c++17", include_path=[str(INCLUDE_DIR)])
+    source, options = _program(defn, arch, layout)
     cached = _cubin_path(source, options) if target_type == "cubin" and kernel_cache.enabled() else None
     if cached is not None and cached.is_file():
         return ObjectCode.from_cubin(cached.read_bytes(), name=defn.name), source
@@ -91,12 +90,16 @@ def compile_program(defn: EnvDefinition, arch: str, layout=None, target_type: st
     return code, source
 
 
-def cubin_cached(defn: EnvDefinition, arch: str, layout=None) -> bool:
-    """Whether compile_program(defn, arch) would load its cubin from the compile cache (no NVRTC run)."""
+def _program(defn: EnvDefinition, arch: str, layout=None) -> tuple:
+    """(generated source, NVRTC options) of `defn`'s program for `arch`."""
     from cuda.core import ProgramOptions
     source = codegen_c.c_program(defn, layout or gpu_layout(defn.num_agents))
-    options = ProgramOptions(arch=arch, std="c++17", include_path=[str(INCLUDE_DIR)])
-    return kernel_cache.enabled() and _cubin_path(source, options).is_file()
+    return source, ProgramOptions(arch=arch, std="c++17", include_path=[str(INCLUDE_DIR)])
+
+
+def cubin_cached(defn: EnvDefinition, arch: str, layout=None) -> bool:
+    """Whether compile_program(defn, arch) would load its cubin from the compile cache (no NVRTC run)."""
+    return kernel_cache.enabled() and _cubin_path(*_program(defn, arch, layout)).is_file()
 
 
 class CudaCKernels:
