@@ -36,8 +36,8 @@ PARAM_DOCS = dict(
 
 NUM_AGENTS = 1
 MAX_STEPS = "max_steps"
-OBSERVATION = Box(low=(-1.0, -1.0, -1.0, -1.0, -4 * math.pi, -9 * math.pi),
-                  high=(1.0, 1.0, 1.0, 1.0, 4 * math.pi, 9 * math.pi), shape=(6,))
+OBSERVATION = Box(low=(-1.0, -1.0, -1.0, -1.0, lambda p: -p.max_vel_1, lambda p: -p.max_vel_2),
+                  high=(1.0, 1.0, 1.0, 1.0, lambda p: p.max_vel_1, lambda p: p.max_vel_2), shape=(6,))
 ACTION = Discrete(3)
 STATE = dict(theta1=per_env(), theta2=per_env(), dtheta1=per_env(), dtheta2=per_env())
 

@@ -20,7 +20,9 @@ PARAM_DOCS = dict(
 
 NUM_AGENTS = 1
 MAX_STEPS = "max_steps"
-OBSERVATION = Box(shape=(4,))
+# Gymnasium's bounds: x and theta within twice their thresholds, the speeds unbounded
+OBSERVATION = Box(low=(lambda p: -2 * p.x_threshold, -math.inf, lambda p: -2 * p.theta_threshold, -math.inf),
+                  high=(lambda p: 2 * p.x_threshold, math.inf, lambda p: 2 * p.theta_threshold, math.inf), shape=(4,))
 ACTION = Discrete(2)
 STATE = dict(x=per_env(), x_dot=per_env(), theta=per_env(), theta_dot=per_env())
 PARAM_RANGES = dict(gravity="[0, inf)", masscart="(0, inf)", masspole="(0, inf)", length="(0, inf)",

@@ -27,8 +27,9 @@ PARAM_DOCS = dict(
 
 NUM_AGENTS = 1
 MAX_STEPS = "max_steps"
-OBSERVATION = Box(low=(-1.2, -0.07), high=(0.6, 0.07), shape=(2,))
-ACTION = Box(low=-1.0, high=1.0, shape=(1,))
+OBSERVATION = Box(low=(lambda p: p.min_position, lambda p: -p.max_speed),
+                  high=(lambda p: p.max_position, lambda p: p.max_speed), shape=(2,))
+ACTION = Box(low=lambda p: p.min_action, high=lambda p: p.max_action, shape=(1,))
 STATE = dict(position=per_env(), velocity=per_env())
 PARAM_RANGES = dict(min_action="(-inf, inf)", max_action="(-inf, inf)", min_position="(-inf, inf)",
                     max_position="(-inf, inf)", max_speed="(0, inf)", goal_position="(-inf, inf)",

@@ -26,8 +26,9 @@ PARAM_DOCS = dict(
 
 NUM_AGENTS = 1
 MAX_STEPS = "max_steps"
-OBSERVATION = Box(low=(-1.0, -1.0, -8.0), high=(1.0, 1.0, 8.0), shape=(3,))
-ACTION = Box(low=-2.0, high=2.0, shape=(1,))
+# bounds follow the parameters: wb.make("pendulum", max_torque=3.0) acts in [-3, 3]
+OBSERVATION = Box(low=(-1.0, -1.0, lambda p: -p.max_speed), high=(1.0, 1.0, lambda p: p.max_speed), shape=(3,))
+ACTION = Box(low=lambda p: -p.max_torque, high=lambda p: p.max_torque, shape=(1,))
 STATE = dict(theta=per_env(), thetadot=per_env())
 PARAM_RANGES = dict(max_speed="(0, inf)", max_torque="[0, inf)", dt="(0, inf)", g="[0, inf)", m="(0, inf)",
                     l="(0, inf)", init_theta="[0, inf)", init_thetadot="[0, inf)", max_steps="int [1, inf)")

@@ -16,6 +16,8 @@ import torch
 
 import workbench as wb
 from conftest import tiny
+from workbench.interop.spaces import gymnasium_space
+from workbench.runtime.registry import definition
 
 PI = math.pi
 
@@ -183,6 +185,30 @@ def test_pendulum_time_limit_and_gravity_params():
     n = tiny(64, 4)
     counts = _run_parity("pendulum", "cuda", n, 12, params=dict(max_steps=5, g=9.81), gym_kwargs=dict(g=9.81))
     assert counts["truncated"] == 2 * n  # every replica at steps 5 and 10, the near-limit ones at 3 and 8
+
+
+GYMNASIUM_IDS = dict(acrobot="Acrobot-v1", cartpole="CartPole-v1", mountain_car="MountainCar-v0",
+                     mountain_car_continuous="MountainCarContinuous-v0", pendulum="Pendulum-v1")
+
+
+@pytest.mark.parametrize("name", sorted(GYMNASIUM_IDS))
+def test_spaces_equal_gymnasiums(name):
+    defn = definition(name)
+    reference = gym.make(GYMNASIUM_IDS[name])
+    assert gymnasium_space(defn.observation) == reference.observation_space
+    assert gymnasium_space(defn.action) == reference.action_space
+
+
+def test_space_bounds_follow_the_parameters():
+    # a bound declared as a function of the parameters: DDPG scales its actions into ACTION's bounds
+    pendulum = definition("pendulum", max_torque=3.0, max_speed=10.0)
+    assert (pendulum.action.low, pendulum.action.high) == (-3.0, 3.0)
+    assert pendulum.observation.high == (1.0, 1.0, 10.0)
+    car = gymnasium_space(definition("mountain_car_continuous", min_action=-0.5, max_action=2.0).action)
+    assert car == gym.spaces.Box(-0.5, 2.0, (1,), np.float32)
+    high = np.array([6.0, np.inf, 0.6, np.inf], np.float32)
+    assert gymnasium_space(definition("cartpole", x_threshold=3.0, theta_threshold=0.3).observation) == \
+        gym.spaces.Box(-high, high, (4,), np.float32)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -12,6 +12,7 @@ import torch
 import workbench as wb
 from workbench.compiler import vocabulary
 from workbench.compiler.helpers import clip, rint, round_half_even, sign
+from workbench.runtime.registry import definition
 
 # A per-replica counter env: one agent per replica draws in its step phase and in observe.
 KEYS = textwrap.dedent('''
@@ -417,6 +418,22 @@ def test_an_invalid_space_or_shape_is_refused_at_its_declaration(old, new, words
                                                          "MultiDiscrete("))
     text = str(info.value)
     assert text.startswith(f"bad_declaration: line {SIX.splitlines().index(old) + 1}: ") and words in text, text
+
+
+def test_box_bounds_may_be_functions_of_the_parameters():
+    source = SIX.replace("MAX_STEPS = 20", "MAX_STEPS = 20\nPARAMS = dict(limit=2.0)").replace(
+        "OBSERVATION = Box(shape=(6,))", "OBSERVATION = Box(low=lambda p: -p.limit, high=(1.0,) * 5 + (lambda p: p.limt,), "
+        "shape=(6,))")
+    wb.register("param_bounds", source)
+    with pytest.raises(wb.EnvDefinitionError) as info:
+        definition("param_bounds")
+    assert str(info.value) == ("OBSERVATION.high: its function of the parameters raised AttributeError: "
+                               "'types.SimpleNamespace' object has no attribute 'limt' (PARAMS has ['limit'])")
+    wb.register("param_bounds", source.replace("p.limt", "p.limit"))
+    assert definition("param_bounds", limit=3.0).observation.low == -3.0
+    assert definition("param_bounds", limit=3.0).observation.high == (1.0,) * 5 + (3.0,)
+    with pytest.raises(wb.EnvDefinitionError, match=r"param_bounds: line 6: .*\n    Box low=0.5 is above high="):
+        definition("param_bounds", limit=-0.5)  # the resolved bounds are checked as constant ones are
 
 
 def test_a_function_defined_inside_a_phase_is_told_to_move_out():

@@ -27,7 +27,7 @@ def test_spaces_and_autoreset_mode_declared(cartpole):
     assert isinstance(venv, gym.vector.VectorEnv)
     assert venv.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
     assert venv.num_envs == E
-    assert venv.single_observation_space == gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+    assert venv.single_observation_space == gym.make("CartPole-v1").observation_space
     assert venv.single_action_space == gym.spaces.Discrete(2)
     assert venv.observation_space == batch_space(venv.single_observation_space, E)
     assert venv.action_space == batch_space(venv.single_action_space, E)

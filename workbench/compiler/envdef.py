@@ -69,7 +69,8 @@ class MultiDiscrete:
 
 @dataclass(frozen=True)
 class Box:
-    """Float32 vector per agent with elementwise bounds."""
+    """Float32 vector per agent with elementwise bounds: numbers or sequences, whose entries (or the
+    whole bound) may be functions of the parameters, as a shape's may."""
     low: Any = -math.inf
     high: Any = math.inf
     shape: tuple = ()
@@ -228,9 +229,18 @@ def _bound(name, text):
         raise EnvDefinitionError(f"range of '{name}': bound {text!r} is not a number, inf or pi") from None
 
 
+def _of_params(fn, params, what):
+    """fn(p) for a declaration that is a function of the parameters; its error names the declaration."""
+    try:
+        return fn(types.SimpleNamespace(**params))
+    except Exception as exc:
+        raise EnvDefinitionError(f"{what}: its function of the parameters raised {type(exc).__name__}: {exc} "
+                                 f"(PARAMS has {sorted(params)})") from None
+
+
 def _as_int(value, params, what):
     if callable(value):
-        value = value(types.SimpleNamespace(**params))
+        value = _of_params(value, params, what)
     if isinstance(value, str):
         if value not in params:
             raise EnvDefinitionError(f"{what}: '{value}' is not a parameter; PARAMS has {sorted(params)}")
@@ -238,6 +248,19 @@ def _as_int(value, params, what):
     if not isinstance(value, (int, np.integer)):
         raise EnvDefinitionError(f"{what} must be an int (or a function of the parameters), got {value!r}")
     return int(value)
+
+
+def _box_bound(bound, params, what):
+    """A Box's low or high with its functions of the parameters called (the whole bound or entries)."""
+    bound = _of_params(bound, params, what) if callable(bound) else bound
+    if isinstance(bound, (tuple, list)):
+        return tuple(_of_params(b, params, what) if callable(b) else b for b in bound)
+    return bound
+
+
+def _box(box, params, what):
+    return Box(_box_bound(box.low, params, f"{what}.low"), _box_bound(box.high, params, f"{what}.high"),
+               _shape(box.shape, params, f"{what}.shape"))
 
 
 def _shape(shape, params, what):
@@ -334,7 +357,7 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
     obs_space = namespace["OBSERVATION"]
     if not isinstance(obs_space, Box):
         raise EnvDefinitionError(f"{name}: OBSERVATION must be a Box, got {obs_space!r}")
-    obs_space = Box(obs_space.low, obs_space.high, _shape(obs_space.shape, params, "OBSERVATION.shape"))
+    obs_space = _box(obs_space, params, "OBSERVATION")
     refuse_declaration(name, source, "OBSERVATION", box_problem(obs_space))
     action = namespace["ACTION"]
     if isinstance(action, Discrete):
@@ -354,7 +377,7 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
                             f"got nvec={action.nvec}: make every entry >= 1")
         act_shape, act_dtype = (len(action.nvec),), action_dtype(max(action.nvec))
     elif isinstance(action, Box):
-        action = Box(action.low, action.high, _shape(action.shape, params, "ACTION.shape"))
+        action = _box(action, params, "ACTION")
         refuse_declaration(name, source, "ACTION", box_problem(action))
         act_shape, act_dtype = action.shape, np.float32
     else:
