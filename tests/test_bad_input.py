@@ -438,6 +438,21 @@ def test_cli_switches_algorithm_with_set(capsys, monkeypatch):
     assert isinstance(seen["config"], wb.A2CConfig)
 
 
+@pytest.mark.parametrize("file_line, flags, shown", [
+    ("", [], True), ("progress: false\n", [], False), ("progress: true\n", [], True),
+    ("progress: false\n", ["--progress", "true"], True), ("", ["--set", "progress=false"], False),
+])
+def test_cli_progress_bar_follows_the_config_file_and_flags(tmp_path, monkeypatch, file_line, flags, shown):
+    """Before: a config file's `progress: false` was ignored (the CLI always drew the bar)."""
+    seen = {}
+    monkeypatch.setattr(cli, "run_training", lambda config, **k: seen.update(k) or
+                        (None, types.SimpleNamespace(stopped_by="budget")))
+    path = tmp_path / "run.yaml"
+    path.write_text("env: cartpole\n" + file_line)
+    assert cli.main(["train", str(path), "--run-dir", "unused", *flags]) == 0
+    assert seen["progress"] is shown
+
+
 def test_cli_set_and_sweep_take_several_items_after_one_flag(capsys, monkeypatch):
     seen = {}
     monkeypatch.setattr(cli, "run_training", lambda config, **k: seen.setdefault("config", config) and

@@ -86,8 +86,12 @@ def _sweep_item(item: str) -> dict:
 
 def cmd_train(args) -> int:
     from .learn import config as cfg
-    config = cfg.load_yaml(resolve_config(args.config)) if args.config else None
+    path = resolve_config(args.config) if args.config else None
+    config = cfg.load_yaml(path) if path else None
     changes = _overrides(args)
+    # the CLI shows a progress bar unless asked not to: by a flag, or by the config file it was given
+    if path and "progress" not in changes and "progress" in (yaml.safe_load(path.read_text()) or {}):
+        changes["progress"] = config.progress
     if args.run_dir:
         changes["run_dir"] = args.run_dir
     config, checkpoint = run_config(config, resume=args.resume, changes=changes)
