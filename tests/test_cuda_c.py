@@ -508,6 +508,40 @@ int main()
 
 
 @needs_gxx
+def test_c_math_helpers_equal_the_python_helpers(tmp_path):
+    """clip, sign and round_half_even of wb_runtime.cuh against workbench.helpers (numpy's meaning):
+    before, the C clip gave low for reversed bounds and dropped a NaN bound, sign(NaN) gave 0, and
+    clip(x_float, 0.0, 1.0) did not compile."""
+    from workbench.compiler.helpers import clip, round_half_even, sign
+    program = r'''
+#include <cstdio>
+#include "wb_runtime.cuh"
+int main()
+{
+    double x, low, high;
+    while (scanf("%la %la %la", &x, &low, &high) == 3) {
+        const float xf = (float)x;
+        printf("%a %a %a %a %a\n", clip(x, low, high), clip(xf, 0.0, 1.0), sign(x), sign(xf), round_half_even(x));
+    }
+    return 0;
+}
+'''
+    nan, inf = float("nan"), float("inf")
+    values = [-2.5, -0.5, -0.0, 0.0, 0.25, 0.5, 1.5, 2.5, nan, inf, -inf]
+    cases = [(x, low, high) for x in values for low, high in [(-1.0, 1.2), (1.0, -1.0), (nan, 1.0), (0.0, nan)]]
+    exe = _build(tmp_path, "helpers", program)
+    stdin = "\n".join(" ".join(float.hex(v) for v in case) for case in cases)
+    out = subprocess.run([str(exe)], input=stdin, capture_output=True, text=True, check=True).stdout.split("\n")
+    for (x, low, high), line in zip(cases, out):
+        got = [float.fromhex(v) if "x" in v else float(v) for v in line.split()]  # printf's %a: inf, -nan
+        xf = float(np.float32(x))
+        want = [clip(x, low, high), clip(xf, 0.0, 1.0), sign(x), sign(xf), round_half_even(x)]
+        assert np.array_equal(got, want, equal_nan=True), (x, low, high, got, want)
+        assert np.array_equal(np.signbit(got[-1]), np.signbit(want[-1])), (x, got[-1], want[-1])
+    assert len([ln for ln in out if ln]) == len(cases)
+
+
+@needs_gxx
 def test_host_build_of_cartpole_matches_cpu(tmp_path):
     defn = registry.definition("cartpole")  # (the probe below reaches its time limit)
     frames = _compare_with_cpu(tmp_path, defn, gpu_layout(defn.num_agents), steps=60)

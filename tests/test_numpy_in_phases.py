@@ -97,6 +97,8 @@ def test_rounding_and_sign_are_exact(registered, target):
         "np.trunc", "np.round", "np.mod", "np.fmin", "np.fmax", "np.floor_divide", "np.copysign")]
     assert len(exact) == 16
     assert got[:, exact].tolist() == want[:, exact].tolist()
+    # and zeros keep numpy's sign (np.ceil(-0.5) is -0.0, so 1 / it is -inf; before: +0.0)
+    assert (np.signbit(got[:, exact]) == np.signbit(want[:, exact])).all()
 
 
 ROUNDINGS = ["np.trunc(u[env])", "np.fix(u[env])", "np.floor(u[env])", "np.ceil(u[env])", "np.rint(u[env])"]
@@ -279,3 +281,34 @@ def test_a_division_by_zero_in_the_env_own_code_is_numpy_arithmetic_on_the_cpu()
     env.reset()
     env.step()
     assert torch.isinf(env.data["x"]).all() and (env.data["k"] == 0).all()
+
+
+def test_zero_to_a_negative_integer_power_on_the_cpu_names_the_fix():
+    """numba's integer power raises at 0 ** -1 whatever the error model (before: SystemError, "returned a
+    result with an exception set", naming nothing); a float exponent gives numpy's inf."""
+    source = textwrap.dedent('''
+        from workbench.envdef import Box, Discrete, per_env
+
+        NUM_AGENTS = 1
+        OBSERVATION = Box(shape=(1,))
+        ACTION = Discrete(2)
+        STATE = dict(x=per_env("float64"), y=per_env("float64"))
+
+        def reset(env, x, y):
+            x[env] = 0.0
+
+        def step(env, x, y):
+            y[env] = x[env] ** -1
+
+        def observe(env, agent, y, obs):
+            obs[env, agent, 0] = y[env]
+    ''')
+    wb.register("zero_power", source)
+    with pytest.raises(ZeroDivisionError) as info:
+        wb.make("zero_power", num_envs=2, target="cpu").step()
+    assert str(info.value).startswith("zero_power: a step phase divided by zero on the cpu target")
+    assert "write the exponent as a float (x ** -1.0)" in str(info.value)
+    wb.register("zero_power", source.replace("** -1", "** -1.0"))
+    env = wb.make("zero_power", num_envs=2, target="cpu")
+    env.step()
+    assert torch.isinf(env.data["y"]).all()

@@ -36,26 +36,31 @@ def _np_rint(x):
     rest = x - low
     if rest > 0.5 or (rest == 0.5 and low % 2 != 0):
         low += 1
-    return float(low)
+    return _signed_zero(float(low), x)
+
+
+def _signed_zero(result, x):
+    """A zero result with x's sign, as numpy's (np.ceil(-0.5) is -0.0: 1 / it is -inf)."""
+    return math.copysign(result, x) if result == 0.0 else result
 
 
 def _np_floor(x):
     if not abs(x) < 4503599627370496.0:
         return x * 1.0
-    return float(math.floor(x))
+    return _signed_zero(float(math.floor(x)), x)
 
 
 def _np_ceil(x):
     if not abs(x) < 4503599627370496.0:
         return x * 1.0
-    return float(math.ceil(x))
+    return _signed_zero(float(math.ceil(x)), x)
 
 
 def _np_trunc(x):
     if not abs(x) < 4503599627370496.0:
         return x * 1.0
     # (floor and ceil, not math.trunc: the CUDA simulator runs this on numpy float32, which has no __trunc__)
-    return float(math.floor(x)) if x >= 0.0 else float(math.ceil(x))
+    return _signed_zero(float(math.floor(x)) if x >= 0.0 else float(math.ceil(x)), x)
 
 
 def _np_minimum(a, b):

@@ -95,13 +95,18 @@ WB_FN float wb_normal(wb_key key, wb_u64 i)
 
 // ---- atomics ---------------------------------------------------------------------------------
 
-// math helpers of workbench/compiler/helpers.py (rint itself is CUDA's and C's own)
-template <typename T> WB_FN T clip(T x, T low, T high) { return x < low ? low : (x > high ? high : x); }
-template <typename T> WB_FN T sign(T x) { return (T)((x > (T)0) - (x < (T)0)); }
+template <typename T> struct wb_same { typedef T type; };  // keeps an argument out of deduction
+
+// math helpers of workbench/compiler/helpers.py, with its results for NaN and reversed bounds
+// (rint itself is CUDA's and C's own); clip's bounds take x's type, so clip(x_float, 0.0, 1.0) compiles
+template <typename T> WB_FN T clip(T x, typename wb_same<T>::type low, typename wb_same<T>::type high)
+{
+    const T above = (x >= low || x != x) ? x : low;  // np.maximum(x, low): a NaN wins
+    return (above <= high || above != above) ? above : high;  // np.minimum(above, high)
+}
+template <typename T> WB_FN T sign(T x) { return x > (T)0 ? (T)1 : (x < (T)0 ? (T)-1 : x - x); }  // NaN stays NaN
 WB_FN double round_half_even(double x) { return rint(x); }
 WB_FN float round_half_even(float x) { return rintf(x); }
-
-template <typename T> struct wb_same { typedef T type; };  // keeps `value` out of deduction
 
 // Driver use: asks L2 for the line at p ahead of its load (nothing in a host build).
 template <typename T> WB_FN void wb_prefetch(const T* p)

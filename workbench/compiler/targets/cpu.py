@@ -55,6 +55,13 @@ class CpuKernels:
         except Exception as exc:  # noqa: BLE001 - numba raises errors outside NumbaError too (try/except as err)
             if is_compile_failure(fn, exc):
                 raise compile_error(self.defn, "cpu", exc, self.module_file) from None
+            if isinstance(exc.__cause__ or exc, ZeroDivisionError):
+                # numba's power of a number to an integer exponent raises at 0 ** -n, whatever the error model
+                raise ZeroDivisionError(
+                    f"{self.defn.name}: a {fn.py_func.__name__.removeprefix('_wb_')} phase divided by zero on the cpu "
+                    f"target; under numpy's arithmetic what still raises there is 0 to a negative integer power (x ** -1, "
+                    f"np.power(x, -2)), where numpy gives inf: write the exponent as a float (x ** -1.0), or guard "
+                    f"x == 0") from None
             if not self.boundscheck or not isinstance(exc, IndexError):
                 raise
             located = locate_out_of_bounds(self.defn, fn.py_func.__name__, n_envs, seed, span, before, None,
