@@ -20,6 +20,10 @@ EXPRESSIONS = [
     "np.tanh(u)", "np.power(np.abs(u), 1.5)", "np.mod(u, 0.75)", "np.square(u)", "np.log1p(np.abs(u))",
     "np.fmin(u, w)", "np.fmax(u, w)", "np.copysign(1.5, u)", "np.floor_divide(u, 0.75)", "numpy.fabs(u)",
     "np.arctan(u)", "np.deg2rad(u)", "np.exp2(np.minimum(u, 50.0))", "np.sign(np.int32(-3))",
+    "np.divide(u, w)", "np.add(u, w) - np.multiply(u, 2.0)", "np.negative(u) + np.positive(w)",
+    "np.signbit(u) + 2.0 * np.signbit(np.negative(u))", "np.subtract(u, w) * np.logical_not(np.greater(u, w))",
+    "np.logical_and(np.less(u, 1.0), np.greater_equal(w, 0.0)) + 2.0 * np.logical_or(np.equal(u, w), "
+    "np.less_equal(u, -1.0)) + 4.0 * np.logical_xor(np.not_equal(u, 0.5), u > w)",
 ]
 SOURCE = textwrap.dedent('''
     import numpy

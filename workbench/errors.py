@@ -4,7 +4,10 @@ import difflib
 
 def did_you_mean(word: str, candidates, show=str) -> str:
     """'; did you mean X?' (or 'X, Y or Z?') naming the closest candidates, else ''."""
-    found = [show(f) for f in difflib.get_close_matches(word, sorted(set(candidates)), n=3, cutoff=0.75)]
+    candidates = sorted(set(candidates))
+    same_letters = [c for c in candidates if c.lower() == word.lower() and c != word]  # np.PI, np.NaN
+    close = difflib.get_close_matches(word, candidates, n=3, cutoff=0.75)
+    found = [show(f) for f in dict.fromkeys(same_letters + close)][:3]
     if not found:
         return ""
     return f"; did you mean {found[0] if len(found) == 1 else ', '.join(found[:-1]) + ' or ' + found[-1]}?"

@@ -99,6 +99,75 @@ def _np_abs(x):
     return abs(x)
 
 
+# numpy's arithmetic, logic and comparison ufuncs of one value each: the operators they name
+def _np_add(x, y):
+    return x + y
+
+
+def _np_subtract(x, y):
+    return x - y
+
+
+def _np_multiply(x, y):
+    return x * y
+
+
+def _np_divide(x, y):
+    return x / y
+
+
+def _np_negative(x):
+    return -x
+
+
+def _np_positive(x):
+    return +x
+
+
+def _np_signbit(x):
+    return math.copysign(1.0, x * 1.0) < 0.0  # -0.0 and -NaN too
+
+
+def _np_logical_and(x, y):
+    return bool(x) and bool(y)
+
+
+def _np_logical_or(x, y):
+    return bool(x) or bool(y)
+
+
+def _np_logical_xor(x, y):
+    return bool(x) != bool(y)
+
+
+def _np_logical_not(x):
+    return not x
+
+
+def _np_greater(x, y):
+    return x > y
+
+
+def _np_greater_equal(x, y):
+    return x >= y
+
+
+def _np_less(x, y):
+    return x < y
+
+
+def _np_less_equal(x, y):
+    return x <= y
+
+
+def _np_equal(x, y):
+    return x == y
+
+
+def _np_not_equal(x, y):
+    return x != y
+
+
 def _np_square(x):
     return x * x
 

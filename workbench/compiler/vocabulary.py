@@ -42,10 +42,14 @@ def _numpy_table() -> dict:
     table["arctan2"] = table["atan2"] = ("math.atan2", "y, x")
     table.update({name: (f"_np_{twin}", "x") for name, twin in dict(
         rint="rint", round="rint", around="rint", floor="floor", ceil="ceil", trunc="trunc", fix="trunc",
-        sign="sign", abs="abs", absolute="abs", square="square", exp2="exp2").items()})
+        sign="sign", abs="abs", absolute="abs", square="square", exp2="exp2", negative="negative",
+        positive="positive", signbit="signbit", logical_not="logical_not").items()})
     table.update({name: (f"_np_{twin}", "x, y") for name, twin in dict(
         minimum="minimum", maximum="maximum", fmin="fmin", fmax="fmax", power="power", pow="power", mod="mod",
-        remainder="mod", floor_divide="floor_divide", fmod="fmod").items()})
+        remainder="mod", floor_divide="floor_divide", fmod="fmod", add="add", subtract="subtract",
+        multiply="multiply", divide="divide", true_divide="divide", logical_and="logical_and",
+        logical_or="logical_or", logical_xor="logical_xor", greater="greater", greater_equal="greater_equal",
+        less="less", less_equal="less_equal", equal="equal", not_equal="not_equal").items()})
     table["clip"] = ("_np_clip", "x, lo, hi")
     table["where"] = ("_np_where", "condition, a, b")
     return table
@@ -66,6 +70,7 @@ NUMPY_ALTERNATIVES = {
     "dot": "a loop (or x0 * y0 + x1 * y1)", "argmin": "a loop keeping the best index",
     "argmax": "a loop keeping the best index", "sort": "an insertion into a small local",
     "random": "a workbench.rng draw (from workbench.rng import uniform)",
+    "reciprocal": "1.0 / x", "cbrt": "np.sign(x) * np.abs(x) ** (1.0 / 3.0)",
 }
 for _fn in ("zeros", "ones", "empty", "full", "array", "asarray", "zeros_like", "ones_like", "empty_like",
             "arange", "linspace"):

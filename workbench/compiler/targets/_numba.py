@@ -76,6 +76,11 @@ def _np_floor_divide(x, y):
 def _np_fmod(x, y):
     with _wb_np.errstate(all="ignore"):
         return _wb_np.fmod(x, y)
+
+
+def _np_divide(x, y):
+    with _wb_np.errstate(all="ignore"):
+        return _wb_np.true_divide(x, y)
 '''
 
 
