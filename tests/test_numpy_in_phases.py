@@ -166,6 +166,8 @@ SMALL = textwrap.dedent('''
                                 "env); 'reward' is an array: take it as an argument of the phase "
                                 "(def step(env, x, reward))"),
     ("x[env] + np.pie", "np.pie is not a numpy name; did you mean np.pi?"),
+    ("x[env] + np.PI", "np.PI is not a numpy name; did you mean np.pi?"),  # numpy 1's spellings: np.PI, np.NaN
+    ("x[env] * np.NaN", "np.NaN is not a numpy name; did you mean np.nan?"),
     ("print(x[env])", "print() does not compile on target(s) cuda, cuda-c; use a state array the phase writes and "
                       "the host reads after the step"),
 ])
