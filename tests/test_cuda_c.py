@@ -293,6 +293,18 @@ def test_probe_and_pure_c_compile_with_nvrtc(nvrtc):
         assert len(code.code) > 1000
 
 
+def test_math_helpers_compile_in_device_code_with_nvrtc(nvrtc):
+    """clip of a float between double bounds and sign, as a CUDA C phase writes them (clip did not
+    compile with mixed float and double arguments)."""
+    cu = (Path(__file__).resolve().parent.parent / "envs" / "cartpole.cu").read_text()
+    old = "const float theta_dot_sq = theta_dot0 * theta_dot0;"
+    assert old in cu
+    defn = envdef_c.attach_c(registry.definition("cartpole"), cu.replace(old, "const float theta_dot_sq = clip("
+                             "theta_dot0 * theta_dot0, 0.0, 1e30) * sign(theta_dot0) * sign(theta_dot0);"))
+    code, _ = cuda_c.compile_program(defn, "sm_90")
+    assert len(code.code) > 1000
+
+
 def test_c_syntax_error_names_the_cu_line(nvrtc):
     cu = (Path(__file__).resolve().parent.parent / "envs" / "cartpole.cu").read_text()
     broken = cu.replace("    reward(env, agent) = 1.0f;", "    reward(env, agent) = 1.0f")
