@@ -22,6 +22,7 @@ class ProgressBar:
         self.last_iteration = start_iteration
         self.target = target_return
         self.recent = deque(maxlen=8)  # (time, mean return)
+        self.last_returns = {}  # shown name -> the last return shown
 
     def eta_to_target(self) -> float | None:
         """Seconds until the mean return reaches the target at the recent rate (None: unknown)."""
@@ -37,12 +38,14 @@ class ProgressBar:
         ret = metrics.get("mean_return", float("nan"))
         if not math.isnan(ret):
             self.recent.append((time.perf_counter(), ret))
-        teams = {k.split("/", 1)[1]: v for k, v in metrics.items() if k.startswith("return/")}
+        teams = {f"return {k.split('/', 1)[1]}": v for k, v in metrics.items() if k.startswith("return/")}
         post = {"steps/s": _si(metrics.get("env_steps_per_s", 0.0))}
-        if len(teams) > 1:  # teams playing against each other cancel out in the mean: one return each
-            post.update({f"return {n}": "-" if math.isnan(v) else f"{v:.4g}" for n, v in teams.items()})
-        else:
-            post["return"] = "-" if math.isnan(ret) else f"{ret:.4g}"
+        # teams playing against each other cancel out in the mean: one return each
+        for name, value in (teams if len(teams) > 1 else {"return": ret}).items():
+            # an iteration in which no episode ended (long episodes, DDPG's short iterations) keeps the last return
+            if not math.isnan(value):
+                self.last_returns[name] = f"{value:.4g}"
+            post[name] = self.last_returns.get(name, "-")
         if self.target is not None:
             eta = self.eta_to_target()
             post["to target"] = "?" if eta is None else f"~{eta:.0f}s"
