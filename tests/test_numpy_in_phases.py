@@ -156,6 +156,8 @@ SMALL = textwrap.dedent('''
                             "draw (from workbench.rng import uniform)"),
     ("linspace(0.0, 1.0, 3)[0]", "linspace does not compile on target(s) cuda, cuda-c; use a STATE array"),
     ("math.sqr(x[env])", "math.sqr is not a math function; did you mean math.sqrt?"),
+    ("math.atan2(x[env])", "math.atan2 takes 2 arguments (y, x), given 1"),  # before: numba's own message
+    ("math.log(x[env], 2.0)", "math.log takes 1 argument (x), given 2; for another base: math.log(x) / math.log(base)"),
     ("x[env] + sped", "name 'sped' is not defined (not a parameter, array, local or function of the env); "
                       "did you mean 'speed'?"),
     ("clp(x[env], 0.0, 1.0)", "name 'clp' is not defined (not a parameter, array, local or function of the env); "

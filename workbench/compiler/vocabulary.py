@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import math
 
 from . import helpers, rng
 from ..errors import EnvDefinitionError, did_you_mean
@@ -100,6 +101,14 @@ def _import_hint(name: str) -> str:
     return f" ({IMPORT_OF[name]})" if name in IMPORT_OF else ""
 
 
+def _math_arguments(name: str) -> str:
+    """The arguments a phase passes math.NAME: its signature's, one value each (log and hypot have
+    none to read; the kernels take log of one value and hypot of two)."""
+    if name in ("log", "hypot"):
+        return "x" if name == "log" else "x, y"
+    return ", ".join(inspect.signature(getattr(math, name)).parameters)
+
+
 def _count(node: ast.Call, what: str, arguments: str) -> str | None:
     """Why a call of `what(arguments)` with these arguments is refused, else None."""
     wanted = len([a for a in arguments.split(", ") if a])
@@ -170,7 +179,10 @@ def _call_problem(node: ast.Call, local_functions: set, namespace: dict) -> str 
             return f"{shown} does not compile on target(s) cuda, cuda-c; use {hint}"
         if (value is math or (value is None and root == "math")) and len(chain) == 1:
             if chain[0] in MATH:
-                return None
+                wrong = _count(node, shown, _math_arguments(chain[0]))
+                if wrong and chain[0] == "log" and len(node.args) == 2:
+                    wrong += f"; for another base: {shown}(x) / {shown}(base)"
+                return wrong
             if not hasattr(math, chain[0]):
                 return f"{shown} is not a math function" + did_you_mean(chain[0], MATH, lambda c: f"{root}.{c}")
             return f"{shown} does not compile on target(s) cuda, cuda-c; use a function of the portable list in " \
