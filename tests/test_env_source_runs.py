@@ -149,10 +149,40 @@ def test_a_shipped_name_gives_way_to_the_run_kept_source():
     shipped = registry.lookup("cartpole")
     try:
         kept = {"name": "cartpole", "source": KEEPAWAY, "language": "python", "params": {"max_steps": 8}}
-        assert registry.register_stored(kept) is None
+        with pytest.warns(UserWarning, match="the run's env 'cartpole' is a changed source of the shipped env"):
+            assert registry.register_stored(kept) is None
         assert registry.lookup("cartpole").source == KEEPAWAY
         assert registry.definition("cartpole").max_steps == 8
-        assert "registration parameters" in registry.register_stored({**kept, "params": {"max_steps": 9}})
+        # another run's version replaces one that a run registered (not one the user registered)
+        assert registry.register_stored({**kept, "params": {"max_steps": 9}}) is None
+        assert registry.definition("cartpole").max_steps == 9
+        assert registry.shipped_for_run("cartpole") is None  # a run of the shipped env puts it back
+        assert registry.lookup("cartpole") == shipped
+        wb.register("keepaway_user", KEEPAWAY)
+        assert "registration parameters" in registry.register_stored({**kept, "name": "keepaway_user"})
+    finally:
+        registry._REGISTRY["cartpole"] = shipped
+
+
+def test_a_shipped_env_run_after_a_changed_one_plays_the_shipped_env(tmp_path):
+    """Before: loading a run of a changed 'cartpole' left it registered, and a run of the shipped
+    CartPole loaded after it replayed on the changed env (a 37-step time limit) without a word."""
+    shipped = registry.lookup("cartpole")
+    small = {**SMALL, "total_env_steps": 2 * E * T}
+    wb.train("cartpole", run_dir=str(tmp_path / "shipped"), **small)
+    try:
+        with pytest.warns(UserWarning, match="replaces the shipped env"):
+            wb.register("cartpole", shipped.source.replace("max_steps=500", "max_steps=37"))
+        wb.train("cartpole", run_dir=str(tmp_path / "changed"), **small)
+        with pytest.raises(ResumeError, match=r"trained env 'cartpole' from another source than the 'cartpole' "
+                                              r"registered in this process \(it trained the shipped env, which "
+                                              r"wb.register replaced in this process\)"):
+            runs.load_policy(tmp_path / "shipped", num_envs=2)
+        registry._REGISTRY["cartpole"] = shipped  # as a new process
+        with pytest.warns(UserWarning, match="replaces the shipped one in this process"):
+            assert runs.load_policy(tmp_path / "changed", num_envs=2).env.definition.max_steps == 37
+        assert runs.load_policy(tmp_path / "shipped", num_envs=2).env.definition.max_steps == 500
+        assert registry.lookup("cartpole") == shipped
     finally:
         registry._REGISTRY["cartpole"] = shipped
 

@@ -39,6 +39,11 @@ def load_checkpoint(run_or_checkpoint):
     payload = ckpt.load(path)
     kept = payload.get("env_source")
     different = registry.register_stored(kept)
+    name = (payload.get("config") or {}).get("env")
+    if not kept and isinstance(name, str) and (shipped := registry.shipped_for_run(name)):
+        raise ResumeError(f"{str(path)!r} trained env '{name}' from another source than the '{name}' registered in "
+                          f"this process ({shipped}); a run resumes, evaluates and replays only with the env it "
+                          f"trained: use a new process, or register the changed source under another name")
     if different:
         name, params = kept["name"], kept.get("params") or {}
         copy = path.parent / SOURCE_FILES.get(kept.get("language"), "env_source.py")

@@ -33,6 +33,7 @@ class EnvSource:
     c_filename: str | None = None
     params: tuple = ()  # (name, value) pairs: defaults given at registration (the magic's --agents), before make()'s
     shipped: bool = False  # a file of workbench.envs, which every process has
+    from_run: bool = False  # registered by loading a run that kept it (register_stored), not by the user
 
 
 _REGISTRY: dict = {}
@@ -81,6 +82,23 @@ def register(name: str, source: str, *, language: str = "python", filename: str 
                       f"is tuned for the shipped env); register it under another name to keep both", stacklevel=2)
     _REGISTRY[name] = entry
     return entry
+
+
+def shipped_for_run(name: str) -> str | None:
+    """Make `name` the shipped env again for a run that trained it, where loading another run put a
+    changed source in its place; None when done (or `name` is no shipped env), else why not: the
+    user registered another source under the shipped name in this process."""
+    _load_builtins()
+    entry = _REGISTRY.get(name)
+    if entry is None or entry.shipped or not resources.files("workbench.envs").joinpath(f"{name}.py").is_file():
+        return None
+    if entry.from_run:
+        del _REGISTRY[name]
+        global _BUILTINS_LOADED
+        _BUILTINS_LOADED = False
+        _load_builtins()
+        return None
+    return "it trained the shipped env, which wb.register replaced in this process"
 
 
 def replaced_shipped(name: str) -> bool:
@@ -140,9 +158,13 @@ def register_stored(kept: dict | None) -> str | None:
     name = kept["name"]
     wanted = EnvSource(name, kept["source"], kept.get("filename") or f"<warpenv {name}>",
                        kept.get("language", "python"), kept.get("c_source"), kept.get("c_filename"),
-                       params=tuple(dict(kept.get("params") or {}).items()))
+                       params=tuple(dict(kept.get("params") or {}).items()), from_run=True)
     current = _REGISTRY.get(name)
-    if current is None or current.shipped:
+    if current is None or current.shipped or (current.from_run and current != wanted):
+        if current is not None and current.shipped:
+            warnings.warn(f"the run's env {name!r} is a changed source of the shipped env {name!r}: it replaces the "
+                          f"shipped one in this process (wb.make({name!r}) makes it) until a run of the shipped env "
+                          f"is loaded", stacklevel=3)
         _REGISTRY[name] = wanted
         return None
     if canonical_language(current.language) != canonical_language(wanted.language):
