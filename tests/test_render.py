@@ -189,7 +189,8 @@ def test_embed_limit_strides_with_a_warning_and_a_note(recorded):
     with pytest.warns(render.EmbedLimitWarning, match="embed limit"):
         anim = render.Animation(traj, env, embed_limit_mb=limit_mb)
     assert anim.stride >= 4 and len(anim.frames) == math.ceil(total / anim.stride) < total
-    assert anim.steps == list(range(0, total, anim.stride))
+    # every stride-th step, the last (how the episode ended) in place of the last strided one
+    assert anim.steps == list(range(0, total, anim.stride))[:-1] + [total - 1]
     assert anim.nbytes <= limit_mb * 2**20
     assert f"every {render._ordinal(anim.stride)} step ({len(anim.frames)} of {total} frames)" in anim.note
     assert anim.note in anim.to_html().replace("&#x27;", "'")
@@ -211,6 +212,7 @@ def test_max_frames_caps_without_a_warning(recorded):
         warnings.simplefilter("error")
         anim = render.Animation(traj, env, max_frames=10)
     assert len(anim.frames) <= 10 and "max_frames=10" in anim.note
+    assert anim.steps[-1] == len(traj["t"]) - 1  # before: the strided steps alone, the episode's end left out
 
 
 def test_mp4_is_written_and_decodes(recorded, tmp_path):
@@ -231,6 +233,20 @@ def test_mp4_is_written_and_decodes(recorded, tmp_path):
     path = render.to_mp4(traj, env, tmp_path / "tag.mp4", fps=10)
     frames = list(imageio_ffmpeg.read_frames(str(path)))[1:]
     assert len(frames) == len(traj["t"])
+
+
+def test_gif_is_written_and_another_suffix_is_refused_before_drawing(recorded, tmp_path, monkeypatch):
+    """Before: .gif drew every frame, then failed in ffmpeg and left a 0-byte file."""
+    import imageio_ffmpeg
+    env, (traj, *_) = recorded["cartpole"]
+    path = render.to_mp4(traj, env, tmp_path / "cartpole.gif")
+    assert path.read_bytes()[:6] == b"GIF89a"
+    assert len(list(imageio_ffmpeg.read_frames(str(path)))[1:]) == len(traj["t"])
+    monkeypatch.setattr(render.FrameSource, "rgb", lambda *a: pytest.fail("drew a frame for a file it cannot write"))
+    with pytest.raises(render.WorkbenchError, match=r"cannot write .*cartpole.avi: name the file .mp4, .mov, .mkv or "
+                                                    r".gif \(H.264 video, or an animated GIF\), not .avi"):
+        render.to_mp4(traj, env, tmp_path / "cartpole.avi")
+    assert not (tmp_path / "cartpole.avi").exists()
 
 
 def test_missing_ffmpeg_says_how_to_get_it(recorded, tmp_path, monkeypatch):

@@ -66,6 +66,14 @@ def _check_positive(name: str, value, meaning: str, integer: bool = False) -> No
         raise WorkbenchError(f"{name} must be {'an int' if integer else 'a number'} > 0 ({meaning}), got {value!r}")
 
 
+def _with_last(steps: list, total: int) -> list:
+    """Strided steps whose last is the episode's last frame (how it ended): it takes the place of the
+    last strided step, so the count stays."""
+    if steps and steps[-1] != total - 1:
+        steps = steps[:-1] + [total - 1] if len(steps) > 1 else steps + [total - 1]
+    return steps
+
+
 def _ordinal(n: int) -> str:
     """1st, 2nd, 3rd, 4th, 11th, 12th, 21st, 231st."""
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
@@ -115,13 +123,15 @@ class Animation:
             raise EmbedLimitError(self._limit_message(total, stride, per_frame, limit))
         if over_limit:
             stride = max(stride, math.ceil(total * per_frame * 1.1 / limit))
-        steps = list(range(0, total, stride))
-        frames = [probe[k] if k in probe else base64.b64encode(source.png(k)).decode() for k in steps]
+        steps = _with_last(list(range(0, total, stride)), total)
+        drawn = {k: probe[k] if k in probe else base64.b64encode(source.png(k)).decode() for k in steps}
+        frames = [drawn[k] for k in steps]
         if on_limit == "raise" and sum(map(len, frames)) > limit:  # frames grew past the estimate
             raise EmbedLimitError(self._limit_message(total, stride, sum(map(len, frames)) / len(frames), limit))
         limited = over_limit
         while len(frames) > 1 and sum(map(len, frames)) > limit:
-            frames, steps, stride, limited = frames[::2], steps[::2], stride * 2, True
+            steps, stride, limited = _with_last(steps[:-1][::2], total), stride * 2, True
+            frames = [drawn[k] for k in steps]
         self.frames, self.steps, self.stride = frames, steps, stride
         self.captions = [source.drawer.captions[k] for k in steps]
         self.note = ""
@@ -263,10 +273,18 @@ def find_ffmpeg() -> str:
                               "or install a system ffmpeg (apt-get install ffmpeg); the HTML player needs neither")
 
 
+VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".gif")
+
+
 def to_mp4(trajectory: dict, env, path, *, fps: float | None = None, dpi: int = 80) -> Path:
-    """Write every step of `trajectory` to `path` as H.264 mp4 (ffmpeg-python over a raw pipe), `fps`
-    steps a second (default `steps_per_second(env)`, real time)."""
+    """Write every step of `trajectory` to `path` as H.264 video (.mp4, .mov, .mkv) or an animated
+    .gif (ffmpeg-python over a raw pipe), `fps` steps a second (default `steps_per_second(env)`, real
+    time)."""
     _check_positive("fps", fps, "steps a second; None: the env's real time")
+    path = Path(path)
+    if path.suffix.lower() not in VIDEO_SUFFIXES:
+        raise WorkbenchError(f"cannot write {path}: name the file {', '.join(VIDEO_SUFFIXES[:-1])} or "
+                             f"{VIDEO_SUFFIXES[-1]} (H.264 video, or an animated GIF), not {path.suffix or 'no suffix'}")
     exe = find_ffmpeg()
     fps = float(fps) if fps else steps_per_second(env)
     try:
@@ -277,12 +295,15 @@ def to_mp4(trajectory: dict, env, path, *, fps: float | None = None, dpi: int = 
     source = FrameSource(trajectory, env, dpi)
     first = source.rgb(0)
     h, w = first.shape[0] - first.shape[0] % 2, first.shape[1] - first.shape[1] % 2  # yuv420p needs even sides
-    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    process = (ffmpeg.input("pipe:", format="rawvideo", pix_fmt="rgb24", s=f"{w}x{h}", framerate=fps)
-               .output(str(path), pix_fmt="yuv420p", vcodec="libx264", loglevel="error")
-               .overwrite_output()
-               .run_async(pipe_stdin=True, pipe_stderr=True, cmd=exe))
+    frames = ffmpeg.input("pipe:", format="rawvideo", pix_fmt="rgb24", s=f"{w}x{h}", framerate=fps)
+    if path.suffix.lower() == ".gif":  # one palette made from every frame: GIF's 256 colours chosen well
+        both = frames.split()
+        output = ffmpeg.filter([both[0], both[1].filter("palettegen")], "paletteuse").output(str(path),
+                                                                                         loglevel="error")
+    else:
+        output = frames.output(str(path), pix_fmt="yuv420p", vcodec="libx264", loglevel="error")
+    process = output.overwrite_output().run_async(pipe_stdin=True, pipe_stderr=True, cmd=exe)
     try:
         for k in range(len(source)):
             frame = first if k == 0 else source.rgb(k)
@@ -295,9 +316,8 @@ def to_mp4(trajectory: dict, env, path, *, fps: float | None = None, dpi: int = 
         err = process.stderr.read().decode(errors="replace")
         code = process.wait()
     if code != 0:
-        hint = (f" (it writes H.264 video: name the file .mp4, not {path.suffix or 'no suffix'})"
-                if path.suffix.lower() != ".mp4" else "")
-        raise WorkbenchError(f"ffmpeg ({exe}) failed writing {path}{hint}: {err.strip()[-500:] or f'exit {code}'}")
+        path.unlink(missing_ok=True)  # not a partial file that looks like a video
+        raise WorkbenchError(f"ffmpeg ({exe}) failed writing {path}: {err.strip()[-500:] or f'exit {code}'}")
     return path
 
 
