@@ -17,6 +17,7 @@ import workbench as wb
 from workbench.learn import checkpoint as ckpt
 from workbench import cli
 from workbench.learn import config as cfg
+from workbench.learn import runs
 from workbench.learn.config_env import check_against_env
 from workbench.learn import distributed as wbd
 from workbench.runtime import store as store_mod
@@ -445,12 +446,33 @@ def test_cli_switches_algorithm_with_set(capsys, monkeypatch):
 def test_cli_progress_bar_follows_the_config_file_and_flags(tmp_path, monkeypatch, file_line, flags, shown):
     """Before: a config file's `progress: false` was ignored (the CLI always drew the bar)."""
     seen = {}
-    monkeypatch.setattr(cli, "run_training", lambda config, **k: seen.update(k) or
+    monkeypatch.setattr(cli, "run_training", lambda config, **k: seen.update(k, config=config) or
                         (None, types.SimpleNamespace(stopped_by="budget")))
     path = tmp_path / "run.yaml"
     path.write_text("env: cartpole\n" + file_line)
     assert cli.main(["train", str(path), "--run-dir", "unused", *flags]) == 0
-    assert seen["progress"] is shown
+    assert runs.shows_progress(seen.get("progress"), seen["config"]) is shown
+
+
+def test_wb_train_and_a_resume_follow_the_config_progress(tmp_path, monkeypatch):
+    """Before: wb.train drew the bar whatever the config said, and so did the CLI's --resume of a run
+    whose config.yaml says progress: false."""
+    bars = []
+    from workbench.learn import progress as progress_mod
+    monkeypatch.setattr(progress_mod.ProgressBar, "__init__", lambda self, *a, **k: bars.append(1) or setattr(
+        self, "bar", types.SimpleNamespace(close=lambda: None)))
+    monkeypatch.setattr(progress_mod.ProgressBar, "__call__", lambda self, i, m: True)
+    small = dict(target="cpu", num_envs=8, rollout_length=8, hidden_sizes=[8], cpu_threads=1, update_epochs=1)
+    wb.train("cartpole", total_env_steps=64, run_dir=str(tmp_path / "quiet"), **small)
+    assert len(bars) == 1  # None: a bar by default
+    quiet = cfg.replace(runs.load_config("cartpole"), progress=False, total_env_steps=64, **small)
+    wb.train(quiet, run_dir=str(tmp_path / "quiet2"))
+    assert len(bars) == 1
+    assert cli.main(["train", "--resume", str(tmp_path / "quiet2"), "--total-env-steps", "128"]) == 0
+    assert len(bars) == 1
+    assert cli.main(["train", "--resume", str(tmp_path / "quiet2"), "--total-env-steps", "192", "--progress",
+                     "true"]) == 0
+    assert len(bars) == 2
 
 
 def test_cli_set_and_sweep_take_several_items_after_one_flag(capsys, monkeypatch):

@@ -121,7 +121,7 @@ def test_replay_refuses_bad_arguments_by_name(runs, options, words):
         wb.replay(split, **{"max_steps": 5, **options})
 
 
-@pytest.mark.parametrize("name, words", [("policy.gif", "name the file .mp4, not .gif"),
+@pytest.mark.parametrize("name, words", [("policy.avi", r"name the file .mp4, .mov, .mkv or .gif .+, not .avi"),
                                          ("/proc/policy.mp4", "failed writing /proc/policy.mp4: .+")])
 def test_an_mp4_ffmpeg_cannot_write_says_why(runs, tmp_path, name, words):
     """(not a bare BrokenPipeError from the frames' pipe)"""

@@ -86,12 +86,8 @@ def _sweep_item(item: str) -> dict:
 
 def cmd_train(args) -> int:
     from .learn import config as cfg
-    path = resolve_config(args.config) if args.config else None
-    config = cfg.load_yaml(path) if path else None
+    config = cfg.load_yaml(resolve_config(args.config)) if args.config else None
     changes = _overrides(args)
-    # the CLI shows a progress bar unless asked not to: by a flag, or by the config file it was given
-    if path and "progress" not in changes and "progress" in (yaml.safe_load(path.read_text()) or {}):
-        changes["progress"] = config.progress
     if args.run_dir:
         changes["run_dir"] = args.run_dir
     config, checkpoint = run_config(config, resume=args.resume, changes=changes)
@@ -105,7 +101,7 @@ def cmd_train(args) -> int:
             print(f"note: total_env_steps={config.total_env_steps} is less than one iteration at num_envs="
                   f"{config.num_envs} ({one_iteration} env-steps: {config.rollout_length} steps of each replica): the "
                   f"run trains one iteration; raise --total-env-steps or drop --auto-scale")
-    _trainer, result = run_training(config, resume=checkpoint, progress=changes.get("progress", True))
+    _trainer, result = run_training(config, resume=checkpoint)  # a bar unless the config's progress is false
     return exit_code(result, config)
 
 

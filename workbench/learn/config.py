@@ -93,7 +93,8 @@ class RunConfig:
     cpu_threads: int = _f(0, "Threads for the CPU target's kernels and torch (0: chosen by measuring 1 thread "
                              "against all cores at the start). Fix it for bit-identical reruns: matmuls split "
                              "over another thread count round differently.")
-    progress: bool = _f(False, "Show a progress bar with env-steps/s and an ETA while training.")
+    progress: bool = _f(None, "Show a progress bar with env-steps/s and an ETA while training (None: wb.train "
+                              "and the CLI show one, Trainer.train does not).")
     checkpoint_every: int = _f(0, "Save a checkpoint every this many iterations into run_dir (0: only at the end).")
     run_dir: str = _f(None, "Folder for metrics.csv, the learning curve, checkpoints (None: no files).")
     logger: str = _f("csv", "Experiment logger besides metrics.csv: csv (none), tensorboard or wandb "

@@ -284,7 +284,13 @@ def _write_reports(path: Path, reports: list):
         append_csv(path, report)
 
 
-def run_training(config, *, resume=None, progress=True, policies=None, show_run_folder: bool = True, callback=None):
+def shows_progress(progress: bool | None, config) -> bool:
+    """Whether wb.train and the CLI draw a progress bar: `progress` if given, else the config's
+    `progress`, else yes."""
+    return progress if progress is not None else config.progress is not False
+
+
+def run_training(config, *, resume=None, progress=None, policies=None, show_run_folder: bool = True, callback=None):
     """Train per `config`, writing its run folder; returns (trainer, result), on every rank of a
     distributed run once rank 0 has written the whole folder. `resume` is a
     checkpoint to continue from; one outside config.run_dir forks its run into run_dir.
@@ -327,7 +333,8 @@ def run_training(config, *, resume=None, progress=True, policies=None, show_run_
             f"{5 * FEW_UPDATES}) or lower num_envs")
     logger = make_logger(config, run_dir) if trainer.is_main else None
     try:
-        result = trainer.train(callback=compose(logger, callback), progress=progress and trainer.is_main)
+        result = trainer.train(callback=compose(logger, callback),
+                               progress=shows_progress(progress, config) and trainer.is_main)
     finally:
         if logger is not None:
             logger.close(trainer.history[-1] if trainer.history else None)
@@ -392,7 +399,7 @@ def finish_run_folder(trainer, run_dir) -> str:
     return table
 
 
-def train(config=None, *, resume=None, progress: bool = True, policies=None, callback=None, **changes):
+def train(config=None, *, resume=None, progress: bool | None = None, policies=None, callback=None, **changes):
     """Train from Python as `python -m workbench train` does: `config` is a config, a YAML file, a
     shipped config's name ("cartpole") or the name of a registered env without a config (trained with
     default_config's choices), `changes` override its fields (num_envs=..., seed=...), and

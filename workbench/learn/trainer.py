@@ -259,7 +259,7 @@ class Trainer:
         save_dir = (Path(config.run_dir) if config.run_dir and (self.is_main or self.ranks is not None
                                                                 or self.sync is not None) else None)
         bar = None
-        if (config.progress if progress is None else progress) and self.is_main:
+        if (bool(config.progress) if progress is None else progress) and self.is_main:
             from .progress import ProgressBar
             bar = ProgressBar(stop_at, self.iteration, config.target_return)
         callbacks = [c for c in (bar, callback) if c is not None]
