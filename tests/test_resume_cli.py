@@ -64,6 +64,24 @@ def test_raised_budget_wins_over_a_reached_target_return(tmp_path, capsys):
     assert kept.stopped_by == "target_return" and kept.iterations == 15
 
 
+def test_a_config_file_given_with_resume_applies_its_fields(tmp_path, capsys):
+    """Before: `train FILE --resume RUN` kept only the file's env and algorithm; its budget, lr and
+    log_every were dropped without a word (and the spent budget refused the resume)."""
+    run = tmp_path / "run"
+    wb.train("cartpole", run_dir=str(run), total_env_steps=2 * E * T, progress=False, **SMALL)
+    more = tmp_path / "more.yaml"
+    more.write_text(f"env: cartpole\ntotal_env_steps: {4 * E * T}\nlr: 0.01\nlog_every: 2\n")
+    assert cli.main(["train", str(more), "--resume", str(run)]) == 0
+    saved = cfg.load_yaml(run / "config.yaml")
+    assert (saved.total_env_steps, saved.lr, saved.log_every) == (4 * E * T, 0.01, 2)
+    assert _iterations(run / "metrics.csv") == [1, 2, 4]
+    fixed = tmp_path / "fixed.yaml"
+    fixed.write_text("env: cartpole\nnum_envs: 16\ntotal_env_steps: 100000\n")
+    capsys.readouterr()
+    assert cli.main(["train", str(fixed), "--resume", str(run)]) == 2
+    assert "num_envs cannot change" in capsys.readouterr().err
+
+
 def test_runs_does_not_import_cli():
     tree = ast.parse(inspect.getsource(runs))
     imported = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]

@@ -8,6 +8,7 @@ name with another source, they refuse and say what differs (the run's env is nev
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 import os
 import time
@@ -90,6 +91,12 @@ def resume_config(run_or_checkpoint, requested=None):
     return config, path
 
 
+def _set_fields(config) -> dict:
+    """The fields of `config` set away from their defaults, but for the run's env, algorithm and folder."""
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+            if f.name not in ("env", "algorithm", "run_dir") and getattr(config, f.name) != f.default}
+
+
 def _resume(run_or_checkpoint, requested):
     path, payload = load_checkpoint(run_or_checkpoint)
     run_dir = path.parent
@@ -156,9 +163,12 @@ def run_config(config=None, *, resume=None, changes=None):
     networks) `changes` may not alter. A run_dir other than the resumed run's folder forks the run there
     (that folder must not hold a run yet); a total_env_steps raised past the budget of a run that stopped
     at its target_return drops that target_return (unless `changes` sets one), so the run trains on to
-    the new budget."""
+    the new budget. A `config` given with `resume` (`train FILE --resume RUN`) applies the fields it
+    sets away from their defaults as changes, under the same rules."""
     changes = dict(changes or {})
     if resume:
+        if config is not None:  # what a config given with resume sets goes on as changes (it was dropped silently)
+            changes = {**_set_fields(config), **changes}
         config, checkpoint, payload = _resume(resume, config)
         _refuse_fixed_and_swept(changes, config.sweep, resuming=config.run_dir)
         _merge_env_params(changes, config)
