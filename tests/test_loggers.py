@@ -5,7 +5,9 @@ import sys
 
 import pytest
 
+import workbench as wb
 from workbench import cli
+from workbench.learn import trainer as trainer_module
 from workbench.learn import config as cfg
 from workbench.learn.config import ConfigError
 from workbench.extras import MissingExtraError
@@ -60,6 +62,10 @@ def test_bad_logger_and_missing_extra_are_named(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)
     with pytest.raises(MissingExtraError, match=r'pip install "warp-workbench\[wandb\]"'):
         make_logger(cfg.replace(config, logger="wandb"))
+    # a run names the missing extra before it builds anything (before: after the env's compile)
+    monkeypatch.setattr(trainer_module, "make_trainer", lambda *a, **k: pytest.fail("built the trainer first"))
+    with pytest.raises(MissingExtraError, match=r'wandb is needed for --logger wandb'):
+        wb.train(cfg.replace(config, logger="wandb", target="cpu"), progress=False)
 
 
 def test_compose_stops_when_any_callback_says_false():

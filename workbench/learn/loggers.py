@@ -81,11 +81,25 @@ class WandbLogger:
         self.run.finish()
 
 
-def make_logger(config, run_dir=None):
-    """The logger named by `config.logger`; tensorboard and wandb need a run_dir."""
+def check_logger(config) -> str:
+    """The logger `config.logger` names, refused (unknown, or its extra not installed) before a run
+    builds its env and learner; make_logger makes it."""
+    name = _logger_name(config)
+    if name != "csv":
+        require(name, name, f"--logger {name}")
+    return name
+
+
+def _logger_name(config) -> str:
     name = getattr(config, "logger", "csv") or "csv"
     if name not in LOGGERS:
         raise ConfigError(f"logger must be one of {list(LOGGERS)}, got {name!r} (set logger: or --logger)")
+    return name
+
+
+def make_logger(config, run_dir=None):
+    """The logger named by `config.logger`; tensorboard and wandb need a run_dir."""
+    name = _logger_name(config)
     if name == "csv":
         return CSVLogger()
     run_dir = run_dir or config.run_dir

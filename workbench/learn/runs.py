@@ -306,12 +306,13 @@ def run_training(config, *, resume=None, progress=None, policies=None, show_run_
     checkpoint to continue from; one outside config.run_dir forks its run into run_dir.
     show_run_folder: print what the run folder holds at the end. callback(iteration, metrics): as
     Trainer.train's (False stops the run, its checkpoint kept)."""
-    from .loggers import compose, make_logger
+    from .loggers import check_logger, compose, make_logger
     from .trainer import make_trainer
 
     start = time.perf_counter()
     if resume and policies is None:  # (the run's own policy map: wb.train(policies=...) is no CLI option)
         policies = _saved_policy_map(resume)
+    check_logger(config)  # a missing extra named now, not after the env's compile
     trainer = make_trainer(config, policies=policies)
     compile_s = time.perf_counter() - start
     if resume:
