@@ -85,8 +85,13 @@ def test_corrupt_and_foreign_checkpoints(tmp_path):
     trainer = wb.make_trainer(ppo_cartpole())
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"not a checkpoint")
-    with pytest.raises(CheckpointError, match="corrupt or not a checkpoint"):
+    with pytest.raises(CheckpointError, match="corrupt or not a checkpoint .*: pass a run folder or the checkpoint.pt in it"):
         trainer.load(bad)
+    torch.save({"weights": 1}, tmp_path / "dict.pt")
+    with pytest.raises(CheckpointError, match="is not a warp-workbench checkpoint: pass a run folder or the "):
+        trainer.load(tmp_path / "dict.pt")
+    with pytest.raises(wb.WorkbenchError, match=r"'.*nope' does not exist: pass a run folder \(runs/ENV-DATE\) or its "):
+        wb.replay(tmp_path / "nope")
     wb.register("matching", MATCHING)
     other = wb.make_trainer(ppo_cartpole(env="matching", num_envs=8, rollout_length=8))
     other.save(tmp_path / "other.pt")

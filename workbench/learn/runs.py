@@ -78,6 +78,8 @@ def checkpoint_in(run_or_checkpoint) -> Path:
             raise ResumeError(f"run folder {str(path)!r} has no checkpoint.pt (a run writes it when training ends, "
                               f"and every checkpoint_every iterations); nothing to resume or replay")
         return found
+    if not path.exists():
+        raise ResumeError(f"{str(path)!r} does not exist: pass a run folder (runs/ENV-DATE) or its checkpoint.pt")
     if not path.is_file():
         raise ResumeError(f"{str(path)!r} is neither a run folder nor a checkpoint file")
     return path
@@ -438,7 +440,8 @@ def load_policy(run_or_checkpoint, *, num_envs: int = 1, target: str | None = No
     if payload.get("population"):
         payload = population.member_payload(payload, "best" if member is None else member)
     elif member not in (None, 0, "best"):
-        raise cfg.ConfigError(f"{str(path)!r} is not a population's run: it has no member {member!r}")
+        raise cfg.ConfigError(f"{str(path)!r} is not a population's run: it has no member {member!r} (its one "
+                              f"policy plays without member=)")
     config = cfg.from_saved(payload["config"])
     config = cfg.replace(config, num_envs=num_envs, run_dir=None, target=target or config.target,
                          seed=config.seed if seed is None else seed)
