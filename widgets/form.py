@@ -69,6 +69,8 @@ def parse_field(owner: str, name: str, kind, default, widget):
     base = _base(kind)
     if isinstance(widget, widgets.Checkbox) and base is int:  # an env's 0/1 flag shown as a checkbox
         return int(widget.value)
+    if isinstance(widget, widgets.Checkbox) and default is None and not widget.value:
+        return None  # unticked: the field's "not set" (progress: whatever the entry point does)
     if not isinstance(widget, widgets.Text):
         return widget.value
     if name == "sweep":
