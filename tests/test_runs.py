@@ -238,3 +238,29 @@ def test_wb_train_takes_a_callback_whose_false_stops_the_run_and_resume_continue
     assert seen == [1, 2] and result.stopped_by == "callback" and trainer.iteration == 2
     trainer, result = wb.train(config, resume=tmp_path, progress=False)
     assert trainer.iteration == 4 and result.stopped_by == "budget"
+
+
+def test_a_callback_that_raises_keeps_the_iteration_and_cannot_change_the_report(tmp_path):
+    """Before: a raising callback left metrics.csv and no checkpoint (the folder could be neither
+    resumed nor reused), and a callback writing into the report changed the trainer's history and
+    its target_return stop."""
+    config = cfg.from_dict({**SMALL, "run_dir": str(tmp_path / "raised")})
+
+    def boom(iteration, metrics):
+        if iteration == 2:
+            raise RuntimeError("boom in callback")
+        return True
+
+    with pytest.warns(UserWarning, match="a callback raised RuntimeError after iteration 2: that iteration's "
+                                         "checkpoint is saved"), pytest.raises(RuntimeError, match="boom"):
+        wb.train(config, progress=False, callback=boom)
+    trainer, result = wb.train(config, resume=tmp_path / "raised", progress=False)
+    assert trainer.iteration == 4 and result.stopped_by == "budget"
+
+    def meddle(iteration, metrics):
+        metrics["return/shared"] = metrics["mean_return"] = 12345.0
+        return True
+
+    _, result = wb.train(cfg.replace(config, run_dir=str(tmp_path / "meddled"), target_return=1000.0), progress=False,
+                         callback=meddle)
+    assert result.stopped_by == "budget" and result.history[-1]["mean_return"] < 1000.0

@@ -10,11 +10,13 @@ metrics cross to the host (metrics.py). Checkpoints: trainer_state.py; what it b
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import signal
 import os
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -302,6 +304,8 @@ class Trainer:
                     if not weights_finite(self.models.values()):  # (between reports no loss is read)
                         raise nonfinite_error("the weights", self.iteration, run_dir)
                     self.save(save_dir / "checkpoint.pt")
+        except Exception as exc:
+            raise _kept_after_callback_error(self, exc, save_dir)
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -323,7 +327,7 @@ class Trainer:
         ddpg_run = self.algorithm == "ddpg"
         self.metrics.warn_divergence(metrics, self.config.critic_lr if ddpg_run else self.config.lr,
                                      "critic_loss" if ddpg_run else "value_loss", self.head.kind != "gaussian")
-        stop = self._agree(any(c(self.iteration, metrics) is False for c in callbacks))
+        stop = self._agree(_ask_callbacks(callbacks, self.iteration, metrics))
         if stop:
             return "callback"
         if self.config.target_return is not None and self.metrics.reached(metrics, self.config.target_return):
@@ -374,6 +378,28 @@ def tf32_while_computing(device, precision: str):
 
 
 WARM_UP_IN_BACKGROUND = True
+
+
+def _ask_callbacks(callbacks, iteration: int, metrics: dict) -> bool:
+    """Whether a callback said stop (False). Each gets its own copy of the report: the history, the
+    target_return check and the result read the trainer's. A callback's exception is marked, so that
+    train keeps the finished iteration's checkpoint before passing it on."""
+    try:
+        return any([c(iteration, copy.deepcopy(metrics)) is False for c in callbacks])
+    except Exception as exc:
+        exc.workbench_callback_failed = True
+        raise
+
+
+def _kept_after_callback_error(trainer, exc: Exception, save_dir):
+    """`exc`, after saving the checkpoint of the iteration it followed where a callback raised it (a
+    single process: other ranks are not at a save)."""
+    if getattr(exc, "workbench_callback_failed", False) and save_dir is not None and trainer.sync is None \
+            and trainer.ranks is None:
+        saved = trainer.save(save_dir / "checkpoint.pt")
+        warnings.warn(f"a callback raised {type(exc).__name__} after iteration {trainer.iteration}: that iteration's "
+                      f"checkpoint is saved ({saved}); resume continues the run", stacklevel=3)
+    return exc
 
 
 def warm_up_in_background(triton: bool):
