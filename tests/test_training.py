@@ -90,6 +90,9 @@ def test_corrupt_and_foreign_checkpoints(tmp_path):
     torch.save({"weights": 1}, tmp_path / "dict.pt")
     with pytest.raises(CheckpointError, match="is not a warp-workbench checkpoint: pass a run folder or the "):
         trainer.load(tmp_path / "dict.pt")
+    (tmp_path / "checkpoint.pt").write_bytes(b"")  # a run's own checkpoint, damaged: no advice to pass it
+    with pytest.raises(CheckpointError, match=r"corrupt or not a checkpoint \([^)]*\)$"):
+        trainer.load(tmp_path / "checkpoint.pt")
     with pytest.raises(wb.WorkbenchError, match=r"'.*nope' does not exist: pass a run folder \(runs/ENV-DATE\) or its "):
         wb.replay(tmp_path / "nope")
     wb.register("matching", MATCHING)

@@ -136,7 +136,9 @@ def to_host(obj):
     return obj
 
 
-_WHICH = ": pass a run folder or the checkpoint.pt in it"
+def _which(path) -> str:
+    """What to pass instead of a file that is no checkpoint (not for a damaged run's own checkpoint.pt)."""
+    return "" if Path(path).name == "checkpoint.pt" else ": pass a run folder or the checkpoint.pt in it"
 
 
 def load(path, map_location="cpu") -> dict:
@@ -148,9 +150,9 @@ def load(path, map_location="cpu") -> dict:
         payload = torch.load(path, map_location=map_location, weights_only=False)
     except Exception as exc:  # noqa: BLE001 - torch raises many kinds for a damaged file
         raise CheckpointError(f"checkpoint {str(path)!r} is corrupt or not a checkpoint "
-                              f"({type(exc).__name__}: {str(exc)[:200]}){_WHICH}") from None
+                              f"({type(exc).__name__}: {str(exc)[:200]}){_which(path)}") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise CheckpointError(f"{str(path)!r} is not a warp-workbench checkpoint{_WHICH}")
+        raise CheckpointError(f"{str(path)!r} is not a warp-workbench checkpoint{_which(path)}")
     if payload.get("version") != VERSION:
         raise CheckpointError(f"{str(path)!r} has checkpoint version {payload.get('version')}; this "
                               f"warp-workbench reads version {VERSION}")
