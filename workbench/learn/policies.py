@@ -36,16 +36,12 @@ class Tanh(nn.Tanh):
     tanh kernel took 4.0 to 4.5 ns per element at one thread on an AVX2 machine against 1.75 to 2.0
     ns for this form (bench/bench_cpu_tanh.py), and the hidden layers' tanh is the largest cost of a
     CPU population's update. The same values to within 2e-7 (absolute), the same gradients to within
-    2e-6. Below about 12 k elements (a rollout step's 64 rows of 64 units) its four ops cost more
-    than torch's one (40 against 22 us at 4 k elements, 65 against 77 at 16 k): torch's tanh there."""
+    2e-6."""
 
     def forward(self, x):
-        if x.device.type == "cpu" and x.numel() >= SIGMOID_TANH_MIN_ELEMENTS:
+        if x.device.type == "cpu":
             return _SigmoidTanh.apply(x)
         return torch.tanh(x)
-
-
-SIGMOID_TANH_MIN_ELEMENTS = 12288
 
 
 # the padded layers' functions of a layer type: ({activation: with it}, as the output layer)
