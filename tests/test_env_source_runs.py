@@ -158,6 +158,9 @@ def test_a_shipped_name_gives_way_to_the_run_kept_source():
         assert registry.definition("cartpole").max_steps == 9
         assert registry.shipped_for_run("cartpole") is None  # a run of the shipped env puts it back
         assert registry.lookup("cartpole") == shipped
+        wb.register("cartpole", shipped.source)  # the shipped text registered again: a shipped run still loads
+        assert registry.shipped_for_run("cartpole") is None
+        registry._REGISTRY["cartpole"] = shipped
         wb.register("keepaway_user", KEEPAWAY)
         assert "registration parameters" in registry.register_stored({**kept, "name": "keepaway_user"})
     finally:

@@ -88,11 +88,9 @@ def shipped_for_run(name: str) -> str | None:
     """Make `name` the shipped env again for a run that trained it, where loading another run put a
     changed source in its place; None when done (or `name` is no shipped env), else why not: the
     user registered another source under the shipped name in this process."""
-    _load_builtins()
-    entry = _REGISTRY.get(name)
-    if entry is None or entry.shipped or not resources.files("workbench.envs").joinpath(f"{name}.py").is_file():
+    if not replaced_shipped(name):  # (a registration of the shipped text itself replaces nothing)
         return None
-    if entry.from_run:
+    if _REGISTRY[name].from_run:
         del _REGISTRY[name]
         global _BUILTINS_LOADED
         _BUILTINS_LOADED = False
