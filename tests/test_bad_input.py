@@ -74,6 +74,11 @@ CONFIG_CASES = {
                               raises(cfg.ConfigError, "unknown key", "learning_rate", "did you mean 'lr'")),
     "from_dict misspelt key": (lambda: cfg.from_dict({"total_steps": 1000}),
                                raises(cfg.ConfigError, "unknown key", "did you mean 'total_env_steps' for 'total_steps'?")),
+    "from_dict misspelt synonym": (lambda: cfg.from_dict({"learning_rat": 1e-3}),
+                                   raises(cfg.ConfigError, "unknown key", "did you mean 'lr' for 'learning_rat'?")),
+    "train(num_taggers=4), an env parameter": (
+        lambda: wb.train("tag_grid", num_taggers=4, progress=False),
+        raises(cfg.ConfigError, "'num_taggers' is a parameter of env 'tag_grid'", "env_params={'num_taggers': ...}")),
     "train(iterations=1)": (lambda: wb.train("cartpole", iterations=1, progress=False),
                             raises(cfg.ConfigError, "unknown key", "a run's length is 'total_env_steps'",
                                    "num_iterations=N")),

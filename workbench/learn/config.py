@@ -172,13 +172,28 @@ class DDPGConfig(RunConfig):
                                    "and its reference implementations do not clip).")
 
 
-def unknown_keys_error(cls, unknown) -> ConfigError:
-    """The error for keys `cls` does not have, with "did you mean" from other libraries' names
-    (SYNONYMS) or close spellings."""
+def _env_parameters(env) -> dict:
+    """The PARAMS of the env named `env` ({} when it names none that is registered)."""
+    from ..runtime import registry
+    try:
+        return registry.definition(env).params if isinstance(env, str) and env else {}
+    except Exception:  # (only a hint: an env that fails to load says why where it is made)
+        return {}
+
+
+def unknown_keys_error(cls, unknown, env=None) -> ConfigError:
+    """The error for keys `cls` does not have, with "did you mean" from the env's parameters, other
+    libraries' names (SYNONYMS) or close spellings."""
     names = [f.name for f in dataclasses.fields(cls)]
+    env_params = _env_parameters(env)
     hints = []
     for k in sorted(unknown):
-        ours = SYNONYMS.get(k, k)  # (another library's name for it, or its own)
+        misspelt = difflib.get_close_matches(k, list(SYNONYMS), n=1, cutoff=0.8)
+        ours = SYNONYMS.get(k) or (SYNONYMS[misspelt[0]] if misspelt else k)  # (another library's name for it)
+        if k in env_params:
+            hints.append(f"'{k}' is a parameter of env '{env}': pass env_params={{'{k}': ...}} (CLI: --set "
+                         f"\"env_params={{{k}: ...}}\")")
+            continue
         owners = [other for other in ALGORITHMS.values() if other is not cls
                   and ours in {f.name for f in dataclasses.fields(other)}]
         close = difflib.get_close_matches(k, names, n=1, cutoff=0.6)
@@ -205,7 +220,7 @@ def _refuse_unknown_keywords(cls):
     def __init__(self, *args, **kwargs):
         unknown = [k for k in kwargs if k not in names]
         if unknown:
-            raise unknown_keys_error(cls, unknown)
+            raise unknown_keys_error(cls, unknown, kwargs.get("env"))
         init(self, *args, **kwargs)
 
     cls.__init__ = __init__
@@ -303,7 +318,7 @@ def from_dict(data: dict, cls=None):
     hints = typing.get_type_hints(cls)
     unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
     if unknown:
-        raise unknown_keys_error(cls, unknown)
+        raise unknown_keys_error(cls, unknown, data.get("env"))
     values = {k: _coerce(cls, k, hints[k], v) for k, v in data.items()}
     return cls(**values)  # __post_init__ validates
 
