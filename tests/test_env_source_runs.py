@@ -207,3 +207,25 @@ def test_a_source_registered_under_a_shipped_name_warns_and_trains_with_the_defa
         wb.register("cartpole", shipped.source)  # the shipped source itself: nothing replaced
     assert runs.load_config("cartpole").target_return == 475.0
     registry._REGISTRY["cartpole"] = shipped
+
+
+def test_a_shipped_env_run_loaded_after_its_source_changed_warns(tmp_path):
+    """Before: a run of a shipped env kept no fingerprint of its source, so after an upgrade (or an edit
+    of envs/cartpole.py in an editable install) resume, evaluate and replay ran on the changed env
+    without a word."""
+    import dataclasses
+    import warnings
+    shipped = registry.lookup("cartpole")
+    wb.train("cartpole", run_dir=str(tmp_path / "run"), **{**SMALL, "total_env_steps": 2 * E * T})
+    assert torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)["env_digest"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert runs.load_policy(tmp_path / "run", num_envs=2).env.definition.max_steps == 500
+    try:  # as a new installation whose envs/cartpole.py changed
+        registry._REGISTRY["cartpole"] = dataclasses.replace(
+            shipped, source=shipped.source.replace("max_steps=500", "max_steps=37"))
+        with pytest.warns(UserWarning, match=r"trained env 'cartpole' from another version of its source than this "
+                                             r"installation's \(an upgrade, or an edit of envs/cartpole.py\)"):
+            assert runs.load_policy(tmp_path / "run", num_envs=2).env.definition.max_steps == 37
+    finally:
+        registry._REGISTRY["cartpole"] = shipped

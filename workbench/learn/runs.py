@@ -45,6 +45,10 @@ def load_checkpoint(run_or_checkpoint):
         raise ResumeError(f"{str(path)!r} trained env '{name}' from another source than the '{name}' registered in "
                           f"this process ({shipped}); a run resumes, evaluates and replays only with the env it "
                           f"trained: use a new process, or register the changed source under another name")
+    if not kept and isinstance(name, str) and registry.changed_since(name, payload.get("env_digest")):
+        warnings.warn(f"{str(path)!r} trained env '{name}' from another version of its source than this "
+                      f"installation's (an upgrade, or an edit of envs/{name}.py): it resumes, evaluates and "
+                      f"replays on this version, whose dynamics or spaces may differ", stacklevel=3)
     if different:
         name, params = kept["name"], kept.get("params") or {}
         copy = path.parent / SOURCE_FILES.get(kept.get("language"), "env_source.py")

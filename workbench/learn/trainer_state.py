@@ -93,6 +93,7 @@ def state(tr) -> dict:
         "threads": tr.threads,
         **rank_state(tr),  # (the env's state and seed, DDPG's replay)
         "env_source": registry.stored(tr.env.definition),  # None for a shipped env
+        "env_digest": registry.source_digest(tr.env.definition),
         "population": ({"members": tr.M, "layout": population.stacked_layout(tr.models),
                         "replicas_per_member": tr.E_member} if tr.M > 1 else None),
     }

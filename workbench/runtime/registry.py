@@ -6,6 +6,7 @@ evaluate or replay its run (`register_stored`) without the notebook cell that de
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -144,6 +145,26 @@ def stored(defn: envdef.EnvDefinition) -> dict | None:
     if entry is None or entry.shipped:
         return None
     return {**{k: getattr(entry, k) for k in _KEPT}, "params": dict(entry.params)}
+
+
+def source_digest(defn: envdef.EnvDefinition) -> str | None:
+    """A fingerprint of the source `defn` was parsed from (its C source too), which a checkpoint keeps so
+    that loading it where the env's source changed (an upgrade, an edited envs/*.py) says so."""
+    entry = getattr(defn, "origin", None)
+    if entry is None:
+        return None
+    return _digest(entry)
+
+
+def _digest(entry: EnvSource) -> str:
+    return hashlib.sha256(f"{entry.source}\0{entry.c_source or ''}".encode()).hexdigest()[:16]
+
+
+def changed_since(name: str, digest: str | None) -> bool:
+    """Whether the env registered as `name` here has another source than the one fingerprinted `digest`
+    (False without a digest, as in checkpoints written before they kept one)."""
+    _load_builtins()
+    return bool(digest) and name in _REGISTRY and _digest(_REGISTRY[name]) != digest
 
 
 def register_stored(kept: dict | None) -> str | None:
