@@ -565,3 +565,33 @@ def test_cpu_tanh_matches_torch_tanh_in_values_and_gradients():
     y_ref.backward(g)
     torch.testing.assert_close(x.grad, ref.grad, rtol=0, atol=2e-6)
     assert float(Tanh()(torch.tensor([40.0]))) == 1.0 and float(Tanh()(torch.tensor([-40.0]))) == -1.0
+
+
+def test_explained_variance_is_each_members_own_over_live_samples():
+    """1 - Var[R - V] / Var[R] of each member's live samples (member k owns replicas [2k, 2k + 2) of
+    a rollout [T, E, 1]), NaN where the returns do not vary."""
+    from workbench.learn.rollout import explained_variance
+    g = torch.Generator().manual_seed(3)
+    T, E, M = 5, 4, 2
+    values, returns = torch.randn(T, E, 1, generator=g), torch.randn(T, E, 1, generator=g)
+    mask = (torch.rand(T, E, 1, generator=g) > 0.3).float()
+    returns[:, 2:] = 7.0  # member 1's returns are constant on every sample
+    batch = Batch({"values": values.reshape(-1), "returns": returns.reshape(-1), "mask": mask.reshape(-1)})
+    found = explained_variance(batch, members=M, steps=T)
+    live = mask[:, :2].bool()
+    r, v = returns[:, :2][live].double(), values[:, :2][live].double()
+    assert found[0].item() == pytest.approx(1 - (r - v).var().item() / r.var().item(), rel=1e-5)
+    assert math.isnan(found[1].item())
+    whole = explained_variance(Batch({"values": returns.reshape(-1) * 0.5, "returns": returns.reshape(-1),
+                                      "mask": torch.ones(T * E)}))
+    assert whole.item() == pytest.approx(0.75, rel=1e-5)  # V = R / 2 explains 1 - 1/4 of Var[R]
+
+
+def test_reports_carry_the_learning_rate_in_use_and_the_explained_variance(env):
+    """Each report's learning_rate is the one the last iteration used: anneal_lr takes it to
+    lr (1 - (i - 1) / N) in iteration i of N."""
+    config = cartpole(anneal_lr=True, log_every=1, lr=1e-3, total_env_steps=16 * 8 * 4)
+    trainer = wb.Trainer(env, config)
+    trainer.train(num_iterations=4)
+    assert [h["learning_rate"] for h in trainer.history] == pytest.approx([1e-3 * (1 - i / 4) for i in range(4)])
+    assert all(h["explained_variance/shared"] <= 1 for h in trainer.history)

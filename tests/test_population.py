@@ -428,6 +428,10 @@ def test_an_exported_member_is_a_run_of_its_own_that_trains_on_beside_its_popula
     assert main(["evaluate", str(folder), "--num-envs", "2", "--episodes", "1"]) == 0
     assert main(["evaluate", str(folder), "--member", "1"]) == 2
     assert "is a single run's checkpoint, not a population's; evaluate it without --member" in capsys.readouterr().err
+    for out in (run / "checkpoint.pt", folder / "checkpoint.pt", run):  # the population, a run, a folder
+        assert main(["export-member", str(run), "--member", "0", "--out", str(out)]) == 2
+        assert "which the export would replace: write the member to a file of its own" in capsys.readouterr().err
+    assert (run / "checkpoint.pt").read_bytes() == population_checkpoint
     assert main(["export-member", str(run), "--member", "0", "--out", str(run / "m0.pt")]) == 0
     assert main(["train", "--resume", str(run / "m0.pt"), "--total-env-steps", "1024"]) == 0
     assert (run / "m0" / "checkpoint.pt").is_file()

@@ -114,6 +114,8 @@ def test_replay_with_a_seed_plays_the_same_episode_and_without_one_others(runs):
     (dict(max_steps=-3), "max_steps must be an int >= 1"), (dict(max_steps=0), "max_steps must be an int >= 1"),
     (dict(max_frames=0), "max_frames must be an int > 0"), (dict(fps=0), "fps must be a number > 0"),
     (dict(fps=-5.0), "fps must be a number > 0"), (dict(embed_limit_mb=0), "embed_limit_mb must be a number > 0"),
+    (dict(replica=-1), "replica must be an int >= 0, got -1"), (dict(num_envs=0), "num_envs must be an int >= 1"),
+    (dict(replica=1.5), "replica must be an int >= 0, got 1.5"),
     (dict(member=1), r"is not a population's run: it has no member 1 \(its one policy plays without member=\)"),
 ])
 def test_replay_refuses_bad_arguments_by_name(runs, options, words):

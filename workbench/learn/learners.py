@@ -265,6 +265,7 @@ def anneal(tr, total_iters: int):
         warnings.warn(f"training past total_env_steps={tr.config.total_env_steps} with anneal_lr: the "
                       f"learning rate has reached 0, so the policy no longer changes; raise total_env_steps "
                       f"or set anneal_lr false", stacklevel=4)
+    tr.lr_fraction = frac
     if tr.lr_tensors:
         for tensor, base in tr.lr_tensors:
             tensor.copy_(base * frac) if isinstance(base, torch.Tensor) else tensor.fill_(frac * base)
@@ -272,6 +273,15 @@ def anneal(tr, total_iters: int):
         for opt in tr.optimizers.values():
             for group in opt.param_groups:
                 group["lr"] = frac * tr.config.lr
+
+
+def learning_rates(tr) -> list | None:
+    """Each member's learning rate in the last iteration (its base, annealed); None for DDPG, whose
+    two rates stay as configured."""
+    if tr.algorithm == "ddpg":
+        return None
+    fraction = getattr(tr, "lr_fraction", 1.0)
+    return [fraction * m.values.get("lr", tr.config.lr) for m in tr.members]
 
 
 def measure_threads(tr) -> dict:

@@ -30,10 +30,11 @@ class Metrics:
         self.iterations = 0  # since the last pull, that updated the policies (the statistics' divisor)
         self._first: dict = {}  # each policy's first report, for the divergence check
 
-    def pull(self, base: dict, learning: bool = True) -> dict:
+    def pull(self, base: dict, learning: bool = True, learning_rates=None) -> dict:
         """base (iteration, env_steps, rate, time) plus, per policy, the update statistics averaged
         over the iterations since the last pull that updated the policies (DDPG's first ones only fill
-        its buffers), and over ranks (left out when not `learning`), and the
+        its buffers), and over ranks (left out when not `learning`), learning_rate (each member's, from
+        `learning_rates`, when given) and the
         episode statistics; mean_return over the policies; nonfinite: a loss was NaN or inf. For a
         population: each value is the median over the members (returns with their quartiles), and
         `members` one such dict per member (with member, seed and the swept values)."""
@@ -47,10 +48,12 @@ class Metrics:
         episodes = self.episode_stats.pull_members()
         iterations = max(self.iterations, 1)
         reports = []
-        for member, values, member_episodes in zip(self.members, host, episodes):
+        for k, (member, values, member_episodes) in enumerate(zip(self.members, host, episodes)):
             metrics = dict(base)
             if member is not None:
                 metrics.update({"member": member.index, "seed": member.seed, **member.values})
+            if learning_rates is not None:
+                metrics["learning_rate"] = learning_rates[k]
             nonfinite = 0.0
             for n in names:
                 metrics[f"return/{n}"] = member_episodes[f"return/{n}"]

@@ -4,6 +4,7 @@ Shared by A2C and PPO (and, for groups and normalisation, by DDPG).
 """
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Iterable, Mapping
 
@@ -236,6 +237,21 @@ def masked_moments(x, mask, dim=None, sync=None, moments: bool = True):
     mean = total(x * mask) / count
     var = total(((x - mean) * mask) ** 2) / (count - 1).clamp_min(1)
     return count.squeeze(dims), mean.squeeze(dims), var.sqrt().squeeze(dims)
+
+
+def explained_variance(batch: Batch, members: int = 1, steps: int = 1):
+    """1 - Var[returns - values] / Var[returns] over each member's live samples -> [M] (NaN where the
+    returns do not vary): how much of the returns' variance the critic explains (1: all of it, 0: no
+    more than their mean, below 0: less). batch: a rollout [steps, E, n] flattened, member k owning
+    replicas [k * E / M, (k + 1) * E / M)."""
+    def by_member(x):
+        return x.float().reshape(steps, members, -1).transpose(0, 1).reshape(members, -1)
+
+    values, returns, mask = (by_member(batch[k]) for k in ("values", "returns", "mask"))
+    _, _, returns_std = masked_moments(returns, mask, dim=1)
+    _, _, error_std = masked_moments(returns - values, mask, dim=1)
+    returns_var = returns_std.square()
+    return torch.where(returns_var > 0, 1 - error_std.square() / returns_var, torch.full_like(returns_var, math.nan))
 
 
 def gae(buffer: RolloutBuffer, next_value, gamma: float, lam: float, advantage_fn=None):

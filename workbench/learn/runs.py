@@ -475,7 +475,13 @@ def export_member(run_or_checkpoint, member="best", path=None):
     for key in ("format", "version"):
         single.pop(key, None)
     if path is not None:
-        return ckpt.save_atomic(single, Path(path))
+        path = Path(path)
+        if path.is_dir() or path.resolve() == source.resolve() or (path.name == "checkpoint.pt" and path.is_file()):
+            what = "a folder" if path.is_dir() else "a run's checkpoint"
+            raise ResumeError(f"--out {str(path)!r} is {what}, "
+                              f"which the export would replace: write the member to a file of its own (member.pt), "
+                              f"or leave --out out for a run folder member_K beside the population's")
+        return ckpt.save_atomic(single, path)
     folder = source.parent / f"member_{single['member_of']['member']}"
     if (folder / "checkpoint.pt").exists():
         raise ResumeError(f"{str(folder)!r} already holds a run (checkpoint.pt), which exporting again would "

@@ -123,7 +123,7 @@ class Trainer:
         self.collector = Collector(self, compile_on)
         self.loss_fn = (MaybeCompiled(ON_POLICY[self.algorithm].chunk_loss, compile_on, f"the {self.algorithm} loss")
                         if self.algorithm in ON_POLICY else None)
-        stat_names = ddpg.STATS if self.algorithm == "ddpg" else ON_POLICY[self.algorithm].STATS
+        stat_names = ddpg.STATS if self.algorithm == "ddpg" else ON_POLICY[self.algorithm].REPORTED
         self.metrics = Metrics(stat_names, self.groups, self.episode_stats, self.device, self.sync, self.world_size,
                                members=self.members, ranks=self.ranks, rank_by=config.rank_by)
         self.graph = IterationGraph(self.generator)
@@ -343,8 +343,8 @@ class Trainer:
         """One host read of the update statistics (averaged over the iterations since the last pull
         and over ranks) and of the episode sums (returns per policy, lengths, env metrics)."""
         base = {"iteration": self.iteration, "env_steps": self.env_steps, "env_steps_per_s": rate, "time_s": elapsed}
-        # (DDPG's losses only from a window in which it learned: not while it only fills its buffers)
-        return self.metrics.pull(base, learning=not (self.algorithm == "ddpg" and self.metrics.iterations == 0))
+        learning = not (self.algorithm == "ddpg" and self.metrics.iterations == 0)  # (not while DDPG fills buffers)
+        return self.metrics.pull(base, learning, learners.learning_rates(self))
 
     # -- acting and checkpoints -----------------------------------------------------------------
     def act(self, deterministic: bool = True) -> torch.Tensor:

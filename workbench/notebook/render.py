@@ -23,6 +23,7 @@ import html
 import itertools
 import json
 import math
+import numbers
 import shutil
 import uuid
 import warnings
@@ -399,6 +400,7 @@ def replay(run_or_checkpoint, *, replica: int = 0, num_envs: int = 1, mp4=None, 
     member: of a population's run, the member to replay (an index, or "best", the default).
     Extra keyword arguments go to the Animation (dpi, max_frames, embed_limit_mb)."""
     from ..learn.runs import load_policy
+    _check_replay(replica, num_envs, mp4, max_steps)  # (before the run's env is compiled)
     trainer = load_policy(run_or_checkpoint, num_envs=max(num_envs, replica + 1), target=target, seed=seed,
                           member=member)
     episodes = record_episode(trainer.env, trainer, replicas=[replica], max_steps=max_steps,
@@ -410,3 +412,12 @@ def replay(run_or_checkpoint, *, replica: int = 0, num_envs: int = 1, mp4=None, 
     if html is not None:
         animation.save_html(html)
     return animation
+
+
+def _check_replay(replica, num_envs, mp4, max_steps):
+    for name, value, least in (("replica", replica, 0), ("num_envs", num_envs, 1), ("max_steps", max_steps, 1)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least):
+            raise WorkbenchError(f"wb.replay: {name} must be an int >= {least}, got {value!r}")
+    if mp4 is not None and Path(mp4).suffix.lower() not in VIDEO_SUFFIXES:
+        raise WorkbenchError(f"wb.replay: cannot write mp4={str(mp4)!r}: name the file {', '.join(VIDEO_SUFFIXES[:-1])} "
+                             f"or {VIDEO_SUFFIXES[-1]}, not {Path(mp4).suffix or 'no suffix'}")

@@ -11,9 +11,10 @@ from __future__ import annotations
 import torch
 
 from ..members import clip_and_step, member_rows, member_sums
-from ..rollout import Batch, chunks, masked_moments
+from ..rollout import Batch, chunks, explained_variance, masked_moments
 
 STATS = ("policy_loss", "value_loss", "entropy", "nonfinite")
+REPORTED = STATS + ("explained_variance",)  # (the update's statistics, and the rollout's)
 
 
 def loss(model, batch: dict, config, count, hp=None, members: int = 1):
@@ -94,4 +95,7 @@ def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int
     clip_and_step(model, optimizer, hp.max_grad_norm)
     for i, k in enumerate(STATS):
         stats[k] += local[i].reshape(stats[k].shape)
+    if "explained_variance" in stats:  # (of the rollout's values, before this update)
+        stats["explained_variance"] += explained_variance(batch, members, samples.T if members > 1 else 1).reshape(
+            stats["explained_variance"].shape)
     return stats

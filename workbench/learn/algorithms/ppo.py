@@ -18,9 +18,10 @@ from __future__ import annotations
 import torch
 
 from ..members import clip_and_step, member_rows, member_sums
-from ..rollout import Batch, chunks, masked_moments, take
+from ..rollout import Batch, chunks, explained_variance, masked_moments, take
 
 STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "nonfinite")
+REPORTED = STATS + ("explained_variance",)  # (the update's statistics, and the rollout's)
 KL = STATS.index("approx_kl")
 
 
@@ -166,4 +167,7 @@ def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int
     divisor = member_updates if member_updates is not None else updates
     for i, k in enumerate(STATS):
         stats[k] += (local[i] / (divisor if k != "nonfinite" else 1)).reshape(stats[k].shape)
+    if "explained_variance" in stats:  # (of the rollout's values, before this update)
+        stats["explained_variance"] += explained_variance(batch, members, samples.T if members > 1 else 1).reshape(
+            stats["explained_variance"].shape)
     return stats
