@@ -403,6 +403,10 @@ CLI_CASES = {
     "--set without =": (["--set", "lr"], ("--set takes key=value",)),
     "--set unknown key": (["--set", "learning_rate=1"], ("unknown key", "learning_rate")),
     "--num-minibatches 0": (["--num-minibatches", "0"], ("num_minibatches", ">= 1")),
+    "--num-envs and --set num_envs": (["--num-envs", "64", "--set", "num_envs=128"],
+                                      ("num_envs is given twice, by --num-envs and by --set num_envs=128: keep one",)),
+    "--set gamma twice": (["--set", "gamma=0.9", "gamma=0.95"],
+                          ("gamma is given twice, by --set gamma=0.9 and by --set gamma=0.95",)),
 }
 
 

@@ -46,17 +46,23 @@ def _overrides(args) -> dict:
             raise ConfigError(f"--sweep names {name} twice; give all its values in one: --sweep {name}="
                               + ",".join(str(v) for v in values["sweep"][name] + swept))
         values.setdefault("sweep", {})[name] = swept
+    flagged = set(values)  # (set by their own flags: --set may not set them again)
     for item in args.set or []:
         if "=" not in item:
             from .learn.config import ConfigError
             raise ConfigError(f"--set takes key=value, got {item!r}" + _misplaced_positional(item, "--set"))
         key, value = item.split("=", 1)
         try:
-            values[key] = yaml.safe_load(value)
+            parsed = yaml.safe_load(value)
         except yaml.YAMLError as exc:
             from .learn.config import ConfigError, yaml_problem
             raise ConfigError(f"--set {item}: the value {value!r} is not valid YAML ({yaml_problem(exc)}); "
                               f"e.g. --set hidden_sizes=[64,64]") from None
+        if key in flagged or (key in values and values[key] != parsed):
+            from .learn.config import ConfigError
+            first = f"--{key.replace('_', '-')}" if key in flagged else f"--set {key}={values[key]}"
+            raise ConfigError(f"{key} is given twice, by {first} and by --set {item}: keep one")
+        values[key] = parsed
     return values
 
 
