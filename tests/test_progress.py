@@ -42,3 +42,17 @@ def test_time_to_target_follows_the_recent_slope():
     bar.recent.append((9.0, 120.0))
     assert bar.eta_to_target() == 0.0
     bar.close()
+
+
+def test_time_to_target_follows_the_return_the_stop_waits_for():
+    """The run stops when every policy of every member reaches the target: before, a population whose
+    median had reached it (or one team of two) read "to target=~0s" while it trained on."""
+    bar = ProgressBar(100, target_return=100.0, file=io.StringIO())
+    for t, low in enumerate((10.0, 20.0, 30.0)):
+        bar(t + 1, {"mean_return": 150.0, "return/shared": 150.0,
+                    "members": [{"return/shared": 150.0}, {"return/shared": low}, {"return/shared": math.nan}]})
+    assert [r for _, r in bar.recent] == [10.0, 20.0, 30.0]
+    assert bar.eta_to_target() > 0  # (before: the median, 150, gave 0)
+    bar(4, {"mean_return": 50.0, "return/taggers": 120.0, "return/runners": -20.0})
+    assert bar.recent[-1][1] == -20.0
+    bar.close()

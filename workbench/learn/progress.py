@@ -25,7 +25,8 @@ class ProgressBar:
         self.last_returns = {}  # shown name -> the last return shown
 
     def eta_to_target(self) -> float | None:
-        """Seconds until the mean return reaches the target at the recent rate (None: unknown)."""
+        """Seconds until the lowest return (every policy's, every member's) reaches the target at the
+        recent rate (None: unknown)."""
         if self.target is None or len(self.recent) < 3:
             return None
         (t0, r0), (t1, r1) = self.recent[0], self.recent[-1]
@@ -36,8 +37,9 @@ class ProgressBar:
 
     def __call__(self, iteration: int, metrics: dict) -> bool:
         ret = metrics.get("mean_return", float("nan"))
-        if not math.isnan(ret):
-            self.recent.append((time.perf_counter(), ret))
+        lowest = _lowest_return(metrics)
+        if not math.isnan(lowest):
+            self.recent.append((time.perf_counter(), lowest))
         teams = {f"return {k.split('/', 1)[1]}": v for k, v in metrics.items() if k.startswith("return/")}
         post = {"steps/s": _si(metrics.get("env_steps_per_s", 0.0))}
         # teams playing against each other cancel out in the mean: one return each
@@ -56,6 +58,14 @@ class ProgressBar:
 
     def close(self):
         self.bar.close()
+
+
+def _lowest_return(metrics: dict) -> float:
+    """The lowest return among every policy (of every member) that ended an episode: what target_return
+    waits for (the run stops once all of them reach it), NaN when none did."""
+    returns = [v for report in metrics.get("members", [metrics]) for k, v in report.items()
+               if k.startswith("return/") and isinstance(v, (int, float)) and not math.isnan(v)]
+    return min(returns) if returns else float("nan")
 
 
 def _si(value: float) -> str:
