@@ -40,3 +40,17 @@ def test_run_folder_contents_marks_folders_and_an_empty_one(tmp_path):
     (tmp_path / "metrics.csv").write_text("")
     assert runs.run_folder_contents(tmp_path) == f"run folder {tmp_path}: logs/, metrics.csv"
     assert runs.run_folder_contents(tmp_path / "absent") == f"run folder {tmp_path / 'absent'}: nothing"
+
+
+def test_envs_lists_agents_spaces_and_what_each_env_is(capsys):
+    from workbench.cli import main
+    assert main(["envs"]) == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:] if line.strip()}
+    assert rows["cartpole"][1:4] == ["1", "Box(4,)", "Discrete(2)"] and "CartPole-v1" in rows["cartpole"][4]
+    assert rows["tag_continuous"][1:3] == ["11", "Box(22,)"]
+    assert main(["envs", "tag_grid"]) == 0
+    out = capsys.readouterr().out
+    assert "tag_grid: Box(6,) observations, Discrete(5) actions, 11 agent(s)" in out
+    assert "  num_taggers = 1" in out and "Tag on an integer grid" in out
+    assert main(["envs", "tag_gird"]) == 2
+    assert "did you mean 'tag_grid'?" in capsys.readouterr().err

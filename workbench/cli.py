@@ -247,10 +247,39 @@ def cmd_check(args) -> int:
 
 
 def cmd_envs(args) -> int:
+    """A table of the registered envs (agents, spaces, what each is), or one env's parameters."""
     import workbench as wb
+    from .runtime import registry
+    if args.env is not None:
+        defn = registry.definition(args.env)
+        print(f"{defn.name}: {_space(defn.observation)} observations, {_space(defn.action)} actions, "
+              f"{defn.num_agents} agent(s), at most {defn.max_steps} steps an episode\n")
+        print((defn.namespace.get("__doc__") or "").strip() + "\n")
+        print("parameters (wb.make(NAME, key=value), env_params: in a config, --set \"env_params={key: value}\"):")
+        for key, value in defn.params.items():
+            print(f"  {key} = {value!r}")
+        return 0
+    rows = [("env", "agents", "observation", "action", "about")]
     for name in wb.env_names():
-        print(name)
+        try:
+            defn = registry.definition(name)
+        except wb.WorkbenchError as exc:
+            rows.append((name, "", "", "", f"does not load: {str(exc).splitlines()[0]}"))
+            continue
+        about = (defn.namespace.get("__doc__") or "").strip().split("\n", 1)[0]
+        rows.append((name, str(defn.num_agents), _space(defn.observation), _space(defn.action), about))
+    widths = [max(len(r[k]) for r in rows) for k in range(4)]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[4])
+    print("\none env's parameters and description: python -m workbench envs NAME")
     return 0
+
+
+def _space(space) -> str:
+    shape = getattr(space, "shape", None)
+    if shape is not None:
+        return f"Box{tuple(shape)}"
+    return f"Discrete({space.n})" if hasattr(space, "n") else f"MultiDiscrete({list(space.nvec)})"
 
 
 def _boolean(text: str) -> bool:
@@ -387,7 +416,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--num-envs", type=_count, default=16)
     check.add_argument("--steps", type=_count, default=64)
     check.set_defaults(func=cmd_check)
-    envs = sub.add_parser("envs", help="list the registered envs")
+    envs = sub.add_parser("envs", help="list the registered envs (agents, spaces, what each is), or one env's "
+                                       "parameters")
+    envs.add_argument("env", nargs="?", default=None, help="an env's name: its description and parameters")
     envs.set_defaults(func=cmd_envs)
     return parser
 
@@ -435,6 +466,9 @@ def main(argv=None) -> int:
     from .errors import WorkbenchError
     try:
         return args.func(args)
+    except BrokenPipeError:  # (output piped into `head`: stop quietly, as Unix tools do)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except (WorkbenchError, yaml.YAMLError, OSError) as exc:
         print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
