@@ -5,6 +5,8 @@ Fixed seeds and one thread (torch and numba) make every number here the same on 
 target; the margins are a fraction of the gap these short runs reach. The shipped configs' full runs
 (and their figures) are in docs/learning.md (bench/learning_runs.py).
 """
+import math
+
 import numba
 import pytest
 import torch
@@ -81,6 +83,9 @@ def test_tag_metrics_agree_with_a_count_of_tag_penalties():
     assert report["runners_tagged"] == pytest.approx(float(tagged.mean()), abs=1e-6)
     assert report["tag_rate"] == pytest.approx(float(tagged.mean()) / 3, abs=1e-6)
     assert report["runner_survival"] == pytest.approx(1 - float(tagged.mean()) / 3, abs=1e-6)
+    sem = float(tagged.std() / math.sqrt(env.num_envs))  # (one episode a replica)
+    assert report["stderr"]["runners_tagged"] == pytest.approx(sem, rel=1e-4) and sem > 0
+    assert report["stderr"]["tag_rate"] == pytest.approx(sem / 3, rel=1e-4)
     assert 0.05 < report["tag_rate"] < 0.5  # random play does tag, and not everyone
 
 
@@ -142,10 +147,11 @@ def test_evaluate_compares_each_side_with_random_whatever_the_policies_are_calle
     results = compare(trainer, seed=7)
     text = format_comparison(results, tag_side_labels(trainer))
     said = [line for line in text.splitlines() if line.startswith(("taggers:", "runners:"))]
-    assert [line.split(" trained")[0].rsplit(" ", 1)[0] for line in said] == lines, text
+    assert [line.split(" trained")[0].split(" ± ")[0].rsplit(" ", 1)[0] for line in said] == lines, text
     if lines:
         side = tag_side_labels(trainer)["taggers"]
-        assert f"{results[side]['tag_rate']:.3f} for random taggers" in text
+        rate, error = results[side]["tag_rate"], results[side]["stderr"]["tag_rate"]
+        assert f"{rate:.3f} ± {error:.3f} for random taggers" in text
 
 
 def test_evaluate_from_the_cli_names_a_split_side_randomised_together(tmp_path, capsys):

@@ -80,7 +80,8 @@ def evaluate(trainer, episodes: int = 1, random_policies=(), deterministic: bool
              seed: int | None = None) -> dict:
     """Play the first `episodes` episodes of every replica; returns host floats:
     return/NAME (mean per-agent episode return of each policy), episode_length, episodes (how many
-    were counted), steps, and the env's metrics. `steps` defaults to episodes x MAX_STEPS, which every
+    were counted), steps, and the env's metrics; and `stderr`, each mean's standard error over the
+    counted episodes. `steps` defaults to episodes x MAX_STEPS, which every
     replica needs at most; with a smaller `steps` replicas that finish fewer episodes count fewer.
     `seed` resets the env's random streams first (the same starts for every call with that seed)."""
     env = trainer.env
@@ -119,6 +120,7 @@ def _play(trainer, episodes, steps, random_groups, deterministic, seed) -> dict:
     sums = {f"return/{g.name}": torch.zeros((), device=device) for g in trainer.groups}
     sums["episode_length"] = torch.zeros((), device=device)
     sums.update({key: torch.zeros((), device=device) for key in metrics})
+    squares = {key: torch.zeros((), dtype=torch.float64, device=device) for key in sums}  # (for standard errors)
     saved = torch.empty_like(store["action"]) if random_groups else None
     for _ in range(steps):
         trainer.act(deterministic=deterministic)
@@ -133,18 +135,28 @@ def _play(trainer, episodes, steps, random_groups, deterministic, seed) -> dict:
         finished.add_(done)
         weight = done * (finished <= episodes).float()  # this episode is one of the first `episodes`
         counted.add_(weight.sum())
-        for g in trainer.groups:
-            sums[f"return/{g.name}"].add_((g.gather(store["last_return"]).mean(1) * weight).sum())
-        sums["episode_length"].add_((store["last_length"].float() * weight).sum())
-        for key, fn in metrics.items():
-            sums[key].add_((fn(store, params).float() * weight).sum())
+        values = {f"return/{g.name}": g.gather(store["last_return"]).mean(1) for g in trainer.groups}
+        values["episode_length"] = store["last_length"].float()
+        values.update({key: fn(store, params).float() for key, fn in metrics.items()})
+        for key, value in values.items():
+            sums[key].add_((value * weight).sum())
+            squares[key].add_((value.double().square() * weight).sum())
     keys = list(sums)
-    host = torch.stack([counted] + [sums[k] for k in keys]).cpu().tolist()
-    n = host[0]
-    report = {k: (v / n if n > 0 else math.nan) for k, v in zip(keys, host[1:])}
+    host = torch.stack([counted.double()] + [sums[k].double() for k in keys] + [squares[k] for k in keys]).cpu()
+    n, totals, total_squares = float(host[0]), host[1:len(keys) + 1].tolist(), host[len(keys) + 1:].tolist()
+    report = {k: (v / n if n > 0 else math.nan) for k, v in zip(keys, totals)}
     report["episodes"] = n
     report["steps"] = float(steps)
+    report["stderr"] = {k: _standard_error(v, q, n) for k, v, q in zip(keys, totals, total_squares)}
     return report
+
+
+def _standard_error(total: float, total_square: float, n: float) -> float:
+    """The standard error of the mean of n values from their sum and sum of squares (NaN below 2)."""
+    if n < 2:
+        return math.nan
+    mean = total / n
+    return math.sqrt(max(total_square / n - mean * mean, 0.0) * n / (n - 1) / n)
 
 
 def random_label(trainer, random_policies) -> str:
@@ -185,25 +197,33 @@ def tag_side_labels(trainer) -> dict:
 
 
 def format_comparison(results: dict, side_labels: dict | None = None) -> str:
-    """A table, one column per configuration, and for Tag the two comparisons in words
-    (`side_labels`, from tag_side_labels: which report plays each side at random)."""
+    """A table, one column per configuration (means ± their standard errors), and for Tag the two
+    comparisons in words (`side_labels`, from tag_side_labels: which report plays each side at random)."""
     labels = list(results)
-    keys = list(dict.fromkeys(k for r in results.values() for k in r))
-    width = max(12, *(len(label) for label in labels))
+    keys = list(dict.fromkeys(k for r in results.values() for k in r if k != "stderr"))
+
+    def cell(label, key):
+        value, error = results[label].get(key, math.nan), results[label].get("stderr", {}).get(key, math.nan)
+        return f"{value:.4f}" + (f" ± {error:.4f}" if math.isfinite(error) else "")
+
+    cells = {(label, key): cell(label, key) for label in labels for key in keys}
+    width = max(12, *(len(label) for label in labels), *(len(c) for c in cells.values()))
     lines = [f"{'':24s}" + "".join(f"{label:>{width + 2}s}" for label in labels)]
     for key in keys:
-        row = "".join(f"{results[label].get(key, math.nan):>{width + 2}.4f}" for label in labels)
-        lines.append(f"{key:24s}{row}")
+        lines.append(f"{key:24s}" + "".join(f"{cells[label, key]:>{width + 2}s}" for label in labels))
     trained = results.get("trained", {})
     side_labels = side_labels or {}
     if "tag_rate" in trained:
         taggers, runners = side_labels.get("taggers"), side_labels.get("runners")
+        def mean(report, key):
+            error = report.get("stderr", {}).get(key, math.nan)
+            return f"{report[key]:.3f}" + (f" ± {error:.3f}" if math.isfinite(error) else "")
+
         if taggers in results:
-            lines.append(f"taggers: tag rate {trained['tag_rate']:.3f} trained vs "
-                         f"{results[taggers]['tag_rate']:.3f} for random taggers "
-                         f"(against the trained runners)")
+            lines.append(f"taggers: tag rate {mean(trained, 'tag_rate')} trained vs "
+                         f"{mean(results[taggers], 'tag_rate')} for random taggers (against the trained runners)")
         if runners in results:
-            lines.append(f"runners: survival {trained['runner_survival']:.3f} trained vs "
-                         f"{results[runners]['runner_survival']:.3f} for random runners "
-                         f"(against the trained taggers)")
+            lines.append(f"runners: survival {mean(trained, 'runner_survival')} trained vs "
+                         f"{mean(results[runners], 'runner_survival')} for random runners (against the trained "
+                         f"taggers)")
     return "\n".join(lines)
