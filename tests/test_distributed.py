@@ -28,6 +28,14 @@ def test_two_ranks_equal_single_process_on_the_same_total_batch():
             assert f"rank {rank} {algorithm} ok" in out.stdout
 
 
+def test_ranks_given_different_configs_are_refused_by_name():
+    out = torchrun("uneven", timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for rank in (0, 1):
+        assert (f"rank {rank} refused: the ranks were given different configs (num_envs: [8, 24], by rank)"
+                in out.stdout), out.stdout + out.stderr
+
+
 def test_two_rank_training_keeps_parameters_identical_and_resumes_single_process(tmp_path):
     out = torchrun("train", str(tmp_path))
     assert out.returncode == 0, out.stdout + out.stderr

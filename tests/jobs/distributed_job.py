@@ -166,8 +166,21 @@ def population(run_dir, target="cpu"):
     print(f"rank {rank} resumed its members {mine} at iteration {resumed.iteration}", flush=True)
 
 
+def uneven():
+    """Ranks given different num_envs: refused by name before anything compiles (before: each rank
+    counted another number of iterations, and their collectives hung until gloo's timeout)."""
+    rank = int(os.environ["RANK"])
+    config = wb.PPOConfig(env="cartpole", num_envs=8 if rank == 0 else 24, target="cpu", rollout_length=8)
+    try:
+        wb.make_trainer(config)
+    except wb.WorkbenchError as exc:
+        print(f"rank {rank} refused: {exc}", flush=True)
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
+    if mode == "uneven":
+        uneven()
     if mode == "equal_batch":
         equal_batch()
     elif mode == "train":

@@ -140,6 +140,12 @@ def auto_scale(config, *, margin: float = 0.2, start: int = 1024, max_envs: int 
         n = _divisible(best[0], config)
         how = ("cpu target: replicas live in host memory, so the size is where throughput stops improving "
                "by 10% per doubling (within half the available RAM)")
+    from . import distributed as dist_mod
+    if dist_mod.launched_by_torchrun():  # every rank trains the same iteration: the smallest rank's size
+        sizes = dist_mod.all_ranks(dist_mod.init(target), n)
+        if min(sizes) != n:
+            how += f"; ranks chose {sizes}, all take the smallest"
+        n = min(sizes)
     report = ScaleReport(n, getattr(config, "num_minibatches", None), how, trials)
     log(str(report))
     return cfg.replace(config, num_envs=n), report

@@ -10,6 +10,7 @@ members' reports, agrees on stopping and brings every member's state to rank 0's
 """
 from __future__ import annotations
 
+import atexit
 import datetime
 import os
 from dataclasses import dataclass
@@ -76,7 +77,33 @@ def init(target: str, timeout_s: float = 120.0) -> Context:
                                    "(MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE): launch with torchrun")
         kwargs = {"device_id": torch.device("cuda", local_rank)} if gpu else {}
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
+        atexit.register(_leave)
     return Context(dist.get_rank(), local_rank, dist.get_world_size(), backend)
+
+
+def _leave():
+    """Tear the process group down before the interpreter exits: left to exit, a gloo thread still
+    joinable aborted a rank now and then (SIGABRT, so torchrun reported a finished run as failed)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def all_ranks(context: Context, value) -> list:
+    """Every rank's `value` (any picklable object), in rank order."""
+    out = [None] * context.world_size
+    dist.all_gather_object(out, value)
+    return out
+
+
+def check_same_config(context: Context, config: dict) -> None:
+    """Refuse a job whose ranks were given different configs (their iterations' collectives would not
+    match: a hang until the timeout); `config` is this rank's config as a dict."""
+    configs = all_ranks(context, config)
+    differ = sorted(k for k in configs[0] if any(c.get(k) != configs[0].get(k) for c in configs[1:]))
+    if differ:
+        values = "; ".join(f"{k}: {[c.get(k) for c in configs]}" for k in differ)
+        raise DistributedError(f"the ranks were given different configs ({values}, by rank): every rank must "
+                               f"train the same iteration; launch every rank with the same config and flags")
 
 
 class GradientSync:

@@ -337,15 +337,16 @@ def run_training(config, *, resume=None, progress=None, policies=None, show_run_
     say = print if trainer.is_main else (lambda *a, **k: None)
     total = trainer.M * (trainer.ranks.context.world_size if trainer.ranks is not None else 1)
     members = f"{total} members x " if trainer.M > 1 else ""
+    ranks = f" on each of {trainer.world_size} ranks" if trainer.sync is not None else ""
     say(f"training {config.env} with {config.algorithm.upper()} on target '{trainer.env.target.name}' "
-        f"({members}{config.num_envs} replicas x {trainer.env.num_agents} "
+        f"({members}{config.num_envs} replicas{ranks} x {trainer.env.num_agents} "
         f"agent{'s' if trainer.env.num_agents != 1 else ''}; "
         f"{f'env compiled in {compile_s:.1f} s' if compile_s >= 0.05 else 'env kernels compiled already'})"
         + (f"; continuing {resume} from iteration {trainer.iteration}" if resume else ""))
     updates = trainer.total_iterations()  # (the run's in all: a resume continuing a long run is no short run)
     if updates < FEW_UPDATES:
         say(f"note: total_env_steps={config.total_env_steps} at {trainer.steps_per_iteration} env-steps an iteration "
-            f"(num_envs x rollout_length) gives {updates} update(s) in all: too few to learn much; raise "
+            f"(num_envs x rollout_length{' x ranks' if trainer.sync is not None else ''}) gives {updates} update(s) in all: too few to learn much; raise "
             f"total_env_steps (--total-env-steps {5 * FEW_UPDATES * trainer.steps_per_iteration} for "
             f"{5 * FEW_UPDATES}) or lower num_envs")
     logger = make_logger(config, run_dir) if trainer.is_main else None

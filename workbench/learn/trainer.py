@@ -431,6 +431,8 @@ def make_trainer(config, policies=None, models=None, env=None, distributed: bool
     members, split = population.size(config), None
     if distributed or (distributed is None and dist_mod.launched_by_torchrun()):
         context = dist_mod.init(target)
+        dist_mod.check_same_config(context, {k: v for k, v in cfg.to_dict(config).items()
+                                             if k not in ("progress", "run_dir")})  # (rank 0's folder is the run's)
         if members > 1:  # a population: each rank trains its block of members, seeded as they are
             start, stop = dist_mod.member_slice(members, context)
             seed, members, split = config.seed + start, stop - start, context
