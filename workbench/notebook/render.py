@@ -420,4 +420,5 @@ def _check_replay(replica, num_envs, mp4, max_steps):
             raise WorkbenchError(f"wb.replay: {name} must be an int >= {least}, got {value!r}")
     if mp4 is not None and Path(mp4).suffix.lower() not in VIDEO_SUFFIXES:
         raise WorkbenchError(f"wb.replay: cannot write mp4={str(mp4)!r}: name the file {', '.join(VIDEO_SUFFIXES[:-1])} "
-                             f"or {VIDEO_SUFFIXES[-1]}, not {Path(mp4).suffix or 'no suffix'}")
+                             f"or {VIDEO_SUFFIXES[-1]} (H.264 video, or an animated GIF), not "
+                             f"{Path(mp4).suffix or 'no suffix'}")
