@@ -1,8 +1,10 @@
 """What the CPU target's thread choice costs: 8 PPO iterations of CartPole at 64 replicas (T = 64,
 4 epochs x 4 minibatches) with `cpu_threads` measured (0, the default), 1 and every core; each run a
 fresh process, medians over --repeats runs. Seconds of training, after one warm-up iteration.
+--busy N runs N busy loops (one core each) beside them: another process holding a core.
 
     python bench/bench_cpu_threads.py --repeats 3
+    python bench/bench_cpu_threads.py --repeats 3 --busy 1
 """
 from __future__ import annotations
 
@@ -31,7 +33,17 @@ print(json.dumps({"seconds": time.perf_counter() - start, "chosen": [trainer.thr
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--busy", type=int, default=0, help="busy loops running beside the runs")
     args = parser.parse_args()
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    try:
+        table(args)
+    finally:
+        for loop in busy:
+            loop.kill()
+
+
+def table(args):
     cores = len(os.sched_getaffinity(0))
     print(f"| cpu_threads | env / learner threads | seconds for 8 iterations (median of {args.repeats}) | runs |")
     print("|---|---|---|---|")

@@ -468,23 +468,27 @@ def test_progress_bar_shows_rate_and_return(env, capsys):
 def test_thread_counts_are_chosen_by_measurement(monkeypatch):
     for name in threads.USER_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(threads, "available_cores", lambda: 2)
+    monkeypatch.setattr(threads, "available_cores", lambda: 4)
     chosen = {}
     monkeypatch.setattr(threads, "_set_numba", lambda n: chosen.__setitem__("env", n))
     monkeypatch.setattr(torch, "set_num_threads", lambda n: chosen.__setitem__("learner", n))
 
     def env_step():  # faster on one thread (oversubscribed)
-        time.sleep(0.004 if chosen.get("env") == 2 else 0.001)
+        time.sleep(0.004 if chosen.get("env") == 4 else 0.001)
 
     def learner_pass():  # faster on all cores
-        time.sleep(0.001 if chosen.get("learner") == 2 else 0.004)
+        time.sleep(0.001 if chosen.get("learner") == 4 else 0.004)
 
     report = threads.configure(0, env_step, learner_pass)
-    assert (report["env"], report["learner"]) == (1, 2) == (chosen["env"], chosen["learner"])
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # two torchrun ranks share the 2 cores: nothing to measure
+    assert (report["env"], report["learner"]) == (1, 4) == (chosen["env"], chosen["learner"])
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # two torchrun ranks share the 4 cores: two each, one thread
+    assert threads.configure(0, env_step, learner_pass)["how"] == "two cores: one thread"
+    assert chosen == {"env": 1, "learner": 1}
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
     assert threads.configure(0, env_step, learner_pass)["how"] == "one core" and chosen == {"env": 1, "learner": 1}
     monkeypatch.delenv("LOCAL_WORLD_SIZE")
     chosen.clear()
+    monkeypatch.setattr(threads, "available_cores", lambda: 2)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # (as torchrun sets it): numba, which does not read it, follows
     assert threads.configure(0, env_step, learner_pass)["how"] == "environment variables"
     assert chosen == {"env": 1, "learner": 1}  # (torch's again: numba's OpenMP pool may have set it to its own)
@@ -534,7 +538,7 @@ def test_load_restores_the_thread_counts_the_run_measured(tmp_path, monkeypatch)
     """A resumed run computes with the thread counts it measured, not with what a new measurement picks."""
     for name in threads.USER_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(threads, "available_cores", lambda: 2)
+    monkeypatch.setattr(threads, "available_cores", lambda: 4)
     picks = iter([(2, {}), (2, {}), (1, {}), (1, {})])  # the first run measures 2 and 2, the resumed one 1 and 1
     monkeypatch.setattr(threads, "pick", lambda candidates, setter, work: next(picks))
     applied = []

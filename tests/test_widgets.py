@@ -372,7 +372,7 @@ def test_one_run_at_a_time_and_a_second_run_of_one_seed_computes_alike(monkeypat
     from workbench.widgets import running_runs
     for name in thread_counts.USER_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(thread_counts, "available_cores", lambda: 2)
+    monkeypatch.setattr(thread_counts, "available_cores", lambda: 4)  # (two or fewer take one thread unmeasured)
     picks = iter([1, 2, 2, 1] * 3)  # a measurement repeated would pick other counts (a busy machine)
 
     def pick(candidates, setter, work):

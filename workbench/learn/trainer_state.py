@@ -184,7 +184,7 @@ def restore(tr, payload: dict, path, restore_env: bool = True):
     tr.graph.invalidate()
     tr.refresh_rollout_copies()
     saved_threads = payload.get("threads")
-    if tr.threads is not None and saved_threads and tr.threads.get("how") == "measured":
+    if tr.threads is not None and saved_threads and tr.threads.get("how") in ("measured", "two cores: one thread"):
         # a resumed run goes on with the counts its run measured (the same rounding as before)
         threads.apply(saved_threads)
         tr.threads = {**saved_threads, "how": "restored from the checkpoint"}
