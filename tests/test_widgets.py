@@ -593,6 +593,20 @@ def test_rollouts_alone_with_a_checkpoint_policy(tmp_path):
         panel.start()
 
 
+def test_a_bare_runners_rollouts_refuse_another_envs_checkpoint(tmp_path):
+    """(the panel refuses before Start; a Runner built from a spec had rolled out the checkpoint's env
+    under the spec's name)"""
+    config = wb.PPOConfig(env="cartpole", num_envs=8, target="cpu", total_env_steps=128, **TINY)
+    path = wb.make_trainer(config).save(tmp_path / "ck.pt")
+    spec = RunSpec(config=wb.PPOConfig(env="acrobot", num_envs=4, target="cpu", total_env_steps=64,
+                                       run_dir=str(tmp_path / "rollouts"), **TINY),
+                   mode="rollouts", checkpoint=str(path))
+    run = Runner(spec).start()
+    with pytest.raises(ConfigError, match="holds policies trained on env 'cartpole', but the run's env is 'acrobot'"):
+        run.wait(timeout=TIMEOUT)
+    assert run.state == "error"
+
+
 def test_runner_works_without_any_widget():
     seen, states = [], []
     config = wb.PPOConfig(env="cartpole", num_envs=8, target="cpu", total_env_steps=8 * 8 * 3, **TINY)

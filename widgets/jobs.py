@@ -204,6 +204,10 @@ def _checkpoint_trainer(checkpoint: str, config):
     from workbench.learn.trainer import make_trainer
     checkpoint, payload = load_checkpoint(checkpoint)  # (registers a cell-defined env from its stored source)
     saved = cfg.from_saved(payload["config"])
+    if saved.env != config.env:  # (the panel says so before Start; a bare Runner's spec here)
+        raise cfg.ConfigError(f"checkpoint {str(checkpoint)!r} holds policies trained on env {saved.env!r}, but the "
+                              f"run's env is {config.env!r}: set env {saved.env!r}, or pass a checkpoint trained on "
+                              f"{config.env!r}")
     run_config = cfg.replace(saved, num_envs=config.num_envs, target=config.target, seed=config.seed,
                              run_dir=None)
     policies = {name: list(ids) for name, ids in payload["signature"]["policies"].items()}
