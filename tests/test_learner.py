@@ -599,3 +599,20 @@ def test_reports_carry_the_learning_rate_in_use_and_the_explained_variance(env):
     trainer.train(num_iterations=4)
     assert [h["learning_rate"] for h in trainer.history] == pytest.approx([1e-3 * (1 - i / 4) for i in range(4)])
     assert all(h["explained_variance/shared"] <= 1 for h in trainer.history)
+
+
+def test_a_reports_rate_leaves_out_the_iterations_that_captured_the_graph():
+    """Before: a GPU run's first report divided its env-steps by a window holding the CUDA graph's
+    warm-up and capture, so its env_steps_per_s read far below the run's."""
+    from workbench.learn.metrics import RateWindow
+    window = RateWindow(0.0)
+    window.add(100, 0.0, 2.0, setup=True)  # eager warm-up
+    window.add(100, 2.0, 5.0, setup=True)  # capture
+    window.add(100, 5.0, 5.1, setup=False)
+    window.add(100, 5.1, 5.2, setup=False)
+    assert window.pull(5.2) == pytest.approx(1000.0)  # 200 steps in 0.2 s, not 400 in 5.2 s
+    window.add(100, 5.2, 5.25, setup=False)
+    assert window.pull(5.25) == pytest.approx(2000.0)
+    only_setup = RateWindow(0.0)
+    only_setup.add(100, 0.0, 4.0, setup=True)
+    assert only_setup.pull(4.0) == pytest.approx(25.0)  # (log_every=1: the capturing iteration's own rate)

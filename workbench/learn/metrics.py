@@ -124,6 +124,29 @@ class Metrics:
                               f"lower, or normalize_obs / smaller rewards", stacklevel=4)
 
 
+class RateWindow:
+    """Env-steps/s over a report's window of iterations, leaving out a GPU run's first ones, which
+    warm up and capture the CUDA graph: their time is set-up, not stepping. A window of nothing else
+    reports the last such iteration's own rate."""
+
+    def __init__(self, now: float):
+        self.start, self.steps, self.setup_rate = now, 0, math.nan
+
+    def add(self, steps: int, started: float, now: float, setup: bool) -> None:
+        """An iteration of `steps` env-steps that ran from `started` to `now`; `setup`: it captured."""
+        if setup:
+            self.setup_rate = steps / max(now - started, 1e-9)
+            self.start, self.steps = now, 0
+        else:
+            self.steps += steps
+
+    def pull(self, now: float) -> float:
+        """The window's env-steps/s; the next window starts at `now`."""
+        rate = self.steps / max(now - self.start, 1e-9) if self.steps else self.setup_rate
+        self.start, self.steps = now, 0
+        return rate
+
+
 def _quantile(values: list, q: float) -> float:
     """The q-quantile (linear interpolation) of the finite values, NaN when there are none."""
     finite = sorted(v for v in values if isinstance(v, (int, float)) and math.isfinite(v))

@@ -33,7 +33,7 @@ from .config_env import check_against_env, check_minibatches, check_rank_by, con
 from .episode_stats import EpisodeStats
 from .iteration_graph import IterationGraph
 from .members import MemberSamples
-from .metrics import Metrics, append_csv, nonfinite_error, weights_finite
+from .metrics import Metrics, RateWindow, append_csv, nonfinite_error, weights_finite
 from .policies import ActionHead
 from .rollout import PolicyMapError, build_groups
 from ..runtime import registry
@@ -265,8 +265,8 @@ class Trainer:
             from .progress import ProgressBar
             bar = ProgressBar(stop_at, self.iteration, config.target_return)
         callbacks = [c for c in (bar, callback) if c is not None]
-        start = window_start = time.perf_counter()
-        window_steps, warmup, stopped_by = 0, 0.0, "budget"
+        start = time.perf_counter()
+        window, warmup, stopped_by = RateWindow(start), 0.0, "budget"
         metrics = self.history[-1] if self.history else {}
         earlier = float(metrics.get("time_s", 0.0))  # a continued or resumed run's clock goes on
         earlier = earlier if math.isfinite(earlier) else 0.0
@@ -288,12 +288,11 @@ class Trainer:
                     warmup += time.perf_counter() - iteration_start
                 if bar is not None and compiling:
                     bar.bar.set_description("training")
-                window_steps += self.steps_per_iteration * self.M
+                window.add(self.steps_per_iteration * self.M, iteration_start, time.perf_counter(), warming)
                 interrupted = self._agree(self._interrupt is not None)
                 if self.iteration % config.log_every == 0 or self.iteration >= stop_at or interrupted:
                     now = time.perf_counter()
-                    metrics = self.pull_metrics(window_steps / max(now - window_start, 1e-9), earlier + now - start)
-                    window_start, window_steps = now, 0
+                    metrics = self.pull_metrics(window.pull(now), earlier + now - start)
                     stopped_by = self._report(metrics, callbacks, run_dir) or stopped_by
                     if stopped_by != "budget":
                         break
