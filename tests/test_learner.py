@@ -581,7 +581,9 @@ def test_explained_variance_is_each_members_own_over_live_samples():
     mask = (torch.rand(T, E, 1, generator=g) > 0.3).float()
     returns[:, 2:] = 7.0  # member 1's returns are constant on every sample
     batch = Batch({"values": values.reshape(-1), "returns": returns.reshape(-1), "mask": mask.reshape(-1)})
-    found = explained_variance(batch, members=M, steps=T)
+    import types
+    from workbench.learn.members import MemberSamples
+    found = explained_variance(batch, MemberSamples(types.SimpleNamespace(members=M, device="cpu"), T, E, 1))
     live = mask[:, :2].bool()
     r, v = returns[:, :2][live].double(), values[:, :2][live].double()
     assert found[0].item() == pytest.approx(1 - (r - v).var().item() / r.var().item(), rel=1e-5)

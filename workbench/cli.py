@@ -250,9 +250,10 @@ def cmd_envs(args) -> int:
     """A table of the registered envs (agents, spaces, what each is), or one env's parameters."""
     import workbench as wb
     from .runtime import registry
+    space = registry.describe_space
     if args.env is not None:
         defn = registry.definition(args.env)
-        print(f"{defn.name}: {_space(defn.observation)} observations, {_space(defn.action)} actions, "
+        print(f"{defn.name}: {space(defn.observation)} observations, {space(defn.action)} actions, "
               f"{defn.num_agents} agent(s), at most {defn.max_steps} steps an episode\n")
         print((defn.namespace.get("__doc__") or "").strip() + "\n")
         print("parameters (wb.make(NAME, key=value), env_params: in a config, --set \"env_params={key: value}\"):")
@@ -267,19 +268,12 @@ def cmd_envs(args) -> int:
             rows.append((name, "", "", "", f"does not load: {str(exc).splitlines()[0]}"))
             continue
         about = (defn.namespace.get("__doc__") or "").strip().split("\n", 1)[0]
-        rows.append((name, str(defn.num_agents), _space(defn.observation), _space(defn.action), about))
+        rows.append((name, str(defn.num_agents), space(defn.observation), space(defn.action), about))
     widths = [max(len(r[k]) for r in rows) for k in range(4)]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[4])
     print("\none env's parameters and description: python -m workbench envs NAME")
     return 0
-
-
-def _space(space) -> str:
-    shape = getattr(space, "shape", None)
-    if shape is not None:
-        return f"Box{tuple(shape)}"
-    return f"Discrete({space.n})" if hasattr(space, "n") else f"MultiDiscrete({list(space.nvec)})"
 
 
 def _boolean(text: str) -> bool:

@@ -93,6 +93,9 @@ def auto_scale(config, *, margin: float = 0.2, start: int = 1024, max_envs: int 
     from ..runtime.env import best_target
     from .trainer import make_trainer
     target = best_target(config.env) if config.target == "auto" else config.target
+    from . import distributed as dist_mod
+    # under torchrun: join first, so that each rank measures on its own GPU (init selects it)
+    context = dist_mod.init(target) if dist_mod.launched_by_torchrun() else None
 
     def one_iteration(n):
         trainer = make_trainer(cfg.replace(config, num_envs=n, run_dir=None, target=target), distributed=False)
@@ -140,9 +143,8 @@ def auto_scale(config, *, margin: float = 0.2, start: int = 1024, max_envs: int 
         n = _divisible(best[0], config)
         how = ("cpu target: replicas live in host memory, so the size is where throughput stops improving "
                "by 10% per doubling (within half the available RAM)")
-    from . import distributed as dist_mod
-    if dist_mod.launched_by_torchrun():  # every rank trains the same iteration: the smallest rank's size
-        sizes = dist_mod.all_ranks(dist_mod.init(target), n)
+    if context is not None:  # every rank trains the same iteration: the smallest rank's size
+        sizes = dist_mod.all_ranks(context, n)
         if min(sizes) != n:
             how += f"; ranks chose {sizes}, all take the smallest"
         n = min(sizes)

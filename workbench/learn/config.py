@@ -90,9 +90,9 @@ class RunConfig:
                                        "tenth of the GPU's memory, at least 2 (8 on an 80 GB GPU); 2 on the CPU.")
     centralised_critic: tuple = _f((), "Policies whose value function sees the replica's joint observation "
                                        "(MAPPO with PPO, or A2C), e.g. [runners]; [all] for every policy.")
-    cpu_threads: int = _f(0, "Threads for the CPU target's kernels and torch (0: one on two cores or "
-                             "fewer, else chosen by measuring 1 thread against all cores at the start). Fix it for bit-identical reruns: matmuls split "
-                             "over another thread count round differently.")
+    cpu_threads: int = _f(0, "Threads for the CPU target's kernels and torch (0: one on two cores or fewer, "
+                             "else chosen by measuring 1 thread against all cores at the start). Fix it for "
+                             "bit-identical reruns: matmuls split over another thread count round differently.")
     progress: bool = _f(None, "Show a progress bar with env-steps/s and an ETA while training (None: wb.train "
                               "and the CLI show one, Trainer.train does not).")
     checkpoint_every: int = _f(0, "Save a checkpoint every this many iterations into run_dir (0: only at the end).")

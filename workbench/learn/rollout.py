@@ -239,13 +239,15 @@ def masked_moments(x, mask, dim=None, sync=None, moments: bool = True):
     return count.squeeze(dims), mean.squeeze(dims), var.sqrt().squeeze(dims)
 
 
-def explained_variance(batch: Batch, members: int = 1, steps: int = 1):
+def explained_variance(batch: Batch, samples=None):
     """1 - Var[returns - values] / Var[returns] over each member's live samples -> [M] (NaN where the
     returns do not vary): how much of the returns' variance the critic explains (1: all of it, 0: no
-    more than their mean, below 0: less). batch: a rollout [steps, E, n] flattened, member k owning
-    replicas [k * E / M, (k + 1) * E / M)."""
+    more than their mean, below 0: less). samples: a population's members.MemberSamples (None: one
+    member)."""
+    members = samples.members if samples is not None else 1
+
     def by_member(x):
-        return x.float().reshape(steps, members, -1).transpose(0, 1).reshape(members, -1)
+        return (samples.rows(x) if members > 1 else x).float().reshape(members, -1)
 
     values, returns, mask = (by_member(batch[k]) for k in ("values", "returns", "mask"))
     _, _, returns_std = masked_moments(returns, mask, dim=1)

@@ -345,8 +345,9 @@ def run_training(config, *, resume=None, progress=None, policies=None, show_run_
         + (f"; continuing {resume} from iteration {trainer.iteration}" if resume else ""))
     updates = trainer.total_iterations()  # (the run's in all: a resume continuing a long run is no short run)
     if updates < FEW_UPDATES:
+        product = "num_envs x rollout_length" + (" x ranks" if trainer.sync is not None else "")
         say(f"note: total_env_steps={config.total_env_steps} at {trainer.steps_per_iteration} env-steps an iteration "
-            f"(num_envs x rollout_length{' x ranks' if trainer.sync is not None else ''}) gives {updates} update(s) in all: too few to learn much; raise "
+            f"({product}) gives {updates} update(s) in all: too few to learn much; raise "
             f"total_env_steps (--total-env-steps {5 * FEW_UPDATES * trainer.steps_per_iteration} for "
             f"{5 * FEW_UPDATES}) or lower num_envs")
     logger = make_logger(config, run_dir) if trainer.is_main else None

@@ -17,9 +17,9 @@ one process).
 
 With two cores (this process's share) both pools take one thread, unmeasured: each parallel region
 waits for its slowest thread, so a second busy process (a browser, the notebook's own redraws)
-stalls a two-thread region whenever it holds one of the cores. On 2 cores, idle, two threads made an
-iteration 1.10x (CartPole, tag_continuous) to 1.17x (tag_grid) faster than one; beside one busy
-process CartPole's iteration took 344 ms at two threads against 99 ms at one.
+stalls a two-thread region whenever it holds one of the cores. On 2 cores, two threads made CartPole's
+iterations 1.09x faster idle and 3.5x slower beside one busy process (docs/benchmarks.md, "Thread
+counts").
 """
 from __future__ import annotations
 

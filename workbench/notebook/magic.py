@@ -121,25 +121,11 @@ def _agents_param(defn) -> str:
 
 # ---- the build -------------------------------------------------------------------------------
 
-def _space(space) -> str:
-    from ..compiler.envdef import Box, Discrete, MultiDiscrete
-    if isinstance(space, Discrete):
-        return f"Discrete({space.n})"
-    if isinstance(space, MultiDiscrete):
-        return f"MultiDiscrete({', '.join(str(n) for n in space.nvec)})"
-    if isinstance(space, Box):
-        bounds = ""
-        if all(isinstance(b, (int, float)) for b in (space.low, space.high)) and (
-                abs(space.low) != float("inf") or abs(space.high) != float("inf")):
-            bounds = f" in [{space.low:g}, {space.high:g}]"
-        return f"Box{tuple(space.shape)}{bounds}"
-    return repr(space)
-
-
 def _summary(result: WarpenvResult) -> str:
     defn = result.definition
     agents = f"{defn.num_agents} agent{'s' if defn.num_agents != 1 else ''}"
-    parts = [f"warpenv {result.name}: {agents}, obs {tuple(defn.obs_shape)} per agent, action {_space(defn.action)}"]
+    parts = [f"warpenv {result.name}: {agents}, obs {tuple(defn.obs_shape)} per agent, "
+             f"action {registry.describe_space(defn.action)}"]
     if result.targets:
         built = f"compiled for {', '.join(result.targets)}"
     elif result.nvrtc_arch and result.nvrtc_cached:

@@ -283,9 +283,7 @@ def to_mp4(trajectory: dict, env, path, *, fps: float | None = None, dpi: int = 
     time)."""
     _check_positive("fps", fps, "steps a second; None: the env's real time")
     path = Path(path)
-    if path.suffix.lower() not in VIDEO_SUFFIXES:
-        raise WorkbenchError(f"cannot write {path}: name the file {', '.join(VIDEO_SUFFIXES[:-1])} or "
-                             f"{VIDEO_SUFFIXES[-1]} (H.264 video, or an animated GIF), not {path.suffix or 'no suffix'}")
+    _check_video_suffix(path, f"cannot write {path}")
     exe = find_ffmpeg()
     fps = float(fps) if fps else steps_per_second(env)
     try:
@@ -416,9 +414,14 @@ def replay(run_or_checkpoint, *, replica: int = 0, num_envs: int = 1, mp4=None, 
 
 def _check_replay(replica, num_envs, mp4, max_steps):
     for name, value, least in (("replica", replica, 0), ("num_envs", num_envs, 1), ("max_steps", max_steps, 1)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least):
+        integer = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        if value is not None and (not integer or value < least):
             raise WorkbenchError(f"wb.replay: {name} must be an int >= {least}, got {value!r}")
-    if mp4 is not None and Path(mp4).suffix.lower() not in VIDEO_SUFFIXES:
-        raise WorkbenchError(f"wb.replay: cannot write mp4={str(mp4)!r}: name the file {', '.join(VIDEO_SUFFIXES[:-1])} "
-                             f"or {VIDEO_SUFFIXES[-1]} (H.264 video, or an animated GIF), not "
-                             f"{Path(mp4).suffix or 'no suffix'}")
+    if mp4 is not None:
+        _check_video_suffix(Path(mp4), f"wb.replay: cannot write mp4={str(mp4)!r}")
+
+
+def _check_video_suffix(path: Path, what: str) -> None:
+    if path.suffix.lower() not in VIDEO_SUFFIXES:
+        raise WorkbenchError(f"{what}: name the file {', '.join(VIDEO_SUFFIXES[:-1])} or {VIDEO_SUFFIXES[-1]} "
+                             f"(H.264 video, or an animated GIF), not {path.suffix or 'no suffix'}")

@@ -203,3 +203,19 @@ def _first_difference(here: str, there: str) -> str:
         if x != y:
             return f"first at line {k + 1}: {x.strip()!r} here, {y.strip()!r} in the run"
     return f"here it has {len(a)} lines, in the run {len(b)}"
+
+
+def describe_space(space) -> str:
+    """A space in a few words: Discrete(5), MultiDiscrete(10, 21), Box(3,) in [-1, 1]."""
+    from ..compiler.envdef import Box, Discrete, MultiDiscrete
+    if isinstance(space, Discrete):
+        return f"Discrete({space.n})"
+    if isinstance(space, MultiDiscrete):
+        return f"MultiDiscrete({', '.join(str(n) for n in space.nvec)})"
+    if isinstance(space, Box):
+        bounds = ""
+        if all(isinstance(b, (int, float)) for b in (space.low, space.high)) and (
+                abs(space.low) != float("inf") or abs(space.high) != float("inf")):
+            bounds = f" in [{space.low:g}, {space.high:g}]"
+        return f"Box{tuple(space.shape)}{bounds}"
+    return repr(space)

@@ -168,6 +168,5 @@ def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int
     for i, k in enumerate(STATS):
         stats[k] += (local[i] / (divisor if k != "nonfinite" else 1)).reshape(stats[k].shape)
     if "explained_variance" in stats:  # (of the rollout's values, before this update)
-        stats["explained_variance"] += explained_variance(batch, members, samples.T if members > 1 else 1).reshape(
-            stats["explained_variance"].shape)
+        stats["explained_variance"] += explained_variance(batch, samples).reshape(stats["explained_variance"].shape)
     return stats
