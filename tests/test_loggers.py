@@ -52,6 +52,36 @@ def test_wandb_runs_offline_without_a_key(tmp_path, monkeypatch):
     assert offline and list(offline[0].glob("*.wandb")), "an offline run file to sync later"
 
 
+class _RecordingWandb:
+    """Stands in for the wandb module: records what the logger asks of a run."""
+
+    def __init__(self):
+        self.metrics, self.logged = {}, []
+
+    def init(self, **kwargs):
+        return self
+
+    def define_metric(self, name, step_metric=None):
+        self.metrics[name] = step_metric
+
+    def log(self, row, step):
+        self.logged.append((step, row))
+
+    def finish(self):
+        pass
+
+
+def test_wandb_charts_follow_env_steps_as_tensorboard_does(tmp_path, monkeypatch):
+    fake = _RecordingWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    run = tmp_path / "wb"
+    assert cli.main(["train", "cartpole", "--run-dir", str(run), "--logger", "wandb", *SMALL]) == 0
+    assert fake.metrics == {"env_steps": None, "*": "env_steps"}
+    rows = _csv(run)
+    assert [step for step, _ in fake.logged] == [int(r["iteration"]) for r in rows]
+    assert [row["env_steps"] for _, row in fake.logged] == [float(r["env_steps"]) for r in rows]
+
+
 def test_bad_logger_and_missing_extra_are_named(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match=r"PPOConfig.logger must be one of \['csv', 'tensorboard', 'wandb'\], "
                                           r"got 'mlflow'"):
@@ -64,7 +94,7 @@ def test_bad_logger_and_missing_extra_are_named(tmp_path, monkeypatch):
         make_logger(cfg.replace(config, logger="wandb"))
     # a run names the missing extra before it builds anything (before: after the env's compile)
     monkeypatch.setattr(trainer_module, "make_trainer", lambda *a, **k: pytest.fail("built the trainer first"))
-    with pytest.raises(MissingExtraError, match=r'wandb is needed for --logger wandb'):
+    with pytest.raises(MissingExtraError, match=r"wandb is needed for logger='wandb' \(--logger wandb on the command line\)"):
         wb.train(cfg.replace(config, logger="wandb", target="cpu"), progress=False)
 
 

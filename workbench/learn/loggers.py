@@ -41,7 +41,7 @@ class TensorBoardLogger:
     """Scalars per metric at global step = env_steps; hparams (with the final metrics) at close."""
 
     def __init__(self, config, run_dir):
-        require("tensorboard", "tensorboard", "--logger tensorboard")
+        require("tensorboard", "tensorboard", _purpose("tensorboard"))
         from torch.utils.tensorboard import SummaryWriter
         self.config = config
         self.log_dir = Path(run_dir) / "tensorboard"
@@ -62,16 +62,19 @@ class TensorBoardLogger:
 
 
 class WandbLogger:
-    """wandb.log of every metrics row (step = iteration), the config as wandb.config."""
+    """wandb.log of every metrics row, the config as wandb.config. Charts are drawn against env_steps,
+    as TensorBoard's are (wandb's own step stays the iteration, which it needs to increase)."""
 
     def __init__(self, config, run_dir):
-        wandb = require("wandb", "wandb", "--logger wandb")
+        wandb = require("wandb", "wandb", _purpose("wandb"))
         self.wandb = wandb
         offline = not os.environ.get("WANDB_API_KEY") and os.environ.get("WANDB_MODE") != "online"
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "warp-workbench"), name=Path(run_dir).name,
                               dir=str(run_dir), config=to_dict(config), mode="offline" if offline else None,
                               reinit=True)
+        self.run.define_metric("env_steps")
+        self.run.define_metric("*", step_metric="env_steps")
 
     def __call__(self, iteration, metrics) -> bool:
         self.run.log(_scalars(metrics), step=int(iteration))
@@ -86,8 +89,12 @@ def check_logger(config) -> str:
     builds its env and learner; make_logger makes it."""
     name = _logger_name(config)
     if name != "csv":
-        require(name, name, f"--logger {name}")
+        require(name, name, _purpose(name))
     return name
+
+
+def _purpose(name: str) -> str:
+    return f"logger={name!r} (--logger {name} on the command line)"
 
 
 def _logger_name(config) -> str:
