@@ -189,7 +189,17 @@ def test_the_viewer_shows_how_the_episode_ended():
     source.rgb(0)
     steps = last
     assert source.drawer.captions[0] == "t=0 return=0.00"
-    assert source.drawer.captions[last] == f"t={steps} return={steps:.2f}"
+    assert ep["terminated"][-1]
+    assert source.drawer.captions[last] == f"t={steps} return={steps:.2f}  (terminated)"
+    assert "(" not in source.drawer.captions[last - 1]
+    timed_out = wb.make("cartpole", num_envs=1, target="cpu", seed=0, max_steps=20)
+    timed_out.record(replicas=[0], max_steps=20)
+    for k in range(25):  # balanced for 20 steps: the time limit ends the episode
+        timed_out.step(torch.full((1, 1), k % 2, dtype=torch.int32))
+    (truncated,) = timed_out.pull_trajectories()
+    frames = render.FrameSource(truncated, timed_out)
+    frames.rgb(20)
+    assert truncated["truncated"][-1] and frames.drawer.captions[20] == "t=20 return=20.00  (truncated: time limit)"
     anim = render.Animation(ep, env)
     assert len(anim.frames) == steps + 1 and anim.total_steps == steps
     assert f"step 0 / {steps}" in anim.to_html()

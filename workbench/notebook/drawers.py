@@ -62,6 +62,14 @@ class Drawer:
                             family="monospace")
         return self.info
 
+    def _ending(self, k: int) -> str:
+        """How the episode ended, on its terminal frame (the state after its last step)."""
+        if not self.traj.get("terminal_frame") or k != len(self) - 1:
+            return ""
+        if bool(np.any(self.traj.get("terminated", [False])[k])):
+            return "  (terminated)"
+        return "  (truncated: time limit)" if bool(np.any(self.traj.get("truncated", [False])[k])) else ""
+
     def set_info(self, k: int, extra: str = ""):
         """Frame k's caption: t, the return of the steps before frame k (each team's when there are
         several; the whole episode's on the frame of the state it ended in), then `extra`."""
@@ -69,7 +77,7 @@ class Drawer:
             ret = "return " + " ".join(f"{name}={values[k]:+.2f}" for name, values in self.team_returns.items())
         else:
             ret = f"return={self.returns[k]:.2f}"
-        self.captions[k] = f"t={int(self.traj['t'][k])} {ret}{extra}"
+        self.captions[k] = f"t={int(self.traj['t'][k])} {ret}{extra}{self._ending(k)}"
         if self.info is not None and self.info.get_visible():
             self.info.set_text(self.captions[k])
 
