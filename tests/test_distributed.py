@@ -42,12 +42,13 @@ def test_two_rank_training_keeps_parameters_identical_and_resumes_single_process
     assert "rank 0 trained 4 iterations, env_steps 1024" in out.stdout
     assert "rank 1 trained 4 iterations" in out.stdout
     assert "rank 1 resumed with its own policy noise" in out.stdout
+    assert out.stderr.count("training past total_env_steps=1024 with anneal_lr") == 1, out.stderr  # rank 0's
     assert (tmp_path / "checkpoint.pt").exists() and (tmp_path / "metrics.csv").exists()
     config = wb.PPOConfig(num_envs=8, rollout_length=16, num_minibatches=2, target="cpu", normalize_obs=True)
     trainer = wb.make_trainer(config, distributed=False)
     with pytest.warns(UserWarning, match="written by 2 rank\\(s\\), resumed by 1"):
         trainer.load(tmp_path / "checkpoint.pt")
-    assert trainer.iteration == 4 and trainer.env_steps == 1024
+    assert trainer.iteration == 5 and trainer.env_steps == 1280  # (4 iterations, then 1 past the budget)
     trainer.train(num_iterations=1)
 
 
@@ -108,6 +109,8 @@ def test_a_population_that_does_not_split_evenly_is_a_clear_error():
     with pytest.raises(wbd.DistributedError, match="torchrun --nproc-per-node 2 or 4, "):
         wbd.member_slice(8, context)  # (not 8: a rank trains 2 members at least)
     assert wbd.member_slice(8, wbd.Context(1, 1, 2, "gloo")) == (4, 8)
+    with pytest.raises(wbd.DistributedError, match="needs at least 2 members per rank, it has 1: launch fewer ranks"):
+        wbd.member_slice(8, wbd.Context(0, 0, 8, "gloo"))  # (refused in make_trainer, before the env compiles)
 
 
 def test_a_dead_rank_stops_the_job_with_its_rank_named(tmp_path):

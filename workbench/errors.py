@@ -70,5 +70,10 @@ class NonFiniteError(WorkbenchError, FloatingPointError):
     """A step produced NaN or inf (raised in debug mode)."""
 
 
+class WorkbenchWarning(UserWarning):
+    """Every warning the workbench gives (filter them by this category); under torchrun only rank 0
+    shows them, as every rank would give the same."""
+
+
 class ConsistencyError(WorkbenchError, AssertionError):
     """Two targets disagree, or an env breaks the runner's contract."""

@@ -93,6 +93,7 @@ def train(run_dir, die_at=None):
         dist.all_gather(draws, torch.rand(4, generator=resumed.generator))
         assert not torch.equal(draws[0], draws[1]), "resumed ranks draw the same policy noise"
         print(f"rank {rank} resumed with its own policy noise", flush=True)
+        resumed.train(num_iterations=1)  # past the budget with anneal_lr: each rank would warn
 
 
 def resume_exact(run_dir):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import warnings
 
 import torch
+from ..errors import WorkbenchWarning
 
 
 warnings.filterwarnings("ignore", message=r"\s*Online softmax is disabled", category=UserWarning)
@@ -28,7 +29,8 @@ class MaybeCompiled:
                 return self.compiled(*args, **kwargs)
             except Exception as exc:  # noqa: BLE001 - any compiler failure: run the same function eagerly
                 warnings.warn(f"torch.compile of {self.name} failed ({type(exc).__name__}: "
-                              f"{str(exc).splitlines()[0][:160] if str(exc) else ''}); it runs eagerly", stacklevel=2)
+                              f"{str(exc).splitlines()[0][:160] if str(exc) else ''}); it runs eagerly",
+                              WorkbenchWarning, stacklevel=2)
                 self.compiled = None
         return self.fn(*args, **kwargs)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from ..errors import WorkbenchError, did_you_mean
+from ..errors import WorkbenchError, WorkbenchWarning, did_you_mean
 
 
 class ConfigError(WorkbenchError, ValueError):
@@ -495,6 +495,6 @@ def replace(config, **changes):
                 return f"its default is {defaults[new][key]!r}" if key in defaults[new] else "no such field"
             warnings.warn(f"{old.__name__} -> {new.__name__}: values set for {config.algorithm} left behind: "
                           f"{', '.join(f'{k}={v!r} ({why(k)})' for k, v in left.items())}; set them again to "
-                          f"keep them", stacklevel=2)
+                          f"keep them", WorkbenchWarning, stacklevel=2)
         return from_dict({**kept, **changes}, new)
     return from_dict({**to_dict(config), **changes}, type(config))

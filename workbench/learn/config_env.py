@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 
-from ..errors import did_you_mean
+from ..errors import WorkbenchWarning, did_you_mean
 from .config import ConfigError, PPOConfig, replace
 from .episode_stats import RENAMED
 from .evaluate import env_metrics
@@ -31,7 +31,7 @@ def check_against_env(config, env, groups=None, members: int = 1) -> None:
         others = [k for k in ranked_statistics(definition, list(sizes)) if k != "mean_return"]
         warnings.warn(f"{name}.rank_by is mean_return, the average of the returns of policies {list(sizes)}: where "
                       f"they play against each other it ranks the sweep's settings by little; set rank_by to one "
-                      f"policy's return or an env metric (one of {others})", stacklevel=3)
+                      f"policy's return or an env metric (one of {others})", WorkbenchWarning, stacklevel=3)
     if members > 1:
         if env.num_envs != members * config.num_envs or getattr(env, "replicas_per_seed", None) != config.num_envs:
             raise ConfigError(

@@ -13,12 +13,13 @@ from __future__ import annotations
 import atexit
 import datetime
 import os
+import warnings
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
-from ..errors import WorkbenchError
+from ..errors import WorkbenchError, WorkbenchWarning
 
 
 class DistributedError(WorkbenchError, RuntimeError):
@@ -78,6 +79,8 @@ def init(target: str, timeout_s: float = 120.0) -> Context:
         kwargs = {"device_id": torch.device("cuda", local_rank)} if gpu else {}
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
         atexit.register(_leave)
+    if dist.get_rank() != 0:  # every rank would give the same warning: rank 0 speaks for the job
+        warnings.filterwarnings("ignore", category=WorkbenchWarning)
     return Context(dist.get_rank(), local_rank, dist.get_world_size(), backend)
 
 
@@ -161,6 +164,10 @@ def member_slice(members: int, context: Context) -> tuple:
                                f"{' or '.join(map(str, fits[:4])) or 1}, "
                                f"or change seeds/sweep to a multiple of {world}")
     per = members // world
+    if per < 2:  # (one member a rank would train as an ordinary run, outside the population's collectives)
+        raise DistributedError(f"a population split over {world} ranks needs at least 2 members per rank, it has "
+                               f"{per}: launch fewer ranks (torchrun --nproc-per-node), or train each member as "
+                               f"its own run")
     return context.rank * per, (context.rank + 1) * per
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import warnings
 
 import torch
+from ..errors import WorkbenchWarning
 
 
 _SIDE_STREAMS: dict = {}  # device index -> the side stream of first iterations
@@ -63,7 +64,8 @@ class IterationGraph:
                 body()
         except Exception as exc:  # noqa: BLE001 - any capture failure falls back to eager
             warnings.warn(f"CUDA graph capture of the training iteration failed ({type(exc).__name__}: "
-                          f"{str(exc).splitlines()[0][:200]}); training goes on eagerly", stacklevel=4)
+                          f"{str(exc).splitlines()[0][:200]}); training goes on eagerly",
+                          WorkbenchWarning, stacklevel=4)
             self.state = "eager"
             torch.cuda.synchronize()
             body()

@@ -17,6 +17,7 @@ from .members import (MemberAdam, MemberLinear, MemberNorm, PopulationError, mem
 from .policies import ActorCritic, CentralisedActorCritic, DeterministicActor, QCritic, SharedActorCritic
 from .rollout import PolicyMapError, RolloutBuffer, RunningNorm
 from .streams import MemberStreams
+from ..errors import WorkbenchWarning
 
 
 def adam(params, lr: float, device, lr_tensors: list):
@@ -160,7 +161,8 @@ def build_ddpg(tr, g, agent):
     if collected < tr.config.learning_starts:
         warnings.warn(f"DDPGConfig.total_env_steps={tr.config.total_env_steps} collects {collected} transitions of "
                       f"policy '{g.name}', fewer than learning_starts={tr.config.learning_starts}: the run would end "
-                      f"before it learns anything; raise total_env_steps or lower learning_starts", stacklevel=4)
+                      f"before it learns anything; raise total_env_steps or lower learning_starts",
+                      WorkbenchWarning, stacklevel=4)
     buffer = ddpg.ReplayBuffer(tr.config.buffer_size, tr.obs_dim, act_dim, tr.device, batch=n,
                                members=tr.M, masked=tr.env.definition.active is not None)
     return agent, optimizers, buffer
@@ -264,7 +266,7 @@ def anneal(tr, total_iters: int):
         tr._warned_lr_floor = True
         warnings.warn(f"training past total_env_steps={tr.config.total_env_steps} with anneal_lr: the "
                       f"learning rate has reached 0, so the policy no longer changes; raise total_env_steps "
-                      f"or set anneal_lr false", stacklevel=4)
+                      f"or set anneal_lr false", WorkbenchWarning, stacklevel=4)
     tr.lr_fraction = frac
     if tr.lr_tensors:
         for tensor, base in tr.lr_tensors:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import NonFiniteError
+from ..errors import NonFiniteError, WorkbenchWarning
 
 
 class Metrics:
@@ -121,7 +121,7 @@ class Metrics:
                 first["warned"] = True
                 warnings.warn(f"policy '{g.name}' looks divergent: {message} by iteration {iteration}; the "
                               f"likely cause is a learning rate too high for this problem (lr={lr:g}): try 10x "
-                              f"lower, or normalize_obs / smaller rewards", stacklevel=4)
+                              f"lower, or normalize_obs / smaller rewards", WorkbenchWarning, stacklevel=4)
 
 
 class RateWindow:

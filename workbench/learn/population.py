@@ -18,6 +18,7 @@ import torch
 
 from . import config as cfg
 from .ranking import lower_first, rank_key, setting_label
+from ..errors import WorkbenchWarning
 
 
 @dataclass(frozen=True)
@@ -53,10 +54,6 @@ def rank_members(config, split, distributed) -> tuple:
                                   "trainer with wb.make_trainer (or wb.train, or the CLI)")
         return members, None
     start, stop = dist_mod.member_slice(len(members), split)
-    if stop - start < 2:
-        raise PopulationError(f"a population split over {split.world_size} ranks needs at least 2 members per rank, "
-                              f"it has {stop - start}: launch fewer ranks (torchrun --nproc-per-node), or train "
-                              f"each member as its own run")
     return members[start:stop], dist_mod.MemberRanks(split)
 
 
@@ -248,7 +245,8 @@ def member_payload(payload: dict, k) -> dict:
             k, best_by = best_member(known), rank_key(known)
             if not any(m.get(best_by) == m.get(best_by) for m in known.get("members") or ()):
                 warnings.warn(f"no member of this population has a value of {best_by} yet (no episode ended): "
-                              f"'best' falls back to member {k}; name a member to pick another", stacklevel=2)
+                              f"'best' falls back to member {k}; name a member to pick another",
+                              WorkbenchWarning, stacklevel=2)
                 best_by = None  # (not the best by anything)
         elif isinstance(k, numbers.Integral) and not isinstance(k, bool):
             k = int(k)

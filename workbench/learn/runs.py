@@ -18,7 +18,7 @@ from pathlib import Path
 from . import config as cfg
 from .config_files import config_file, default_config, load_config, resolve_config  # noqa: F401 - (runs' API)
 from .report import returns_text
-from ..errors import WorkbenchError
+from ..errors import WorkbenchError, WorkbenchWarning
 
 # torch (through .checkpoint, .trainer) is imported where used: the CLI imports this module, and
 # `python -m workbench --help` needs no torch.
@@ -48,7 +48,7 @@ def load_checkpoint(run_or_checkpoint):
     if not kept and isinstance(name, str) and registry.changed_since(name, payload.get("env_digest")):
         warnings.warn(f"{str(path)!r} trained env '{name}' from another version of its source than this "
                       f"installation's (an upgrade, or an edit of envs/{name}.py): it resumes, evaluates and "
-                      f"replays on this version, whose dynamics or spaces may differ", stacklevel=3)
+                      f"replays on this version, whose dynamics or spaces may differ", WorkbenchWarning, stacklevel=3)
     if different:
         name, params = kept["name"], kept.get("params") or {}
         copy = path.parent / SOURCE_FILES.get(kept.get("language"), "env_source.py")

@@ -29,6 +29,7 @@ import time
 import warnings
 
 import torch
+from ..errors import WorkbenchWarning
 
 TORCH_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 USER_VARIABLES = TORCH_VARIABLES + ("NUMBA_NUM_THREADS",)
@@ -108,7 +109,7 @@ def configure(requested: int, env_step, learner_pass, key=None) -> dict:
     if requested > 0:
         if requested > available_cores():  # more threads than cores: every pool would wait on the others
             warnings.warn(f"cpu_threads={requested} is more than this machine's {available_cores()} cores: "
-                          f"training with {available_cores()}", stacklevel=3)
+                          f"training with {available_cores()}", WorkbenchWarning, stacklevel=3)
             requested = available_cores()
         _set_numba(requested)
         torch.set_num_threads(requested)

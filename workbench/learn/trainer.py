@@ -37,6 +37,7 @@ from .metrics import Metrics, RateWindow, append_csv, nonfinite_error, weights_f
 from .policies import ActionHead
 from .rollout import PolicyMapError, build_groups
 from ..runtime import registry
+from ..errors import WorkbenchWarning
 
 ON_POLICY = {"ppo": ppo, "a2c": a2c}
 
@@ -397,7 +398,7 @@ def _kept_after_callback_error(trainer, exc: Exception, save_dir):
             and trainer.ranks is None:
         saved = trainer.save(save_dir / "checkpoint.pt")
         warnings.warn(f"a callback raised {type(exc).__name__} after iteration {trainer.iteration}: that iteration's "
-                      f"checkpoint is saved ({saved}); resume continues the run", stacklevel=3)
+                      f"checkpoint is saved ({saved}); resume continues the run", WorkbenchWarning, stacklevel=3)
     return exc
 
 

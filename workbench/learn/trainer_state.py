@@ -17,6 +17,7 @@ from .learners import hidden_activation
 from .algorithms import ddpg
 from .members import MemberAdam
 from ..runtime import registry
+from ..errors import WorkbenchWarning
 
 
 def signature(tr) -> dict:
@@ -176,7 +177,7 @@ def restore(tr, payload: dict, path, restore_env: bool = True):
         if restore_env:
             warnings.warn("checkpoint written on another kind of device: its random streams cannot be continued "
                           "here, so this run and its env draw from new ones (seeded by seed and iteration)",
-                          stacklevel=3)
+                          WorkbenchWarning, stacklevel=3)
     if "streams" in payload["rng"]:
         tr.streams.load_state_dict(payload["rng"]["streams"])
     if tr.rank > 0:  # the checkpoint holds rank 0's stream: every other rank continues on its own
@@ -191,7 +192,8 @@ def restore(tr, payload: dict, path, restore_env: bool = True):
     saved_world = payload.get("world_size", 1)
     if restore_env and saved_world != tr.world_size:
         warnings.warn(f"checkpoint written by {saved_world} rank(s), resumed by {tr.world_size}: policies, "
-                      f"optimisers and counters are restored; env replicas start new episodes", stacklevel=3)
+                      f"optimisers and counters are restored; env replicas start new episodes",
+                      WorkbenchWarning, stacklevel=3)
     elif restore_env and own is not None and own["env_state"]["obs"].shape == tr.env.store["obs"].shape:
         tr.env.store.load_snapshot(own["env_state"])
         tr.env.seed = own["env_seed"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from ..compiler import envdef, envdef_c
-from ..errors import EnvDefinitionError, UnknownEnvError, did_you_mean
+from ..errors import EnvDefinitionError, UnknownEnvError, WorkbenchWarning, did_you_mean
 
 # every spelling of an env's language (`register`'s language, `%%warpenv --lang`) -> the one kept
 LANGUAGES = {"python": "python", "py": "python", "cuda": "cuda", "cuda-c": "cuda", "c": "cuda"}
@@ -80,7 +80,8 @@ def register(name: str, source: str, *, language: str = "python", filename: str 
     if replaced is not None and replaced.shipped and replaced.source != source:
         warnings.warn(f"wb.register({name!r}) replaces the shipped env {name!r} in this process: wb.train({name!r}) "
                       f"and the CLI now train this source with the default config (not configs/{name}.yaml, which "
-                      f"is tuned for the shipped env); register it under another name to keep both", stacklevel=2)
+                      f"is tuned for the shipped env); register it under another name to keep both",
+                      WorkbenchWarning, stacklevel=2)
     _REGISTRY[name] = entry
     return entry
 
@@ -183,7 +184,7 @@ def register_stored(kept: dict | None) -> str | None:
         if current is not None and current.shipped:
             warnings.warn(f"the run's env {name!r} is a changed source of the shipped env {name!r}: it replaces the "
                           f"shipped one in this process (wb.make({name!r}) makes it) until a run of the shipped env "
-                          f"is loaded", stacklevel=3)
+                          f"is loaded", WorkbenchWarning, stacklevel=3)
         _REGISTRY[name] = wanted
         return None
     if canonical_language(current.language) != canonical_language(wanted.language):
