@@ -26,6 +26,12 @@ from workbench.compiler.envdef import Box, Discrete, MultiDiscrete
 from workbench.errors import EnvParameterError, InsufficientMemoryError
 
 
+@pytest.fixture(autouse=True)
+def _in_a_fresh_folder(tmp_path, monkeypatch):
+    """Relative run folders ("unused") land in the test's own folder, not the repository."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture(scope="module")
 def cartpole():
     return wb.make("cartpole", num_envs=8, target="cpu")

@@ -9,6 +9,7 @@ import torch
 import workbench as wb
 from workbench import cli
 from workbench.learn import config as cfg
+from workbench.learn import runs as runs_module
 from workbench.learn.runs import ResumeError, default_run_dir, load_policy, resume_config
 from workbench.learn.trainer import make_trainer
 
@@ -138,8 +139,9 @@ def test_default_run_dir_names_env_and_time(tmp_path, monkeypatch):
     config = cfg.from_dict(SMALL)
     first = default_run_dir(config.env)
     assert re.fullmatch(r"runs/cartpole-\d{8}-\d{6}", first)
-    (tmp_path / first).mkdir(parents=True)
-    assert default_run_dir(config.env).startswith(first + "-")
+    assert (tmp_path / first).is_dir()  # made at once: a run started in the same second takes the next name
+    monkeypatch.setattr(runs_module.time, "strftime", lambda fmt: first.split("-", 1)[1])
+    assert default_run_dir(config.env) == first + "-2" and default_run_dir(config.env) == first + "-3"
 
 
 def test_train_from_python_keeps_a_run_folder_and_resumes_it(tmp_path, monkeypatch):
@@ -193,8 +195,8 @@ def test_a_resume_with_longer_iterations_stops_at_the_budget_in_env_steps(tmp_pa
 
 
 def test_a_run_killed_after_its_checkpoint_resumes_without_repeating_rows(tmp_path):
-    """A hard kill (no Ctrl-C handler runs) leaves metrics.csv rows past the last checkpoint; the
-    resumed run logs those iterations again, once."""
+    """A hard kill (no Ctrl-C handler runs) leaves metrics.csv rows past the last checkpoint, the
+    last one maybe cut short; the resumed run logs those iterations again, once, in whole rows."""
     config = cfg.from_dict({**SMALL, "run_dir": str(tmp_path), "total_env_steps": 6 * E * T, "log_every": 1})
     trainer = make_trainer(config)
     trainer.train(num_iterations=2)  # the checkpoint: iteration 2
@@ -204,10 +206,13 @@ def test_a_run_killed_after_its_checkpoint_resumes_without_repeating_rows(tmp_pa
         for i in (3, 4):
             csv.writer(fh).writerow([str(i) if name == "iteration" else value
                                      for name, value in zip(rows[0], rows[-1])])
+        fh.write(",".join(["2"] + rows[-1][1:3]))  # a row the kill cut short (its iteration no help)
     assert cli.main(["train", "--resume", str(tmp_path)]) == 0
     with (tmp_path / "metrics.csv").open() as fh:
         iterations = [int(r["iteration"]) for r in csv.DictReader(fh)]
     assert iterations == [1, 2, 3, 4, 5, 6]
+    with (tmp_path / "metrics.csv").open() as fh:
+        assert len({len(r) for r in csv.reader(fh)}) == 1
 
 
 @pytest.mark.parametrize("edit, words", [("seed: 4", "seed=7"), ("num_envs: 8", "num_envs=32")])

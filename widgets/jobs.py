@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from workbench.learn import config as cfg
+from workbench.learn import config as cfg, run_lock
 from workbench.learn.config_env import check_against_env
 
 from .runfiles import append_csv, default_run_dir, read_metrics, refuse_held_run, write_config
@@ -41,7 +41,17 @@ def continued_config(trained, form):
 
 
 def train(run) -> None:
-    """Train the spec's config in this process (continuing run.trainer when the run resumes one)."""
+    """Train the spec's config in this process (continuing run.trainer when the run resumes one),
+    holding its run folder meanwhile (a run of another process keeps out until this one returns)."""
+    run_dir = run.spec.config.run_dir  # (a continued run's too: it takes the form's run_dir)
+    run_lock.claim(run_dir)
+    try:
+        _train(run)
+    finally:
+        run_lock.release(run_dir)
+
+
+def _train(run) -> None:
     from workbench.learn.loggers import make_logger
     from workbench.learn.runs import finish_run_folder
     from workbench.learn.trainer import make_trainer

@@ -5,6 +5,7 @@ judged by (non-finite losses or weights, divergence, the target return).
 from __future__ import annotations
 
 import csv
+import io
 import math
 import warnings
 from pathlib import Path
@@ -223,3 +224,25 @@ def append_csv(path: Path, metrics: dict):
         writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows + list(new))
+
+
+def keep_rows_upto(source: Path, dest: Path, upto: int):
+    """`dest` (a forked run's metrics.csv, or the source itself) holds the source's whole rows up to
+    iteration `upto` (the checkpoint's): rows logged after it, and a row a killed run cut short, go."""
+    if not source.is_file():
+        return
+    text = source.read_text()
+    rows = list(csv.reader(io.StringIO(text)))
+    rows = rows if text.endswith("\n") else rows[:-1]  # (a last line without its end was cut short)
+    if not rows or "iteration" not in rows[0]:
+        return
+    col, width = rows[0].index("iteration"), len(rows[0])
+    kept = [r for r in rows[1:] if len(r) == width and r[col].isdigit() and int(r[col]) <= upto]
+    with dest.open("w", newline="") as fh:
+        csv.writer(fh).writerows([rows[0]] + kept)
+
+
+def write_reports(path: Path, reports: list):
+    """A new run folder's metrics.csv from a checkpoint's reports (its history)."""
+    for report in reports:
+        append_csv(path, report)

@@ -7,7 +7,6 @@ new process, so resume, evaluate and replay need no notebook. Where this process
 name with another source, they refuse and say what differs (the run's env is never swapped silently)."""
 from __future__ import annotations
 
-import csv
 import dataclasses
 import math
 import os
@@ -15,7 +14,7 @@ import time
 import warnings
 from pathlib import Path
 
-from . import config as cfg
+from . import config as cfg, run_lock
 from .config_files import config_file, default_config, load_config, resolve_config  # noqa: F401 - (runs' API)
 from .report import returns_text
 from ..errors import WorkbenchError, WorkbenchWarning
@@ -64,13 +63,9 @@ def load_checkpoint(run_or_checkpoint):
 
 
 def default_run_dir(env: str, root="runs") -> str:
-    """'runs/<env>-<YYYYmmdd-HHMMSS>' (with -2, -3, ... when that folder exists already): the CLI's,
-    wb.train's and the panel's new runs."""
-    base = f"{root}/{env}-{time.strftime('%Y%m%d-%H%M%S')}"
-    path, k = base, 2
-    while Path(path).exists():
-        path, k = f"{base}-{k}", k + 1
-    return path
+    """'runs/<env>-<YYYYmmdd-HHMMSS>' (with -2, -3, ... when that folder exists already), made now:
+    the CLI's, wb.train's and the panel's new runs."""
+    return run_lock.new_folder(f"{root}/{env}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
 def checkpoint_in(run_or_checkpoint) -> Path:
@@ -213,7 +208,9 @@ def run_config(config=None, *, resume=None, changes=None):
                 print(f"resuming {config.run_dir}: it stopped at target_return={config.target_return}; the raised "
                       f"budget (total_env_steps={changes['total_env_steps']}) wins and target_return no longer "
                       f"stops it (set target_return to keep one)")
-        return cfg.replace(config, **changes), checkpoint
+        config = cfg.replace(config, **changes)
+        run_lock.claim(config.run_dir)  # (held until the run returns: no second run trains into it meanwhile)
+        return config, checkpoint
     if config is None:
         raise cfg.ConfigError("train needs a config (a file or a shipped config's name), or a run to resume "
                               "(--resume RUN_DIR; resume=RUN_DIR from Python)")
@@ -222,6 +219,7 @@ def run_config(config=None, *, resume=None, changes=None):
     config = cfg.replace(config, **changes)
     if not config.run_dir:
         config = cfg.replace(config, run_dir=default_run_dir(config.env))
+    run_lock.claim(config.run_dir)
     refuse_held_run(config.run_dir)
     return config, None
 
@@ -279,27 +277,6 @@ def refuse_held_run(run_dir, new_folder: str = "--run-dir; run_dir=") -> None:
                           f"would overwrite: {keep}, or name a new folder ({new_folder})")
 
 
-def _fork_metrics(source: Path, dest: Path, upto: int):
-    """`dest` (a forked run's metrics.csv, or the source itself) holds the source's rows up to the
-    checkpoint's iteration."""
-    if not source.is_file():
-        return
-    with source.open(newline="") as fh:
-        rows = list(csv.reader(fh))
-    if not rows or "iteration" not in rows[0]:
-        return
-    col = rows[0].index("iteration")
-    with dest.open("w", newline="") as fh:
-        csv.writer(fh).writerows([rows[0]] + [r for r in rows[1:] if len(r) > col and int(r[col]) <= upto])
-
-
-def _write_reports(path: Path, reports: list):
-    """A new run folder's metrics.csv from a checkpoint's reports (its history)."""
-    from .metrics import append_csv
-    for report in reports:
-        append_csv(path, report)
-
-
 def shows_progress(progress: bool | None, config) -> bool:
     """Whether wb.train and the CLI draw a progress bar: `progress` if given, else the config's
     `progress`, else yes."""
@@ -307,12 +284,18 @@ def shows_progress(progress: bool | None, config) -> bool:
 
 
 def run_training(config, *, resume=None, progress=None, policies=None, show_run_folder: bool = True, callback=None):
-    """Train per `config`, writing its run folder; returns (trainer, result), on every rank of a
-    distributed run once rank 0 has written the whole folder. `resume` is a
-    checkpoint to continue from; one outside config.run_dir forks its run into run_dir.
+    """Train per `config`, writing its run folder (held by this process meanwhile: run_lock); returns
+    (trainer, result), on every rank of a distributed run once rank 0 has written the whole folder.
+    `resume` is a checkpoint to continue from; one outside config.run_dir forks its run into run_dir.
     show_run_folder: print what the run folder holds at the end. callback(iteration, metrics): as
     Trainer.train's (False stops the run, its checkpoint kept)."""
+    with run_lock.training_in(config.run_dir):
+        return _train_in_folder(config, resume, progress, policies, show_run_folder, callback)
+
+
+def _train_in_folder(config, resume, progress, policies, show_run_folder, callback):
     from .loggers import check_logger, compose, make_logger
+    from .metrics import keep_rows_upto, write_reports
     from .trainer import make_trainer
 
     start = time.perf_counter()
@@ -329,11 +312,11 @@ def run_training(config, *, resume=None, progress=None, policies=None, show_run_
         cfg.save_yaml(trainer.config, run_dir / "config.yaml")  # (with the env's parameters set away from defaults)
         _keep_env_source(trainer.env.definition, run_dir)
         if resume and Path(resume).parent.resolve() != run_dir.resolve() and Path(resume).name == "checkpoint.pt":
-            _fork_metrics(Path(resume).parent / "metrics.csv", run_dir / "metrics.csv", trainer.iteration)
+            keep_rows_upto(Path(resume).parent / "metrics.csv", run_dir / "metrics.csv", trainer.iteration)
         elif resume and not (run_dir / "metrics.csv").exists():  # a checkpoint file trained on into a new folder
-            _write_reports(run_dir / "metrics.csv", trainer.history)
+            write_reports(run_dir / "metrics.csv", trainer.history)
         elif resume:  # in place: rows logged after the checkpoint by a run killed since would come twice
-            _fork_metrics(run_dir / "metrics.csv", run_dir / "metrics.csv", trainer.iteration)
+            keep_rows_upto(run_dir / "metrics.csv", run_dir / "metrics.csv", trainer.iteration)
     say = print if trainer.is_main else (lambda *a, **k: None)
     total = trainer.M * (trainer.ranks.context.world_size if trainer.ranks is not None else 1)
     members = f"{total} members x " if trainer.M > 1 else ""
@@ -471,6 +454,7 @@ def export_member(run_or_checkpoint, member="best", path=None):
     it as any run: training it on continues as the member would have in its population (to float
     rounding)."""
     from . import checkpoint as ckpt
+    from .metrics import write_reports
     from .population import member_payload
     source, payload = load_checkpoint(run_or_checkpoint)
     single = member_payload(payload, member)
@@ -495,5 +479,5 @@ def export_member(run_or_checkpoint, member="best", path=None):
     for name in set(SOURCE_FILES.values()):
         if (source.parent / name).is_file():
             (folder / name).write_text((source.parent / name).read_text())
-    _write_reports(folder / "metrics.csv", single["history"])
+    write_reports(folder / "metrics.csv", single["history"])
     return ckpt.save_atomic(single, folder / "checkpoint.pt")
