@@ -344,7 +344,7 @@ def test_ddpg_does_not_clip_by_default_and_normalises_what_it_replays(monkeypatc
                                             * rb.fill).long()]))
 
 
-def test_ctrl_c_stops_at_the_end_of_the_iteration_with_a_checkpoint(tmp_path, env):
+def test_ctrl_c_stops_at_the_end_of_the_iteration_with_a_checkpoint(tmp_path, env, capsys):
     trainer = wb.Trainer(env, cartpole(run_dir=str(tmp_path), total_env_steps=10**6))
     before = signal.getsignal(signal.SIGINT)  # (a shell's background job starts with SIGINT ignored)
 
@@ -354,8 +354,10 @@ def test_ctrl_c_stops_at_the_end_of_the_iteration_with_a_checkpoint(tmp_path, en
         return True
 
     result = trainer.train(callback=press_ctrl_c)
-    assert result.stopped_by == "interrupted" and result.iterations == 2
+    assert result.stopped_by == "interrupted" and result.iterations == 2 and result.signal == "SIGINT"
     assert result.checkpoint == str(tmp_path / "checkpoint.pt")
+    assert "SIGINT: stopping after this iteration and saving a checkpoint (Ctrl-C again stops at once" in \
+        capsys.readouterr().err  # heard at once: an iteration can be long
     resumed = wb.Trainer(env, cartpole(run_dir=str(tmp_path))).load(result.checkpoint)
     assert resumed.iteration == 2
     assert signal.getsignal(signal.SIGINT) is before  # the handler train() found is back

@@ -112,14 +112,17 @@ def cmd_train(args) -> int:
 
 
 EXIT_INTERRUPTED = 130  # the shell's code for a run stopped by SIGINT
+EXIT_TERMINATED = 143  # and by SIGTERM (a scheduler's preemption: the job did not finish)
 
 
 def exit_code(result, config) -> int:
-    """0, or 130 for a run stopped by Ctrl-C / SIGTERM, after saying where its checkpoint went."""
+    """0, or the shell's code for the signal that stopped the run (130 Ctrl-C, 143 SIGTERM), after
+    saying where its checkpoint went."""
     if result.stopped_by != "interrupted":
         return 0
+    code = EXIT_TERMINATED if getattr(result, "signal", None) == "SIGTERM" else EXIT_INTERRUPTED
     if os.environ.get("RANK", "0") != "0":  # (under torchrun, said once: by rank 0, which saved the checkpoint)
-        return EXIT_INTERRUPTED
+        return code
     checkpoint = getattr(result, "checkpoint", None)
     if checkpoint is None and config.run_dir:
         checkpoint = Path(config.run_dir) / "checkpoint.pt"
@@ -129,7 +132,7 @@ def exit_code(result, config) -> int:
     else:
         print(f"interrupted after {result.iterations} iterations: no checkpoint was saved (no run_dir)",
               file=sys.stderr)
-    return EXIT_INTERRUPTED
+    return code
 
 
 def cmd_demo(args) -> int:

@@ -14,7 +14,7 @@ import time
 import warnings
 from pathlib import Path
 
-from . import config as cfg, run_lock
+from . import config as cfg, interrupts, run_lock
 from .config_files import config_file, default_config, load_config, resolve_config  # noqa: F401 - (runs' API)
 from .report import returns_text
 from ..errors import WorkbenchError, WorkbenchWarning
@@ -409,13 +409,16 @@ def train(config=None, *, resume=None, progress: bool | None = None, policies=No
     (runs/ENV-DATE unless run_dir names one): config.yaml, metrics.csv, checkpoint.pt and
     learning_curve.png. With `resume`, run_dir names a folder to fork the run into, and a raised
     total_env_steps outruns a target_return the run had reached. `callback(iteration, metrics)`
-    returning False stops the run (its checkpoint kept, so `resume` continues it). Returns (trainer,
-    TrainResult).
+    returning False stops the run (its checkpoint kept, so `resume` continues it). Ctrl-C stops it
+    after the iteration, saves the checkpoint and raises KeyboardInterrupt; SIGTERM the same, then
+    ends the process. Returns (trainer, TrainResult).
     `Trainer.train` alone writes only where run_dir says."""
     if isinstance(config, (str, Path)):
         config = load_config(str(config), changes.get("algorithm"))
     config, checkpoint = run_config(config, resume=resume, changes=changes)
-    return run_training(config, resume=checkpoint, progress=progress, policies=policies, callback=callback)
+    trainer, result = run_training(config, resume=checkpoint, progress=progress, policies=policies, callback=callback)
+    interrupts.pass_on(result, f"continue with wb.train(resume={config.run_dir!r})")  # (a script stops as asked)
+    return trainer, result
 
 
 def load_policy(run_or_checkpoint, *, num_envs: int = 1, target: str | None = None, seed: int | None = None,

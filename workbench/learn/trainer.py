@@ -52,6 +52,7 @@ class TrainResult:
     history: list = field(default_factory=list)
     checkpoint: str | None = None
     warmup_s: float = 0.0  # of wall_time_s: iterations that compiled (torch.compile) and captured the CUDA graph
+    signal: str | None = None  # what interrupted the run: "SIGINT" or "SIGTERM"
 
 
 def resolve_precision(precision: str, device) -> str:
@@ -271,51 +272,51 @@ class Trainer:
         metrics = self.history[-1] if self.history else {}
         earlier = float(metrics.get("time_s", 0.0))  # a continued or resumed run's clock goes on
         earlier = earlier if math.isfinite(earlier) else 0.0
-        self._interrupt = None
-        previous = interrupts.install(self)
-        env_keeps_final_obs, self.env.keep_final_obs = self.env.keep_final_obs, self.keep_final_obs
-        try:
-            while self.iteration < stop_at:
-                compiling = self.graph.state == "eager-first" and (
-                    getattr(self.loss_fn, "compiled", None) is not None or bool(self.fused))
-                if bar is not None and compiling:
-                    bar.bar.set_description("first iteration: compiling (compile=false skips it)" if not self.fused else
-                                            "first iteration: fused kernels compile once per shape (then cached)")
-                warming = self.device.type == "cuda" and self.graph.warming() and self.why_not_graphed() is None
-                iteration_start = time.perf_counter()
-                self.run_iteration(total_iters)
-                if warming:
-                    torch.cuda.synchronize()
-                    warmup += time.perf_counter() - iteration_start
-                if bar is not None and compiling:
-                    bar.bar.set_description("training")
-                window.add(self.steps_per_iteration * self.M, iteration_start, time.perf_counter(), warming)
-                interrupted = self._agree(self._interrupt is not None)
-                if self.iteration % config.log_every == 0 or self.iteration >= stop_at or interrupted:
-                    now = time.perf_counter()
-                    metrics = self.pull_metrics(window.pull(now), earlier + now - start)
-                    stopped_by = self._report(metrics, callbacks, run_dir) or stopped_by
-                    if stopped_by != "budget":
+        with interrupts.caught(self):  # (until the last checkpoint is saved: a Ctrl-C then waits for it)
+            env_keeps_final_obs, self.env.keep_final_obs = self.env.keep_final_obs, self.keep_final_obs
+            try:
+                while self.iteration < stop_at:
+                    compiling = self.graph.state == "eager-first" and (
+                        getattr(self.loss_fn, "compiled", None) is not None or bool(self.fused))
+                    if bar is not None and compiling:
+                        bar.bar.set_description(
+                            "first iteration: compiling (compile=false skips it)" if not self.fused
+                            else "first iteration: fused kernels compile once per shape (then cached)")
+                    warming = self.device.type == "cuda" and self.graph.warming() and self.why_not_graphed() is None
+                    iteration_start = time.perf_counter()
+                    self.run_iteration(total_iters)
+                    if warming:
+                        torch.cuda.synchronize()
+                        warmup += time.perf_counter() - iteration_start
+                    if bar is not None and compiling:
+                        bar.bar.set_description("training")
+                    window.add(self.steps_per_iteration * self.M, iteration_start, time.perf_counter(), warming)
+                    interrupted = self._agree(self._interrupt is not None)
+                    if self.iteration % config.log_every == 0 or self.iteration >= stop_at or interrupted:
+                        now = time.perf_counter()
+                        metrics = self.pull_metrics(window.pull(now), earlier + now - start)
+                        stopped_by = self._report(metrics, callbacks, run_dir) or stopped_by
+                        if stopped_by != "budget":
+                            break
+                    if interrupted or (self._interrupt is not None and self.sync is None and self.ranks is None):
+                        stopped_by = "interrupted"  # (a signal during the report above: nothing left unlogged)
                         break
-                if interrupted or (self._interrupt is not None and self.sync is None and self.ranks is None):
-                    stopped_by = "interrupted"  # (a signal during the report above: nothing left unlogged)
-                    break
-                if config.checkpoint_every and save_dir is not None and self.iteration % config.checkpoint_every == 0:
-                    if not weights_finite(self.models.values()):  # (between reports no loss is read)
-                        raise nonfinite_error("the weights", self.iteration, run_dir)
-                    self.save(save_dir / "checkpoint.pt")
-        except Exception as exc:
-            raise _kept_after_callback_error(self, exc, save_dir)
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            if bar is not None:
-                bar.close()
-            self.env.keep_final_obs = env_keeps_final_obs
-        wall = time.perf_counter() - start
-        saved = self.save(save_dir / "checkpoint.pt") if save_dir is not None else None
+                    every = config.checkpoint_every
+                    if save_dir is not None and every and self.iteration % every == 0:
+                        if not weights_finite(self.models.values()):  # (between reports no loss is read)
+                            raise nonfinite_error("the weights", self.iteration, run_dir)
+                        self.save(save_dir / "checkpoint.pt")
+            except Exception as exc:
+                raise _kept_after_callback_error(self, exc, save_dir)
+            finally:
+                if bar is not None:
+                    bar.close()
+                self.env.keep_final_obs = env_keeps_final_obs
+            wall = time.perf_counter() - start
+            saved = self.save(save_dir / "checkpoint.pt") if save_dir is not None else None
         return TrainResult(self.iteration, self.env_steps, wall, stopped_by, metrics, list(self.history),
-                           str(saved) if saved else None, warmup)
+                           str(saved) if saved else None, warmup, self._interrupt if stopped_by == "interrupted"
+                           else None)
 
     def _report(self, metrics: dict, callbacks: list, run_dir) -> str | None:
         """Record a report, check it, hand it to the callbacks; returns why training stops, if it does."""
