@@ -446,7 +446,8 @@ def test_observation_normaliser_counts_only_agents_in_the_game():
 
 
 def warn(trainer, metrics):
-    trainer.metrics.warn_divergence({"iteration": 1, **metrics}, trainer.config.lr, "value_loss", discrete=True)
+    trainer.metrics.warn_divergence({"iteration": 1, **metrics}, ("lr", trainer.config.lr), "value_loss",
+                                    discrete=True)
 
 
 def test_divergence_is_named_with_its_likely_cause(env):
@@ -454,6 +455,10 @@ def test_divergence_is_named_with_its_likely_cause(env):
     warn(trainer, {"value_loss/shared": 2.0, "entropy/shared": 0.69})
     with pytest.warns(UserWarning, match=r"looks divergent: the value loss grew from 2 to 6e\+04.*lr=5"):
         warn(trainer, {"value_loss/shared": 6e4, "entropy/shared": 0.6})
+    ddpg = wb.make_trainer(wb.DDPGConfig(env="pendulum", num_envs=4, target="cpu", critic_lr=0.5))
+    ddpg._report({"iteration": 1, "critic_loss/shared": 1.0}, [], None)
+    with pytest.warns(UserWarning, match=r"critic loss grew from 1 to 1e\+05.*\(critic_lr=0.5\)"):
+        ddpg._report({"iteration": 2, "critic_loss/shared": 1e5}, [], None)  # (DDPG has no lr to name)
     other = wb.Trainer(env, cartpole(lr=5.0))
     warn(other, {"value_loss/shared": 2.0, "entropy/shared": 0.69})
     with pytest.warns(UserWarning, match="entropy collapsed"):

@@ -1,5 +1,6 @@
 """Training learns, reproduces, checkpoints atomically and rejects bad input by name."""
 import math
+import re
 import textwrap
 
 import numpy as np
@@ -209,9 +210,28 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
     trainer = wb.make_trainer(config)
     trainer.save(tmp_path / "checkpoint.pt")
     before = (tmp_path / "checkpoint.pt").read_bytes()
-    with pytest.raises(wb.NonFiniteError, match="loss became NaN or inf by iteration 1"):
+    with pytest.raises(wb.NonFiniteError, match="loss became NaN or inf by iteration 1") as caught:
         trainer.train()
     assert (tmp_path / "checkpoint.pt").read_bytes() == before
+    assert "The env made them first: the rewards of policy 'shared' hold NaN or inf" in str(caught.value)
+    assert "wb.check_env('nan_reward')" in str(caught.value) and "Lower lr" not in str(caught.value)
+
+
+NAN_OBS = MATCHING.replace("obs[env, agent, 1] = agent // 2", "obs[env, agent, 1] = math.inf if t[env] > 3 else 0.0").replace(
+    "def observe(env, agent, obs)", "def observe(env, agent, obs, t)").replace(
+    "from workbench.compiler.envdef", "import math\nfrom workbench.compiler.envdef")
+
+
+@pytest.mark.parametrize("normalize_obs, named", [
+    (False, "the observations of policy 'shared'"),
+    (True, "the observation normaliser of policy 'shared' (fed NaN or inf observations)")])
+def test_a_nan_observation_is_named_as_the_env_s_not_the_learning_rate(normalize_obs, named):
+    """Before, a NaN observation's loss said 'Lower lr' (its returns stay finite)."""
+    wb.register("inf_obs", NAN_OBS)
+    config = wb.PPOConfig(env="inf_obs", num_envs=8, rollout_length=8, num_minibatches=1, log_every=1,
+                          target="cpu", total_env_steps=10_000, normalize_obs=normalize_obs)
+    with pytest.raises(wb.NonFiniteError, match="The env made them first: .*" + re.escape(named)):
+        wb.make_trainer(config).train()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

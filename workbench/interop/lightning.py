@@ -175,7 +175,7 @@ class RolloutModule(L.LightningModule):
         self._window_start, self._window_steps = now, 0
         trainer.history.append(metrics)
         if metrics["nonfinite"]:
-            raise nonfinite_error("the loss", trainer.iteration, None)
+            raise nonfinite_error("the loss", trainer.iteration, None, trainer)
         # (NaN where no episode ended in the window: not logged, so the bar keeps the last known value)
         logged = {k: float(v) for k, v in metrics.items() if k not in ("iteration", "time_s", "nonfinite")
                   and isinstance(v, (int, float)) and math.isfinite(v)}

@@ -90,11 +90,11 @@ class Metrics:
                 return False
         return True
 
-    def warn_divergence(self, metrics: dict, lr: float, loss_key: str, discrete: bool):
+    def warn_divergence(self, metrics: dict, lr: tuple, loss_key: str, discrete: bool):
         """Warn once per policy when a report shows divergence: on its own values (PPO's approx_kl far
         past its trust region, a value loss far above the returns' scale) or against the policy's
         first report (a loss grown by orders of magnitude, a discrete policy's entropy collapsed within
-        a few iterations). Almost always a learning rate that is too high."""
+        a few iterations). Almost always a learning rate that is too high: `lr` is (its name, its value)."""
         iteration = metrics.get("iteration", 0)
         name = loss_key.replace("_", " ")
         for g in self.groups:
@@ -121,7 +121,7 @@ class Metrics:
             if message:
                 first["warned"] = True
                 warnings.warn(f"policy '{g.name}' looks divergent: {message} by iteration {iteration}; the "
-                              f"likely cause is a learning rate too high for this problem (lr={lr:g}): try 10x "
+                              f"likely cause is a learning rate too high for this problem ({lr[0]}={lr[1]:g}): try 10x "
                               f"lower, or normalize_obs / smaller rewards", WorkbenchWarning, stacklevel=4)
 
 
@@ -190,12 +190,42 @@ def weights_finite(models) -> bool:
     return bool(torch.stack(flags).all())
 
 
-def nonfinite_error(what: str, iteration: int, run_dir) -> NonFiniteError:
+def nonfinite_error(what: str, iteration: int, run_dir, trainer=None) -> NonFiniteError:
+    """The error that stops a run whose `what` (the loss, the weights) is no longer finite; with the
+    `trainer`, it says whether the env's own values were so first (then the learner only passed them on)."""
     saved = run_dir is not None and (Path(run_dir) / "checkpoint.pt").exists()
-    return NonFiniteError(
-        f"{what} became NaN or inf by iteration {iteration}; training stopped and no checkpoint was written "
-        f"from this state" + (f" (the last good one is {Path(run_dir) / 'checkpoint.pt'})" if saved else "")
-        + ". Lower lr, enable normalize_obs, or check the env's rewards for NaN (debug=True).")
+    stopped = (f"{what} became NaN or inf by iteration {iteration}; training stopped and no checkpoint was written "
+               f"from this state" + (f" (the last good one is {Path(run_dir) / 'checkpoint.pt'})" if saved else ""))
+    found = env_nonfinite(trainer) if trainer is not None else []
+    if found:
+        env = trainer.config.env
+        return NonFiniteError(f"{stopped}. The env made them first: {', '.join(found)} hold NaN or inf. Find the "
+                              f"step that makes them with wb.check_env({env!r}) or wb.make({env!r}, debug=True), "
+                              f"whose steps stop at the first one")
+    return NonFiniteError(f"{stopped}. Lower lr, enable normalize_obs, or check the env's values with "
+                          f"wb.check_env(ENV) (the env's observations and rewards in the last rollout were finite)"
+                          if trainer is not None else f"{stopped}. Lower lr, enable normalize_obs, or check the "
+                          f"env's values with wb.check_env(ENV)")
+
+
+def env_nonfinite(trainer) -> list:
+    """Which of the env's values in the trainer's last rollout or replay (observations, rewards), its
+    observation normalisers' statistics and the env's state arrays now hold NaN or inf, by name."""
+    found = []
+    for name, buffer in trainer.buffers.items():
+        for field, label in (("obs", "the observations"), ("rewards", "the rewards")):
+            values = getattr(buffer, field, None)
+            if values is not None and values.is_floating_point() and not bool(torch.isfinite(values).all()):
+                found.append(f"{label} of policy '{name}'")
+    for name, norm in trainer.norms.items():
+        if not (bool(torch.isfinite(norm.mean).all()) and bool(torch.isfinite(norm.var).all())):
+            found.append(f"the observation normaliser of policy '{name}' (fed NaN or inf observations)")
+    store = trainer.env.store
+    for name, spec in trainer.env.definition.arrays.items():
+        values = store[name] if spec.owner == "env" and name in store else None
+        if values is not None and values.is_floating_point() and not bool(torch.isfinite(values).all()):
+            found.append(f"the env's array '{name}'")
+    return found
 
 
 def append_csv(path: Path, metrics: dict):

@@ -304,7 +304,7 @@ class Trainer:
                     every = config.checkpoint_every
                     if save_dir is not None and every and self.iteration % every == 0:
                         if not weights_finite(self.models.values()):  # (between reports no loss is read)
-                            raise nonfinite_error("the weights", self.iteration, run_dir)
+                            raise nonfinite_error("the weights", self.iteration, run_dir, self)
                         self.save(save_dir / "checkpoint.pt")
             except Exception as exc:
                 raise _kept_after_callback_error(self, exc, save_dir)
@@ -324,10 +324,10 @@ class Trainer:
         if run_dir is not None:
             append_csv(run_dir / "metrics.csv", metrics)
         if metrics.get("nonfinite"):
-            raise nonfinite_error("the loss", self.iteration, run_dir)
-        ddpg_run = self.algorithm == "ddpg"
-        self.metrics.warn_divergence(metrics, self.config.critic_lr if ddpg_run else self.config.lr,
-                                     "critic_loss" if ddpg_run else "value_loss", self.head.kind != "gaussian")
+            raise nonfinite_error("the loss", self.iteration, run_dir, self)
+        lr = "critic_lr" if self.algorithm == "ddpg" else "lr"
+        self.metrics.warn_divergence(metrics, (lr, getattr(self.config, lr)),
+                                     "critic_loss" if lr == "critic_lr" else "value_loss", self.head.kind != "gaussian")
         stop = self._agree(_ask_callbacks(callbacks, self.iteration, metrics))
         if stop:
             return "callback"
