@@ -392,6 +392,24 @@ def test_checkpoints_between_log_points(tmp_path, env, monkeypatch):
     assert saved[:4] == [1, 2, 3, 4]
 
 
+def test_a_run_checkpoints_every_ten_minutes_by_default(tmp_path, env, monkeypatch):
+    """checkpoint_every 0 (the default): a run killed hard loses at most AUTO_CHECKPOINT_S of training."""
+    from workbench.learn import trainer as trainer_module
+    trainer = wb.Trainer(env, cartpole(run_dir=str(tmp_path), log_every=4, total_env_steps=16 * 8 * 8))
+    saved, now = [], [0.0]
+    real_save, real_iteration = trainer.save, trainer.run_iteration
+    monkeypatch.setattr(trainer, "save", lambda path: saved.append(trainer.iteration) or real_save(path))
+    monkeypatch.setattr(trainer, "run_iteration", lambda *a: now.__setitem__(0, now[0] + 400.0) or real_iteration(*a))
+    monkeypatch.setattr(trainer_module.time, "perf_counter", lambda: now[0])  # an iteration takes 400 s
+    assert trainer_module.AUTO_CHECKPOINT_S == 600.0
+    trainer.train(num_iterations=5)
+    assert saved == [2, 4, 5]  # 800 s after the start, 800 s after that save, then the end
+    monkeypatch.setattr(trainer_module, "AUTO_CHECKPOINT_S", 10.0**9)
+    saved.clear()
+    trainer.train(num_iterations=3)
+    assert saved == [8]  # the end only
+
+
 def test_checkpoint_every_never_saves_nonfinite_weights(tmp_path, env, monkeypatch):
     """Between reports no loss is read: the periodic checkpoint checks the weights themselves, and
     the error names the last checkpoint that is finite."""

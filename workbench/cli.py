@@ -175,7 +175,7 @@ def _checkpoint_path(path: str) -> Path:
     p = Path(path)
     if p.is_dir() and not (p / "checkpoint.pt").is_file():
         raise CheckpointError(f"run folder {str(p)!r} has no checkpoint.pt yet (a run writes it when training ends, "
-                              f"and every checkpoint_every iterations)")
+                              f"and every checkpoint_every iterations or 10 minutes)")
     p = p / "checkpoint.pt" if p.is_dir() else p
     if not p.is_file():
         raise CheckpointError(f"no checkpoint at {str(p)!r} (pass a run folder or a checkpoint file)")

@@ -95,10 +95,10 @@ class RunConfig:
                              "bit-identical reruns: matmuls split over another thread count round differently.")
     progress: bool = _f(None, "Show a progress bar with env-steps/s and an ETA while training (None: wb.train "
                               "and the CLI show one, Trainer.train does not).")
-    checkpoint_every: int = _f(0, "Save a checkpoint every this many iterations into run_dir (0: only at the end).")
+    checkpoint_every: int = _f(0, "Save a checkpoint into run_dir every this many iterations (0: every 10 "
+                                  "minutes of training) and at the end.")
     run_dir: str = _f(None, "Folder for metrics.csv, the learning curve, checkpoints (None: no files).")
-    logger: str = _f("csv", "Experiment logger besides metrics.csv: csv (none), tensorboard or wandb "
-                            "(offline without a key).")
+    logger: str = _f("csv", "Logger besides metrics.csv: csv (none), tensorboard or wandb (offline without a key).")
 
     def __post_init__(self):
         """Every config, however built, has a known algorithm, typed fields and sane ranges."""

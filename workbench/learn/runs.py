@@ -75,7 +75,7 @@ def checkpoint_in(run_or_checkpoint) -> Path:
         found = path / "checkpoint.pt"
         if not found.is_file():
             raise ResumeError(f"run folder {str(path)!r} has no checkpoint.pt (a run writes it when training ends, "
-                              f"and every checkpoint_every iterations); nothing to resume or replay")
+                              f"and every checkpoint_every iterations or 10 minutes); nothing to resume or replay")
         return found
     if not path.exists():
         raise ResumeError(f"{str(path)!r} does not exist: pass a run folder (runs/ENV-DATE) or its checkpoint.pt")

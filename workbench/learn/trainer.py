@@ -272,6 +272,7 @@ class Trainer:
         metrics = self.history[-1] if self.history else {}
         earlier = float(metrics.get("time_s", 0.0))  # a continued or resumed run's clock goes on
         earlier = earlier if math.isfinite(earlier) else 0.0
+        last_save = start
         with interrupts.caught(self):  # (until the last checkpoint is saved: a Ctrl-C then waits for it)
             env_keeps_final_obs, self.env.keep_final_obs = self.env.keep_final_obs, self.keep_final_obs
             try:
@@ -301,11 +302,7 @@ class Trainer:
                     if interrupted or (self._interrupt is not None and self.sync is None and self.ranks is None):
                         stopped_by = "interrupted"  # (a signal during the report above: nothing left unlogged)
                         break
-                    every = config.checkpoint_every
-                    if save_dir is not None and every and self.iteration % every == 0:
-                        if not weights_finite(self.models.values()):  # (between reports no loss is read)
-                            raise nonfinite_error("the weights", self.iteration, run_dir, self)
-                        self.save(save_dir / "checkpoint.pt")
+                    last_save = _save_if_due(self, save_dir, run_dir, last_save)
             except Exception as exc:
                 raise _kept_after_callback_error(self, exc, save_dir)
             finally:
@@ -379,6 +376,21 @@ def tf32_while_computing(device, precision: str):
 
 
 WARM_UP_IN_BACKGROUND = True
+AUTO_CHECKPOINT_S = 600.0  # checkpoint_every 0: a run killed hard loses at most this much training
+
+
+def _save_if_due(trainer, save_dir, run_dir, last_save: float) -> float:
+    """Save a checkpoint after this iteration where checkpoint_every says so (0: once AUTO_CHECKPOINT_S
+    have passed since the last save, every rank agreeing); returns when the last save was."""
+    if save_dir is None:
+        return last_save
+    every, now = trainer.config.checkpoint_every, time.perf_counter()
+    if not (trainer.iteration % every == 0 if every else trainer._agree(now - last_save >= AUTO_CHECKPOINT_S)):
+        return last_save
+    if not weights_finite(trainer.models.values()):  # (between reports no loss is read)
+        raise nonfinite_error("the weights", trainer.iteration, run_dir, trainer)
+    trainer.save(save_dir / "checkpoint.pt")
+    return now
 
 
 def _ask_callbacks(callbacks, iteration: int, metrics: dict) -> bool:
