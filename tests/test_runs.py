@@ -247,6 +247,28 @@ def test_wb_train_takes_a_callback_whose_false_stops_the_run_and_resume_continue
     assert trainer.iteration == 4 and result.stopped_by == "budget"
 
 
+def test_a_failed_write_of_metrics_csv_keeps_the_iteration(tmp_path, monkeypatch):
+    """Before: a full disk (or a folder made read-only) at a report ended the run with no checkpoint."""
+    import errno
+    from workbench.learn import trainer as trainer_module
+    config = cfg.from_dict({**SMALL, "run_dir": str(tmp_path / "full"), "log_every": 1})
+    real = trainer_module.append_csv
+
+    def fill_the_disk(path, metrics):
+        if metrics["iteration"] == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real(path, metrics)
+    monkeypatch.setattr(trainer_module, "append_csv", fill_the_disk)
+    with pytest.warns(UserWarning, match="writing metrics.csv raised OSError after iteration 2: that iteration's "
+                                         "checkpoint is saved"), pytest.raises(OSError, match="No space left"):
+        wb.train(config, progress=False)
+    monkeypatch.undo()
+    trainer, _ = wb.train(config, resume=tmp_path / "full", progress=False)
+    assert trainer.iteration == 4
+    with (tmp_path / "full" / "metrics.csv").open() as fh:
+        assert [int(r["iteration"]) for r in csv.DictReader(fh)] == [1, 3, 4]  # (2's row was never written)
+
+
 def test_a_callback_that_raises_keeps_the_iteration_and_cannot_change_the_report(tmp_path):
     """Before: a raising callback left metrics.csv and no checkpoint (the folder could be neither
     resumed nor reused), and a callback writing into the report changed the trainer's history and

@@ -319,7 +319,7 @@ class Trainer:
         """Record a report, check it, hand it to the callbacks; returns why training stops, if it does."""
         self.history.append(metrics)
         if run_dir is not None:
-            append_csv(run_dir / "metrics.csv", metrics)
+            _write_report(run_dir / "metrics.csv", metrics)
         if metrics.get("nonfinite"):
             raise nonfinite_error("the loss", self.iteration, run_dir, self)
         lr = "critic_lr" if self.algorithm == "ddpg" else "lr"
@@ -400,17 +400,28 @@ def _ask_callbacks(callbacks, iteration: int, metrics: dict) -> bool:
     try:
         return any([c(iteration, copy.deepcopy(metrics)) is False for c in callbacks])
     except Exception as exc:
-        exc.workbench_callback_failed = True
+        exc.workbench_failed_after_iteration = "a callback"
+        raise
+
+
+def _write_report(path: Path, metrics: dict) -> None:
+    """metrics.csv's new rows; a failed write (a full disk, a folder made read-only) is marked as a
+    callback's exception is, so that the finished iteration's checkpoint is saved first."""
+    try:
+        append_csv(path, metrics)
+    except OSError as exc:
+        exc.workbench_failed_after_iteration = f"writing {path.name}"
         raise
 
 
 def _kept_after_callback_error(trainer, exc: Exception, save_dir):
-    """`exc`, after saving the checkpoint of the iteration it followed where a callback raised it (a
-    single process: other ranks are not at a save)."""
-    if getattr(exc, "workbench_callback_failed", False) and save_dir is not None and trainer.sync is None \
+    """`exc`, after saving the checkpoint of the iteration it followed where a callback or the write
+    of metrics.csv raised it (a single process: other ranks are not at a save)."""
+    failed = getattr(exc, "workbench_failed_after_iteration", None)
+    if failed and save_dir is not None and trainer.sync is None \
             and trainer.ranks is None:
         saved = trainer.save(save_dir / "checkpoint.pt")
-        warnings.warn(f"a callback raised {type(exc).__name__} after iteration {trainer.iteration}: that iteration's "
+        warnings.warn(f"{failed} raised {type(exc).__name__} after iteration {trainer.iteration}: that iteration's "
                       f"checkpoint is saved ({saved}); resume continues the run", WorkbenchWarning, stacklevel=3)
     return exc
 
