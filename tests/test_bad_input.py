@@ -559,14 +559,21 @@ def test_package_attributes_load_on_first_use():
 
 
 def test_a_new_run_into_a_folder_holding_a_run_is_refused_and_nothing_is_overwritten(tmp_path, capsys):
-    (tmp_path / "checkpoint.pt").write_bytes(b"the earlier run")
+    torch.save({"the earlier run": 1}, tmp_path / "checkpoint.pt")
+    earlier = (tmp_path / "checkpoint.pt").read_bytes()
     (tmp_path / "metrics.csv").write_text("iteration\n1\n")
     _assert_one_line_error(*_cli(["train", "cartpole", "--run-dir", str(tmp_path)], capsys)[::2],
                            "already holds a run (checkpoint.pt, metrics.csv)", f"--resume {tmp_path}")
     from workbench.learn.runs import ResumeError
     with pytest.raises(ResumeError, match="already holds a run"):
         wb.train("cartpole", run_dir=str(tmp_path))
-    assert (tmp_path / "checkpoint.pt").read_bytes() == b"the earlier run"
+    assert (tmp_path / "checkpoint.pt").read_bytes() == earlier
+    damaged = tmp_path / "damaged"  # (a copy cut short: --resume cannot go on from it, so it is not offered)
+    damaged.mkdir()
+    (damaged / "checkpoint.pt").write_bytes(earlier[: len(earlier) // 2])
+    with pytest.raises(ResumeError, match=r"its checkpoint.pt is damaged \(not a whole file\), so it cannot be "
+                                          r"continued: delete the folder"):
+        wb.train("cartpole", run_dir=str(damaged))
     assert (tmp_path / "metrics.csv").read_text() == "iteration\n1\n" and not (tmp_path / "config.yaml").exists()
 
 

@@ -92,7 +92,8 @@ def test_corrupt_and_foreign_checkpoints(tmp_path):
     with pytest.raises(CheckpointError, match="is not a warp-workbench checkpoint: pass a run folder or the "):
         trainer.load(tmp_path / "dict.pt")
     (tmp_path / "checkpoint.pt").write_bytes(b"")  # a run's own checkpoint, damaged: no advice to pass it
-    with pytest.raises(CheckpointError, match=r"corrupt or not a checkpoint \([^)]*\)$"):
+    with pytest.raises(CheckpointError, match=r"corrupt or not a checkpoint \([^)]*\): the run cannot go on from "
+                                              r"it; train a new run in another folder \(--run-dir; run_dir=\)$"):
         trainer.load(tmp_path / "checkpoint.pt")
     with pytest.raises(wb.WorkbenchError, match=r"'.*nope' does not exist: pass a run folder \(runs/ENV-DATE\) or its "):
         wb.replay(tmp_path / "nope")

@@ -137,8 +137,10 @@ def to_host(obj):
 
 
 def _which(path) -> str:
-    """What to pass instead of a file that is no checkpoint (not for a damaged run's own checkpoint.pt)."""
-    return "" if Path(path).name == "checkpoint.pt" else ": pass a run folder or the checkpoint.pt in it"
+    """What to do instead: pass a checkpoint, or for a run's own damaged checkpoint.pt, start anew."""
+    if Path(path).name == "checkpoint.pt":
+        return ": the run cannot go on from it; train a new run in another folder (--run-dir; run_dir=)"
+    return ": pass a run folder or the checkpoint.pt in it"
 
 
 def load(path, map_location="cpu") -> dict:

@@ -12,6 +12,7 @@ import math
 import os
 import time
 import warnings
+import zipfile
 from pathlib import Path
 
 from . import config as cfg, interrupts, run_lock
@@ -271,8 +272,10 @@ def refuse_held_run(run_dir, new_folder: str = "--run-dir; run_dir=") -> None:
     overwrite; `new_folder` says where the caller names another folder."""
     held = [name for name in RUN_FILES if (Path(run_dir) / name).exists()]
     if held:
-        keep = f"continue it with --resume {run_dir} (resume= from Python)" if "checkpoint.pt" in held else \
-            "it has no checkpoint to continue from: delete the folder"
+        whole = "checkpoint.pt" in held and zipfile.is_zipfile(Path(run_dir) / "checkpoint.pt")  # (torch's format)
+        keep = f"continue it with --resume {run_dir} (resume= from Python)" if whole else \
+            ("its checkpoint.pt is damaged (not a whole file), so it cannot be continued" if "checkpoint.pt" in held
+             else "it has no checkpoint to continue from") + ": delete the folder"
         raise ResumeError(f"run folder {str(run_dir)!r} already holds a run ({', '.join(held)}), which a new run "
                           f"would overwrite: {keep}, or name a new folder ({new_folder})")
 
