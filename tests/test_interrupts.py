@@ -4,6 +4,7 @@ process (a scheduler's preemption is not a success), and the CLI exits 130 or 14
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -43,9 +44,10 @@ def test_the_cli_exits_143_on_sigterm(tmp_path):
                             "--target", "cpu", "--num-envs", "8", "--rollout-length", "8", "--total-env-steps",
                             "100000000", "--set", "hidden_sizes=[8]", "cpu_threads=1", "log_every=1",
                             "progress=false"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for line in job.stdout:  # the start line: training has begun
-        if line.startswith("training cartpole"):
-            break
+    deadline = time.monotonic() + 240
+    while not (tmp_path / "r" / "metrics.csv").exists():  # a first report: the handlers are in place
+        assert job.poll() is None and time.monotonic() < deadline, job.communicate()
+        time.sleep(0.05)
     job.send_signal(signal.SIGTERM)
     _out, err = job.communicate(timeout=120)
     assert job.returncode == 143, err
