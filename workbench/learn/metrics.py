@@ -256,20 +256,22 @@ def append_csv(path: Path, metrics: dict):
         writer.writerows(rows + list(new))
 
 
-def keep_rows_upto(source: Path, dest: Path, upto: int):
+def keep_rows_upto(source: Path, dest: Path, upto: int) -> list:
     """`dest` (a forked run's metrics.csv, or the source itself) holds the source's whole rows up to
-    iteration `upto` (the checkpoint's): rows logged after it, and a row a killed run cut short, go."""
+    iteration `upto` (the checkpoint's): rows logged after it, and a row a killed run cut short, go.
+    Returns the iterations of the reports kept, in order (a population's members' rows as one)."""
     if not source.is_file():
-        return
+        return []
     text = source.read_text()
     rows = list(csv.reader(io.StringIO(text)))
     rows = rows if text.endswith("\n") else rows[:-1]  # (a last line without its end was cut short)
     if not rows or "iteration" not in rows[0]:
-        return
+        return []
     col, width = rows[0].index("iteration"), len(rows[0])
     kept = [r for r in rows[1:] if len(r) == width and r[col].isdigit() and int(r[col]) <= upto]
     with dest.open("w", newline="") as fh:
         csv.writer(fh).writerows([rows[0]] + kept)
+    return list(dict.fromkeys(int(r[col]) for r in kept))
 
 
 def write_reports(path: Path, reports: list):

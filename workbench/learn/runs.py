@@ -319,7 +319,10 @@ def _train_in_folder(config, resume, progress, policies, show_run_folder, callba
         elif resume and not (run_dir / "metrics.csv").exists():  # a checkpoint file trained on into a new folder
             write_reports(run_dir / "metrics.csv", trainer.history)
         elif resume:  # in place: rows logged after the checkpoint by a run killed since would come twice
-            keep_rows_upto(run_dir / "metrics.csv", run_dir / "metrics.csv", trainer.iteration)
+            kept = keep_rows_upto(run_dir / "metrics.csv", run_dir / "metrics.csv", trainer.iteration)
+            if kept != [m.get("iteration") for m in trainer.history]:  # a row never written (a full disk)
+                (run_dir / "metrics.csv").unlink()
+                write_reports(run_dir / "metrics.csv", trainer.history)
     say = print if trainer.is_main else (lambda *a, **k: None)
     total = trainer.M * (trainer.ranks.context.world_size if trainer.ranks is not None else 1)
     members = f"{total} members x " if trainer.M > 1 else ""
