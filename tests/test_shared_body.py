@@ -31,7 +31,7 @@ def test_outputs_are_the_body_columns_and_the_gains_are_actor_critics():
                                                                                               (32, 16)).parameters())
 
 
-@pytest.mark.parametrize("activation", [None, "relu"])
+@pytest.mark.parametrize("activation", [None, "tanh"])
 def test_cartpole_learns_with_one_body_on_the_cpu(activation):
     config = wb.PPOConfig(env="cartpole", target="cpu", shared_body=True, num_envs=64, rollout_length=64,
                           lr=2.5e-3, total_env_steps=120_000, seed=2, cpu_threads=1,  # configs/cartpole.yaml's shape
@@ -39,7 +39,8 @@ def test_cartpole_learns_with_one_body_on_the_cpu(activation):
     trainer = make_trainer(config)
     model = trainer.models["shared"]
     assert type(model) is SharedActorCritic
-    assert isinstance(model.net[1], torch.nn.ReLU if activation == "relu" else torch.nn.Tanh)
+    assert isinstance(model.net[1], torch.nn.Tanh if activation == "tanh" else torch.nn.ReLU)  # (None: relu)
+    assert trainer.config.activation == (activation or "relu")  # resolved: the run's files say which
     history = trainer.train(progress=False).history
     first, last = history[0]["mean_return"], history[-1]["mean_return"]
     assert first < 30 and last > 60, (first, last)  # a random policy's episodes last about 22 steps
@@ -107,3 +108,23 @@ def test_activation_defaults_per_algorithm_and_bad_names_are_refused():
     assert isinstance(relu.models["shared"].critic[3], torch.nn.ReLU)
     with pytest.raises(cfg.ConfigError, match=r"activation must be tanh or relu"):
         cfg.from_dict(dict(env="cartpole", activation="sigmoid"))
+    shared = make_trainer(cfg.from_dict(dict(env="cartpole", target="cpu", num_envs=4, rollout_length=4,
+                                             hidden_sizes=[8, 8], cpu_threads=1, shared_body=True)))
+    assert isinstance(shared.models["shared"].net[1], torch.nn.ReLU) and shared.config.activation == "relu"
+
+
+def test_a_run_saved_before_the_shared_body_default_changed_keeps_its_tanh(tmp_path):
+    """Runs that left activation to the default stored None, which meant tanh for a shared body; the
+    signature recorded the resolved one, and the run comes back with it."""
+    config = cfg.from_dict(dict(env="cartpole", target="cpu", num_envs=8, rollout_length=8, total_env_steps=128,
+                                hidden_sizes=[16, 16], shared_body=True, activation="tanh", cpu_threads=1,
+                                run_dir=str(tmp_path)))
+    wb.train(config, progress=False)
+    payload = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    payload["config"]["activation"] = None  # as written then
+    torch.save(payload, tmp_path / "checkpoint.pt")
+    (tmp_path / "config.yaml").write_text((tmp_path / "config.yaml").read_text().replace("activation: tanh",
+                                                                                        "activation: null"))
+    assert isinstance(load_policy(tmp_path).models["shared"].net[1], torch.nn.Tanh)
+    resumed, _ = wb.train(resume=tmp_path, total_env_steps=256, progress=False)
+    assert resumed.config.activation == "tanh" and isinstance(resumed.models["shared"].net[1], torch.nn.Tanh)

@@ -50,7 +50,8 @@ def test_the_checkpoint_rebuilds_the_env_the_trainer_was_given(tmp_path):
     env = wb.make("cartpole", num_envs=4, target="cpu", max_steps=10)
     trainer = wb.Trainer(env, wb.PPOConfig(env="cartpole", **SMALL))
     assert trainer.config.env_params == {"max_steps": 10}
-    repeated = wb.PPOConfig(env="cartpole", **{**SMALL, "target": "auto", "env_params": {"max_steps": 10}})
+    repeated = wb.PPOConfig(env="cartpole", **{**SMALL, "target": "auto", "env_params": {"max_steps": 10},
+                                               "activation": "tanh"})
     assert wb.Trainer(env, repeated).config is repeated  # (nothing to add: "auto" and the env's own values agree)
     trainer.train()
     trainer.save(tmp_path / "cartpole.pt")
@@ -166,7 +167,7 @@ def checkpoint_64(cartpole_env, tmp_path_factory):
 
 
 @pytest.mark.parametrize("changes, field", [({"hidden_sizes": (32, 32)}, "hidden_sizes"),
-                                            ({"shared_body": True}, "shared_body"),
+                                            ({"shared_body": True, "activation": "tanh"}, "shared_body"),
                                             ({"activation": "relu"}, "activation")])
 def test_a_checkpoint_of_another_network_is_refused_by_name(cartpole_env, checkpoint_64, changes, field):
     trainer = wb.Trainer(cartpole_env, wb.PPOConfig(env="cartpole", **SMALL, **changes))

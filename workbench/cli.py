@@ -185,6 +185,7 @@ def _checkpoint_path(path: str) -> Path:
 def cmd_evaluate(args) -> int:
     from .learn import config as cfg
     from .learn.evaluate import compare, evaluate, format_comparison, random_label, tag_side_labels
+    from .learn.checkpoint import stored_config
     from .learn.runs import load_checkpoint
     from .learn.trainer import make_trainer
     from .learn import population, trainer_state
@@ -197,7 +198,7 @@ def cmd_evaluate(args) -> int:
     elif args.member not in (None, 0, "best"):  # (as load_policy and replay: a single run is its own member 0)
         raise cfg.ConfigError(f"--member {args.member}: {str(path)!r} is a single run's checkpoint, not a "
                               f"population's; evaluate it without --member")
-    config = cfg.from_saved(payload["config"])
+    config = stored_config(payload)
     config = cfg.replace(config, num_envs=args.num_envs or config.num_envs, run_dir=None,
                          target=args.target or config.target)
     trainer = make_trainer(config, policies=payload["signature"]["policies"])

@@ -159,3 +159,13 @@ def load(path, map_location="cpu") -> dict:
         raise CheckpointError(f"{str(path)!r} has checkpoint version {payload.get('version')}; this "
                               f"warp-workbench reads version {VERSION}")
     return payload
+
+
+def stored_config(payload: dict, config=None):
+    """The config a checkpoint's run trained with (`config`: the run folder's config.yaml read back,
+    else the checkpoint's own), its activation as the checkpoint's signature records it where the
+    config left it to the default (whose meaning changed: a shared body's default is relu now)."""
+    from . import config as cfg
+    config = cfg.from_saved(payload["config"]) if config is None else config
+    recorded = (payload.get("signature") or {}).get("activation")
+    return cfg.replace(config, activation=recorded) if config.activation is None and recorded else config

@@ -64,7 +64,7 @@ class RunConfig:
     log_every: int = _f(1, "Pull metrics to the host every this many iterations.")
     hidden_sizes: tuple = _f((64, 64), "Hidden layer widths of the default MLP policies.")
     activation: str = _f(None, "Hidden layers' activation of the default policies: tanh or relu (WarpDrive's); "
-                               "None: tanh for PPO and A2C, relu for DDPG.")
+                               "None: relu for DDPG and a shared_body, else tanh (the run records which).")
     shared_body: bool = _f(False, "PPO and A2C: one MLP body for the policy and the value, both read from its last "
                                   "hidden layer (WarpDrive's fully connected model), instead of an MLP each: about "
                                   "half the learner's work.")

@@ -119,6 +119,14 @@ def _plain(value):
     return value.tolist() if hasattr(value, "tolist") else value  # (numpy scalars and arrays)
 
 
+def default_activation(config) -> str:
+    """The default policies' activation where config.activation is None: relu for DDPG and for a
+    shared body (tanh there learns far worse: the value's gradient saturates the body the policy
+    reads; CartPole at the demo's settings short of 250 in 123 iterations against solved in 82 to
+    94 with relu), tanh otherwise (PPO and A2C's separate MLPs)."""
+    return "relu" if config.algorithm == "ddpg" or getattr(config, "shared_body", False) else "tanh"
+
+
 def config_for_env(config, env):
     """The config a trainer of `env` (an Env given to it) keeps and saves, so that resume, evaluate,
     replay and load_policy rebuild that env: `config` with env_params holding every parameter the
@@ -130,6 +138,8 @@ def config_for_env(config, env):
     `env_params` the env disagrees with. The seed is not compared: config.seed seeds the policies
     and the learner's sampling, the env keeps the seed it was made (or last reset) with, which
     checkpoints record (env_seed) and resume restores."""
+    if config.activation is None:  # resolved, so that the run's files say which (a default may change)
+        config = replace(config, activation=default_activation(config))
     name = type(config).__name__
     env_name = getattr(env, "name", None)
     if env_name is not None and config.env != env_name and config.env == type(config).env:

@@ -11,6 +11,7 @@ import torch
 
 from . import cpu_memory, fused, threads
 from .algorithms import ddpg
+from .config_env import default_activation
 from ..compiler.envdef import Box
 from .members import (MemberAdam, MemberLinear, MemberNorm, PopulationError, member_count, nn_linear_layout,
                       stack_members)
@@ -52,8 +53,8 @@ def check_model(tr, name, model, out_dim):
 
 
 def hidden_activation(config) -> str:
-    """The default policies' activation: config.activation, else tanh (PPO, A2C) or relu (DDPG)."""
-    return config.activation or ("relu" if config.algorithm == "ddpg" else "tanh")
+    """The default policies' activation: config.activation, else config_env.default_activation's."""
+    return config.activation or default_activation(config)
 
 
 def default_model(tr, g):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import config as cfg
+from . import checkpoint as ckpt, config as cfg
 from .ranking import lower_first, rank_key, setting_label
 from ..errors import WorkbenchWarning
 
@@ -236,7 +236,7 @@ def member_payload(payload: dict, k) -> dict:
     info = payload.get("population")
     if not info:
         raise cfg.ConfigError("this checkpoint is not a population's (it has no members); load it as it is")
-    config = cfg.from_saved(payload["config"])
+    config = ckpt.stored_config(payload)
     history = payload.get("history") or []
     asked, best_by = k, None
     try:

@@ -100,16 +100,17 @@ def _set_fields(config) -> dict:
 
 
 def _resume(run_or_checkpoint, requested):
+    from . import checkpoint as ckpt
     path, payload = load_checkpoint(run_or_checkpoint)
     run_dir = path.parent
     saved_file = run_dir / "config.yaml"
     if _exported_member_file(path, payload):
         # its own config (the folder's config.yaml is its population's), and a folder named after the
         # file to train on into
-        config, run_dir = cfg.from_saved(payload["config"]), path.with_suffix("")
+        config, run_dir = ckpt.stored_config(payload), path.with_suffix("")
     else:
-        config = cfg.load_yaml(saved_file) if saved_file.is_file() else cfg.from_saved(payload["config"])
-        _refuse_edited_fixed_fields(config, cfg.from_saved(payload["config"]), saved_file)
+        config = ckpt.stored_config(payload, cfg.load_yaml(saved_file) if saved_file.is_file() else None)
+        _refuse_edited_fixed_fields(config, ckpt.stored_config(payload), saved_file)
     signature = payload["signature"]
     for key, theirs in (("env", signature["env"]), ("algorithm", signature["algorithm"])):
         if getattr(config, key) != theirs:
@@ -432,7 +433,7 @@ def load_policy(run_or_checkpoint, *, num_envs: int = 1, target: str | None = No
     """A Trainer holding the trained policies of a run, on a fresh env of `num_envs` replicas. For a
     population's run: those of `member` (an index, or "best", the default), which the trainer's
     `member_label` names ("member 6 of 8 (the best by return), seed 6, lr=0.003"; None for a single run)."""
-    from . import population, trainer_state
+    from . import checkpoint as ckpt, population, trainer_state
     from .trainer import make_trainer
     path, payload = load_checkpoint(run_or_checkpoint)
     if payload.get("population"):
@@ -440,7 +441,7 @@ def load_policy(run_or_checkpoint, *, num_envs: int = 1, target: str | None = No
     elif member not in (None, 0, "best"):
         raise cfg.ConfigError(f"{str(path)!r} is not a population's run: it has no member {member!r} (its one "
                               f"policy plays without member=)")
-    config = cfg.from_saved(payload["config"])
+    config = ckpt.stored_config(payload)
     config = cfg.replace(config, num_envs=num_envs, run_dir=None, target=target or config.target,
                          seed=config.seed if seed is None else seed)
     trainer = make_trainer(config, policies=payload["signature"]["policies"])
@@ -482,7 +483,7 @@ def export_member(run_or_checkpoint, member="best", path=None):
         raise ResumeError(f"{str(folder)!r} already holds a run (checkpoint.pt), which exporting again would "
                           f"overwrite: continue it with --resume {folder}, or export to a new file with --out")
     folder.mkdir(parents=True, exist_ok=True)
-    config = cfg.replace(cfg.from_saved(single["config"]), run_dir=str(folder))
+    config = cfg.replace(ckpt.stored_config(single), run_dir=str(folder))
     single["config"] = cfg.to_dict(config)
     cfg.save_yaml(config, folder / "config.yaml")
     for name in set(SOURCE_FILES.values()):
