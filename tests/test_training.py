@@ -136,11 +136,24 @@ def test_policy_map_errors():
     ({"p": [0.0]}, r"policy 'p' lists 0.0; agent ids are ints 0..0"),
     ({"p": ["0"]}, r"policy 'p' lists '0'"),
     ({"p": [True]}, r"policy 'p' lists True"),
+    ({0: [0]}, r"a policy's name must be a non-empty string without '/', e.g. \{'shared': \[0\]\}; got 0"),
+    ({"team/a": [0]}, r"got 'team/a'"),  # (its metrics would read return/team/a)
+    ({"": [0]}, r"must be a non-empty string"),
 ])
 def test_policy_maps_of_the_wrong_shape_are_refused_by_name(policies, message):
     env = wb.make("cartpole", num_envs=32, target="cpu")
     with pytest.raises(PolicyMapError, match=message):
         wb.Trainer(env, ppo_cartpole(), policies=policies)
+
+
+def test_a_frozen_model_and_a_misspelt_centralised_critic_are_named():
+    from workbench.learn.policies import ActorCritic
+    env = wb.make("cartpole", num_envs=8, target="cpu")
+    frozen = ActorCritic(4, env.action_space).requires_grad_(False)
+    with pytest.raises(PolicyMapError, match="policy 'shared': the model has no trainable parameters"):
+        wb.Trainer(env, ppo_cartpole(num_envs=8), models={"shared": frozen})  # (an IndexError deep in Adam before)
+    with pytest.raises(PolicyMapError, match=r"centralised_critic names \['shraed'\].*did you mean shared\?"):
+        wb.Trainer(env, ppo_cartpole(num_envs=8, centralised_critic=["shraed"]))
 
 
 def test_policy_maps_take_numpy_and_torch_ids():

@@ -55,6 +55,9 @@ def build_groups(policies, num_agents: int, device) -> list:
                              f"got {type(policies).__name__} {policies!r:.80}")
     seen = {}
     for name, ids in policies.items():
+        if not isinstance(name, str) or not name or "/" in name:  # (metrics are named return/NAME, ...)
+            raise PolicyMapError(f"a policy's name must be a non-empty string without '/', e.g. {example}; got "
+                                 f"{name!r}")
         if isinstance(ids, (str, bytes, Mapping)) or not isinstance(ids, Iterable):
             raise PolicyMapError(f"policy '{name}' must list its agents' ids (a list of ints), e.g. {example}; "
                                  f"got {ids!r:.80}")

@@ -37,7 +37,7 @@ from .metrics import Metrics, RateWindow, append_csv, nonfinite_error, weights_f
 from .policies import ActionHead
 from .rollout import PolicyMapError, build_groups
 from ..runtime import registry
-from ..errors import WorkbenchWarning
+from ..errors import WorkbenchWarning, did_you_mean
 
 ON_POLICY = {"ppo": ppo, "a2c": a2c}
 
@@ -154,10 +154,11 @@ class Trainer:
     def _set_centralised_critics(self, names):
         central = tuple(names or ())
         self.central = {g.name for g in self.groups} if "all" in central else set(central)
-        unknown = sorted(self.central - {g.name for g in self.groups})
+        names = [g.name for g in self.groups]
+        unknown = sorted(self.central - set(names))
         if unknown:
             raise PolicyMapError(f"centralised_critic names {unknown}, which are not policies; the policies are "
-                                 f"{[g.name for g in self.groups]}")
+                                 f"{names}" + did_you_mean(unknown[0], names))
         if self.central and self.algorithm == "ddpg":
             raise cfg.ConfigError("centralised_critic is for PPO and A2C; DDPG's critic is per agent")
         self.state_dim = self.obs_dim * self.env.num_agents if self.central else 0
