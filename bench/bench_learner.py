@@ -35,7 +35,7 @@ SMALL_TAG = dict(num_taggers=2, num_runners=6, grid_length=10.0, episode_length=
 
 COMPILE = True
 LEARNER_MEMORY_GB = 2.0  # --learner-memory-gb: the config's bound on a learner chunk's activations
-ACTIVATION = None  # --activation relu: WarpDrive's hidden activation (default: tanh)
+ACTIVATION = None  # --activation relu: WarpDrive's hidden activation (default: tanh, or relu with --shared-body)
 SHARED_BODY = False  # --shared-body: WarpDrive's fully connected model (one 256 x 256 body, policy and value heads)
 TARGET = "auto"  # the default settings' target (cuda-c for Tag where NVRTC loads); --target to pick one
 
