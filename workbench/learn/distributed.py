@@ -138,10 +138,8 @@ class GradientSync:
         dist.all_reduce(out, op=dist.ReduceOp.SUM)
         return out
 
-    def any(self, flag: bool, device) -> bool:
-        value = torch.tensor([1.0 if flag else 0.0], device=device)
-        dist.all_reduce(value, op=dist.ReduceOp.MAX)
-        return bool(value.item() > 0)
+    def any(self, flags, device) -> list:
+        return any_rank(flags, device)
 
     def gather_to_main(self, obj) -> list | None:
         """obj of every rank, in rank order, on rank 0 (picklable host objects); None on the others."""
@@ -152,6 +150,13 @@ class GradientSync:
     def broadcast_parameters(self, module: torch.nn.Module) -> None:
         for tensor in list(module.parameters()) + list(module.buffers()):
             dist.broadcast(tensor.data, src=0)
+
+
+def any_rank(flags, device) -> list:
+    """Each of `flags` (bools): whether it is set on any rank, for all of them in one all-reduce."""
+    value = torch.tensor([1.0 if f else 0.0 for f in flags], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return [v > 0 for v in value.tolist()]
 
 
 def member_slice(members: int, context: Context) -> tuple:
@@ -185,7 +190,5 @@ class MemberRanks:
         dist.all_gather_object(out, obj)
         return out
 
-    def any(self, flag: bool, device) -> bool:
-        value = torch.tensor([1.0 if flag else 0.0], device=device)
-        dist.all_reduce(value, op=dist.ReduceOp.MAX)
-        return bool(value.item() > 0)
+    def any(self, flags, device) -> list:
+        return any_rank(flags, device)

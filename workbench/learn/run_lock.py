@@ -99,8 +99,8 @@ def held(run_dir) -> bool:
 
 @contextlib.contextmanager
 def training_in(run_dir):
-    """Hold run_dir for the block; a block that fails before writing into a folder it found empty
-    leaves no empty folder behind (a compile error, a refused config)."""
+    """Hold run_dir for the block; a block that fails while the folder is still empty (a compile
+    error, a refused config) leaves no empty folder behind."""
     claim(run_dir)
     try:
         yield

@@ -293,7 +293,8 @@ class Trainer:
                     if bar is not None and compiling:
                         bar.bar.set_description("training")
                     window.add(self.steps_per_iteration * self.M, iteration_start, time.perf_counter(), warming)
-                    interrupted = self._agree(self._interrupt is not None)
+                    due = save_dir is not None and time.perf_counter() - last_save >= AUTO_CHECKPOINT_S
+                    interrupted, due = self._agree(self._interrupt is not None, due)  # (one collective for both)
                     if self.iteration % config.log_every == 0 or self.iteration >= stop_at or interrupted:
                         now = time.perf_counter()
                         metrics = self.pull_metrics(window.pull(now), earlier + now - start)
@@ -303,7 +304,7 @@ class Trainer:
                     if interrupted or (self._interrupt is not None and self.sync is None and self.ranks is None):
                         stopped_by = "interrupted"  # (a signal during the report above: nothing left unlogged)
                         break
-                    last_save = _save_if_due(self, save_dir, run_dir, last_save)
+                    last_save = _save_if_due(self, save_dir, run_dir, last_save, due)
             except Exception as exc:
                 raise _kept_after_callback_error(self, exc, save_dir)
             finally:
@@ -333,10 +334,12 @@ class Trainer:
             return "target_return"
         return None
 
-    def _agree(self, flag: bool) -> bool:
-        """flag on any rank (every rank stops together); flag itself in a single process."""
+    def _agree(self, *flags: bool):
+        """Each flag set on any rank (every rank acts together), all in one collective; the flags
+        themselves in a single process. One flag: a bool, several: a list."""
         ranks = self.sync or self.ranks
-        return ranks.any(flag, self.device) if ranks is not None else flag
+        agreed = ranks.any(flags, self.device) if ranks is not None else list(flags)
+        return agreed[0] if len(flags) == 1 else agreed
 
     def pull_metrics(self, rate: float = float("nan"), elapsed: float = float("nan")) -> dict:
         """One host read of the update statistics (averaged over the iterations since the last pull
@@ -380,18 +383,17 @@ WARM_UP_IN_BACKGROUND = True
 AUTO_CHECKPOINT_S = 600.0  # checkpoint_every 0: a run killed hard loses at most this much training
 
 
-def _save_if_due(trainer, save_dir, run_dir, last_save: float) -> float:
-    """Save a checkpoint after this iteration where checkpoint_every says so (0: once AUTO_CHECKPOINT_S
-    have passed since the last save, every rank agreeing); returns when the last save was."""
-    if save_dir is None:
-        return last_save
-    every, now = trainer.config.checkpoint_every, time.perf_counter()
-    if not (trainer.iteration % every == 0 if every else trainer._agree(now - last_save >= AUTO_CHECKPOINT_S)):
+def _save_if_due(trainer, save_dir, run_dir, last_save: float, time_due: bool) -> float:
+    """Save a checkpoint after this iteration where checkpoint_every says so (0: where `time_due`,
+    every rank's agreement that AUTO_CHECKPOINT_S have passed since the last save); returns when the
+    last save was."""
+    every = trainer.config.checkpoint_every
+    if save_dir is None or not (trainer.iteration % every == 0 if every else time_due):
         return last_save
     if not weights_finite(trainer.models.values()):  # (between reports no loss is read)
         raise nonfinite_error("the weights", trainer.iteration, run_dir, trainer)
     trainer.save(save_dir / "checkpoint.pt")
-    return now
+    return time.perf_counter()
 
 
 def _ask_callbacks(callbacks, iteration: int, metrics: dict) -> bool:
