@@ -66,9 +66,10 @@ class Drawer:
         """How the episode ended, on its terminal frame (the state after its last step)."""
         if not self.traj.get("terminal_frame") or k != len(self) - 1:
             return ""
-        if bool(np.any(self.traj.get("terminated", [False])[k])):
+        if "terminated" in self.traj and bool(np.any(self.traj["terminated"][k])):
             return "  (terminated)"
-        return "  (truncated: time limit)" if bool(np.any(self.traj.get("truncated", [False])[k])) else ""
+        return "  (truncated: time limit)" if "truncated" in self.traj and bool(np.any(self.traj["truncated"][k])) \
+            else ""
 
     def set_info(self, k: int, extra: str = ""):
         """Frame k's caption: t, the return of the steps before frame k (each team's when there are
