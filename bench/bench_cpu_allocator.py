@@ -32,9 +32,9 @@ def child(members: int, iterations: int, allocator: str) -> dict:
         cpu_memory._state["applied"] = False  # this process answers "not applied" before a trainer asks
     config = cfg.from_dict({**PEER_SHAPE, "target": "cpu", "seeds": members, "total_env_steps": 10**9})
     trainer = make_trainer(config)
-    trainer.train(num_iterations=3, progress=False)
+    trainer.train(num_iterations=3)
     before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-    trainer.train(num_iterations=iterations, progress=False)
+    trainer.train(num_iterations=iterations)
     seconds, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
     return {"members": members, "allocator": allocator, "iterations": iterations, "seconds": round(seconds, 3),
             "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 3),

@@ -34,7 +34,7 @@ def run(target: str, members: int, env_steps: int, seed: int, extra: dict) -> di
     start = time.perf_counter()
     trainer = make_trainer(config)
     made = time.perf_counter() - start
-    result = trainer.train(progress=False)
+    result = trainer.train()
     sync(trainer.device)
     total = time.perf_counter() - start
     last = result.history[-1]
@@ -71,12 +71,12 @@ def tag_rate(target: str, members: int, num_envs: int = 100, T: int = 250, itera
                             "gamma": 0.98, "log_every": 10**9, "total_env_steps": 10**15, "seeds": members,
                             **(extra or {})})
     trainer = make_trainer(config)
-    trainer.train(num_iterations=3, progress=False)
+    trainer.train(num_iterations=3)
     times = []
     for _ in range(iterations):
         sync(trainer.device)
         start = time.perf_counter()
-        trainer.train(num_iterations=1, progress=False)
+        trainer.train(num_iterations=1)
         sync(trainer.device)
         times.append(time.perf_counter() - start)
     median = statistics.median(times)

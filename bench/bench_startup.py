@@ -39,11 +39,11 @@ trainer_module.WARM_UP_IN_BACKGROUND = sys.argv[3] == "1"
 config = cfg.replace(cfg.load_yaml("configs/cartpole.yaml"), target=sys.argv[1], log_every=10**9, run_dir=None)
 trainer = make_trainer(config)
 made = time.perf_counter()
-trainer.train(num_iterations=1, progress=False)
+trainer.train(num_iterations=1)
 if trainer.device.type == "cuda":
     torch.cuda.synchronize()
 first = time.perf_counter()
-trainer.train(num_iterations=int(sys.argv[2]) - 1, progress=False)
+trainer.train(num_iterations=int(sys.argv[2]) - 1)
 if trainer.device.type == "cuda":
     torch.cuda.synchronize()
 done = time.perf_counter()

@@ -210,7 +210,7 @@ runpy.run_path('.peers/warpdrive_bench.py', run_name='__main__')"
         --actions graph --final-obs every-end --gym-num-envs --out "$LOGS/envonly_graph_every_end.json"
       timed envonly_sample python3 bench/bench_envs.py --envs cartpole --targets cuda cuda-c --num-envs 1e3 1e4 1e5 1e6 1e7 \
         --gym-num-envs --out "$LOGS/envonly_sample.json" ;;
-    startup)  # a new process to its first iterations, caches warm, against torch's own import (issue: <= 5 s)
+    startup)  # a new process to its first iterations, caches warm, against torch's own import (goal: <= 5 s)
       timed startup_auto env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=/tmp/pycache python3 bench/bench_startup.py \
         --target auto --runs 3 --profile 45
       timed startup_cuda env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=/tmp/pycache python3 bench/bench_startup.py \

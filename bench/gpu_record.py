@@ -26,6 +26,7 @@ GPU_PATHS = ("workbench/compiler/targets", "workbench/compiler/codegen*.py", "wo
              "workbench/learn/trainer.py",
              "workbench/learn/collection.py", "workbench/learn/learners.py", "workbench/learn/iteration_graph.py",
              "workbench/learn/metrics.py", "workbench/learn/algorithms", "workbench/learn/rollout.py",
+             "workbench/learn/groups.py", "workbench/learn/normaliser.py", "workbench/learn/streams.py",
              "workbench/learn/policies.py", "workbench/learn/compiled.py", "workbench/learn/episode_stats.py", "envs/",
              "workbench/learn/fused*.py", "workbench/learn/members.py", "workbench/learn/padded_linear.py",
              "workbench/learn/linear_kernels.py", "workbench/learn/categorical*.py",

@@ -10,7 +10,7 @@ faster than oversubscribed threads on a small shared machine), its output in OUT
 Then `python -m workbench evaluate OUT/NAME` plays one episode per replica with the trained
 policies (stochastic and deterministic) and with each policy replaced by uniformly random actions
 (OUT/NAME/evaluate*.log and .json). From metrics.csv the script reads the first logged window whose
-mean return reaches the issue's threshold (env-steps and training seconds, compile excluded).
+mean return reaches the stated threshold (env-steps and training seconds, compile excluded).
 Every figure on the page comes from these files: OUT/NAME/result.json holds them, and the page is
 rebuilt from all the result.json files found, so configs can be rerun one at a time.
 """
@@ -174,7 +174,7 @@ def write_page(results: list, path: Path) -> None:
              "Every shipped learning config trained on the CPU target with `bench/learning_runs.py`, which also "
              "wrote this page from the run folders (no figure here was typed in by hand). Training returns are "
              "the mean return of the episodes that finished in a logging window; \"to threshold\" is the first "
-             "window at or above the issue's threshold, in env-steps (replica steps) and seconds of training "
+             "window at or above the stated threshold, in env-steps (replica steps) and seconds of training "
              "(the env's compile time apart). The evaluation plays one episode in each of 256 replicas from the "
              "same starts with the final policies (sampled and deterministic) and with each policy replaced by "
              "uniformly random actions: `python -m workbench evaluate RUN_DIR --num-envs 256`.", ""]

@@ -4,7 +4,7 @@ edit), each compiled on its own and timed as env.random_steps() (blocks of rando
 CUDA graph: sample-and-step pairs before 2c850f1, the actions drawn in the step since), median of
 CUDA-event timings, in microseconds a step.
 
-    python bench/probe_tag_step.py                                  # Tag continuous, the config
+    python bench/probe_tag_step.py                                  # Tag continuous, the stated config
     python bench/probe_tag_step.py --cu old=/tmp/old.cu             # beside an older .cu, e.g. from
         # git show 12263a3:envs/tag_continuous.cu > /tmp/old.cu
     python bench/probe_tag_step.py --game grid --targets cuda --num-envs 2000 --lanes 128 512 --regs 64
@@ -18,7 +18,7 @@ import gc
 
 import _common as C  # (also puts the checkout on sys.path)
 
-GAMES = {  # the configurations of the env-only table
+GAMES = {  # the configurations of the stated env-only table
     "continuous": ("tag_continuous", dict(num_taggers=10, num_runners=100, grid_length=20.0,
                                           num_other_agents_observed=10, num_acceleration_levels=20,
                                           num_turn_levels=20, tagging_distance=0.02, episode_length=500)),

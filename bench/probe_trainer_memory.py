@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     base = torch.cuda.memory_allocated()
     for k in range(args.trainers):
         trainer = make_trainer(config)
-        trainer.train(num_iterations=3, progress=False)
+        trainer.train(num_iterations=3)
         torch.cuda.synchronize()
         held = torch.cuda.memory_allocated() - base
         del trainer

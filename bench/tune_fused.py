@@ -46,7 +46,7 @@ def problem(M: int, device, O=4, K=2, hidden=(64, 64), per_member=4096, rows=102
     model.head = ActionHead(Discrete(K)).to(device)
     B = M * per_member
     fields = {"obs": torch.randn(B, O, device=device), "actions": torch.randint(0, K, (B,), device=device),
-              "logp": -torch.rand(B, device=device) * 2, "values": torch.randn(B, device=device),
+              "logp_old": -torch.rand(B, device=device) * 2, "values": torch.randn(B, device=device),
               "advantages": torch.randn(B, device=device), "returns": torch.randn(B, device=device),
               "mask": (torch.rand(B, device=device) > 0.1).float()}
     idx = (torch.rand(M, per_member, device=device).argsort(1)[:, :rows] + per_member * torch.arange(M, device=device)[:, None])

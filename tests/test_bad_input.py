@@ -591,7 +591,7 @@ def test_a_new_run_into_a_folder_holding_a_run_is_refused_and_nothing_is_overwri
     (["cartpole", "--sweep", "lr=1e-3,0.001"], ["sweep['lr'] lists 0.001 more than once", "seeds"]),
     (["cartpole", "--sweep", "learning_rate=1e-3"], ["sweep names 'learning_rate'", "did you mean 'lr'?"]),
     (["pendulum", "--lr", "1"], ["DDPGConfig.lr is not read by DDPG, which learns at actor_lr and critic_lr", "--actor-lr"]),
-    (["pendulum", "--set", "updates_per_rollout=0"], ["DDPGConfig.updates_per_rollout must be >= 1"]),
+    (["pendulum", "--set", "updates_per_rollout=0"], ["DDPGConfig.updates_per_rollout must be from 1 to 1999"]),
     (["pendulum", "--set", "actor_lr=-1"], ["DDPGConfig.actor_lr must be > 0"]),
 ])
 def test_cli_config_values_out_of_range_are_one_line_errors_before_anything_runs(tmp_path, capsys, argv, words):

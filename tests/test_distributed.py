@@ -88,7 +88,7 @@ def population_split_equals_one_process(tmp_path, target):
     job = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(job)
     single = wb.make_trainer(job.population_config(str(tmp_path / "single"), **job.TARGETS[target]), distributed=False)
-    single.train(progress=False)
+    single.train()
     for mine, theirs in zip(split, single.history):
         assert len(mine["members"]) == 4
         for m, t in zip(mine["members"], theirs["members"]):

@@ -96,13 +96,13 @@ def test_the_trainer_keeps_final_observations_only_for_metrics_that_read_them():
     cartpole = wb.make_trainer(wb.PPOConfig(env="cartpole", num_envs=4, rollout_length=8, target="cpu"))
     assert not cartpole.keep_final_obs and cartpole.env.keep_final_obs  # the env's own until train()
     seen = []
-    cartpole.train(num_iterations=2, progress=False, callback=lambda i, m: seen.append(cartpole.env.keep_final_obs))
+    cartpole.train(num_iterations=2, callback=lambda i, m: seen.append(cartpole.env.keep_final_obs))
     assert seen == [False, False]  # while it trains: the trainer's
     assert cartpole.env.keep_final_obs  # then the env's own again
     cartpole.keep_final_obs = True  # the trainer's setting, and the user's own for the env, changed between trainings
     cartpole.env.keep_final_obs = False
     seen.clear()
-    cartpole.train(num_iterations=1, progress=False, callback=lambda i, m: seen.append(cartpole.env.keep_final_obs))
+    cartpole.train(num_iterations=1, callback=lambda i, m: seen.append(cartpole.env.keep_final_obs))
     assert seen == [True] and not cartpole.env.keep_final_obs
     tag = wb.make_trainer(wb.A2CConfig(env="tag_continuous", num_envs=2, rollout_length=4, target="cpu",
                                        env_params=dict(num_taggers=2, num_runners=3, episode_length=12,
@@ -140,7 +140,7 @@ def test_training_is_the_same_without_terminated_episodes_final_observations(alg
         trainer = wb.make_trainer(config)
         trainer.keep_final_obs = keep
         seen = []
-        trainer.train(num_iterations=4, progress=False, callback=lambda i, m: seen.append(trainer.env.keep_final_obs))
+        trainer.train(num_iterations=4, callback=lambda i, m: seen.append(trainer.env.keep_final_obs))
         assert seen == [keep] * 4
         history = [{k: v for k, v in row.items() if k not in ("env_steps_per_s", "time_s")} for row in trainer.history]
         weights = {k: v.clone() for k, v in trainer.models[trainer.groups[0].name].state_dict().items()}

@@ -1,6 +1,6 @@
 """The fused learner kernels against the torch path they replace: the same gradients and statistics
 for PPO (with and without value clipping and advantage normalisation) and A2C, one policy and a
-population's stacked members; GAE against rollout.advantages; a trainer with the kernels on matches
+population's stacked members; GAE against gae.advantages; a trainer with the kernels on matches
 one with them off. On a GPU the kernels compile; elsewhere they run in Triton's interpreter (CPU)."""
 import copy
 
@@ -14,7 +14,8 @@ from workbench.learn import fused  # noqa: E402
 from workbench.learn.algorithms import a2c, ppo  # noqa: E402
 from workbench.learn.members import MemberAdam, stack_members  # noqa: E402
 from workbench.learn.policies import ActionHead, ActorCritic  # noqa: E402
-from workbench.learn.rollout import RolloutBuffer, advantages  # noqa: E402
+from workbench.learn.rollout import RolloutBuffer  # noqa: E402
+from workbench.learn.algorithms.gae import advantages  # noqa: E402
 
 GPU = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if GPU else "cpu")
@@ -38,7 +39,7 @@ def rollout_fields(B, O, K, seed=0):
     g = torch.Generator().manual_seed(seed)
     mask = (torch.rand(B, generator=g) > 0.2).float()
     fields = {"obs": torch.randn(B, O, generator=g), "actions": torch.randint(0, K, (B,), generator=g),
-              "logp": -torch.rand(B, generator=g) * 2, "values": torch.randn(B, generator=g),
+              "logp_old": -torch.rand(B, generator=g) * 2, "values": torch.randn(B, generator=g),
               "advantages": torch.randn(B, generator=g), "returns": torch.randn(B, generator=g), "mask": mask}
     return {k: v.to(DEVICE) for k, v in fields.items()}
 
@@ -329,7 +330,7 @@ def test_trainer_with_fused_kernels_matches_torch_path(algorithm, seeds):
         assert (c._fused_record is not None) == on and bool(c._fused_sends) == on  # the step's bookkeeping too
         if seeds > 1:
             assert all((opt.fused is not None) == on for opt in trainer.optimizers.values())
-        results.append(trainer.train(progress=False).history)
+        results.append(trainer.train().history)
     for fused_row, torch_row in zip(*results):
         for fr, tr_ in zip(fused_row.get("members", [fused_row]), torch_row.get("members", [torch_row])):
             for key in ("policy_loss/shared", "value_loss/shared", "entropy/shared", "return/shared",
@@ -352,7 +353,7 @@ def test_tag_trainer_with_the_wide_step_matches_torch_path():
         # (on a GPU the wide step computes in bf16 only: test_fused_wide.py trains Tag with it there)
         assert trainer.collector._fused_sends == ({"taggers", "runners"} if on and not GPU else set())
         assert (trainer.collector._fused_record is not None) == (on and not GPU)  # (both groups' bookkeeping)
-        results.append(trainer.train(progress=False).history)
+        results.append(trainer.train().history)
     compared = set()
     for fused_row, torch_row in zip(*results):
         for key, value in fused_row.items():

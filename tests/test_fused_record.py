@@ -11,7 +11,7 @@ pytest.importorskip("triton", reason="the fused kernels need Triton (pip install
 import workbench as wb  # noqa: E402
 from workbench.learn.episode_stats import EpisodeStats  # noqa: E402
 from workbench.learn.fused_record import FusedStepRecord  # noqa: E402
-from workbench.learn.rollout import build_groups  # noqa: E402
+from workbench.learn.groups import build_groups  # noqa: E402
 
 GPU = torch.cuda.is_available()
 

@@ -19,13 +19,14 @@ from workbench.learn.metrics import append_csv
 from workbench.learn.algorithms import a2c, ppo
 from workbench.compiler.envdef import Discrete
 from workbench.learn.policies import ActorCritic
-from workbench.learn.rollout import Batch, RolloutBuffer, advantages
+from workbench.learn.rollout import Batch, RolloutBuffer
+from workbench.learn.algorithms.gae import advantages
 
 
 def small_batch(B=24, O=3, seed=0, mask=None):
     g = torch.Generator().manual_seed(seed)
     fields = {"obs": torch.randn(B, O, generator=g), "actions": torch.randint(0, 3, (B,), generator=g),
-              "logp": torch.full((B,), -1.1), "values": torch.randn(B, generator=g),
+              "logp_old": torch.full((B,), -1.1), "values": torch.randn(B, generator=g),
               "advantages": torch.randn(B, generator=g), "returns": torch.randn(B, generator=g),
               "mask": torch.ones(B) if mask is None else mask}
     return Batch(fields)
@@ -283,7 +284,7 @@ def test_bf16_gaussian_rollout_stores_the_learners_log_probabilities():
     with torch.no_grad(), trainer.autocast():
         out, _ = model(buf.obs.reshape(-1, trainer.obs_dim).float())
         logp, _ = model.head.log_prob_entropy(out.float(), model.log_std, buf.actions.reshape(out.shape))
-    torch.testing.assert_close(buf.logp.reshape(-1), logp, rtol=0, atol=1e-3)
+    torch.testing.assert_close(buf.logp_old.reshape(-1), logp, rtol=0, atol=1e-3)
 
 
 @pytest.mark.parametrize("config", BF16_CONFIGS, ids=BF16_IDS)
@@ -297,7 +298,7 @@ def test_bf16_rollout_copies_train_as_autocast_does(config, monkeypatch):
         trainer = wb.make_trainer(config)
         assert (trainer.rollout_models[trainer.groups[0].name] is trainer.models[trainer.groups[0].name]) != shadow
         trainer.train(num_iterations=3)
-        runs.append((trainer.history, [b.logp.clone() for b in trainer.buffers.values()]))
+        runs.append((trainer.history, [b.logp_old.clone() for b in trainer.buffers.values()]))
     for a, b in zip(runs[0][1], runs[1][1]):
         torch.testing.assert_close(a, b, rtol=0, atol=2e-2)
     name = trainer.groups[0].name
@@ -483,11 +484,22 @@ def test_divergence_is_named_with_its_likely_cause(env):
         warn(other, {"value_loss/shared": 2.0, "entropy/shared": 1e-6})
 
 
-def test_progress_bar_shows_rate_and_return(env, capsys):
+def test_progress_bar_shows_rate_return_and_the_compile(env, capsys):
+    from workbench.learn.loggers import compose
+    from workbench.learn.progress import ProgressBar
     trainer = wb.Trainer(env, cartpole(target_return=400.0))
-    trainer.train(num_iterations=2, progress=True)
+    loss = trainer.loss_fn  # (marked as compiling, as torch.compile's first call on a GPU is)
+    trainer.loss_fn = type("Compiled", (), {"compiled": True, "__call__": lambda self, *a: loss(*a)})()
+    bar, told = ProgressBar.for_trainer(trainer), []
+    trainer.train(num_iterations=2, callback=compose(bar, lambda i, m: True, type("Heard", (), {
+        "__call__": lambda self, i, m: True, "phase": lambda self, text: told.append(text)})()))
+    bar.close()
     err = capsys.readouterr().err
-    assert "steps/s" in err and "2/" in err
+    assert "steps/s" in err and "2/" in err and "training" in err
+    assert told[0].startswith("first iteration: compiling") and told[-1] == "training"
+    quiet = wb.Trainer(env, cartpole(progress=True))
+    quiet.train(num_iterations=1)  # (the trainer draws nothing itself: the bar is a callback)
+    assert "steps/s" not in capsys.readouterr().err
 
 
 def test_thread_counts_are_chosen_by_measurement(monkeypatch):

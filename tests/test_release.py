@@ -40,7 +40,7 @@ def _trained(config: dict, target: str):
     config = cfg.from_dict({"target": target, "progress": False, "cpu_threads": 1, **config})
     trainer = make_trainer(config)
     trainer.env.record([0])
-    trainer.train(num_iterations=2, progress=False)
+    trainer.train(num_iterations=2)
     return trainer
 
 
@@ -81,7 +81,7 @@ def test_a_dropped_gpu_trainer_returns_its_device_memory(name):
 
     def train_and_drop():
         trainer = make_trainer(config)
-        trainer.train(num_iterations=3, progress=False)
+        trainer.train(num_iterations=3)
         torch.cuda.synchronize()
         held = torch.cuda.memory_allocated()
         del trainer

@@ -41,7 +41,7 @@ def test_cartpole_learns_with_one_body_on_the_cpu(activation):
     assert type(model) is SharedActorCritic
     assert isinstance(model.net[1], torch.nn.Tanh if activation == "tanh" else torch.nn.ReLU)  # (None: relu)
     assert trainer.config.activation == (activation or "relu")  # resolved: the run's files say which
-    history = trainer.train(progress=False).history
+    history = trainer.train().history
     first, last = history[0]["mean_return"], history[-1]["mean_return"]
     assert first < 30 and last > 60, (first, last)  # a random policy's episodes last about 22 steps
 
@@ -50,7 +50,7 @@ def test_a_run_folder_reloads_the_shared_body(tmp_path):
     config = cfg.from_dict(dict(env="cartpole", target="cpu", num_envs=8, rollout_length=8, total_env_steps=128,
                                 hidden_sizes=[16, 16], shared_body=True, cpu_threads=1, run_dir=str(tmp_path)))
     trainer = make_trainer(config)
-    trainer.train(progress=False)
+    trainer.train()
     loaded = load_policy(tmp_path, num_envs=8)
     model = loaded.models["shared"]
     assert type(model) is SharedActorCritic

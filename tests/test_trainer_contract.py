@@ -83,6 +83,13 @@ def test_building_a_trainer_leaves_the_global_random_stream_alone(cartpole_env, 
     first.save(tmp_path / "c.pt")
     second.load(tmp_path / "c.pt")
     assert torch.equal(torch.get_rng_state(), state)
+    second.train(num_iterations=1)
+    assert torch.equal(torch.get_rng_state(), state)
+    sampled = [second.act(deterministic=False, generator=torch.Generator().manual_seed(5)).clone() for _ in range(2)]
+    assert torch.equal(sampled[0], sampled[1]) and torch.equal(torch.get_rng_state(), state)
+    modes = second.act().clone()
+    assert any(not torch.equal(second.act(deterministic=False, generator=torch.Generator().manual_seed(k)), modes)
+               for k in range(4))  # (a sample, not the mode)
 
 
 @pytest.mark.parametrize("algorithm", ["ppo", "a2c", "ddpg"])

@@ -10,7 +10,7 @@ import torch
 import workbench as wb
 from workbench.learn import config as cfg
 from workbench.learn.checkpoint import CheckpointError
-from workbench.learn.rollout import PolicyMapError
+from workbench.learn.groups import PolicyMapError
 
 RANDOM_CARTPOLE_RETURN = 22.0  # mean episode length of a uniformly random CartPole policy
 

@@ -255,12 +255,6 @@ def agent_params(env_name: str) -> list:
     return found
 
 
-def param_docs(env_name: str) -> dict:
-    """{parameter: doc} from the env's PARAM_DOCS (empty when the env documents none)."""
-    from workbench.runtime import registry
-    return dict(registry.definition(env_name).namespace.get("PARAM_DOCS", {}) or {})
-
-
 def is_flag(default, doc: str) -> bool:
     """A 0/1 int parameter whose doc starts with "Whether" is a switch: shown as a checkbox."""
     return (isinstance(default, bool) or (isinstance(default, (int, np.integer)) and default in (0, 1)

@@ -80,7 +80,6 @@ class TrainingPanel(widgets.VBox):
         self.redraw_interval = float(redraw_interval)
         self.runner: Runner | None = None
         self.runs_root = runs_root
-        self.redraws = 0
         self._refresher: threading.Thread | None = None
         self._wake = threading.Event()
         self._last_draw, self._last_draw_s = 0.0, 0.0
@@ -316,8 +315,7 @@ class TrainingPanel(widgets.VBox):
 
     def _redraw(self, runner: Runner):
         history = list(runner.history)
-        if self.run_curves.redraw(runner, len(history)):
-            self.redraws += 1
+        self.run_curves.redraw(runner, len(history))
         if history:
             self.progress.value, self.progress_text.value = progress_line(runner, history)
         self.rollout_viewer.show_pending()

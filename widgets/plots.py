@@ -103,14 +103,6 @@ class LivePlot:
         self.message = None
         self._build([])
 
-    @property
-    def ax_return(self):
-        return self.axes.get("return")
-
-    @property
-    def ax_rate(self):
-        return self.axes.get("rate")
-
     def _build(self, panels):
         from matplotlib.ticker import FuncFormatter, MaxNLocator
         self.fig.clear()
@@ -293,8 +285,3 @@ class LivePlot:
         self.renders += 1
         self.last_render_s = time.perf_counter() - start
         return buf.getvalue()
-
-
-def placeholder_png(message: str, width: float = 10.5, dpi: int = 80) -> bytes:
-    """The image the panel shows before a run: the message alone, no empty axes."""
-    return LivePlot(width, dpi=dpi).render([], message)

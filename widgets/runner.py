@@ -163,7 +163,6 @@ class Runner:
         self.env = None
         self.stopped_by = None
         self.started_at = None
-        self.finished_at = None
         self.log_path: Path | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -233,7 +232,6 @@ class Runner:
             self.traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
             self.set_state("error")
         finally:
-            self.finished_at = time.perf_counter()
             if self.env is not None and self.env.recorder is not None and self.spec.record_every:
                 self.env.recorder = None
 

@@ -32,7 +32,7 @@ def equal_batch():
     # rank 1 has far fewer agents in the game than rank 0: the global means must weigh every live
     # sample alike, whichever rank holds it
     mask = (torch.arange(B) < B // 2 + B // 8).float()
-    full = {"obs": torch.randn(B, O), "actions": torch.randint(0, 2, (B,)), "logp": torch.full((B,), -0.69),
+    full = {"obs": torch.randn(B, O), "actions": torch.randint(0, 2, (B,)), "logp_old": torch.full((B,), -0.69),
             "values": torch.randn(B), "advantages": torch.randn(B), "returns": torch.randn(B), "mask": mask}
     half = Batch({k: v.chunk(context.world_size)[context.rank] for k, v in full.items()})
     full = Batch(full)
@@ -110,15 +110,15 @@ def resume_exact(run_dir):
     for name, config_for in cases.items():
         per_iteration = {"ppo": 8 * 16 * 2, "ddpg": 4 * 8 * 2, "population": 8 * 16}[name]
         straight = wb.make_trainer(config_for(4 * per_iteration))
-        straight.train(progress=False)
+        straight.train()
         rank = dist.get_rank()
         first = wb.make_trainer(config_for(4 * per_iteration))
-        first.train(progress=False, num_iterations=2)  # (as a run stopped there: the same annealing)
+        first.train(num_iterations=2)  # (as a run stopped there: the same annealing)
         path = os.path.join(run_dir, f"{name}.pt")
         first.save(path)
         dist.barrier()  # rank 0 has written it
         resumed = wb.make_trainer(config_for(4 * per_iteration)).load(path)
-        resumed.train(progress=False)
+        resumed.train()
         worst = 0.0
         for policy, model in straight.models.items():
             for a, b in zip(model.parameters(), resumed.models[policy].parameters()):

@@ -98,7 +98,6 @@ class KernelModule:
         self.path = self.directory / MODULE_FILE
         self.directory.mkdir(parents=True, exist_ok=True)
         write_once(self.path, text.encode())
-        self.was_ready = (self.directory / READY_FILE).exists()
         # one name per text: the same source registered under two env names shares one cache entry,
         # and numba's entry names this module
         module_name = f"workbench_kernels_{self.digest}"

@@ -18,8 +18,6 @@ import math
 from . import helpers, rng
 from ..errors import EnvDefinitionError, did_you_mean
 
-PYTHON_TARGETS = ("cpu", "cuda")
-
 MATH = frozenset("""sqrt exp expm1 log log2 log10 log1p pow sin cos tan asin acos atan atan2 sinh cosh tanh
     asinh acosh atanh floor ceil trunc fabs hypot copysign fmod isnan isinf isfinite erf erfc gamma lgamma
     degrees radians""".split())

@@ -2,7 +2,7 @@
 trained policies (DDPG's exploration into its replay buffer is algorithms/ddpg.explore).
 
 What one rollout of T steps leaves in each group's buffer ([T, E, n], n agents of the group):
-- obs[t], actions[t], logp[t] = log pi_old(a|s) and values[t] = V(s_t), from the policy step before
+- obs[t], actions[t], logp_old[t] = log pi_old(a|s) and values[t] = V(s_t), from the policy step before
   env step t (observations normalised when configured);
 - rewards[t] after env step t, and the replica's terminated[t] / truncated[t] (one pair shared by
   every group);
@@ -13,7 +13,7 @@ What one rollout of T steps leaves in each group's buffer ([T, E, n], n agents o
   from the state it cut off; a termination bootstraps nothing), else 0; 0 too for an agent that the
   env's ACTIVE flag shows out of the game in that final state (it left the game in the episode's
   last step: its own episode ended there, before the time limit).
-GAE (`rollout.advantages`) then bootstraps the replicas still running from V(s_T).
+GAE (`gae.advantages`) then bootstraps the replicas still running from V(s_T).
 """
 from __future__ import annotations
 
@@ -26,7 +26,9 @@ from . import fused, fused_wide
 from ..compiler.envdef import FINAL_ACTIVE
 from .compiled import MaybeCompiled, act_and_record, forward, value_step
 from .fused_record import FusedStepRecord
-from .rollout import advantages, chunks, gae
+from .algorithms.gae import advantages, gae
+from .rollout import chunks
+from .streams import rollout_site
 
 # The rollout keeps its final observations for one batched critic pass when they take at most
 # this much memory (else V(final observation) is computed after every step)
@@ -190,7 +192,7 @@ class Collector:
         buffer, M, b = self.noise[g.name], tr.M, self.noise_block
         per_member = buffer.shape[1] // M * buffer.shape[2]
         draw = tr.streams.normal if tr.head.kind == "gaussian" else tr.streams.uniform
-        site = [h.name for h in tr.groups].index(g.name)
+        site = rollout_site([h.name for h in tr.groups].index(g.name))
         draw((b, per_member), site, offset=t * per_member, out=buffer.view(b, M, per_member).transpose(0, 1))
 
     def _policy_step(self, g, obs, state, t, record: bool = False):
@@ -204,18 +206,18 @@ class Collector:
         noise = self.noise[g.name][t % self.noise_block]
         if g.name in self._fused_step:
             recorded = dict(obs_out=buf.obs[t], env_action=self.store["action"], agents=g.slice) if record else {}
-            return self._fused_step[g.name](obs.reshape(-1, tr.obs_dim), noise, buf.actions[t], buf.logp[t],
+            return self._fused_step[g.name](obs.reshape(-1, tr.obs_dim), noise, buf.actions[t], buf.logp_old[t],
                                             buf.values[t], **recorded)
         model, central = tr.rollout_models[g.name], g.name in tr.central
         if self._head_sample is not None:
             with tr.autocast():
                 out, value = forward(model, obs.reshape(-1, tr.obs_dim), state, central)
-            self._head_sample(out, noise, buf.actions[t], buf.logp[t])
+            self._head_sample(out, noise, buf.actions[t], buf.logp_old[t])
             buf.values[t].copy_(value.reshape(buf.values[t].shape))
             return buf.actions[t].reshape((-1,) + tr.head.act_shape)
         with tr.autocast():
             return self._act_and_record(model, tr.head, obs.reshape(-1, tr.obs_dim), state, noise, central,
-                                        buf.actions[t], buf.logp[t], buf.values[t])
+                                        buf.actions[t], buf.logp_old[t], buf.values[t])
 
     def step_outcome(self, terminated, truncated, final_obs, rewards: list, masks: list | None = None):
         """After an env step: terminations, truncations [E], final observations [E, A, O] (when kept), each
@@ -292,9 +294,9 @@ class Collector:
                 tr.hp.per_replica("gae_lambda", tr.E_member), self._advantages)
 
     # -- acting with trained policies ------------------------------------------------------------
-    def act(self, deterministic: bool = True):
+    def act(self, deterministic: bool = True, generator: torch.Generator | None = None):
         """The learners' actions for the env's current observations into its action array: the
-        distribution's mode when deterministic, else a sample."""
+        distribution's mode when deterministic, else a sample drawn with `generator` (None: torch's global one)."""
         tr = self.trainer
         with torch.no_grad():
             for g in tr.groups:
@@ -307,8 +309,9 @@ class Collector:
                     if deterministic:
                         actions = tr.head.mode(out)
                     else:
-                        noise = torch.rand(out.shape, device=tr.device).clamp_(1e-10, 1) \
-                            if tr.head.kind != "gaussian" else torch.randn(out.shape, device=tr.device)
+                        noise = torch.rand(out.shape, device=tr.device, generator=generator).clamp_(1e-10, 1) \
+                            if tr.head.kind != "gaussian" else torch.randn(out.shape, device=tr.device,
+                                                                           generator=generator)
                         actions = tr.head.sample(out, getattr(model, "log_std", None), noise)
                 self.send(g, actions)
         return self.store["action"]

@@ -93,8 +93,8 @@ class RunConfig:
     cpu_threads: int = _f(0, "Threads for the CPU target's kernels and torch (0: one on two cores or fewer, "
                              "else chosen by measuring 1 thread against all cores at the start). Fix it for "
                              "bit-identical reruns: matmuls split over another thread count round differently.")
-    progress: bool = _f(None, "Show a progress bar with env-steps/s and an ETA while training (None: wb.train "
-                              "and the CLI show one, Trainer.train does not).")
+    progress: bool = _f(None, "Show a progress bar with env-steps/s and an ETA in wb.train and the CLI (None: "
+                              "yes). Trainer.train only calls its callback: ProgressBar.for_trainer(t) is one.")
     checkpoint_every: int = _f(0, "Save a checkpoint into run_dir every this many iterations (0: every 10 "
                                   "minutes of training) and at the end.")
     run_dir: str = _f(None, "Folder for metrics.csv, the learning curve, checkpoints (None: no files).")
@@ -346,7 +346,7 @@ def validate(config) -> None:
                    ("vf_coef", config.vf_coef > 0, "must be > 0 (the critic learns from it)")]
     if isinstance(config, PPOConfig):
         checks += [("num_minibatches", config.num_minibatches >= 1, "must be >= 1"),
-                   ("update_epochs", config.update_epochs >= 1, "must be >= 1"),
+                   ("update_epochs", 1 <= config.update_epochs < 1000, "must be from 1 to 999"),
                    ("clip_coef", config.clip_coef > 0, "must be > 0"),
                    ("target_kl", config.target_kl is None or config.target_kl > 0,
                     "must be > 0 (or null: no early stop)")]
@@ -357,7 +357,7 @@ def validate(config) -> None:
                     f"must be in [1, buffer_size={config.buffer_size}] (lower it or raise buffer_size)"),
                    ("actor_lr", config.actor_lr > 0, "must be > 0"),
                    ("critic_lr", config.critic_lr > 0, "must be > 0"),
-                   ("updates_per_rollout", config.updates_per_rollout >= 1, "must be >= 1 (else nothing learns)"),
+                   ("updates_per_rollout", 1 <= config.updates_per_rollout < 2000, "must be from 1 to 1999"),
                    ("learning_starts", config.learning_starts >= 0, "must be >= 0"),
                    # (both count one policy's transitions, one per agent and step, of one member: a buffer
                    # whose fill stops at buffer_size would never reach a larger learning_starts)

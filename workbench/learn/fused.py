@@ -276,7 +276,7 @@ class FusedGradients:
         for value_net, (sizes, params, strides, at) in enumerate(self.nets):
             with _compile_switches():
                 k.minibatch_grad[(M, splits)](
-                    f["obs"], idx, idx.stride(0), f["actions"], f["logp"], f["values"], f["advantages"], f["returns"],
+                    f["obs"], idx, idx.stride(0), f["actions"], f["logp_old"], f["values"], f["advantages"], f["returns"],
                     f["mask"], count, count.stride(0), moments[0], moments[1], moments[0].stride(0), self.coefs, M,
                     *params, strides, *(flat[i] for i in at), P, stats, stat_parts, rows, **sizes,
                     BLOCK=GRAD_BLOCK, STACKED=int(self.stacked), VALUE=bool(value_net), PPO=self.algorithm == "ppo",
@@ -384,7 +384,7 @@ def kernels_unsupported(device) -> str | None:
 
 
 class FusedGAE:
-    """rollout.gae in one launch (columns of [T, E, n] in parallel, time backwards in each): gamma and
+    """gae.gae in one launch (columns of [T, E, n] in parallel, time backwards in each): gamma and
     lam floats, or per replica [E, 1] (a population's sweep); the rates' tensors made once."""
 
     def __init__(self, gamma, lam, device):

@@ -279,7 +279,7 @@ def split_sum(parts, grad, stat_parts, stats, members, P, SPLITS: tl.constexpr, 
 def gae(rewards, values, final_values, mask, terminated, truncated, next_value, gamma, lam, advantages,
         returns, columns, n, T: tl.constexpr, PER_REPLICA: tl.constexpr, BLOCK: tl.constexpr):
     """GAE over [T, columns] (columns = E * n, agent a of replica e at e * n + a), one column per
-    lane, the recursion run backwards in time (rollout.advantages is the reference)."""
+    lane, the recursion run backwards in time (gae.advantages is the reference)."""
     c = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = c < columns
     e = c // n

@@ -16,7 +16,9 @@ from ..compiler.envdef import Box
 from .members import (MemberAdam, MemberLinear, MemberNorm, PopulationError, member_count, nn_linear_layout,
                       stack_members)
 from .policies import ActorCritic, CentralisedActorCritic, DeterministicActor, QCritic, SharedActorCritic
-from .rollout import PolicyMapError, RolloutBuffer, RunningNorm
+from .groups import PolicyMapError
+from .rollout import RolloutBuffer
+from .normaliser import RunningNorm
 from .streams import MemberStreams
 from ..errors import WorkbenchWarning
 

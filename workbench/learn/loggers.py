@@ -116,7 +116,8 @@ def make_logger(config, run_dir=None):
 
 
 def compose(*callbacks):
-    """One callback calling each given one in turn (None skipped); False from any stops training."""
+    """One callback calling each given one in turn (None skipped); False from any stops training. It
+    passes the trainer's `phase(description)` on to those that have one."""
     active = [c for c in callbacks if c is not None]
 
     def callback(iteration, metrics) -> bool:
@@ -125,4 +126,10 @@ def compose(*callbacks):
             keep = (c(iteration, metrics) is not False) and keep
         return keep
 
+    phases = [c.phase for c in active if callable(getattr(c, "phase", None))]
+    if phases:
+        def phase(description: str) -> None:
+            for tell in phases:
+                tell(description)
+        callback.phase = phase
     return callback

@@ -23,7 +23,8 @@ import torch
 from torch import nn
 
 from ..errors import WorkbenchError
-from .rollout import RunningNorm, wide_sum
+from .normaliser import RunningNorm
+from .rollout import wide_sum
 
 
 class PopulationError(WorkbenchError, ValueError):
@@ -44,6 +45,7 @@ class MemberLinear(nn.Module):
         self.in_features, self.out_features = layers[0].in_features, layers[0].out_features
 
     def forward(self, x):
+        """x [M * n, in] (rows grouped by member) -> [M * n, out]: member k's rows through its own weights."""
         members = self.weight.shape[0]
         rows = x.reshape(members, -1, x.shape[-1])
         out = torch.baddbmm(self.bias, rows, self.weight)

@@ -1,7 +1,9 @@
 """Policies: an MLP body with a value head and an action head matching the env's action space.
 
-Any torch.nn.Module can stand in for the default: `forward(obs [N, O]) -> (head_out, value [N])`
-where head_out is logits [N, K] (Discrete), [N, sum(nvec)] (MultiDiscrete) or means [N, d] (Box).
+Any torch.nn.Module can stand in for the default (PPO, A2C): `forward(obs [N, O]) -> (head_out, value
+[N])` where head_out is logits [N, K] (Discrete), [N, sum(nvec)] (MultiDiscrete) or means [N, d] (Box);
+`head`, the ActionHead the algorithms sample and score with; and for a Box, a learned `log_std` [d]
+(read as None when absent: a fixed std of 1).
 """
 from __future__ import annotations
 
@@ -63,6 +65,7 @@ class MLP(nn.Sequential):
     takes three passes, and features padded for cuBLAS's aligned kernels); elsewhere, layer by layer."""
 
     def forward(self, x):
+        """x [N, in] -> [N, out] (a population's MemberLinear layers: rows grouped by member)."""
         if not padded_linear.serves(x):
             return super().forward(x)
         return self.run(x, list(self))
@@ -179,6 +182,7 @@ class ActionHead:
         return self._starts[device]
 
     def to(self, device):
+        """The head's constant tensors on `device`; returns the head."""
         if self.kind == "gaussian":
             self.low, self.high = self.low.to(device), self.high.to(device)
         else:  # made here, not first in a CUDA graph's capture
@@ -236,7 +240,7 @@ class ActionHead:
         return logp.sum(-1), entropy.sum(-1)
 
     def to_env(self, actions):
-        """Actions as the env stores them (continuous ones clipped to the Box)."""
+        """Actions [N, *act_shape] as the env stores them (continuous ones clipped to the Box)."""
         if self.kind == "gaussian":
             return torch.maximum(torch.minimum(actions, self.high), self.low)
         return actions
@@ -254,12 +258,14 @@ class ActorCritic(nn.Module):
         self.log_std = nn.Parameter(torch.zeros(self.head.out_dim)) if self.head.kind == "gaussian" else None
 
     def forward(self, obs):
+        """obs [N, O] -> (head output [N, D], value [N])."""
         if padded_linear.serves(obs) and type(self.actor[0]) in _PADDED and type(self.critic[0]) in _PADDED:
             # the padded observations made once for both networks
             obs = padded_linear.aligned_input(obs)
         return self.actor(obs), self.critic(obs).squeeze(-1)
 
     def value(self, obs):
+        """obs [N, O] -> V(s) [N]."""
         return self.critic(obs).squeeze(-1)
 
 
@@ -279,6 +285,7 @@ class SharedActorCritic(nn.Module):
         self.log_std = nn.Parameter(torch.zeros(self.head.out_dim)) if self.head.kind == "gaussian" else None
 
     def forward(self, obs):
+        """obs [N, O] -> (head output [N, D], value [N]), from one body."""
         last = self.net[-1]
         if padded_linear.serves(obs) and type(last) is nn.Linear:
             return padded_linear.LinearSplit.apply(self.net.hidden(obs), last.weight, last.bias)
@@ -286,6 +293,7 @@ class SharedActorCritic(nn.Module):
         return out[..., :-1], out[..., -1]
 
     def value(self, obs):
+        """obs [N, O] -> V(s) [N]."""
         return self.net(obs)[..., -1]
 
 
@@ -301,6 +309,7 @@ class DeterministicActor(nn.Module):
         self.register_buffer("center", (high + low) / 2)
 
     def forward(self, obs):
+        """obs [N, O] -> mu(s) [N, d], inside the Box."""
         return torch.tanh(self.net(obs)) * self.scale + self.center
 
 
@@ -312,6 +321,7 @@ class QCritic(nn.Module):
         self.net = mlp([obs_dim + act_dim, *hidden, 1], ACTIVATIONS[activation])
 
     def forward(self, obs, actions):
+        """obs [N, O], actions [N, d] -> Q(s, a) [N]."""
         return self.net(torch.cat([obs, actions], dim=-1)).squeeze(-1)
 
 
@@ -329,6 +339,7 @@ class CentralisedActorCritic(nn.Module):
         self.log_std = nn.Parameter(torch.zeros(self.head.out_dim)) if self.head.kind == "gaussian" else None
 
     def forward(self, obs, state, agent):
+        """obs [N, O], state [N, S], agent [N] -> (head output [N, D], each sample's own value [N])."""
         return self.actor(obs), self.critic(state).gather(1, agent.long().unsqueeze(1)).squeeze(1)
 
     def values(self, state):

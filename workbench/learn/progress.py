@@ -56,6 +56,15 @@ class ProgressBar:
         self.last_iteration = iteration
         return True
 
+    @classmethod
+    def for_trainer(cls, trainer, file=None) -> "ProgressBar":
+        """A bar over the trainer's iteration budget, for `trainer.train(callback=...)`."""
+        return cls(trainer.total_iterations(), trainer.iteration, trainer.config.target_return, file=file)
+
+    def phase(self, description: str) -> None:
+        """What the trainer is doing (the first iteration's compile, then training)."""
+        self.bar.set_description(description)
+
     def close(self):
         self.bar.close()
 

@@ -299,6 +299,7 @@ def run_training(config, *, resume=None, progress=None, policies=None, show_run_
 
 def _train_in_folder(config, resume, progress, policies, show_run_folder, callback):
     from .loggers import check_logger, compose, make_logger
+    from .progress import ProgressBar
     from .metrics import keep_rows_upto, write_reports
     from .trainer import make_trainer
 
@@ -341,10 +342,12 @@ def _train_in_folder(config, resume, progress, policies, show_run_folder, callba
             f"total_env_steps (--total-env-steps {5 * FEW_UPDATES * trainer.steps_per_iteration} for "
             f"{5 * FEW_UPDATES}) or lower num_envs")
     logger = make_logger(config, run_dir) if trainer.is_main else None
+    bar = ProgressBar.for_trainer(trainer) if shows_progress(progress, config) and trainer.is_main else None
     try:
-        result = trainer.train(callback=compose(logger, callback),
-                               progress=shows_progress(progress, config) and trainer.is_main)
+        result = trainer.train(callback=compose(bar, logger, callback))
     finally:
+        if bar is not None:
+            bar.close()
         if logger is not None:
             logger.close(trainer.history[-1] if trainer.history else None)
     from .population import latest_report

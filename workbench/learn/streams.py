@@ -20,6 +20,29 @@ import math
 
 import torch
 
+# Call sites: each draw of an iteration has its own, so no two draws share numbers. Within one algorithm
+# they never meet while there are fewer than 500 policies, 1000 epochs (config's limit) and 2000 DDPG updates
+# an iteration (config's limit).
+def rollout_site(policy: int) -> int:
+    """The on-policy rollout's action noise of the policy-th policy."""
+    return policy
+
+
+def exploration_site(policy: int) -> int:
+    """DDPG's exploration noise."""
+    return 500 + policy
+
+
+def minibatch_site(policy: int, epoch: int) -> int:
+    """PPO's and A2C's minibatch permutation of an epoch."""
+    return 1000 * (policy + 1) + epoch
+
+
+def replay_site(policy: int, update: int) -> int:
+    """DDPG's replay sample of an update."""
+    return 2000 * (policy + 1) + update
+
+
 _MASK = 0xFFFFFFFF
 _M1, _M2 = 0x21F0AAAD, 0x735A2D97
 _GOLDEN = 0x9E3779B9

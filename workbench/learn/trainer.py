@@ -35,7 +35,7 @@ from .iteration_graph import IterationGraph
 from .members import MemberSamples
 from .metrics import Metrics, RateWindow, append_csv, nonfinite_error, weights_finite
 from .policies import ActionHead
-from .rollout import PolicyMapError, build_groups
+from .groups import PolicyMapError, build_groups
 from ..runtime import registry
 from ..errors import WorkbenchWarning, did_you_mean
 
@@ -73,7 +73,8 @@ class Trainer:
     all the learners read); the env's own setting before and after.
     The config must agree with the env (name, explicit target, env_params); the one kept and saved
     records all the env's parameters (config_env.config_for_env). config.seed seeds the policies and the
-    sampler; the env keeps its own seed and starts afresh (a new env's starts). Global RNG untouched.
+    sampler; the env keeps its own seed and starts afresh (a new env's starts). Training leaves torch's
+    global RNG untouched.
     """
 
     def __init__(self, env, config, policies=None, models=None, distributed: bool | None = None, split=None):
@@ -185,29 +186,20 @@ class Trainer:
         self.streams.advance()
         with torch.no_grad():
             self.collector.rollout()
-        for site, g in enumerate(self.groups):
+        for policy, g in enumerate(self.groups):
             self.collector.advantages(g)
             ON_POLICY[self.algorithm].update(
                 self.models[g.name], self.optimizers[g.name], self.buffers[g.name].batch(), self.config,
                 sync=self.sync, chunk_size=self.chunk_size[g.name], autocast=self.autocast,
                 stats=self.metrics.sums[g.name], loss_fn=self.loss_fn, samples=self.samples[g.name], hp=self.hp,
-                site=1000 * (site + 1), fused=self.fused.get(g.name))
+                policy=policy, fused=self.fused.get(g.name))
         for norm in self.norms.values():
             norm.commit(self.sync)
 
     def _ddpg_iteration(self):
         learning = self.ddpg_learning()
         self.streams.advance()
-        with torch.no_grad():
-            ddpg.explore(self.collector, learning)
-        if learning:
-            for site, g in enumerate(self.groups):
-                actor_opt, critic_opt = self.optimizers[g.name]
-                for u in range(self.config.updates_per_rollout):
-                    batch = self.buffers[g.name].sample(self.config.batch_size, norm=self.norms.get(g.name),
-                                                        streams=self.streams, site=2000 * (site + 1) + u)
-                    ddpg.update(self.models[g.name], actor_opt, critic_opt, batch, self.config, sync=self.sync,
-                                autocast=self.autocast, stats=self.metrics.sums[g.name], hp=self.hp, members=self.M)
+        ddpg.iteration(self.collector, learning)
         for norm in self.norms.values():
             norm.commit(self.sync)
 
@@ -252,10 +244,12 @@ class Trainer:
         left = max(0, self.config.total_env_steps - self.env_steps)
         return max(1, self.iteration + math.ceil(left / self.steps_per_iteration))
 
-    def train(self, callback=None, num_iterations: int | None = None, progress: bool | None = None) -> TrainResult:
+    def train(self, callback=None, num_iterations: int | None = None) -> TrainResult:
         """Run until `total_env_steps` (or `num_iterations` more iterations), the target return,
         `callback(iteration, metrics)` returning False, or Ctrl-C / SIGTERM (which finish the
-        iteration, save a checkpoint into run_dir and return stopped_by="interrupted")."""
+        iteration, save a checkpoint into run_dir and return stopped_by="interrupted"). A callback with
+        a `phase(description)` method is also told when the first iteration compiles and when it is done
+        (what `progress.ProgressBar` shows)."""
         config = self.config
         total_iters = self.total_iterations()
         stop_at = self.iteration + num_iterations if num_iterations is not None else total_iters
@@ -263,11 +257,8 @@ class Trainer:
         # every rank of a distributed run takes part in writing its checkpoint (rank 0 writes the file)
         save_dir = (Path(config.run_dir) if config.run_dir and (self.is_main or self.ranks is not None
                                                                 or self.sync is not None) else None)
-        bar = None
-        if (bool(config.progress) if progress is None else progress) and self.is_main:
-            from .progress import ProgressBar
-            bar = ProgressBar(stop_at, self.iteration, config.target_return)
-        callbacks = [c for c in (bar, callback) if c is not None]
+        callbacks = [callback] if callback is not None else []
+        announce = getattr(callback, "phase", None)
         start = time.perf_counter()
         window, warmup, stopped_by = RateWindow(start), 0.0, "budget"
         metrics = self.history[-1] if self.history else {}
@@ -280,18 +271,17 @@ class Trainer:
                 while self.iteration < stop_at:
                     compiling = self.graph.state == "eager-first" and (
                         getattr(self.loss_fn, "compiled", None) is not None or bool(self.fused))
-                    if bar is not None and compiling:
-                        bar.bar.set_description(
-                            "first iteration: compiling (compile=false skips it)" if not self.fused
-                            else "first iteration: fused kernels compile once per shape (then cached)")
+                    if announce is not None and compiling:
+                        announce("first iteration: compiling (compile=false skips it)" if not self.fused
+                                 else "first iteration: fused kernels compile once per shape (then cached)")
                     warming = self.device.type == "cuda" and self.graph.warming() and self.why_not_graphed() is None
                     iteration_start = time.perf_counter()
                     self.run_iteration(total_iters)
                     if warming:
                         torch.cuda.synchronize()
                         warmup += time.perf_counter() - iteration_start
-                    if bar is not None and compiling:
-                        bar.bar.set_description("training")
+                    if announce is not None and compiling:
+                        announce("training")
                     window.add(self.steps_per_iteration * self.M, iteration_start, time.perf_counter(), warming)
                     due = save_dir is not None and time.perf_counter() - last_save >= AUTO_CHECKPOINT_S
                     interrupted, due = self._agree(self._interrupt is not None, due)  # (one collective for both)
@@ -308,8 +298,6 @@ class Trainer:
             except Exception as exc:
                 raise _kept_after_callback_error(self, exc, save_dir)
             finally:
-                if bar is not None:
-                    bar.close()
                 self.env.keep_final_obs = env_keeps_final_obs
             wall = time.perf_counter() - start
             saved = self.save(save_dir / "checkpoint.pt") if save_dir is not None else None
@@ -349,9 +337,11 @@ class Trainer:
         return self.metrics.pull(base, learning, learners.learning_rates(self))
 
     # -- acting and checkpoints -----------------------------------------------------------------
-    def act(self, deterministic: bool = True) -> torch.Tensor:
-        """Write the policies' actions for the env's current observations into its action array."""
-        return self.collector.act(deterministic)
+    def act(self, deterministic: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Write the policies' actions for the env's current observations into its action array and
+        return it (action: [E, A] or [E, A, D]): each distribution's mode, or when not deterministic a
+        sample drawn with `generator` (None: torch's global one)."""
+        return self.collector.act(deterministic, generator)
 
     def save(self, path) -> Path | None:
         """Atomically write policies, optimisers, normaliser, RNG, counters and env state

@@ -98,17 +98,11 @@ class Env:
         self.reset()
 
     # -- spaces -------------------------------------------------------------------------
-    @property
-    def observation_space(self) -> Box:
-        return self.definition.observation
-
-    @property
-    def action_space(self):
-        return self.definition.action
-
-    @property
-    def obs_shape(self) -> tuple:
-        return self.definition.obs_shape
+    observation_space = property(lambda self: self.definition.observation,
+                                 doc="One agent's observation: a Box of shape O.")
+    action_space = property(lambda self: self.definition.action,
+                            doc="One agent's action: Discrete, MultiDiscrete or Box.")
+    obs_shape = property(lambda self: self.definition.obs_shape, doc="O, one agent's observation shape (obs: [E, A, *O]).")
 
     @property
     def data(self) -> DataStore:

@@ -1,4 +1,4 @@
-"""The data store: named device tensors with their layout, pushed once, viewed by kernels, pulled on demand."""
+"""The data store: named device tensors with their layout, allocated once, viewed by kernels, pulled on demand."""
 from __future__ import annotations
 
 import math
@@ -70,7 +70,6 @@ class DataStore(Mapping):
         self._tensors: dict = {}
         self._specs: dict = {}
         self._views: dict = {}
-        self._reset_copies: dict = {}
         self._shared: dict = {}  # views that allocate hands out (share_observed)
 
     def full_shape(self, spec: ResolvedArray) -> tuple:
@@ -100,27 +99,6 @@ class DataStore(Mapping):
         if tuple(view.shape) != self.full_shape(obs):
             raise StoreError(f"the observation {self.full_shape(obs)} is not the state arrays {list(columns)}")
         self._shared.update({spec.name: rows[i] for i, spec in enumerate(columns)}, **{obs.name: view})
-
-    def push(self, name: str, data, *, keep_reset_copy: bool = False) -> None:
-        """Copy host or device `data` into the array `name`, checking dtype and shape."""
-        if name not in self._tensors:
-            raise StoreError(f"no array named '{name}' in the store; it holds {sorted(self._tensors)}")
-        dest = self._tensors[name]
-        src = torch.as_tensor(data)
-        if tuple(src.shape) != tuple(dest.shape):
-            raise StoreError(f"push '{name}': shape {tuple(src.shape)} does not match the store's {tuple(dest.shape)}")
-        if src.dtype != dest.dtype:
-            raise StoreError(f"push '{name}': dtype {src.dtype} does not match the store's {dest.dtype}; "
-                             f"convert with .to({dest.dtype})")
-        dest.copy_(src)
-        if keep_reset_copy:
-            self._reset_copies[name] = dest.clone()
-
-    def restore(self, name: str) -> None:
-        """Copy the reset copy kept at push time back into `name`."""
-        if name not in self._reset_copies:
-            raise StoreError(f"'{name}' has no reset copy; push it with keep_reset_copy=True")
-        self._tensors[name].copy_(self._reset_copies[name])
 
     def pull(self, name: str) -> np.ndarray:
         """Host copy of `name` (synchronises with the device)."""

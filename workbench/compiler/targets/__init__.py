@@ -17,8 +17,11 @@ class Kernels(Protocol):
     """Launches over replicas [0, n_envs): replica e draws the random numbers of replica e % span
     of the env seeded seed + e // span (span divides n_envs; span == n_envs: one seed)."""
 
-    def reset(self, n_envs: int, seed: int, span: int, views: list) -> None: ...
-    def step(self, n_envs: int, seed: int, span: int, views: list) -> None: ...
+    def reset(self, n_envs: int, seed: int, span: int, views: list) -> None:
+        """Write every replica's start state (views: the store's arrays in the definition's order)."""
+
+    def step(self, n_envs: int, seed: int, span: int, views: list) -> None:
+        """One step of every replica, auto-resetting those whose episode ended."""
 
 
 class Target(Protocol):
@@ -28,12 +31,14 @@ class Target(Protocol):
         """None when usable here, else the reason it is not."""
 
     @property
-    def device(self) -> torch.device: ...
+    def device(self) -> torch.device:
+        """Where the store's tensors live."""
 
     def view(self, tensor: torch.Tensor):
         """Zero-copy array the kernels take for `tensor` (made once per tensor and cached)."""
 
-    def compile(self, defn) -> Kernels: ...
+    def compile(self, defn) -> Kernels:
+        """The env definition's kernels for this target (from the compile cache when there)."""
 
 
 # name -> (module, class): a target's module is imported when the target is first asked for (the

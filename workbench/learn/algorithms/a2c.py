@@ -5,8 +5,12 @@ loss = -E[log pi(a|s) * A] + c_v * E[(V(s) - R)^2] / 2 - c_e * E[H(pi(.|s))]
 Agents out of the game (mask 0) are left out of every mean. The batch is processed in chunks
 whose gradients add up to the whole batch's (gradient accumulation), so the learner's memory is
 bounded by the chunk, not by the rollout: one optimiser step per iteration, as the algorithm says.
+The advantages A are GAE's (gae.py); on GPUs `fused_kernels.minibatch_grad` computes
+`loss`'s gradient for the default actor-critic in one launch, with `loss` as its reference.
 """
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -56,8 +60,9 @@ def chunk_loss(model, chunk: dict, config, count, adv_mean, adv_std, hp=None, me
 
 
 def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int, generator=None,
-           autocast=None, stats: dict, loss_fn=None, samples=None, hp=None, site: int = 0, fused=None) -> dict:
-    """One optimiser step on the whole batch (B samples), accumulated over chunks.
+           autocast=None, stats: dict, loss_fn=None, samples=None, hp=None, policy: int = 0, fused=None) -> dict:
+    """One optimiser step on the whole batch (B samples), accumulated over chunks. It draws no
+    minibatches, so `generator` and `policy` (what PPO's permutations come from) go unused.
     loss_fn: `chunk_loss` or a compiled version of it. `stats` (device tensors [M], STATS) is added
     to and returned. samples: a population's members.MemberSamples (each member's samples gathered
     grouped by member); hp: the coefficients (config's or per-member tensors); fused: a
@@ -85,7 +90,7 @@ def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int
         optimizer.zero_grad(set_to_none=True)  # the first backward writes the gradients: no zeroing kernels
         parts = chunks(batch.size, chunk_size) if members == 1 else samples.chunks(chunk_size // members)
         for part in parts:
-            with autocast():
+            with (autocast or contextlib.nullcontext)():
                 take = batch.take(part) if members == 1 else samples.take(batch, part)
                 part_loss, part_stats = loss_fn(model, take, config, count, adv_mean, adv_std, hp, members)
             part_loss.backward()

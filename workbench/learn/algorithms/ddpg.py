@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from ...compiler.envdef import FINAL_ACTIVE
+from ..streams import exploration_site, replay_site
 from ..members import clip_and_step, member_rows, member_sums
 
 
@@ -51,9 +52,11 @@ class ReplayBuffer:
         self.size = 0  # per member
 
     def stage_obs(self, obs):
+        """obs [M * N, O]: this step's observations, stored with its outcome by the next `add`."""
         self.staged_obs.copy_(obs)
 
     def stage_actions(self, actions):
+        """actions [M * N, d]: this step's actions (as stage_obs)."""
         self.staged_actions.copy_(actions)
 
     def stage_live(self, live):
@@ -129,7 +132,7 @@ def explore(collector, learning: bool):
     head = tr.head
     span = (head.high - head.low).reshape(-1)
     for t in range(tr.T):
-        for site, g in enumerate(tr.groups):
+        for policy, g in enumerate(tr.groups):
             rb = tr.buffers[g.name]
             raw = g.gather(store["obs"]).reshape(-1, tr.obs_dim)
             live = collector.live(g)
@@ -139,7 +142,7 @@ def explore(collector, learning: bool):
                 rb.stage_live(live.reshape(-1))
             per_member = rb.noise.numel() // tr.M  # member k's noise: its own stream's elements of step t
             draw = tr.streams.normal if learning else tr.streams.uniform
-            rb.noise.copy_(draw((per_member,), 500 + site, offset=t * per_member).reshape(rb.noise.shape))
+            rb.noise.copy_(draw((per_member,), exploration_site(policy), offset=t * per_member).reshape(rb.noise.shape))
             if not learning:
                 actions = head.low.reshape(-1) + rb.noise * span
             else:
@@ -219,3 +222,21 @@ def update(agent: DDPGAgent, actor_opt, critic_opt, batch, config, *, sync=None,
         stats[key] += (value.detach() / k).reshape(stats[key].shape)
     stats["nonfinite"] += (~torch.isfinite(critic_loss + actor_loss)).float().reshape(stats["nonfinite"].shape)
     return stats
+
+
+def iteration(collector, learning: bool) -> None:
+    """One DDPG iteration: T steps of exploration into the replay buffers (collector: the trainer's
+    collection.Collector), then, once `learning`, updates_per_rollout x (a replay sample, `update`) for
+    each policy."""
+    tr = collector.trainer
+    with torch.no_grad():
+        explore(collector, learning)
+    if not learning:
+        return
+    for policy, g in enumerate(tr.groups):
+        actor_opt, critic_opt = tr.optimizers[g.name]
+        for u in range(tr.config.updates_per_rollout):
+            batch = tr.buffers[g.name].sample(tr.config.batch_size, norm=tr.norms.get(g.name), streams=tr.streams,
+                                              site=replay_site(policy, u))
+            update(tr.models[g.name], actor_opt, critic_opt, batch, tr.config, sync=tr.sync, autocast=tr.autocast,
+                   stats=tr.metrics.sums[g.name], hp=tr.hp, members=tr.M)

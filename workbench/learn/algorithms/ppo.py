@@ -12,12 +12,20 @@ back to the host (except for `target_kl`, which therefore keeps the update out o
 CleanRL's ppo.py does; each member of a population stops on its own KL, as its standalone run
 would: a stopped member's remaining minibatches change neither its weights, its Adam state nor its
 statistics (a mask [M] on its optimiser's step), and the epochs end once every member has stopped.
+
+Where the rollout came from: collection.py (log pi_old, V(s_t), V of truncated final observations) and
+gae.advantages (GAE, A_t = delta_t + gamma lambda A_{t+1}). On GPUs `fused_kernels.minibatch_grad`
+computes `loss`'s gradient for the default actor-critic in one launch; `loss` here is its reference
+(tests/test_fused.py holds them equal).
 """
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
 from ..members import clip_and_step, member_rows, member_sums
+from ..streams import minibatch_site
 from ..rollout import Batch, chunks, explained_variance, masked_moments, take
 
 STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "nonfinite")
@@ -43,7 +51,7 @@ def loss(model, mb: dict, config, count, hp=None, members: int = 1):
     value = value.float()
     live = mb["mask"] > 0
     weight = mb["mask"] / member_rows(count, members, rows)
-    log_ratio = torch.where(live, logp - mb["logp"], torch.zeros_like(logp))
+    log_ratio = torch.where(live, logp - mb["logp_old"], torch.zeros_like(logp))
     ratio = log_ratio.exp()
     adv = mb["advantages"]
     clip = member_rows(hp.clip_coef, members, rows)
@@ -88,7 +96,7 @@ def chunk_loss(model, fields: dict, state, n: int, chunk_idx, config, count, adv
 
 
 def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int, generator=None,
-           autocast=None, stats: dict, loss_fn=None, samples=None, hp=None, site: int = 0, fused=None) -> dict:
+           autocast=None, stats: dict, loss_fn=None, samples=None, hp=None, policy: int = 0, fused=None) -> dict:
     """update_epochs passes of num_minibatches optimiser steps over `batch` (B samples).
 
     `stats` (device tensors [M], STATS) receives the means over the minibatches (added to, so the
@@ -112,38 +120,23 @@ def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int
     member_updates = torch.zeros(members, device=local.device) if learning is not None else None
     for epoch in range(config.update_epochs):
         if samples is not None:  # [M, B] sample ids of each member's own permutation
-            order = samples.permutation(site + epoch)
+            order = samples.permutation(minibatch_site(policy, epoch))
         else:
             order = torch.rand(B, device=local.device, generator=generator).argsort().unsqueeze(0)
         minibatches = order[:, :mb_size * config.num_minibatches].view(members, config.num_minibatches, mb_size)
-        # every minibatch's live count and advantage moments at once (not one reduction chain per
-        # minibatch), over all ranks' samples; each rank's loss divides by count / world so that the
-        # averaged gradients are those of the global minibatch's mean
-        found = (fused.minibatch_moments(minibatches, config.normalize_advantages)
-                 if fused is not None and sync is None else None)
-        if found is not None:  # (one launch)
-            count, adv_mean, adv_std = found
-        else:
-            count, adv_mean, adv_std = masked_moments(batch["advantages"][minibatches], batch["mask"][minibatches],
-                                                      dim=2, sync=sync, moments=config.normalize_advantages)
-            count = count / world
+        count, adv_mean, adv_std = _minibatch_moments(batch, minibatches, config, sync, fused, world)
         for m in range(config.num_minibatches):
             idx = minibatches[:, m]
             moments = (adv_mean[:, m], adv_std[:, m]) if adv_mean is not None else (None, None)
             before = local.clone() if learning is not None else None
             if config.target_kl is not None and m == config.num_minibatches - 1:
                 kl_before = local[KL].clone()
+            # grad of L^CLIP+VF+S on minibatch m, its statistics added to `local`
             if fused is not None:  # forward, loss and backward of the whole minibatch, one launch per network
                 fused.gradients(idx, count[:, m], *moments, local)
             else:
-                optimizer.zero_grad(set_to_none=True)  # the first backward writes the gradients: no zeroing kernels
-                for part in chunks(mb_size, max(1, chunk_size // members)):
-                    with autocast():
-                        part_loss, part_stats = loss_fn(model, batch.fields, batch.state, batch.n,
-                                                        idx[:, part].reshape(-1), config, count[:, m], *moments,
-                                                        hp, members)
-                    part_loss.backward()
-                    local += part_stats
+                _chunked_gradient(model, optimizer, batch, idx, count[:, m], moments, local, config,
+                                  chunk_size // members, autocast, loss_fn, hp, members)
             if sync is not None:  # data-parallel: average gradients over ranks before clipping
                 sync.gradients(model.parameters())
             if learning is not None:  # (stopped members' statistics stay as they were)
@@ -170,3 +163,30 @@ def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int
     if "explained_variance" in stats:  # (of the rollout's values, before this update)
         stats["explained_variance"] += explained_variance(batch, samples).reshape(stats["explained_variance"].shape)
     return stats
+
+
+def _minibatch_moments(batch: Batch, minibatches, config, sync, fused, world: int):
+    """Every minibatch's live count and advantage moments at once (not one reduction chain per
+    minibatch), over all ranks' samples: count, mean, std [M, num_minibatches] (mean and std None
+    without normalize_advantages). Each rank's loss divides by count / world, so that the averaged
+    gradients are those of the global minibatch's mean."""
+    found = (fused.minibatch_moments(minibatches, config.normalize_advantages)
+             if fused is not None and sync is None else None)
+    if found is not None:  # (one launch)
+        return found
+    count, adv_mean, adv_std = masked_moments(batch["advantages"][minibatches], batch["mask"][minibatches],
+                                              dim=2, sync=sync, moments=config.normalize_advantages)
+    return count / world, adv_mean, adv_std
+
+
+def _chunked_gradient(model, optimizer, batch: Batch, idx, count, moments, local, config, chunk_rows: int,
+                      autocast, loss_fn, hp, members: int) -> None:
+    """The minibatch `idx` [M, b]'s gradient, summed over chunks of at most chunk_rows rows a member
+    into the parameters' .grad; each chunk's statistics added to `local`."""
+    optimizer.zero_grad(set_to_none=True)  # the first backward writes the gradients: no zeroing kernels
+    for part in chunks(idx.shape[1], max(1, chunk_rows)):
+        with (autocast or contextlib.nullcontext)():
+            part_loss, part_stats = loss_fn(model, batch.fields, batch.state, batch.n, idx[:, part].reshape(-1),
+                                            config, count, *moments, hp, members)
+        part_loss.backward()
+        local += part_stats
