@@ -213,8 +213,9 @@ def test_space_bounds_follow_the_parameters():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_check_env_cpu_and_cuda_agree(name):
-    report = wb.check_env(name, targets=("cpu", "cuda"), num_envs=3, steps=10)
-    assert report.targets == ("cpu", "cuda") and report.steps == 10
+    report = wb.check_env(name, targets=("cpu", "cuda"), num_envs=3, steps=10, max_steps=5)
+    # (episodes cut at 5 steps: the time limit's reset and final observations are compared too)
+    assert report.targets == ("cpu", "cuda") and report.episodes_finished > 0 and report.caveat == ""
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -21,8 +21,10 @@ def test_docs_example_runs_and_agrees_across_targets():
     for _ in range(20):
         obs, reward, done, info = env.step(env.sample_actions())
     assert bool(torch.isfinite(obs).all()) and float(reward.max()) <= 0.0
-    # enough steps for agents to reach the target: a phase racing on `hits` differs across targets
-    report = wb.check_env("chase", targets=("cpu", "cuda"), num_envs=4, steps=24, num_agents=4, half_width=2.0)
-    assert report.targets == ("cpu", "cuda")
+    # enough steps for agents to reach the target (a phase racing on `hits` differs across targets), and
+    # episodes cut at 10 steps so that the time limit's reset and final observations are compared too
+    report = wb.check_env("chase", targets=("cpu", "cuda"), num_envs=4, steps=24, num_agents=4, half_width=2.0,
+                          max_steps=10)
+    assert report.targets == ("cpu", "cuda") and report.episodes_finished > 0 and report.caveat == ""
     with pytest.raises(wb.WorkbenchError, match="half_width=0.0"):  # (its PARAM_RANGES: an inf observation otherwise)
         wb.make("chase", num_envs=2, target="cpu", half_width=0.0)

@@ -74,12 +74,14 @@ def test_after_step_allocates_nothing_it_keeps_and_never_reads_the_host(monkeypa
     monkeypatch.setattr(torch.Tensor, "item", forbidden)
     monkeypatch.setattr(torch.Tensor, "tolist", forbidden)
     monkeypatch.setattr(torch.Tensor, "__bool__", forbidden)
+    dones = []
     for _ in range(30):
-        env.step(env.sample_actions())
+        dones.append(env.step(env.sample_actions())[2].clone())
         stats.after_step()
     monkeypatch.undo()
     assert [stats.sums.data_ptr(), stats.rows.data_ptr(), stats.done.data_ptr()] == buffers
-    assert stats.pull()["episodes"] >= 0
+    ended = int(torch.stack(dones).sum())
+    assert ended > 0 and stats.pull()["episodes"] == ended  # (random CartPole ends about every 22 steps)
     assert np.isfinite(stats.sums.cpu().numpy()).all()
 
 

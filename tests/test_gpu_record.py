@@ -1,5 +1,6 @@
 """bench/gpu_record.py: the GPU suite's record, written from pytest's output, and its status line."""
 import importlib.util
+import re
 import subprocess
 from pathlib import Path
 
@@ -94,6 +95,10 @@ def test_status_of_a_commit_missing_from_the_clone(repo):
     assert "not in this clone's history" in gpu_record.status(record)
 
 
-def test_the_shipped_record_parses():
-    line = gpu_record.status(ROOT / "docs" / "gpu-record.md")
-    assert line.startswith("GPU record: docs/gpu-record.md")
+def test_the_shipped_record_names_a_run_and_status_reads_it():
+    record = ROOT / "docs" / "gpu-record.md"
+    commit = gpu_record.read_commit(record)
+    assert commit is not None and len(commit) >= 7, "docs/gpu-record.md names no commit"
+    counts = re.search(r"^- result: (\d+) passed, (\d+) failed", record.read_text(), re.M)
+    assert counts is not None and int(counts.group(1)) > 0, "docs/gpu-record.md holds no run's counts"
+    assert gpu_record.status(record).startswith(f"GPU record: docs/gpu-record.md is for commit {commit} (")

@@ -290,7 +290,8 @@ def test_bf16_gaussian_rollout_stores_the_learners_log_probabilities():
 @pytest.mark.parametrize("config", BF16_CONFIGS, ids=BF16_IDS)
 def test_bf16_rollout_copies_train_as_autocast_does(config, monkeypatch):
     """Three iterations acting with the bf16 copies and three acting through autocast with the
-    learner's models agree within bf16 rounding (one-ulp GEMM differences keep them from being bit-equal)."""
+    learner's models agree: on the CPU to float rounding (a copy one update stale moves the
+    log-probabilities by about 5e-4), on GPUs within bf16 rounding (one-ulp GEMM differences)."""
     runs = []
     for shadow in (True, False):
         if not shadow:
@@ -299,11 +300,13 @@ def test_bf16_rollout_copies_train_as_autocast_does(config, monkeypatch):
         assert (trainer.rollout_models[trainer.groups[0].name] is trainer.models[trainer.groups[0].name]) != shadow
         trainer.train(num_iterations=3)
         runs.append((trainer.history, [b.logp_old.clone() for b in trainer.buffers.values()]))
+    on_cpu = trainer.device.type == "cpu"
     for a, b in zip(runs[0][1], runs[1][1]):
-        torch.testing.assert_close(a, b, rtol=0, atol=2e-2)
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5 if on_cpu else 2e-2)
     name = trainer.groups[0].name
     for a, b in zip(runs[0][0], runs[1][0]):
-        assert a[f"value_loss/{name}"] == pytest.approx(b[f"value_loss/{name}"], rel=5e-2, abs=1e-3)
+        assert a[f"value_loss/{name}"] == pytest.approx(b[f"value_loss/{name}"], rel=1e-5 if on_cpu else 5e-2,
+                                                        abs=1e-7 if on_cpu else 1e-3)
 
 
 def cartpole(**kw):

@@ -528,7 +528,8 @@ def test_grid_shared_reward_and_full_observation():
 
 @pytest.mark.parametrize("params", [GRID, GRID_WD])
 def test_grid_cpu_and_cuda_agree(params):
-    wb.check_env("tag_grid", targets=("cpu", "cuda"), num_envs=2, steps=5, **params)
+    report = wb.check_env("tag_grid", targets=("cpu", "cuda"), num_envs=2, steps=14, **params)
+    assert report.episodes_finished > 0  # the reset and final observations compared too
 
 
 # -- bad input ---------------------------------------------------------------------------------------

@@ -557,7 +557,8 @@ def test_rollouts_alone_with_random_actions_and_the_viewer():
     assert panel.trainer is None
     assert result["iterations"] == 5 and result["env_steps"] == 320 and result["stopped_by"] == "budget"
     last = panel.history[-1]
-    assert last["env_steps_per_s"] > 0 and last["episodes"] >= 0 and "return/policy" in last
+    assert last["env_steps_per_s"] > 0 and "return/policy" in last
+    assert sum(h["episodes"] for h in panel.history) > 0  # (random CartPole ends an episode about every 22 steps)
     assert "episode_length" in last
     assert not any("loss" in k for k in last)
     assert panel.status.startswith("finished") and "rollouts (random actions)" in panel.status

@@ -19,6 +19,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import torch
 
@@ -47,12 +48,12 @@ class TrainResult:
     iterations: int
     env_steps: int
     wall_time_s: float
-    stopped_by: str  # "budget", "target_return", "callback", "interrupted"
+    stopped_by: Literal["budget", "target_return", "callback", "interrupted"]
     metrics: dict
     history: list = field(default_factory=list)
     checkpoint: str | None = None
     warmup_s: float = 0.0  # of wall_time_s: iterations that compiled (torch.compile) and captured the CUDA graph
-    signal: str | None = None  # what interrupted the run: "SIGINT" or "SIGTERM"
+    signal: Literal["SIGINT", "SIGTERM"] | None = None  # what interrupted the run
 
 
 def resolve_precision(precision: str, device) -> str:
