@@ -214,6 +214,8 @@ def test_status_line_shows_each_teams_return_not_their_mean():
                                    history=[{"iteration": 3, "env_steps": 1200, "time_s": 2.0, **teams}])
     text = describe_state(runner)
     assert "returns taggers 1.25, runners -1.25" in text and "mean return" not in text
+    runner.state, runner.phase = "running", "first iteration: compiling (compile=false skips it)"
+    assert describe_state(runner).startswith("running: first iteration: compiling (compile=false skips it); ")
 
 
 def test_env_parameters_have_their_docs_checkboxes_for_switches_and_gpu_fields_follow_the_target():
@@ -661,6 +663,26 @@ def test_several_ranks_run_under_torchrun_and_stop(tmp_path):
     assert run.state == "stopped" and result["stopped_by"] == "callback"
     assert result["iterations"] >= 2 and (tmp_path / "run" / "metrics.csv").exists()
     assert "training cartpole with PPO" in run.log_path.read_text()
+
+
+def test_the_panel_says_when_the_first_iteration_compiles(monkeypatch):
+    from workbench.learn.trainer import Trainer
+    seen, train = [], Trainer.train
+
+    def announcing(self, callback=None, num_iterations=None):  # (the CPU target compiles nothing to announce)
+        callback.phase("first iteration: compiling (compile=false skips it)")
+        wait_for(lambda: panel.status.startswith("running: first iteration: compiling"), what="the phase shown")
+        seen.append(panel.status)
+        callback.phase("training")
+        seen.append(panel.runner.phase)
+        return train(self, callback, num_iterations)
+
+    monkeypatch.setattr(Trainer, "train", announcing)
+    panel = tiny_panel(total_env_steps=8 * 8 * 2, redraw_interval=0.01)
+    panel.start()
+    panel.wait(timeout=TIMEOUT)
+    assert panel.runner.state == "finished" and len(seen) == 2 and seen[1] is None, (panel.status, seen)
+    assert "cartpole" in seen[0] and not panel.status.startswith("running")
 
 
 def test_status_words_read_as_english():

@@ -87,6 +87,7 @@ def _train(run) -> None:
             logger(iteration, metrics)
             return not run.stop_requested
 
+        callback.phase = run.set_phase
         run.result = run.trainer.train(callback=callback)
     finally:
         history = run.trainer.history if run.trainer is not None else []

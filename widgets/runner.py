@@ -163,6 +163,7 @@ class Runner:
         self.env = None
         self.stopped_by = None
         self.started_at = None
+        self.phase: str | None = None  # what the trainer says it is doing, while not plain training
         self.log_path: Path | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -241,6 +242,13 @@ class Runner:
         self.state = state
         if self.on_state is not None:
             self.on_state(state)
+
+    def set_phase(self, description: str) -> None:
+        """The trainer's phase (its callback's `phase`: the first iteration's compile, then "training",
+        which clears it); tells on_state, so that the status line says it."""
+        self.phase = None if description == "training" else description
+        if self.on_state is not None:
+            self.on_state(self.state)
 
     def check_stop(self) -> None:
         """Raise StopRequested when Stop was asked for (before training begins)."""

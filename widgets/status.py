@@ -88,6 +88,8 @@ def describe_state(runner) -> str:
     summary = population_line(last, c.target_return)
     if state == "running":
         going_on = "continuing " if runner.resumed_from is not None else ""
+        phase = getattr(runner, "phase", None)
+        going_on = f"{phase}; {going_on}" if phase else going_on
         return (f"running: {going_on}{what} on {c.env}, {size}, target {c.target}{ranks}"
                 f"{'; ' + summary if summary else ''}{folder}")
     if state == "stopped":
