@@ -79,7 +79,7 @@ def run(env, num_envs, T, compile_on):
     phases["rollout"] = summarise(kernels(prof))
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for g in eager.groups:
-            eager.collector.advantages(g)
+            eager.collector.compute_gae(g)
         torch.cuda.synchronize()
     phases["gae"] = summarise(kernels(prof))
     from workbench.learn.trainer import ON_POLICY

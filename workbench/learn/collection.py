@@ -280,7 +280,7 @@ class Collector:
                 final = tr.buffers[g.name].final_values[part].view(-1, M, E // M, g.n)
                 final.transpose(0, 1).copy_(value)
 
-    def advantages(self, g):
+    def compute_gae(self, g):
         """GAE of group g's rollout, bootstrapped from V(s_T), into its buffer's advantages and returns."""
         tr = self.trainer
         with torch.no_grad():

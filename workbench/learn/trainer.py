@@ -188,7 +188,7 @@ class Trainer:
         with torch.no_grad():
             self.collector.rollout()
         for policy, g in enumerate(self.groups):
-            self.collector.advantages(g)
+            self.collector.compute_gae(g)
             ON_POLICY[self.algorithm].update(
                 self.models[g.name], self.optimizers[g.name], self.buffers[g.name].batch(), self.config,
                 sync=self.sync, chunk_size=self.chunk_size[g.name], autocast=self.autocast,
