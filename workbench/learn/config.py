@@ -48,9 +48,8 @@ class RunConfig:
                                      "without: cpu), cpu, cuda or cuda-c.")
     seed: int = _f(0, "Seed of the policy's initial weights, the sampler and the env's random streams (an env "
                       "given to Trainer keeps its own).")
-    seeds: int = _f(1, "Members of a population trained at once in one program, each with its own weights, "
-                       "optimiser, env replicas (num_envs each) and seed (seed, seed + 1, ...); times the sweep's "
-                       "settings.")
+    seeds: int = _f(1, "Members of a population trained at once in one program, each with its own weights, optimiser, "
+                       "env replicas (num_envs each) and seed (seed, seed + 1, ...); times the sweep's settings.")
     sweep: dict = _f(None, "Hyperparameter grid over the population, e.g. {lr: [1e-3, 3e-4], ent_coef: [0, 0.01]}: "
                            "every setting trained by `seeds` members (member k has seed + k).")
     rank_by: str = _f("mean_return", "The statistic that ranks a population's sweep settings and picks its best member "
@@ -76,8 +75,7 @@ class RunConfig:
     cuda_graph: bool = _f(True, "Replay each training iteration (rollout, advantages, every update) from CUDA "
                                  "graphs on GPU targets.")
     compile: bool = _f(False, "torch.compile the policy step, the step's bookkeeping, the minibatch loss and GAE on "
-                               "GPU targets: 1.3 to 1.5x more CartPole env-steps/s, "
-                               "after a first iteration that compiles for "
+                               "GPU targets: 1.3 to 1.5x CartPole's env-steps/s, after a first iteration compiling for "
                                "about 35 s (CartPole) to over 4 min (two Tag policies); pays off past ~1e9 env-steps.")
     fused_kernels: bool = _f(True, "On GPUs, run the default MLP policy's learner (PPO, A2C; discrete actions) "
                                    "with fused Triton kernels: a minibatch's gradient in one launch per network, a "
@@ -90,6 +88,8 @@ class RunConfig:
                                        "tenth of the GPU's memory, at least 2 (8 on an 80 GB GPU); 2 on the CPU.")
     centralised_critic: tuple = _f((), "Policies whose value function sees the replica's joint observation "
                                        "(MAPPO with PPO, or A2C), e.g. [runners]; [all] for every policy.")
+    policies: dict = _f(None, "Policy map {policy: [AGENT_GROUPS groups or agent ids]}, e.g. {shared: [taggers, "
+                              "runners]}: one policy, two teams (None: one a group; Python's policies= overrides).")
     cpu_threads: int = _f(0, "Threads for the CPU target's kernels and torch (0: one on two cores or fewer, "
                              "else chosen by measuring 1 thread against all cores at the start). Fix it for "
                              "bit-identical reruns: matmuls split over another thread count round differently.")

@@ -51,11 +51,9 @@ def policy_sizes(definition, policies) -> dict:
     them: {name: agent ids}, or None for the env's AGENT_GROUPS (one shared policy without them)."""
     if isinstance(policies, dict):
         return {str(k): len(list(v)) for k, v in policies.items()}
-    groups = definition.namespace.get("AGENT_GROUPS")
-    if groups is None:
-        return {"shared": definition.num_agents}
-    import types
-    return {str(k): len(list(v)) for k, v in groups(types.SimpleNamespace(**definition.params)).items()}
+    from .groups import env_groups
+    groups = env_groups(definition)
+    return {"shared": definition.num_agents} if groups is None else {k: len(v) for k, v in groups.items()}
 
 
 def check_before_compile(config, policies=None) -> None:
@@ -64,6 +62,9 @@ def check_before_compile(config, policies=None) -> None:
     ConfigError)."""
     from ..runtime import registry
     definition = registry.definition(config.env, **(config.env_params or {}))
+    if policies is None and config.policies is not None:
+        from .groups import resolve_policy_map
+        policies = resolve_policy_map(config.policies, definition)
     check_minibatches(config, policy_sizes(definition, policies))
 
 

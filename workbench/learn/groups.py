@@ -4,11 +4,12 @@ tensors, one group a policy; what every algorithm's rollout and update gather an
 from __future__ import annotations
 
 import numbers
+import types
 from collections.abc import Iterable, Mapping
 
 import torch
 
-from ..errors import WorkbenchError
+from ..errors import WorkbenchError, did_you_mean
 
 
 class PolicyMapError(WorkbenchError, ValueError):
@@ -77,3 +78,37 @@ def build_groups(policies, num_agents: int, device) -> list:
         raise PolicyMapError(f"agents {shown}{' ...' if len(missing) > 10 else ''} belong to no policy; "
                              f"add them to the policy map")
     return [AgentGroup(name, ids, num_agents, device) for name, ids in policies.items()]
+
+
+def env_groups(definition) -> dict | None:
+    """The env's AGENT_GROUPS at its parameters, {group: agent ids} (None: it declares none)."""
+    groups = definition.namespace.get("AGENT_GROUPS")
+    if groups is None:
+        return None
+    return {str(k): [int(i) for i in v] for k, v in groups(types.SimpleNamespace(**definition.params)).items()}
+
+
+def resolve_policy_map(written, definition) -> dict:
+    """A config's policy map, {policy: [AGENT_GROUPS group names or agent ids]} (a lone name for one
+    group), as {policy: agent ids}; build_groups then checks that it covers every agent once."""
+    groups = env_groups(definition) or {}
+    known = f"the env's groups are {sorted(groups)}" if groups else f"{definition.name} declares no AGENT_GROUPS"
+    if not isinstance(written, Mapping):
+        raise PolicyMapError(f"policies must map a policy's name to its groups or agent ids, e.g. "
+                             f"{{shared: {sorted(groups) or [0]}}}; got {type(written).__name__} {written!r:.80}")
+    resolved = {}
+    for name, members in written.items():
+        members = [members] if isinstance(members, (str, numbers.Integral)) else members
+        if not isinstance(members, Iterable) or isinstance(members, Mapping):
+            raise PolicyMapError(f"policies: policy {name!r} must list groups or agent ids, got {members!r:.80}")
+        ids = []
+        for member in members:
+            if isinstance(member, str):
+                if member not in groups:
+                    raise PolicyMapError(f"policies: policy {name!r} names group {member!r}, which is not one of "
+                                         f"{definition.name}'s; {known}" + did_you_mean(member, list(groups)))
+                ids += groups[member]
+            else:
+                ids.append(member)
+        resolved[name] = ids
+    return resolved

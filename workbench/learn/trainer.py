@@ -36,7 +36,7 @@ from .iteration_graph import IterationGraph
 from .members import MemberSamples
 from .metrics import Metrics, RateWindow, append_csv, nonfinite_error, weights_finite
 from .policies import ActionHead
-from .groups import PolicyMapError, build_groups
+from .groups import PolicyMapError, build_groups, env_groups, resolve_policy_map
 from ..runtime import registry
 from ..errors import WorkbenchWarning, did_you_mean
 
@@ -89,6 +89,8 @@ class Trainer:
         self.rank = split.rank if split is not None else 0
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(config.seed + 1)
+        if policies is None and config.policies is not None:
+            policies = resolve_policy_map(config.policies, env.definition)
         self.groups = build_groups(policies, env.num_agents, self.device)
         self.obs_dim = int(math.prod(env.obs_shape)) if env.obs_shape else 1
         self.M = len(self.members)
@@ -458,10 +460,8 @@ def make_trainer(config, policies=None, models=None, env=None, distributed: bool
             seed = dist_mod.rank_seed(config.seed, context.rank)
         distributed = True
     if policies is None:
-        groups = definition.namespace.get("AGENT_GROUPS")
-        if groups is not None:
-            import types
-            policies = {k: list(v) for k, v in groups(types.SimpleNamespace(**definition.params)).items()}
+        policies = (resolve_policy_map(config.policies, definition) if config.policies is not None
+                    else env_groups(definition))
     if policies is None or isinstance(policies, dict):  # (named before anything compiles)
         check_rank_by(config, definition, list(policies) if policies is not None else ["shared"])
         check_minibatches(config, policy_sizes(definition, policies))
