@@ -45,7 +45,9 @@ def test_run_folder_contents_marks_folders_and_an_empty_one(tmp_path):
 def test_envs_lists_agents_spaces_and_what_each_env_is(capsys):
     from workbench.cli import main
     assert main(["envs"]) == 0
-    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:] if line.strip()}
+    listed = capsys.readouterr().out
+    assert "(the rules of WarpDrive's TagGridWorld, with any number of runners)." in listed  # (whole summaries)
+    rows = {line.split()[0]: line.split() for line in listed.splitlines()[1:] if line.strip()}
     assert rows["cartpole"][1:4] == ["1", "Box(4,)", "Discrete(2)"] and "CartPole-v1" in rows["cartpole"][4]
     assert rows["tag_continuous"][1:3] == ["11", "Box(22,)"]
     assert main(["envs", "tag_grid"]) == 0

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from .learn.runs import ResumeError, resolve_config, run_config, run_folder_contents, run_training
+from .learn.runs import ResumeError, load_config, resolve_config, run_config, run_folder_contents, run_training
 
 
 def _sync(env):
@@ -94,6 +94,8 @@ def cmd_train(args) -> int:
     from .learn import config as cfg
     config = cfg.load_yaml(resolve_config(args.config)) if args.config else None
     changes = _overrides(args)
+    if config is None and not args.resume and changes.get("env"):  # (train --env NAME: that env's config)
+        config = load_config(changes["env"])
     if args.run_dir:
         changes["run_dir"] = args.run_dir
     config, checkpoint = run_config(config, resume=args.resume, changes=changes)
@@ -155,6 +157,8 @@ def _animate_if_possible(trainer, run_dir: Path):
         from .notebook.render import record_policy_animation
     except ImportError:
         return
+    print("recording an episode of the trained policy (an HTML player and an mp4 where ffmpeg is present)...",
+          flush=True)
     path = record_policy_animation(trainer, run_dir / "policy.html")
     print(f"animation of the trained policy: {path}")
 
@@ -271,7 +275,7 @@ def cmd_envs(args) -> int:
         except wb.WorkbenchError as exc:
             rows.append((name, "", "", "", f"does not load: {str(exc).splitlines()[0]}"))
             continue
-        about = (defn.namespace.get("__doc__") or "").strip().split("\n", 1)[0]
+        about = " ".join((defn.namespace.get("__doc__") or "").strip().split("\n\n", 1)[0].split())  # (its summary)
         rows.append((name, str(defn.num_agents), space(defn.observation), space(defn.action), about))
     widths = [max(len(r[k]) for r in rows) for k in range(4)]
     for row in rows:

@@ -41,7 +41,7 @@ def cache_root() -> Path:
 
 
 def enabled() -> bool:
-    """False when WORKBENCH_CACHE_DIR is set to an empty value... or 'off'."""
+    """False when WORKBENCH_CACHE_DIR is 'off' or '0' (any other value is the cache's folder)."""
     return os.environ.get("WORKBENCH_CACHE_DIR", None) not in ("off", "0")
 
 

@@ -335,7 +335,7 @@ def validate(config) -> None:
               ("learner_memory_gb", config.learner_memory_gb >= 0, "must be >= 0 (0 picks from the device's memory)"),
               ("cpu_threads", config.cpu_threads >= 0, "must be >= 0 (0 picks by measurement)"),
               ("max_grad_norm", config.max_grad_norm >= 0, "must be >= 0 (0 disables clipping)"),
-              ("checkpoint_every", config.checkpoint_every >= 0, "must be >= 0 (0: a checkpoint at the end only)"),
+              ("checkpoint_every", config.checkpoint_every >= 0, "must be >= 0 (0: every 10 minutes and at the end)"),
               ("seed", 0 <= config.seed <= MAX_SEED, f"must be in [0, {MAX_SEED}]"),
               ("hidden_sizes", len(config.hidden_sizes) >= 1 and all(w >= 1 for w in config.hidden_sizes),
                "must be one or more layer widths, each >= 1, e.g. [64, 64]")]

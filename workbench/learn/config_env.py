@@ -168,3 +168,22 @@ def config_for_env(config, env):
     made = {k: _plain(v) for k, v in params.items()
             if k not in asked and (k not in defaults or _plain(defaults[k]) != _plain(v))}
     return replace(config, env_params={**asked, **made}) if made else config
+
+
+def compile_notice(config) -> str | None:
+    """What a run says before its env compiles, when the kernels are not in the on-disk cache (a first
+    run's compile takes seconds with nothing else on screen); None when they are, or it cannot tell."""
+    from ..compiler import kernel_cache
+    from ..compiler.targets import best_target, target_named
+    from ..runtime import registry
+    try:
+        definition = registry.definition(config.env, **(config.env_params or {}))
+        name = best_target(definition) if config.target == "auto" else config.target
+        cached = getattr(target_named(name), "is_cached", None)
+        if cached is None or cached(definition):
+            return None
+    except Exception:  # noqa: BLE001 - the compile that follows names what is wrong
+        return None
+    why = ("once: later runs load the kernels from the cache" if kernel_cache.enabled() else
+           "every run: WORKBENCH_CACHE_DIR turns the on-disk cache off")
+    return f"compiling {config.env} for target '{name}' ({why})..."

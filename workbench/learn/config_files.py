@@ -23,11 +23,16 @@ def resolve_config(name_or_path: str) -> Path:
     found = config_file(name_or_path)
     if found is not None:
         return found
-    names = sorted(p.name[:-5] for p in resources.files("workbench.configs").iterdir() if p.name.endswith(".yaml"))
+    names = shipped_configs()
     hint = did_you_mean(Path(name_or_path).stem, names, repr)
     raise cfg.ConfigError(f"no config file {name_or_path!r}{hint}; shipped configs: {names}; an env registered in this "
                           f"process (wb.register, %%warpenv) trains from Python with a default config: "
                           f"wb.train(ENV_NAME)")
+
+
+def shipped_configs() -> list:
+    """The shipped configs' names (configs/NAME.yaml)."""
+    return sorted(p.name[:-5] for p in resources.files("workbench.configs").iterdir() if p.name.endswith(".yaml"))
 
 
 def default_config(env: str, algorithm: str | None = None):

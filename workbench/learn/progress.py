@@ -17,8 +17,12 @@ class ProgressBar:
     def __init__(self, total_iterations: int, start_iteration: int = 0, target_return: float | None = None,
                  file=None, desc: str = "training"):
         from tqdm.auto import tqdm
+        # with a target the run ends well before its budget: tqdm's time left (to the budget's end) is left
+        # out, and "to target" says how long
+        fmt = ("{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {rate_fmt}{postfix}]" if target_return is not None
+               else None)
         self.bar = tqdm(total=total_iterations, initial=start_iteration, desc=desc, unit="it", file=file,
-                        dynamic_ncols=True, leave=True)
+                        dynamic_ncols=True, leave=True, bar_format=fmt)
         self.last_iteration = start_iteration
         self.target = target_return
         self.recent = deque(maxlen=8)  # (time, mean return)

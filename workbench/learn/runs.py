@@ -16,7 +16,8 @@ import zipfile
 from pathlib import Path
 
 from . import config as cfg, interrupts, run_lock
-from .config_files import config_file, default_config, load_config, resolve_config  # noqa: F401 - (runs' API)
+from .config_files import (config_file, default_config, load_config, resolve_config,  # noqa: F401 - (runs' API)
+                           shipped_configs)
 from .report import returns_text
 from ..errors import WorkbenchError, WorkbenchWarning
 
@@ -214,8 +215,8 @@ def run_config(config=None, *, resume=None, changes=None):
         run_lock.claim(config.run_dir)  # (held until the run returns: no second run trains into it meanwhile)
         return config, checkpoint
     if config is None:
-        raise cfg.ConfigError("train needs a config (a file or a shipped config's name), or a run to resume "
-                              "(--resume RUN_DIR; resume=RUN_DIR from Python)")
+        raise cfg.ConfigError(f"train needs a config (a file or a shipped config: {shipped_configs()}), --env NAME for "
+                              f"an env's own, or a run to resume (--resume RUN_DIR; resume=RUN_DIR from Python)")
     _refuse_fixed_and_swept(changes, changes.get("sweep"))
     _merge_env_params(changes, config)
     config = cfg.replace(config, **changes)
@@ -302,11 +303,14 @@ def _train_in_folder(config, resume, progress, policies, show_run_folder, callba
     from .progress import ProgressBar
     from .metrics import keep_rows_upto, write_reports
     from .trainer import make_trainer
+    from .config_env import compile_notice
 
     start = time.perf_counter()
     if resume and policies is None:  # (the run's own policy map: wb.train(policies=...) is no CLI option)
         policies = _saved_policy_map(resume)
     check_logger(config)  # a missing extra named now, not after the env's compile
+    if os.environ.get("RANK", "0") == "0" and (notice := compile_notice(config)):
+        print(notice, flush=True)
     trainer = make_trainer(config, policies=policies)
     compile_s = time.perf_counter() - start
     if resume:

@@ -1,6 +1,14 @@
 """The `cpu` target: the env's per-agent code through numba `njit`, replicas spread over cores
-with `prange`, agents of a replica looped in order (so a phase boundary needs no barrier)."""
+with `prange`, agents of a replica looped in order (so a phase boundary needs no barrier).
+
+On two cores or fewer the kernels are compiled serial (prange a plain loop): the trainer runs numba
+on one thread there, and serial kernels compile 2 to 3.5x faster (CartPole 3.7 s against 7.6 s, Tag
+12 s against 28 s, on a first run) and step as fast on one thread. NUMBA_NUM_THREADS above 1 asks
+for parallel kernels anyway (env-only rollouts on two cores gain from both).
+"""
 from __future__ import annotations
+
+import os
 
 import numba
 import torch
@@ -30,14 +38,24 @@ def atomic_min(array, index, value):
 '''
 
 
+def parallel_kernels() -> bool:
+    """Whether to compile the replicas' loop parallel: on more than two cores, or where NUMBA_NUM_THREADS
+    asks for more than one thread."""
+    asked = os.environ.get("NUMBA_NUM_THREADS", "").strip()
+    if asked.isdigit():
+        return int(asked) > 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cores > 2
+
+
 class CpuKernels:
-    def __init__(self, defn, ns, boundscheck=False):
+    def __init__(self, defn, ns, boundscheck=False, parallel=True):
         self.defn = defn
         self.boundscheck = boundscheck
         self.module = ns["_wb_cached_module"]
         self.module_file = ns.get("__file__")
         # bounds-checked kernels run replicas in order: an IndexError leaves a parallel region badly
-        options = dict(parallel=not boundscheck, boundscheck=boundscheck, cache=self.module is not None,
+        options = dict(parallel=parallel and not boundscheck, boundscheck=boundscheck, cache=self.module is not None,
                        error_model="numpy")
         self._reset = numba.njit(**options)(ns["_wb_reset"])
         self._step = numba.njit(**options)(ns["_wb_step"])
@@ -94,7 +112,9 @@ class CpuTarget:
         # is inf, an int // 0 is 0), where Python's would raise from inside the parallel loop
         device = "_wb_numba.njit(boundscheck=True, error_model='numpy')" if boundscheck else \
             "_wb_numba.njit(error_model='numpy')"
-        return dict(prelude=_PRELUDE, imports="import numba as _wb_numba\nfrom numba import prange",
+        # (serial kernels are another module text, so another cache entry: numba's cache keys no options)
+        serial = "" if parallel_kernels() or boundscheck else "\n# serial kernels (two cores or fewer)"
+        return dict(prelude=_PRELUDE, imports="import numba as _wb_numba\nfrom numba import prange" + serial,
                     device_decorator=device, layout=Layout(1, 1), gpu=False)
 
     def is_cached(self, defn, boundscheck=False) -> bool:
@@ -103,4 +123,4 @@ class CpuTarget:
 
     def compile(self, defn, boundscheck=False):
         ns = build_namespace(defn, target=self.name, **self._module(boundscheck))
-        return CpuKernels(defn, ns, boundscheck)
+        return CpuKernels(defn, ns, boundscheck, parallel_kernels())
