@@ -39,6 +39,7 @@ def test_serial_and_parallel_kernels_step_the_same_numbers(monkeypatch, tmp_path
 
 def test_a_run_says_it_compiles_only_when_the_kernels_are_not_cached(monkeypatch, tmp_path):
     monkeypatch.setenv("WORKBENCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(env_module, "_KERNEL_CACHE", {})  # (kernels this process made before: not in tmp_path)
     config = cfg.replace(wb.PPOConfig(env="acrobot", target="cpu"), num_envs=4)
     assert compile_notice(config) == ("compiling acrobot for target 'cpu' (once: later runs load the kernels from the "
                                       "cache)...")
