@@ -6,6 +6,7 @@ target; the margins are a fraction of the gap these short runs reach. The shippe
 (and their figures) are in docs/learning.md (bench/learning_runs.py).
 """
 import math
+import re
 
 import numba
 import pytest
@@ -152,6 +153,20 @@ def test_evaluate_compares_each_side_with_random_whatever_the_policies_are_calle
         side = tag_side_labels(trainer)["taggers"]
         rate, error = results[side]["tag_rate"], results[side]["stderr"]["tag_rate"]
         assert f"{rate:.3f} ± {error:.3f} for random taggers" in text
+
+
+def test_evaluate_plays_other_env_parameters_that_keep_the_agents(tmp_path, capsys):
+    trainer = wb.Trainer(wb.make("tag_grid", num_envs=8, target="cpu", **TAG_GRID),
+                         tag_grid_config(num_envs=8, total_env_steps=64))
+    trainer.save(tmp_path / "checkpoint.pt")
+    run = ["evaluate", str(tmp_path), "--random", "--num-envs", "8"]
+    assert cli.main([*run, "--env-param", "episode_length=7"]) == 0
+    assert re.search(r"^steps +7\.0000$", capsys.readouterr().out, re.M)  # (one episode, now 7 steps long)
+    assert cli.main([*run, "--env-param", f"num_runners={TAG_GRID['num_runners'] + 2}"]) == 2
+    err = capsys.readouterr().err
+    assert "gives tag_grid num_agents=" in err and f"learned with {trainer.env.num_agents}" in err
+    assert cli.main([*run, "--env-param", "episode_length"]) == 2
+    assert "--env-param takes NAME=VALUE" in capsys.readouterr().err
 
 
 def test_evaluate_from_the_cli_names_a_split_side_randomised_together(tmp_path, capsys):

@@ -190,6 +190,7 @@ def cmd_evaluate(args) -> int:
     from .learn import config as cfg
     from .learn.evaluate import compare, evaluate, format_comparison, random_label, tag_side_labels
     from .learn.checkpoint import stored_config
+    from .learn.config_env import evaluated_env_params
     from .learn.runs import load_checkpoint
     from .learn.trainer import make_trainer
     from .learn import population, trainer_state
@@ -204,7 +205,8 @@ def cmd_evaluate(args) -> int:
                               f"population's; evaluate it without --member")
     config = stored_config(payload)
     config = cfg.replace(config, num_envs=args.num_envs or config.num_envs, run_dir=None,
-                         target=args.target or config.target)
+                         target=args.target or config.target,
+                         env_params=evaluated_env_params(config, args.env_param, payload["signature"]))
     trainer = make_trainer(config, policies=payload["signature"]["policies"])
     trainer_state.restore(trainer, payload, path, restore_env=False)
     options = dict(episodes=args.episodes, steps=args.steps, deterministic=args.deterministic,
@@ -393,6 +395,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--random", nargs="*", default=None,
                     help="only these policies replaced by random actions (no names: only the trained policies); "
                          "default: each policy replaced in turn")
+    ev.add_argument("--env-param", nargs="+", default=None, metavar="NAME=VALUE",
+                    help="play with these env parameters changed, e.g. max_steps=1000 (the run's agents, "
+                         "observations and actions kept)")
     ev.add_argument("--json", default=None, help="also write the results to this JSON file")
     ev.add_argument("--member", default=None, type=_member,
                     help="of a population's run: the member to evaluate (an index, or best: the default)")

@@ -187,3 +187,28 @@ def compile_notice(config) -> str | None:
     why = ("once: later runs load the kernels from the cache" if kernel_cache.enabled() else
            "every run: WORKBENCH_CACHE_DIR turns the on-disk cache off")
     return f"compiling {config.env} for target '{name}' ({why})..."
+
+
+def evaluated_env_params(config, items, trained: dict) -> dict | None:
+    """The run's env parameters with evaluate's --env-param NAME=VALUE items applied; a change that
+    gives the env other agents, observations or actions than the policies learned on is refused."""
+    import yaml
+    from ..runtime import registry
+    if not items:
+        return config.env_params
+    changed = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ConfigError(f"--env-param takes NAME=VALUE, e.g. --env-param max_steps=1000; got {item!r}")
+        changed[name] = yaml.safe_load(value)
+    params = {**(config.env_params or {}), **changed}
+    definition = registry.definition(config.env, **params)  # (an unknown name or a value out of range: named)
+    played = {"num_agents": definition.num_agents, "obs_shape": list(definition.obs_shape),
+              "action_space": repr(definition.action)}
+    for key, value in played.items():
+        if key in trained and trained[key] != value:
+            raise ConfigError(f"--env-param {' '.join(items)} gives {config.env} {key}={value!r}; the policies "
+                              f"learned with {trained[key]!r}: evaluate changes only what keeps the agents, "
+                              f"their observations and actions")
+    return params
