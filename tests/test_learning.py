@@ -167,6 +167,8 @@ def test_evaluate_plays_other_env_parameters_that_keep_the_agents(tmp_path, caps
     assert "gives tag_grid num_agents=" in err and f"learned with {trainer.env.num_agents}" in err
     assert cli.main([*run, "--env-param", "episode_length"]) == 2
     assert "--env-param takes NAME=VALUE" in capsys.readouterr().err
+    assert cli.main([*run, "--env-param", "episode_length=[7"]) == 2
+    assert "--env-param episode_length=[7: the value '[7' is not valid YAML" in capsys.readouterr().err
 
 
 def test_evaluate_from_the_cli_names_a_split_side_randomised_together(tmp_path, capsys):

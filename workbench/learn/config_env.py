@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 
 from ..errors import WorkbenchWarning, did_you_mean
-from .config import ConfigError, PPOConfig, replace
+from .config import ConfigError, PPOConfig, replace, yaml_problem
 from .episode_stats import RENAMED
 from .evaluate import env_metrics
 
@@ -201,7 +201,11 @@ def evaluated_env_params(config, items, trained: dict) -> dict | None:
         name, sep, value = item.partition("=")
         if not sep or not name:
             raise ConfigError(f"--env-param takes NAME=VALUE, e.g. --env-param max_steps=1000; got {item!r}")
-        changed[name] = yaml.safe_load(value)
+        try:
+            changed[name] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--env-param {item}: the value {value!r} is not valid YAML ({yaml_problem(exc)}); "
+                              f"e.g. --env-param max_steps=1000") from None
     params = {**(config.env_params or {}), **changed}
     definition = registry.definition(config.env, **params)  # (an unknown name or a value out of range: named)
     played = {"num_agents": definition.num_agents, "obs_shape": list(definition.obs_shape),
