@@ -171,6 +171,20 @@ def test_evaluate_plays_other_env_parameters_that_keep_the_agents(tmp_path, caps
     assert "--env-param episode_length=[7: the value '[7' is not valid YAML" in capsys.readouterr().err
 
 
+def test_load_policy_and_replay_play_other_env_parameters_that_keep_the_agents(tmp_path):
+    trainer = wb.Trainer(wb.make("tag_grid", num_envs=8, target="cpu", **TAG_GRID),
+                         tag_grid_config(num_envs=8, total_env_steps=64))
+    trainer.save(tmp_path / "checkpoint.pt")
+    loaded = wb.load_policy(tmp_path, env_params={"episode_length": 7})
+    assert loaded.env.definition.params["episode_length"] == 7
+    assert loaded.config.env_params["num_runners"] == TAG_GRID["num_runners"]  # (the run's others kept)
+    animation = wb.replay(tmp_path, env_params={"episode_length": 5}, max_frames=20)
+    assert animation.total_steps == 5  # (an episode of 5 steps; 30 at the run's parameters)
+    from workbench.learn.config import ConfigError
+    with pytest.raises(ConfigError, match="load_policy changes only what keeps the agents"):
+        wb.load_policy(tmp_path, env_params={"num_runners": TAG_GRID["num_runners"] + 1})
+
+
 def test_evaluate_from_the_cli_names_a_split_side_randomised_together(tmp_path, capsys):
     trainer = wb.Trainer(wb.make("tag_grid", num_envs=8, target="cpu", **TAG_GRID),
                          tag_grid_config(num_envs=8, total_env_steps=64),

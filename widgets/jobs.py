@@ -222,7 +222,7 @@ def _checkpoint_trainer(checkpoint: str, config):
     run_config = cfg.replace(saved, num_envs=config.num_envs, target=config.target, seed=config.seed,
                              run_dir=None)
     policies = {name: list(ids) for name, ids in payload["signature"]["policies"].items()}
-    trainer = make_trainer(run_config, policies=policies)
+    trainer = make_trainer(run_config, policies=policies, pretrained=False)
     trainer.load(checkpoint, restore_env=False)
     return trainer
 

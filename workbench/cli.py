@@ -207,7 +207,7 @@ def cmd_evaluate(args) -> int:
     config = cfg.replace(config, num_envs=args.num_envs or config.num_envs, run_dir=None,
                          target=args.target or config.target,
                          env_params=evaluated_env_params(config, args.env_param, payload["signature"]))
-    trainer = make_trainer(config, policies=payload["signature"]["policies"])
+    trainer = make_trainer(config, policies=payload["signature"]["policies"], pretrained=False)
     trainer_state.restore(trainer, payload, path, restore_env=False)
     options = dict(episodes=args.episodes, steps=args.steps, deterministic=args.deterministic,
                    seed=config.seed if args.seed is None else args.seed)

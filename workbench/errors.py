@@ -20,6 +20,10 @@ class WorkbenchError(Exception):
         return [f"{type(self).__name__}: {self}"]
 
 
+class ConfigError(WorkbenchError, ValueError):
+    """A config key that is unknown or of the wrong type (workbench.learn.config's)."""
+
+
 class EnvDefinitionError(WorkbenchError, ValueError):
     """The env source is malformed; `line` is the source line when known."""
 

@@ -164,6 +164,12 @@ class EnvDefinition:
     def obs_shape(self) -> tuple:
         return tuple(self.observation.shape)
 
+    def agent_groups(self) -> dict | None:
+        """AGENT_GROUPS at these parameters, {group: agent ids} (None: the env declares none)."""
+        fn = self.namespace.get("AGENT_GROUPS")
+        return None if fn is None else {str(k): [int(i) for i in ids]
+                                        for k, ids in fn(types.SimpleNamespace(**self.params)).items()}
+
     def phase_args(self, fn) -> list:
         return list(inspect.signature(fn).parameters)
 

@@ -2,7 +2,6 @@
 adapters hand actions to env.step in."""
 from __future__ import annotations
 
-import types
 
 import numpy as np
 import torch
@@ -30,12 +29,10 @@ def gymnasium_space(space, seed: int | None = None):
 def agent_names(env) -> list:
     """One name per agent id: '<group>_<k>' from the env's AGENT_GROUPS (taggers_0, runners_3, ...),
     else 'agent_<id>'."""
-    groups_fn = env.definition.namespace.get("AGENT_GROUPS")
     names = [f"agent_{i}" for i in range(env.num_agents)]
-    if groups_fn is not None:
-        for group, ids in groups_fn(types.SimpleNamespace(**env.definition.params)).items():
-            for k, i in enumerate(ids):
-                names[int(i)] = f"{group}_{k}"
+    for group, ids in (env.definition.agent_groups() or {}).items():
+        for k, i in enumerate(ids):
+            names[i] = f"{group}_{k}"
     return names
 
 

@@ -11,7 +11,6 @@ episode goes on (a StepCounter's limit) starts new episodes for those alone.
 """
 from __future__ import annotations
 
-import types
 
 import numpy as np
 import torch
@@ -32,10 +31,10 @@ def policy_groups(env, group_map: str) -> dict:
     if group_map == "agents":
         return {"agents": list(range(env.num_agents))}
     if group_map == "policies":
-        fn = env.definition.namespace.get("AGENT_GROUPS")
-        if fn is None:
+        groups = env.definition.agent_groups()
+        if groups is None:
             raise AdapterError(f"'{env.name}' declares no AGENT_GROUPS; use group_map='agents'")
-        return {k: [int(i) for i in v] for k, v in fn(types.SimpleNamespace(**env.definition.params)).items()}
+        return groups
     raise AdapterError(f"group_map must be 'agents' or 'policies', got {group_map!r}")
 
 

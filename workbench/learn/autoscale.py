@@ -98,7 +98,8 @@ def auto_scale(config, *, margin: float = 0.2, start: int = 1024, max_envs: int 
     context = dist_mod.init(target) if dist_mod.launched_by_torchrun() else None
 
     def one_iteration(n):
-        trainer = make_trainer(cfg.replace(config, num_envs=n, run_dir=None, target=target), distributed=False)
+        trainer = make_trainer(cfg.replace(config, num_envs=n, run_dir=None, target=target), distributed=False,
+                               pretrained=False)
         try:
             start_t = time.perf_counter()
             if trainer.device.type == "cuda":

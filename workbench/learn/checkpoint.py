@@ -169,3 +169,14 @@ def stored_config(payload: dict, config=None):
     config = cfg.from_saved(payload["config"]) if config is None else config
     recorded = (payload.get("signature") or {}).get("activation")
     return cfg.replace(config, activation=recorded) if config.activation is None and recorded else config
+
+
+def saved_policy_map(checkpoint) -> dict | None:
+    """The policy map {name: agent ids} a checkpoint was trained with (read through a memory map:
+    the weights are not loaded), or None when it records none."""
+    try:
+        payload = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)
+    except Exception:  # noqa: BLE001 - an older or foreign file: trainer.load names what is wrong
+        return None
+    policies = payload.get("signature", {}).get("policies") if isinstance(payload, dict) else None
+    return {name: list(ids) for name, ids in policies.items()} if isinstance(policies, dict) else None

@@ -156,7 +156,7 @@ class Collector:
                 live = self.live(g) if t == 0 or not recorded_masks or g.name in tr.norms else None
                 if live is not None and (t == 0 or not recorded_masks):
                     buf.mask[t].copy_(live)
-                group_obs[g.name] = self.observe(g, store["obs"], live, accumulate=True)
+                group_obs[g.name] = self.observe(g, store["obs"], live, accumulate=g.name not in tr.frozen)
             state = self.joint_obs(group_obs) if tr.central else None
             for g in tr.groups:
                 buf, obs = tr.buffers[g.name], group_obs[g.name]

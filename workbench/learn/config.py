@@ -17,11 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from ..errors import WorkbenchError, WorkbenchWarning, did_you_mean
-
-
-class ConfigError(WorkbenchError, ValueError):
-    """A config key that is unknown or of the wrong type."""
+from ..errors import ConfigError, WorkbenchWarning  # noqa: F401 - (ConfigError: cfg.ConfigError everywhere)
 
 
 def yaml_problem(exc) -> str:
@@ -53,13 +49,14 @@ class RunConfig:
     sweep: dict = _f(None, "Hyperparameter grid over the population, e.g. {lr: [1e-3, 3e-4], ent_coef: [0, 0.01]}: "
                            "every setting trained by `seeds` members (member k has seed + k).")
     rank_by: str = _f("mean_return", "The statistic that ranks a population's sweep settings and picks its best member "
-                                     "(higher is better): mean_return (the policies' returns averaged), return/NAME "
-                                     "(policy NAME's), episode_length or a metric of the env's (Tag: tag_rate, "
-                                     "survival); '-' before it ranks the lowest first (-episode_length).")
+                                     "(higher is better): mean_return (the learning policies' returns averaged), "
+                                     "return/NAME (policy NAME's), episode_length or a metric of the env's (Tag: "
+                                     "tag_rate, survival); '-' before it ranks the lowest first (-episode_length).")
     env_params: dict = _f(None, "Overrides of the env's PARAMS, e.g. {max_steps: 200}.")
     total_env_steps: int = _f(1_000_000, "Stop after this many replica steps (summed over replicas; a population's "
                                          "budget is each member's).")
-    target_return: float = _f(None, "Stop early once the mean episode return of every policy reaches this.")
+    target_return: float = _f(None, "Stop early once the mean episode return of every policy that learns (all but "
+                                    "frozen ones) reaches this.")
     log_every: int = _f(1, "Pull metrics to the host every this many iterations.")
     hidden_sizes: tuple = _f((64, 64), "Hidden layer widths of the default MLP policies.")
     activation: str = _f(None, "Hidden layers' activation of the default policies: tanh or relu (WarpDrive's); "
@@ -90,6 +87,11 @@ class RunConfig:
                                        "(MAPPO with PPO, or A2C), e.g. [runners]; [all] for every policy.")
     policies: dict = _f(None, "Policy map {policy: [AGENT_GROUPS groups or agent ids]}, e.g. {shared: [taggers, "
                               "runners]}: one policy, two teams (None: one a group; Python's policies= overrides).")
+    frozen: tuple = _f((), "Policies that act but do not learn, e.g. [runners]: a fixed opponent (no update, no "
+                           "optimiser or normaliser step), playing init_from's weights (else its seed's).")
+    init_from: dict = _f(None, "Policies that start from another run's, {policy: RUN} (that run folder's or "
+                               "checkpoint's policy of the same name; a population's best member) or {policy: {run: "
+                               "RUN, policy: NAME, member: K}}; read when a run starts, not by --resume.")
     cpu_threads: int = _f(0, "Threads for the CPU target's kernels and torch (0: one on two cores or fewer, "
                              "else chosen by measuring 1 thread against all cores at the start). Fix it for "
                              "bit-identical reruns: matmuls split over another thread count round differently.")
@@ -276,7 +278,7 @@ def _coerce(cls, name, kind, value):
                 else tuple(int(v) for v in value)
         if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
             return tuple(value)
-        if isinstance(value, str) and name == "centralised_critic":
+        if isinstance(value, str) and name in ("centralised_critic", "frozen"):
             return (value,)
     elif origin is dict:
         if isinstance(value, dict) and name == "sweep":  # (its values read as numbers as a field's are)
@@ -382,52 +384,11 @@ def validate(config) -> None:
         if not ok:
             raise ConfigError(f"{type(config).__name__}.{name} {message}, got {getattr(config, name)!r}")
     if config.sweep:
-        _validate_sweep(config)
-
-
-SWEEPABLE = {"ppo": ("lr", "ent_coef", "clip_coef", "gamma", "gae_lambda", "vf_coef", "max_grad_norm"),
-             "a2c": ("lr", "ent_coef", "gamma", "gae_lambda", "vf_coef", "max_grad_norm"),
-             "ddpg": ("actor_lr", "critic_lr", "gamma", "tau", "exploration_noise", "max_grad_norm")}
-
-
-def _validate_sweep(config) -> None:
-    """A sweep names hyperparameters the algorithm's members can differ in, each with a non-empty
-    list of numbers, every one of them a valid value of its field."""
-    name = type(config).__name__
-    allowed = SWEEPABLE[config.algorithm]
-    for key, values in config.sweep.items():
-        if key not in allowed:
-            raise ConfigError(f"{name}.sweep names {key!r}; the hyperparameters {config.algorithm} members can "
-                              f"differ in are {list(allowed)}{_sweep_name_hint(key, config.algorithm)}")
-        if not isinstance(values, (list, tuple)) or not values or not all(
-                isinstance(v, numbers.Real) and not isinstance(v, bool) for v in values):
-            raise ConfigError(f"{name}.sweep[{key!r}] must be a non-empty list of numbers, e.g. "
-                              f"{{{key}: [{getattr(config, key)!r}, ...]}}, got {values!r}")
-        twice = sorted({float(v) for v in values if sum(float(w) == float(v) for w in values) > 1})
-        if twice:
-            raise ConfigError(f"{name}.sweep[{key!r}] lists {', '.join(f'{v:g}' for v in twice)} more than once "
-                              f"({list(values)}): give each value once (more seeds train a setting more times: "
-                              f"seeds)")
-        for value in values:
-            try:
-                validate(dataclasses.replace(config, sweep=None, **{key: float(value)}))
-            except ConfigError as exc:
-                raise ConfigError(f"{name}.sweep[{key!r}] holds {value!r}, not a valid {key}: {exc}") from None
-
-
-def _sweep_name_hint(key: str, algorithm: str) -> str:
-    """Why a name is not among `algorithm`'s sweepable ones, or what was meant: another library's
-    name, another case or spelling, another algorithm's hyperparameter."""
-    allowed = SWEEPABLE[algorithm]
-    if key == "lr" and "actor_lr" in allowed:
-        return "; DDPG learns at actor_lr and critic_lr: sweep those"
-    ours = SYNONYMS.get(key, key.lower())
-    if ours in allowed:
-        return f"; did you mean {ours!r}?"
-    owners = [other for other, names in SWEEPABLE.items() if other != algorithm and ours in names]
-    if owners:
-        return f"; {ours!r} is a hyperparameter of {' and '.join(owners)} (set algorithm: {owners[0]} to sweep it)"
-    return did_you_mean(key, allowed, repr)
+        from .config_sweep import validate_sweep
+        validate_sweep(config, validate, SYNONYMS)
+    if config.init_from is not None or config.frozen:
+        from .pretrained import validate_fields
+        validate_fields(config)
 
 
 def to_dict(config) -> dict:
@@ -483,6 +444,7 @@ def replace(config, **changes):
         kept = {k: v for k, v in chosen.items() if k in defaults[new] and defaults[new][k] == defaults[old][k]}
         left = {k: v for k, v in chosen.items() if k not in kept and k != "algorithm"}
         if kept.get("sweep"):  # (a swept name the new algorithm's members cannot differ in stays behind)
+            from .config_sweep import SWEEPABLE
             unswept = {k: v for k, v in kept["sweep"].items() if k not in SWEEPABLE[algorithm]}
             kept["sweep"] = {k: v for k, v in kept["sweep"].items() if k not in unswept} or None
             left.update({f"sweep[{k!r}]": v for k, v in unswept.items()})

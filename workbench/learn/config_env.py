@@ -58,14 +58,17 @@ def policy_sizes(definition, policies) -> dict:
 
 def check_before_compile(config, policies=None) -> None:
     """The checks of `config` against its env that need no compiled env: the env parameters against
-    the env's ranges and PPO's minibatch split of every policy's batch (EnvParameterError,
-    ConfigError)."""
+    the env's ranges, PPO's minibatch split of every policy's batch, and the policies frozen and
+    init_from name (EnvParameterError, ConfigError)."""
     from ..runtime import registry
     definition = registry.definition(config.env, **(config.env_params or {}))
     if policies is None and config.policies is not None:
         from .groups import resolve_policy_map
         policies = resolve_policy_map(config.policies, definition)
-    check_minibatches(config, policy_sizes(definition, policies))
+    sizes = policy_sizes(definition, policies)
+    check_minibatches(config, sizes)
+    from .pretrained import check_policies
+    check_policies(config, list(sizes))
 
 
 def check_minibatches(config, sizes: dict) -> None:
@@ -193,7 +196,6 @@ def evaluated_env_params(config, items, trained: dict) -> dict | None:
     """The run's env parameters with evaluate's --env-param NAME=VALUE items applied; a change that
     gives the env other agents, observations or actions than the policies learned on is refused."""
     import yaml
-    from ..runtime import registry
     if not items:
         return config.env_params
     changed = {}
@@ -206,13 +208,25 @@ def evaluated_env_params(config, items, trained: dict) -> dict | None:
         except yaml.YAMLError as exc:
             raise ConfigError(f"--env-param {item}: the value {value!r} is not valid YAML ({yaml_problem(exc)}); "
                               f"e.g. --env-param max_steps=1000") from None
+    return played_env_params(config, changed, trained, f"--env-param {' '.join(items)}", "evaluate")
+
+
+def played_env_params(config, changed: dict | None, trained: dict, given: str, who: str) -> dict | None:
+    """The run's env parameters with `changed` applied, for its trained policies to play on (evaluate,
+    load_policy, wb.replay); a change that gives the env other agents, observations or actions than the
+    policies learned on (`trained`: the checkpoint's signature) is refused, naming `given` and `who`."""
+    from ..runtime import registry
+    if not changed:
+        return config.env_params
+    if not isinstance(changed, dict):
+        raise ConfigError(f"{given}: env parameters are a dict {{name: value}}, e.g. {{max_steps: 1000}}")
     params = {**(config.env_params or {}), **changed}
     definition = registry.definition(config.env, **params)  # (an unknown name or a value out of range: named)
     played = {"num_agents": definition.num_agents, "obs_shape": list(definition.obs_shape),
               "action_space": repr(definition.action)}
     for key, value in played.items():
         if key in trained and trained[key] != value:
-            raise ConfigError(f"--env-param {' '.join(items)} gives {config.env} {key}={value!r}; the policies "
-                              f"learned with {trained[key]!r}: evaluate changes only what keeps the agents, "
-                              f"their observations and actions")
+            raise ConfigError(f"{given} gives {config.env} {key}={value!r}; the policies learned with "
+                              f"{trained[key]!r}: {who} changes only what keeps the agents, their observations "
+                              f"and actions")
     return params

@@ -4,7 +4,6 @@ tensors, one group a policy; what every algorithm's rollout and update gather an
 from __future__ import annotations
 
 import numbers
-import types
 from collections.abc import Iterable, Mapping
 
 import torch
@@ -82,10 +81,7 @@ def build_groups(policies, num_agents: int, device) -> list:
 
 def env_groups(definition) -> dict | None:
     """The env's AGENT_GROUPS at its parameters, {group: agent ids} (None: it declares none)."""
-    groups = definition.namespace.get("AGENT_GROUPS")
-    if groups is None:
-        return None
-    return {str(k): [int(i) for i in v] for k, v in groups(types.SimpleNamespace(**definition.params)).items()}
+    return definition.agent_groups()
 
 
 def resolve_policy_map(written, definition) -> dict:

@@ -46,10 +46,14 @@ def member_adam(tr, model, lr_name: str, members: int | None = None):
 def check_model(tr, name, model, out_dim):
     """A clear error when a model's action output does not fit the env's action space, or when it has
     nothing to train."""
-    if not any(p.requires_grad for p in model.parameters()):
+    if not any(True for _ in model.parameters()):
+        raise PolicyMapError(f"policy '{name}': the model has no parameters; a policy here is a module with weights "
+                             f"(for a scripted one, give it one, such as a bias its output adds, and list it in "
+                             f"frozen)")
+    if name not in tr.frozen and not any(p.requires_grad for p in model.parameters()):
         raise PolicyMapError(f"policy '{name}': the model has no trainable parameters (requires_grad is False for "
-                             f"every one), and every policy of the map is trained; a frozen opponent is not "
-                             f"supported: leave some of its parameters trainable, or play it outside the trainer")
+                             f"every one), and the policy is trained: list it in frozen to play it without "
+                             f"learning, or leave some of its parameters trainable")
     with torch.no_grad():
         obs = torch.zeros(2 * member_count(model), tr.obs_dim, device=tr.device)
         out = model.actor(obs) if isinstance(model, CentralisedActorCritic) else model(obs)

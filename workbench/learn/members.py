@@ -128,6 +128,22 @@ def member_state(model: nn.Module, k: int) -> dict:
     return state
 
 
+def load_member_state(model: nn.Module, k: int, state: dict) -> None:
+    """Put an unstacked model's state dict (member_state's form) into member k of a stacked model, in
+    place (a captured graph and the optimiser keep reading the same tensors)."""
+    with torch.no_grad():
+        for path, module in model.named_modules():
+            prefix = f"{path}." if path else ""
+            if isinstance(module, MemberLinear):
+                module.weight[k].copy_(state[prefix + "weight"].t())
+                module.bias[k, 0].copy_(state[prefix + "bias"])
+                continue
+            for leaf, param in module.named_parameters(recurse=False):
+                param[k].copy_(state[prefix + leaf])
+            for leaf, buf in module.named_buffers(recurse=False):
+                buf.copy_(state[prefix + leaf])
+
+
 def member_log_std(log_std, rows: int):
     """A policy's log_std as rows: [D] stays [D]; a population's [M, D] becomes [rows, D] (member k's
     vector on its rows rows // M)."""
@@ -151,7 +167,8 @@ class MemberAdam:
     and state, which Lightning's loop reads; its moments are in its own buffers, not in `state`.)"""
 
     def __init__(self, model: nn.Module, lr, betas=(0.9, 0.999), eps: float = 1e-5, members: int | None = None):
-        params = [p for p in model.parameters() if p.requires_grad]
+        # (a frozen policy's model may have no trainable parameters: it keeps them all, and never steps)
+        params = [p for p in model.parameters() if p.requires_grad] or list(model.parameters())
         stacked = members is None
         members = params[0].shape[0] if stacked else members
         self.single = not stacked

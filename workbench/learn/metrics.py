@@ -17,17 +17,19 @@ from ..errors import NonFiniteError, WorkbenchWarning
 
 class Metrics:
     """stat_names: the algorithm's STATS; groups: the trainer's agent groups; members: a population's
-    members (population.Member; None or one: a run without members). `sums[policy][stat]` are device
-    tensors [M] the algorithms add to; `pull` reads them (and the episode sums) once and zeroes them."""
+    members (population.Member; None or one: a run without members); frozen: the policies that do not
+    learn (no update statistics; mean_return and the target leave them out). `sums[policy][stat]` are
+    device tensors [M] the algorithms add to; `pull` reads them (and the episode sums) once and zeroes them."""
 
     def __init__(self, stat_names, groups, episode_stats, device, sync=None, world_size: int = 1, members=None,
-                 ranks=None, rank_by: str = "mean_return"):
+                 ranks=None, rank_by: str = "mean_return", frozen=()):
         self.groups, self.episode_stats, self.sync, self.world_size = groups, episode_stats, sync, world_size
         self.ranks = ranks  # a population split over ranks: every rank's members' reports are gathered
         self.rank_by = rank_by  # (a population's reports name the statistic that ranks its members)
         self.members = list(members) if members and len(members) > 1 else [None]
         M = len(self.members)
-        self.sums = {g.name: {k: torch.zeros(M, device=device) for k in stat_names} for g in groups}
+        self.trained = [g.name for g in groups if g.name not in frozen]
+        self.sums = {name: {k: torch.zeros(M, device=device) for k in stat_names} for name in self.trained}
         self.iterations = 0  # since the last pull, that updated the policies (the statistics' divisor)
         self._first: dict = {}  # each policy's first report, for the divergence check
 
@@ -36,11 +38,11 @@ class Metrics:
         over the iterations since the last pull that updated the policies (DDPG's first ones only fill
         its buffers), and over ranks (left out when not `learning`), learning_rate (each member's, from
         `learning_rates`, when given) and the
-        episode statistics; mean_return over the policies; nonfinite: a loss was NaN or inf. For a
+        episode statistics; mean_return over the policies that learn; nonfinite: a loss was NaN or inf. For a
         population: each value is the median over the members (returns with their quartiles), and
         `members` one such dict per member (with member, seed and the swept values)."""
         names = [g.name for g in self.groups]
-        keys = [(n, k) for n in names for k in sorted(self.sums[n])]
+        keys = [(n, k) for n in self.trained for k in sorted(self.sums[n])]
         stacked = torch.stack([self.sums[n][k].float() for n, k in keys])  # [K, M]
         if self.sync is not None:  # losses average over ranks; episode sums add up
             stacked = self.sync.sum(stacked) / self.world_size
@@ -66,7 +68,7 @@ class Metrics:
                     elif learning:
                         metrics[f"{k}/{n}"] = value / iterations
             metrics.update({k: v for k, v in member_episodes.items() if not k.startswith("return/")})
-            finite = [metrics[f"return/{n}"] for n in names if not math.isnan(metrics[f"return/{n}"])]
+            finite = [metrics[f"return/{n}"] for n in self.trained if not math.isnan(metrics[f"return/{n}"])]
             metrics["mean_return"] = sum(finite) / len(finite) if finite else float("nan")
             metrics["nonfinite"] = nonfinite > 0
             reports.append(metrics)
@@ -83,9 +85,9 @@ class Metrics:
         return population_report(base, reports, names, swept=tuple(self.members[0].values), rank_by=self.rank_by)
 
     def reached(self, metrics: dict, target: float) -> bool:
-        """Every policy's mean return is at least `target` (in every member of a population)."""
+        """Every learning policy's mean return is at least `target` (in every member of a population)."""
         for report in metrics.get("members", [metrics]):
-            values = [report.get(f"return/{g.name}") for g in self.groups]
+            values = [report.get(f"return/{name}") for name in self.trained]
             if not all(v is not None and not math.isnan(v) and v >= target for v in values):
                 return False
         return True

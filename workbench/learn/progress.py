@@ -15,7 +15,7 @@ class ProgressBar:
     """callback(iteration, metrics) -> True, drawing a tqdm bar over `total_iterations`."""
 
     def __init__(self, total_iterations: int, start_iteration: int = 0, target_return: float | None = None,
-                 file=None, desc: str = "training"):
+                 file=None, desc: str = "training", frozen=()):
         from tqdm.auto import tqdm
         # with a target the run ends well before its budget: tqdm's time left (to the budget's end) is left
         # out, and "to target" says how long
@@ -25,6 +25,7 @@ class ProgressBar:
                         dynamic_ncols=True, leave=True, bar_format=fmt)
         self.last_iteration = start_iteration
         self.target = target_return
+        self.frozen = tuple(frozen)  # (policies that do not learn: the target waits for the others)
         self.recent = deque(maxlen=8)  # (time, mean return)
         self.last_returns = {}  # shown name -> the last return shown
 
@@ -41,7 +42,7 @@ class ProgressBar:
 
     def __call__(self, iteration: int, metrics: dict) -> bool:
         ret = metrics.get("mean_return", float("nan"))
-        lowest = _lowest_return(metrics)
+        lowest = _lowest_return(metrics, self.frozen)
         if not math.isnan(lowest):
             self.recent.append((time.perf_counter(), lowest))
         teams = {f"return {k.split('/', 1)[1]}": v for k, v in metrics.items() if k.startswith("return/")}
@@ -63,7 +64,8 @@ class ProgressBar:
     @classmethod
     def for_trainer(cls, trainer, file=None) -> "ProgressBar":
         """A bar over the trainer's iteration budget, for `trainer.train(callback=...)`."""
-        return cls(trainer.total_iterations(), trainer.iteration, trainer.config.target_return, file=file)
+        return cls(trainer.total_iterations(), trainer.iteration, trainer.config.target_return, file=file,
+                   frozen=trainer.config.frozen)
 
     def phase(self, description: str) -> None:
         """What the trainer is doing (the first iteration's compile, then training)."""
@@ -73,11 +75,12 @@ class ProgressBar:
         self.bar.close()
 
 
-def _lowest_return(metrics: dict) -> float:
-    """The lowest return among every policy (of every member) that ended an episode: what target_return
-    waits for (the run stops once all of them reach it), NaN when none did."""
+def _lowest_return(metrics: dict, frozen=()) -> float:
+    """The lowest return among every learning policy (not in `frozen`; of every member) that ended an
+    episode: what target_return waits for (the run stops once all of them reach it), NaN when none did."""
     returns = [v for report in metrics.get("members", [metrics]) for k, v in report.items()
-               if k.startswith("return/") and isinstance(v, (int, float)) and not math.isnan(v)]
+               if k.startswith("return/") and k[len("return/"):] not in frozen
+               and isinstance(v, (int, float)) and not math.isnan(v)]
     return min(returns) if returns else float("nan")
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import SWEEPABLE
+from .config_sweep import SWEEPABLE
 
 HYPERPARAMETERS = tuple(dict.fromkeys(name for names in SWEEPABLE.values() for name in names))
 
@@ -38,7 +38,7 @@ def statistic_name(key: str) -> str:
 
 
 def swept_names(report: dict) -> list:
-    """The swept hyperparameters of a population report: the sweepable names (config.SWEEPABLE) that
+    """The swept hyperparameters of a population report: the sweepable names (config_sweep.SWEEPABLE) that
     every member carries, in the members' order; [] without a sweep or without members."""
     members = report.get("members") or []
     if not members:

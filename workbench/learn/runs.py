@@ -139,16 +139,15 @@ def _refuse_edited_fixed_fields(config, trained, saved_file: Path) -> None:
 
 
 def _exported_member_file(path: Path, payload: dict) -> bool:
-    """Whether `path` is a population member exported to a file of its own (export-member --out), which
-    may lie beside its population's run folder."""
+    """Whether `path` is a member exported to a file of its own (export-member --out), maybe beside its run."""
     return bool(payload.get("member_of")) and path.name != "checkpoint.pt"
 
 
-def _reached(history, target) -> bool:
-    """Whether the run's last report had every policy's return at `target` (the trainer's stopping rule)."""
+def _reached(history, target, frozen=()) -> bool:
+    """Whether the run's last report had every learning policy's return at `target` (the trainer's rule)."""
     last = history[-1] if history else {}
     for report in last.get("members", [last]):  # a population reaches it when every member does
-        returns = [v for k, v in report.items() if k.startswith("return/")]
+        returns = [v for k, v in report.items() if k.startswith("return/") and k[len("return/"):] not in frozen]
         if not returns or not all(v is not None and not math.isnan(v) and v >= target for v in returns):
             return False
     return True
@@ -156,7 +155,7 @@ def _reached(history, target) -> bool:
 
 FEW_UPDATES = 10  # a run of fewer iterations (learner updates) gets a note before it trains
 FIXED_ON_RESUME = ("env", "algorithm", "num_envs", "env_params", "seed", "seeds", "sweep", "hidden_sizes",
-                   "activation", "shared_body", "centralised_critic", "buffer_size")
+                   "activation", "shared_body", "centralised_critic", "buffer_size", "init_from")
 RUN_FILES = ("checkpoint.pt", "metrics.csv")  # a folder holding either holds a run
 
 
@@ -205,7 +204,7 @@ def run_config(config=None, *, resume=None, changes=None):
                               f"with --run-dir")
         if ("target_return" not in changes and config.target_return is not None
                 and changes.get("total_env_steps", config.total_env_steps) > config.total_env_steps
-                and _reached(payload.get("history"), config.target_return)):
+                and _reached(payload.get("history"), config.target_return, config.frozen)):
             changes["target_return"] = None
             if os.environ.get("RANK", "0") == "0":  # once under torchrun, not once per rank
                 print(f"resuming {config.run_dir}: it stopped at target_return={config.target_return}; the raised "
@@ -233,18 +232,6 @@ def _merge_env_params(changes: dict, config) -> None:
     given = changes.get("env_params")
     if isinstance(given, dict) and config.env_params:
         changes["env_params"] = {k: v for k, v in {**config.env_params, **given}.items() if v is not None} or None
-
-
-def _saved_policy_map(checkpoint) -> dict | None:
-    """The policy map {name: agent ids} a checkpoint was trained with (read through a memory map:
-    the weights are not loaded), or None when it records none."""
-    import torch
-    try:
-        payload = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)
-    except Exception:  # noqa: BLE001 - an older or foreign file: trainer.load names what is wrong
-        return None
-    policies = payload.get("signature", {}).get("policies") if isinstance(payload, dict) else None
-    return {name: list(ids) for name, ids in policies.items()} if isinstance(policies, dict) else None
 
 
 def _same_values_reordered(sweep, other) -> bool:
@@ -283,8 +270,7 @@ def refuse_held_run(run_dir, new_folder: str = "--run-dir; run_dir=") -> None:
 
 
 def shows_progress(progress: bool | None, config) -> bool:
-    """Whether wb.train and the CLI draw a progress bar: `progress` if given, else the config's
-    `progress`, else yes."""
+    """Whether wb.train and the CLI draw a progress bar: `progress`, else config.progress, else yes."""
     return progress if progress is not None else config.progress is not False
 
 
@@ -299,6 +285,7 @@ def run_training(config, *, resume=None, progress=None, policies=None, show_run_
 
 
 def _train_in_folder(config, resume, progress, policies, show_run_folder, callback):
+    from . import checkpoint as ckpt_mod
     from .loggers import check_logger, compose, make_logger
     from .progress import ProgressBar
     from .metrics import keep_rows_upto, write_reports
@@ -307,11 +294,11 @@ def _train_in_folder(config, resume, progress, policies, show_run_folder, callba
 
     start = time.perf_counter()
     if resume and policies is None:  # (the run's own policy map: wb.train(policies=...) is no CLI option)
-        policies = _saved_policy_map(resume)
+        policies = ckpt_mod.saved_policy_map(resume)
     check_logger(config)  # a missing extra named now, not after the env's compile
     if os.environ.get("RANK", "0") == "0" and (notice := compile_notice(config)):
         print(notice, flush=True)
-    trainer = make_trainer(config, policies=policies)
+    trainer = make_trainer(config, policies=policies, pretrained=not resume)  # (a resume restores its own)
     compile_s = time.perf_counter() - start
     if resume:
         trainer.load(resume)
@@ -338,6 +325,8 @@ def _train_in_folder(config, resume, progress, policies, show_run_folder, callba
         f"agent{'s' if trainer.env.num_agents != 1 else ''}; "
         f"{f'env compiled in {compile_s:.1f} s' if compile_s >= 0.05 else 'env kernels compiled already'})"
         + (f"; continuing {resume} from iteration {trainer.iteration}" if resume else ""))
+    for line in trainer.pretrained:
+        say(line)
     updates = trainer.total_iterations()  # (the run's in all: a resume continuing a long run is no short run)
     if updates < FEW_UPDATES:
         product = "num_envs x rollout_length" + (" x ranks" if trainer.sync is not None else "")
@@ -436,11 +425,13 @@ def train(config=None, *, resume=None, progress: bool | None = None, policies=No
 
 
 def load_policy(run_or_checkpoint, *, num_envs: int = 1, target: str | None = None, seed: int | None = None,
-                member=None):
-    """A Trainer holding the trained policies of a run, on a fresh env of `num_envs` replicas. For a
-    population's run: those of `member` (an index, or "best", the default), which the trainer's
+                member=None, env_params: dict | None = None):
+    """A Trainer holding the trained policies of a run, on a fresh env of `num_envs` replicas (with
+    `env_params` changing the run's env parameters, as long as agents, observations and actions stay).
+    For a population's run: those of `member` (an index, or "best", the default), which the trainer's
     `member_label` names ("member 6 of 8 (the best by return), seed 6, lr=0.003"; None for a single run)."""
     from . import checkpoint as ckpt, population, trainer_state
+    from .config_env import played_env_params
     from .trainer import make_trainer
     path, payload = load_checkpoint(run_or_checkpoint)
     if payload.get("population"):
@@ -450,8 +441,9 @@ def load_policy(run_or_checkpoint, *, num_envs: int = 1, target: str | None = No
                               f"policy plays without member=)")
     config = ckpt.stored_config(payload)
     config = cfg.replace(config, num_envs=num_envs, run_dir=None, target=target or config.target,
-                         seed=config.seed if seed is None else seed)
-    trainer = make_trainer(config, policies=payload["signature"]["policies"])
+                         seed=config.seed if seed is None else seed, env_params=played_env_params(
+                             config, env_params, payload["signature"], f"env_params={env_params!r}", "load_policy"))
+    trainer = make_trainer(config, policies=payload["signature"]["policies"], pretrained=False)
     trainer_state.restore(trainer, payload, path, restore_env=False)
     trainer.member_label = population.member_label(payload["member_of"]) if payload.get("member_of") else None
     return trainer

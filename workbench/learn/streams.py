@@ -34,7 +34,7 @@ def exploration_site(policy: int) -> int:
 
 
 def minibatch_site(policy: int, epoch: int) -> int:
-    """PPO's and A2C's minibatch permutation of an epoch."""
+    """PPO's minibatch permutation of an epoch (A2C takes its batch whole)."""
     return 1000 * (policy + 1) + epoch
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-import signal
 import os
 import threading
 import time
@@ -36,6 +35,7 @@ from .iteration_graph import IterationGraph
 from .members import MemberSamples
 from .metrics import Metrics, RateWindow, append_csv, nonfinite_error, weights_finite
 from .policies import ActionHead
+from .pretrained import check_policies, load as load_pretrained
 from .groups import PolicyMapError, build_groups, env_groups, resolve_policy_map
 from ..runtime import registry
 from ..errors import WorkbenchWarning, did_you_mean
@@ -69,6 +69,7 @@ class Trainer:
 
     policies: {name: agent ids} (default: one policy shared by all agents);
     models: optional {name: nn.Module} replacing the default MLP of that policy.
+    pretrained: start config.init_from's policies from their runs' weights (config.frozen's never learn).
     keep_final_obs: whether the env keeps every ended episode's final observation while train() runs
     (Env.keep_final_obs; default: only where its metrics read them, else only where truncated, which is
     all the learners read); the env's own setting before and after.
@@ -78,7 +79,8 @@ class Trainer:
     global RNG untouched.
     """
 
-    def __init__(self, env, config, policies=None, models=None, distributed: bool | None = None, split=None):
+    def __init__(self, env, config, policies=None, models=None, distributed: bool | None = None, split=None,
+                 pretrained: bool = True):
         cfg.validate(config)
         if config.algorithm not in cfg.ALGORITHMS:
             raise cfg.ConfigError(f"algorithm must be one of {sorted(cfg.ALGORITHMS)}, got {config.algorithm!r}")
@@ -92,6 +94,8 @@ class Trainer:
         if policies is None and config.policies is not None:
             policies = resolve_policy_map(config.policies, env.definition)
         self.groups = build_groups(policies, env.num_agents, self.device)
+        check_policies(config, [g.name for g in self.groups])
+        self.frozen = set(config.frozen)  # (they act without learning: pretrained.py)
         self.obs_dim = int(math.prod(env.obs_shape)) if env.obs_shape else 1
         self.M = len(self.members)
         self.E, self.T = env.num_envs, config.rollout_length
@@ -131,12 +135,13 @@ class Trainer:
                         if self.algorithm in ON_POLICY else None)
         stat_names = ddpg.STATS if self.algorithm == "ddpg" else ON_POLICY[self.algorithm].REPORTED
         self.metrics = Metrics(stat_names, self.groups, self.episode_stats, self.device, self.sync, self.world_size,
-                               members=self.members, ranks=self.ranks, rank_by=config.rank_by)
+                               members=self.members, ranks=self.ranks, rank_by=config.rank_by, frozen=self.frozen)
         self.graph = IterationGraph(self.generator)
         self.iteration, self.env_steps, self.history = 0, 0, []
         self._interrupt: str | None = None
         self._warned_lr_floor = False
         self.threads = learners.measure_threads(self) if self.device.type == "cpu" else None
+        self.pretrained = load_pretrained(self) if pretrained and config.init_from else []
         if distributed or (distributed is None and dist_mod.launched_by_torchrun()):
             self.join(dist_mod.init(env.target.name))
 
@@ -190,6 +195,8 @@ class Trainer:
         with torch.no_grad():
             self.collector.rollout()
         for policy, g in enumerate(self.groups):
+            if g.name in self.frozen:
+                continue
             self.collector.compute_gae(g)
             ON_POLICY[self.algorithm].update(
                 self.models[g.name], self.optimizers[g.name], self.buffers[g.name].batch(), self.config,
@@ -438,9 +445,11 @@ def warm_up_in_background(triton: bool):
     threading.Thread(target=warm, name="workbench-gpu-warm-up", daemon=True).start()
 
 
-def make_trainer(config, policies=None, models=None, env=None, distributed: bool | None = None) -> Trainer:
+def make_trainer(config, policies=None, models=None, env=None, distributed: bool | None = None,
+                 pretrained: bool = True) -> Trainer:
     """Build the env named in `config` (on its target) and a trainer for it. Under torchrun
-    (or distributed=True) this joins the process group first, so the env lands on this rank's GPU."""
+    (or distributed=True) this joins the process group first, so the env lands on this rank's GPU.
+    pretrained: load config.init_from's weights (False where a checkpoint is restored next)."""
     from ..runtime.env import Env, best_target
     # parsed once: the policy map and rank_by are checked against it before anything compiles
     definition = env.definition if env is not None else registry.definition(config.env, **(config.env_params or {}))
@@ -464,9 +473,10 @@ def make_trainer(config, policies=None, models=None, env=None, distributed: bool
                     else env_groups(definition))
     if policies is None or isinstance(policies, dict):  # (named before anything compiles)
         check_rank_by(config, definition, list(policies) if policies is not None else ["shared"])
+        check_policies(config, list(policies) if policies is not None else ["shared"])
         check_minibatches(config, policy_sizes(definition, policies))
     if env is None:
         env = Env(definition, num_envs=config.num_envs * members, target=target, seed=seed,
                   replicas_per_seed=config.num_envs if members > 1 else None)
     return Trainer(env, config, policies=policies, models=models, distributed=distributed and split is None,
-                   split=split)
+                   split=split, pretrained=pretrained)

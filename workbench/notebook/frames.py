@@ -4,7 +4,6 @@ arrays or PNG bytes, which render.py's players and mp4 export show."""
 from __future__ import annotations
 
 import io
-import types
 
 import numpy as np
 
@@ -42,10 +41,7 @@ def drawer_for(trajectory: dict, env) -> Drawer:
     RENDER class or draw(frame, ax) function, else points (per-agent positions) or a strip of its
     state arrays."""
     defn = _definition(env)
-    groups = None
-    fn = defn.namespace.get("AGENT_GROUPS")
-    if fn is not None:
-        groups = {k: list(v) for k, v in fn(types.SimpleNamespace(**defn.params)).items()}
+    groups = defn.agent_groups()
     cls = DRAWERS.get(defn.name) or defn.namespace.get("RENDER")
     draw = defn.namespace.get("draw")
     if cls is None and callable(draw):

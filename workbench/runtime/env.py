@@ -114,14 +114,10 @@ class Env:
         return list(range(self.num_agents))
 
     def __getattr__(self, item):
-        groups = self.__dict__.get("definition")
-        if groups is not None:
-            fn = groups.namespace.get("AGENT_GROUPS")
-            if fn is not None:
-                import types
-                table = fn(types.SimpleNamespace(**groups.params))
-                if item in table:
-                    return list(table[item])
+        definition = self.__dict__.get("definition")  # (absent while the Env is being built)
+        table = definition.agent_groups() if definition is not None else None
+        if table is not None and item in table:
+            return table[item]
         raise AttributeError(item)
 
     # -- the loop -----------------------------------------------------------------------

@@ -123,10 +123,10 @@ STATS = ("critic_loss", "actor_loss", "q_mean", "nonfinite")
 
 
 def explore(collector, learning: bool):
-    """T steps with the actors plus Gaussian noise (uniform random actions until `learning`),
-    each transition into the group's replay buffer (raw observations: normalised when replayed).
-    With ACTIVE, a transition keeps whether its agent was in the game before the step, and one
-    where the agent left the game (its flag before any auto-reset drops) is a termination.
+    """T steps with the actors plus Gaussian noise (uniform random actions until `learning`, but for
+    frozen policies), each transition into the group's replay buffer (raw observations: normalised
+    when replayed). With ACTIVE, a transition keeps whether its agent was in the game before the step,
+    and one where the agent left the game (its flag before any auto-reset drops) is a termination.
     collector: the trainer's Collector (its trainer, store and observation helpers)."""
     tr, store = collector.trainer, collector.store
     head = tr.head
@@ -136,14 +136,15 @@ def explore(collector, learning: bool):
             rb = tr.buffers[g.name]
             raw = g.gather(store["obs"]).reshape(-1, tr.obs_dim)
             live = collector.live(g)
-            obs = collector.observe(g, store["obs"], live, accumulate=True).reshape(-1, tr.obs_dim)
+            frozen = g.name in tr.frozen  # (it plays its actor from the first step: it has nothing to learn)
+            obs = collector.observe(g, store["obs"], live, accumulate=not frozen).reshape(-1, tr.obs_dim)
             rb.stage_obs(raw)
             if live is not None:
                 rb.stage_live(live.reshape(-1))
             per_member = rb.noise.numel() // tr.M  # member k's noise: its own stream's elements of step t
-            draw = tr.streams.normal if learning else tr.streams.uniform
+            draw = tr.streams.normal if learning or frozen else tr.streams.uniform
             rb.noise.copy_(draw((per_member,), exploration_site(policy), offset=t * per_member).reshape(rb.noise.shape))
-            if not learning:
+            if not (learning or frozen):
                 actions = head.low.reshape(-1) + rb.noise * span
             else:
                 with tr.autocast():
@@ -234,6 +235,8 @@ def iteration(collector, learning: bool) -> None:
     if not learning:
         return
     for policy, g in enumerate(tr.groups):
+        if g.name in tr.frozen:  # (it acts, with its exploration noise, and learns nothing)
+            continue
         actor_opt, critic_opt = tr.optimizers[g.name]
         for u in range(tr.config.updates_per_rollout):
             batch = tr.buffers[g.name].sample(tr.config.batch_size, norm=tr.norms.get(g.name), streams=tr.streams,

@@ -1,0 +1,175 @@
+"""Policies that start from another run's trained ones (config.init_from) and policies that act without
+learning (config.frozen): a fixed opponent, or one team trained before the other.
+
+A source is a run folder or checkpoint file, the policy of that run to take, and for a population's
+run the member (an index, or "best" by its rank_by). Its weights and observation normaliser are
+copied into the trainer's policy (into every member of a population) before the first iteration; the
+optimiser starts afresh. A frozen policy acts as it would in training (sampling its actions) but is
+never updated: no advantages, loss, optimiser step or normaliser update, and no update statistics in
+the reports. Its returns are reported; mean_return, target_return and the best member count only
+the policies that learn.
+"""
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .checkpoint import CheckpointError
+from ..errors import ConfigError, WorkbenchError, did_you_mean
+
+SOURCE_KEYS = ("run", "policy", "member")
+
+
+@dataclass(frozen=True)
+class Source:
+    run: str  # a run folder or its checkpoint file
+    policy: str  # the policy of that run whose weights are taken
+    member: int | str = "best"  # a population's member: an index or "best"
+
+
+def sources(config) -> dict:
+    """{policy: Source} of config.init_from; ConfigError naming the entry that is not a source."""
+    owner = f"{type(config).__name__}.init_from"
+    out = {}
+    for policy, spec in (config.init_from or {}).items():
+        if not isinstance(policy, str) or not policy:
+            raise ConfigError(f"{owner} is keyed by policy names (text), got {policy!r}")
+        if isinstance(spec, (str, Path)) and str(spec):
+            out[policy] = Source(str(spec), policy)
+            continue
+        if not isinstance(spec, dict):
+            raise ConfigError(f"{owner}[{policy!r}] must be a run folder or checkpoint (text), or {{run: RUN, "
+                              f"policy: NAME, member: K}}, got {spec!r}")
+        unknown = sorted(set(spec) - set(SOURCE_KEYS), key=str)
+        if unknown:
+            raise ConfigError(f"{owner}[{policy!r}] has key(s) {unknown}; a source's keys are {list(SOURCE_KEYS)}"
+                              + did_you_mean(str(unknown[0]), SOURCE_KEYS))
+        run, name, member = spec.get("run"), spec.get("policy", policy), spec.get("member", "best")
+        if not isinstance(run, (str, Path)) or not str(run):
+            raise ConfigError(f"{owner}[{policy!r}] needs run: a run folder or checkpoint file, got {run!r}")
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{owner}[{policy!r}].policy must name a policy of that run, got {name!r}")
+        if member != "best" and not (isinstance(member, numbers.Integral) and not isinstance(member, bool)
+                                     and member >= 0):
+            raise ConfigError(f"{owner}[{policy!r}].member must be a member's index (0, 1, ...) or 'best', "
+                              f"got {member!r}")
+        out[policy] = Source(str(run), name, member if member == "best" else int(member))
+    return out
+
+
+def validate_fields(config) -> None:
+    """frozen and init_from are well formed (their names are checked against the policy map by
+    check_policies, once it is known)."""
+    owner = type(config).__name__
+    twice = sorted({name for name in config.frozen if config.frozen.count(name) > 1})
+    if twice:
+        raise ConfigError(f"{owner}.frozen lists {twice} more than once, got {list(config.frozen)}")
+    if any(not name for name in config.frozen):
+        raise ConfigError(f"{owner}.frozen holds an empty name, got {list(config.frozen)}")
+    sources(config)
+
+
+def check_policies(config, policies: list) -> None:
+    """ConfigError unless frozen and init_from name policies of the run (`policies`, its policy map's
+    names) and at least one policy learns."""
+    owner = type(config).__name__
+    for field, names in (("frozen", list(config.frozen)), ("init_from", list(config.init_from or {}))):
+        for name in names:
+            if name not in policies:
+                raise ConfigError(f"{owner}.{field} names {name!r}, which is not a policy of this run; its "
+                                  f"policies are {policies}" + did_you_mean(name, policies, repr))
+    if policies and all(name in config.frozen for name in policies):
+        raise ConfigError(f"{owner}.frozen holds every policy ({policies}), so nothing would learn: leave the "
+                          f"ones to train out (to watch trained policies play: python -m workbench evaluate RUN, "
+                          f"or wb.replay(RUN))")
+
+
+def load(tr) -> list:
+    """Copy every init_from source into trainer `tr`'s policy (each member of a population) and its
+    normaliser; returns one line per policy saying where it starts from."""
+    from .runs import load_checkpoint
+    from . import population
+    lines = []
+    for policy, source in sources(tr.config).items():
+        where = f"init_from[{policy!r}]"
+        member = ""
+        try:
+            path, payload = load_checkpoint(source.run)
+            if payload.get("population"):
+                payload = population.member_payload(payload, source.member)
+                member = f", {population.member_label(payload['member_of'])}"
+        except WorkbenchError as exc:
+            raise CheckpointError(f"{where}: {exc}") from None
+        if not member and source.member not in ("best", 0):
+            raise CheckpointError(f"{where}: {str(path)!r} is not a population's run, so it has no member "
+                                  f"{source.member!r}: leave member out")
+        saved = payload["models"]
+        if source.policy not in saved:
+            raise CheckpointError(f"{where}: {str(path)!r} has no policy {source.policy!r}; its policies are "
+                                  f"{sorted(saved)}" + did_you_mean(source.policy, saved, repr)
+                                  + f" (name one: {{{policy}: {{run: ..., policy: NAME}}}})")
+        _check_fits(tr, policy, payload["signature"], source, where, path)
+        _load_weights(tr, policy, saved[source.policy], where, path)
+        norm = payload["norms"].get(source.policy)
+        if norm is not None:
+            _load_norm(tr.norms[policy], norm, tr.M)
+        lines.append(f"policy {policy!r} starts from {source.policy!r} of {path}{member}"
+                     + (" (frozen)" if policy in tr.config.frozen else ""))
+    tr.refresh_rollout_copies()
+    return lines
+
+
+def _check_fits(tr, policy: str, theirs: dict, source: Source, where: str, path) -> None:
+    """CheckpointError where the source policy was trained for other observations, actions, algorithm
+    family or network than the trainer's policy; the message names both values and the fix."""
+    from .learners import hidden_activation
+    mine = {"obs_shape": list(tr.env.obs_shape), "action_space": repr(tr.env.action_space),
+            "normalize_obs": bool(tr.norms), "hidden_sizes": list(tr.config.hidden_sizes),
+            "activation": hidden_activation(tr.config), "shared_body": bool(tr.config.shared_body),
+            "centralised critic": policy in tr.central, "DDPG's actor and Q-critic": tr.algorithm == "ddpg"}
+    saved = dict(theirs, **{"centralised critic": source.policy in (theirs.get("centralised_critic") or ()),
+                            "DDPG's actor and Q-critic": theirs.get("algorithm") == "ddpg"})
+    fixes = {"obs_shape": "train on an env with the same observations", "action_space": "the same actions",
+             "normalize_obs": f"set normalize_obs: {saved.get('normalize_obs')} as the source run did",
+             "hidden_sizes": f"set hidden_sizes: {saved.get('hidden_sizes')}",
+             "activation": f"set activation: {saved.get('activation')}",
+             "shared_body": f"set shared_body: {saved.get('shared_body')}",
+             "centralised critic": "list the policy in centralised_critic as the source run did, or not",
+             "DDPG's actor and Q-critic": "start a policy from a run of the same algorithm family (PPO and A2C "
+                                          "share their networks; DDPG's are its own)"}
+    for key, value in mine.items():
+        if key in saved and saved[key] is not None and saved[key] != value:
+            raise CheckpointError(f"{where}: policy {source.policy!r} of {str(path)!r} was trained with {key}="
+                                  f"{saved[key]!r}, this run's policy {policy!r} has {value!r}: {fixes[key]}")
+
+
+def _load_weights(tr, policy: str, state: dict, where: str, path) -> None:
+    """The source's state dict (one model's) into the policy: every member's copy of a stacked one."""
+    from .members import member_state, load_member_state
+    model = tr.models[policy]
+    own = model.state_dict() if tr.M == 1 else member_state(model, 0)
+    for key in sorted(set(own) | set(state)):
+        a, b = state.get(key), own.get(key)
+        if a is None or b is None or tuple(a.shape) != tuple(b.shape):
+            shape = (lambda t: "missing" if t is None else f"shape {list(t.shape)}")
+            raise CheckpointError(f"{where}: parameter {key!r} of policy {policy!r} is {shape(a)} in {str(path)!r} "
+                                  f"and {shape(b)} here: another network (a custom model, or another env's sizes)")
+    with torch.no_grad():
+        if tr.M == 1:
+            model.load_state_dict(state)
+        else:
+            for k in range(tr.M):
+                load_member_state(model, k, state)
+
+
+def _load_norm(norm, state: dict, members: int) -> None:
+    """A single run's normaliser statistics into `norm` (each member's row of a population's)."""
+    if members == 1:
+        norm.load_state_dict(state)
+        return
+    norm.mean.copy_(state["mean"].expand_as(norm.mean))
+    norm.var.copy_(state["var"].expand_as(norm.var))
+    norm.count.fill_(float(state["count"]))
