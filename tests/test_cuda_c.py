@@ -21,7 +21,7 @@ from workbench.compiler import codegen_c, envdef, envdef_c
 from workbench.runtime import registry
 from workbench.compiler.codegen import Layout, gpu_layout
 from workbench.runtime.env import Env
-from workbench.errors import EnvCompileError, EnvDefinitionError
+from workbench.errors import EnvCompileError, EnvDefinitionError, TargetUnavailableError
 from workbench.compiler.targets import cuda_c
 
 from conftest import gpu_only
@@ -179,6 +179,38 @@ def test_workbench_block_errors_name_the_line():
         envdef_c.parse_c("bad", PROBE_C)
 
 
+def test_workbench_block_offers_check_ranges_and_names_unquoted_phases_and_close_misses():
+    ranged = PROBE_PURE.replace('STEP = ["move", "score"]',
+                                'STEP = ["move", "score"]\nvalidate_params = lambda p: check_ranges(p, {"speed": "(0, 1]"})')
+    defn = envdef_c.parse_c("ranged", ranged)
+    with pytest.raises(EnvDefinitionError, match="speed"):
+        envdef_c.parse_c("ranged", ranged, overrides={"speed": 5.0})
+    assert defn.num_agents == 3
+    with pytest.raises(EnvDefinitionError) as info:
+        envdef_c.parse_c("bad", PROBE_PURE.replace('STEP = ["move", "score"]', "STEP = [move, score]"))
+    assert "move is a C function" in str(info.value) and 'STEP = ["move"]' in str(info.value)
+    assert info.value.line == PROBE_PURE.splitlines().index('STEP = ["move", "score"]') + 1
+    with pytest.raises(EnvDefinitionError, match=r"\(a step phase, named in STEP\); did you mean score\?"):
+        envdef_c.parse_c("bad", PROBE_PURE.replace('STEP = ["move", "score"]', 'STEP = ["move", "scor"]'))
+    with pytest.raises(EnvDefinitionError, match=r"\(an observe phase, named in OBSERVE\)"):
+        envdef_c.parse_c("bad", PROBE_PURE.replace("void observe(", "void watch("))
+
+
+def test_a_c_env_asks_for_cuda_c_by_name_and_a_python_twin_registers_with_its_c_source():
+    wb.register("probe_pure_only", PROBE_PURE, language="cuda")
+    with pytest.raises(TargetUnavailableError) as info:
+        wb.make("probe_pure_only", num_envs=4, target="cpu")
+    for words in ("written in CUDA C alone", "target 'cuda-c'", "not on 'cpu'", "c_source=c_source"):
+        assert words in str(info.value)
+    with pytest.raises(EnvDefinitionError, match="a CUDA C env holds its phases itself: drop c_source"):
+        wb.register("probe_both", PROBE_PURE, language="cuda", c_source=PROBE_C)
+    wb.register("probe_twin", PROBE_PY, c_source=PROBE_C, c_filename="probe.cu")
+    twin = registry.definition("probe_twin")
+    assert twin.language == "python" and twin.c_source == PROBE_C and twin.c_filename == "probe.cu"
+    assert [p.name for p in envdef_c.c_phases(twin)["step"]] == ["move", "score"]
+    assert wb.make("probe_twin", num_envs=4, target="cpu").num_agents == 3  # (cpu runs the Python phases)
+
+
 def test_c_functions_ignore_comments_and_read_parameter_names():
     source = '''
 // __device__ void fake(int env) {
@@ -198,12 +230,6 @@ def test_registry_attaches_the_sibling_cu():
     assert [p.name for p in envdef_c.c_phases(defn)["step"]] == ["step"]
     wb.register("probe_pure_reg", PROBE_PURE, language="cuda")
     assert registry.definition("probe_pure_reg", speed=1.0).params["speed"] == 1.0
-
-
-def test_python_targets_refuse_a_pure_c_env():
-    wb.register("probe_pure_cpu", PROBE_PURE, language="cuda-c")
-    with pytest.raises(EnvCompileError, match="CUDA_C"):
-        wb.make("probe_pure_cpu", num_envs=2, target="cpu")
 
 
 # ---- generated driver ------------------------------------------------------------------------
@@ -316,6 +342,25 @@ def test_c_syntax_error_names_the_cu_line(nvrtc):
     assert info.value.line in (line, line + 1)
     assert f"at line {info.value.line} of cartpole.cu" in str(info.value)
     assert "error" in str(info.value)
+
+
+@pytest.mark.parametrize("old, new, words", [
+    ("    obs(env, agent, 0) = x[env];", "    obs(env, agent) = x[env];", "a view takes the replica index and one"),
+    ("    obs(env, agent, 1) = x_dot[env];", "    wb_atomic_add(x, env, 1.0f);", "wb_atomic_add"),  # (x: const)
+])
+def test_an_error_inside_the_runtime_header_names_the_env_line_that_made_it(nvrtc, old, new, words):
+    """A wrong view index count or an atomic on a read-only array fails in wb_runtime.cuh's templates:
+    the message points at the env's line that instantiated them."""
+    cu = (Path(__file__).resolve().parent.parent / "envs" / "cartpole.cu").read_text()
+    assert old in cu
+    broken = cu.replace(old, new)
+    line = broken.splitlines().index(new) + 1
+    defn = envdef_c.attach_c(registry.definition("cartpole"), broken, "/somewhere/cartpole.cu")
+    with pytest.raises(EnvCompileError) as info:
+        cuda_c.compile_program(defn, "sm_90")
+    assert info.value.line == line
+    assert f"at line {line} of cartpole.cu:\n    {new.strip()}" in str(info.value)
+    assert "wb_runtime.cuh" in str(info.value) and words in str(info.value)
 
 
 def test_phase_type_mismatch_names_the_phase_line(nvrtc):
@@ -601,8 +646,7 @@ def test_cartpole_agrees_on_every_target():
 
 @gpu_only
 def test_probe_agrees_with_cpu_on_the_gpu():
-    entry = wb.register("probe_gpu", PROBE_PY)
-    registry._REGISTRY["probe_gpu"] = dataclasses.replace(entry, c_source=PROBE_C, c_filename="probe.cu")
+    wb.register("probe_gpu", PROBE_PY, c_source=PROBE_C, c_filename="probe.cu")
     report = wb.check_env("probe_gpu", targets=("cpu", "cuda", "cuda-c"), num_envs=300, steps=40)
     assert report.episodes_finished > 0
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from .envdef import SPECIAL_ARGS, EnvDefinition, exec_source, parse, phase_index
-from ..errors import EnvDefinitionError, did_you_mean
+from ..errors import EnvDefinitionError, TargetUnavailableError, did_you_mean
 
 C_LANGUAGES = ("cuda", "cuda-c")
 C_BLOCK = "/*@workbench"
@@ -81,7 +81,7 @@ def c_phases(defn: EnvDefinition) -> dict:
             defs = found.get(fn.__name__, [])
             if not defs:
                 raise EnvDefinitionError(f"{defn.name}: {where} defines no `__device__ void {fn.__name__}(...)` "
-                                         f"(a {stage} phase)")
+                                         f"({_a(stage)} phase){did_you_mean(fn.__name__, found)}")
             if len(defs) > 1:
                 raise EnvDefinitionError(f"{defn.name}: {where} defines {fn.__name__}() more than once (lines "
                                          f"{', '.join(str(d.line) for d in defs)})", line=defs[1].line)
@@ -97,6 +97,19 @@ def c_phases(defn: EnvDefinition) -> dict:
                         phase.line)
             stages[stage].append(phase)
     return stages
+
+
+def _a(word: str) -> str:
+    return f"{'an' if word[0] in 'aeiou' else 'a'} {word}"
+
+
+def c_only_error(defn: EnvDefinition, target: str) -> TargetUnavailableError:
+    """The error for making an env written in CUDA C alone on a target other than cuda-c."""
+    return TargetUnavailableError(
+        f"env '{defn.name}' is written in CUDA C alone: it runs on target 'cuda-c' (an NVIDIA GPU, with NVRTC), "
+        f"not on '{target}'; to run it on the cpu or cuda target too, give it Python phases: register a Python "
+        f"source with the same declarations and this C source as its twin, wb.register({defn.name!r}, "
+        f"python_source, c_source=c_source)")
 
 
 def attach_c(defn: EnvDefinition, c_source: str, c_filename: str | None = None) -> EnvDefinition:
@@ -116,8 +129,8 @@ def _c_block_python(name: str, source: str) -> str:
     first_line = source.count("\n", 0, start)
     body = source[start + len(C_BLOCK):end].split("\n")
     rest = textwrap.dedent("\n".join(body[1:])).split("\n") if len(body) > 1 else []
-    prelude = ("from workbench.compiler.envdef import Box, Discrete, MultiDiscrete, per_agent, per_entity, per_env; "
-               "import math")
+    prelude = ("from workbench.compiler.envdef import Box, Discrete, MultiDiscrete, check_ranges, per_agent, "
+               "per_entity, per_env; import math")
     head = body[0].strip()
     lines = [""] * first_line + [prelude + (f"; {head}" if head else "")] + rest
     return "\n".join(lines) + "\n"
@@ -130,8 +143,16 @@ def parse_c(name: str, source: str, filename: str | None = None, overrides: Mapp
     OBSERVE. The Python phases of the result are stubs that no numba target compiles."""
     filename = filename or f"<warpenv {name}>"
     block = _c_block_python(name, source)
-    declared = exec_source(block, filename, f"workbench_env_{name}")
     found = c_functions(source)
+    try:
+        declared = exec_source(block, filename, f"workbench_env_{name}")
+    except EnvDefinitionError as exc:  # (STEP = [move, score]: C function names written as Python names)
+        named = re.match(r"NameError at line \d+: name '(\w+)'", str(exc))
+        if named and named.group(1) in found:
+            raise EnvDefinitionError(f"{exc}: {named.group(1)} is a C function; the {C_BLOCK} block is Python, "
+                                     f"so phases are listed by name as text, e.g. STEP = [\"{named.group(1)}\"]",
+                                     line=exc.line) from None
+        raise
     lists = {}
     for key, default in (("RESET", "reset"), ("STEP", "step"), ("OBSERVE", "observe")):
         value = declared.get(key, default)
@@ -141,8 +162,8 @@ def parse_c(name: str, source: str, filename: str | None = None, overrides: Mapp
                                      f"got {value!r}")
         for fn in names:
             if fn not in found:
-                raise EnvDefinitionError(f"{name}: the source defines no `__device__ void {fn}(...)` (a "
-                                         f"{default} phase)")
+                raise EnvDefinitionError(f"{name}: the source defines no `__device__ void {fn}(...)` ({_a(default)} "
+                                         f"phase, named in {key}){did_you_mean(fn, found)}")
             if not fn.isidentifier() or keyword.iskeyword(fn):
                 raise EnvDefinitionError(f"{name}: a phase may not be called '{fn}'")
         lists[key] = list(names)

@@ -96,8 +96,10 @@ def check_env(name_or_env, targets=None, *, num_envs: int = 8, steps: int = 64, 
     first target's env steps without the final observation where an episode terminates, as the
     trainer does, and must end every step equal but for final_obs. Raises ConsistencyError.
     """
+    from . import registry
     from .env import make
     from .env import Env
+    from ..compiler.envdef_c import C_LANGUAGES
     from ..compiler.targets import available_targets
 
     if isinstance(name_or_env, Env):
@@ -111,6 +113,10 @@ def check_env(name_or_env, targets=None, *, num_envs: int = 8, steps: int = 64, 
     if "target" in params:  # (make's keyword; here the env's parameters are the free keywords)
         raise EnvParameterError(f"check_env compares targets: pass targets=({params['target']!r}, ...), not "
                                 f"target={params['target']!r}")
+    language = (name_or_env.definition.language if isinstance(name_or_env, Env)
+                else registry.lookup(name).language)
+    if targets is None and language in C_LANGUAGES:  # (an env written in CUDA C alone runs on cuda-c only)
+        targets = ["cuda-c"]
     if targets is None:
         targets = [t for t in ("cpu", "cuda") if t in available_targets()]
         if base_target and base_target not in targets:

@@ -6,6 +6,7 @@ import math
 import numpy as np
 import torch
 
+from ..compiler import envdef_c
 from ..compiler.envdef import Box, Discrete, EnvDefinition, MultiDiscrete
 from ..errors import ActionError, NonFiniteError, WorkbenchError
 from .random_actions import RandomActions
@@ -52,6 +53,8 @@ class Env:
         self.num_envs = int(num_envs)
         self.replicas_per_seed = _replicas_per_seed(replicas_per_seed, self.num_envs)
         self.num_agents = defn.num_agents
+        if defn.language == "cuda-c" and target != "cuda-c":
+            raise envdef_c.c_only_error(defn, target)
         self.target = get_target(target)
         self.device = self.target.device
         self.debug = debug

@@ -57,9 +57,11 @@ def _load_builtins():
 
 
 def register(name: str, source: str, *, language: str = "python", filename: str | None = None,
-             params: dict | None = None) -> EnvSource:
+             params: dict | None = None, c_source: str | None = None, c_filename: str | None = None) -> EnvSource:
     """Register (or replace) the env `name` from source text; `params` override its PARAMS defaults.
-    `language`: "python" (the default) or "cuda" (a CUDA C source), spelt as `%%warpenv --lang` takes it."""
+    `language`: "python" (the default) or "cuda" (a CUDA C source), spelt as `%%warpenv --lang` takes it.
+    c_source: a Python env's CUDA C twin (its phases as `__device__` functions of the same names, as a
+    shipped NAME.py's NAME.cu), which the cuda-c target compiles while cpu and cuda run the Python."""
     if not isinstance(name, str) or not name.isidentifier():
         raise EnvDefinitionError(f"wb.register: the env name must be a Python identifier (e.g. 'chase'), got {name!r}")
     if not isinstance(source, str):
@@ -71,10 +73,15 @@ def register(name: str, source: str, *, language: str = "python", filename: str 
         raise EnvDefinitionError(f"wb.register({name!r}): language={language!r} is not an env language; use 'python' "
                                  f"(the default; also 'py') or 'cuda' (a CUDA C source with a /*@workbench ... */ "
                                  f"block; also 'cuda-c' or 'c'){hint}")
+    if c_source is not None and (canonical != "python" or not isinstance(c_source, str)):
+        raise EnvDefinitionError(f"wb.register({name!r}): c_source is the CUDA C twin of a Python source (text); "
+                                 + ("a CUDA C env holds its phases itself: drop c_source" if canonical != "python"
+                                    else f"got {type(c_source).__name__}"))
     if params is not None and not isinstance(params, Mapping):
         raise EnvDefinitionError(f"wb.register({name!r}): params must be a dict of parameter values, got {params!r}")
     _load_builtins()
-    entry = EnvSource(name, source, filename or f"<warpenv {name}>", canonical,
+    entry = EnvSource(name, source, filename or f"<warpenv {name}>", canonical, c_source,
+                      (c_filename or f"<warpenv {name} C>") if c_source is not None else None,
                       params=tuple((params or {}).items()))
     replaced = _REGISTRY.get(name)
     if replaced is not None and replaced.shipped and replaced.source != source:

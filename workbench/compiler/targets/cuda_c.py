@@ -34,10 +34,14 @@ def nvrtc_problem() -> str | None:
     return None
 
 
+# an error inside a template of wb_runtime.cuh: NVRTC names the line of the env that instantiated it
+_INSTANTIATED_AT = re.compile(r"detected during.*? at line (?P<line>\d+) of (?P<file>[^\n]+)")
+
+
 def _compile_error(defn: EnvDefinition, log: str) -> EnvCompileError:
     """The errors of an NVRTC log at the env's own C lines (at most two; the first error elsewhere
-    when none is the env's), without the warnings about the generated driver; the whole log in
-    `details`."""
+    when none is the env's, at the env's line that instantiated it when that is in wb_runtime.cuh),
+    without the warnings about the generated driver; the whole log in `details`."""
     name = defn.c_filename or ""
     errors = [m for m in map(_LOG_LINE.match, (ln.strip() for ln in log.splitlines())) if m]
     own = [m for m in errors if m.group("file") == name]
@@ -48,6 +52,10 @@ def _compile_error(defn: EnvDefinition, log: str) -> EnvCompileError:
     where, line = "", None
     if own:
         line = int(own[0].group("line"))
+    elif errors:  # an error inside wb_runtime.cuh's templates: the env's line that instantiated it
+        calls = _INSTANTIATED_AT.finditer(log, max(log.find(errors[0].string), 0))
+        line = next((int(c.group("line")) for c in calls if c.group("file").strip() == name), None)
+    if line is not None:
         src = defn.c_source.splitlines()
         text = src[line - 1].strip() if 0 < line <= len(src) else ""
         where = f" at line {line} of {Path(name).name}:\n    {text}"
