@@ -363,14 +363,19 @@ def test_an_error_inside_the_runtime_header_names_the_env_line_that_made_it(nvrt
     assert "wb_runtime.cuh" in str(info.value) and words in str(info.value)
 
 
-def test_phase_type_mismatch_names_the_phase_line(nvrtc):
+def test_an_array_taken_as_another_type_names_the_array_and_the_type_before_nvrtc():
+    score_line = next(p.line for p in envdef_c.c_phases(envdef_c.parse_c("probe_pure", PROBE_PURE))["step"]
+                      if p.name == "score")
     broken = PROBE_PURE.replace("unsigned char* terminated, long long* ticks", "int* terminated, long long* ticks")
-    defn = envdef_c.parse_c("probe_pure", broken, filename="<warpenv probe_pure>")
-    score_line = next(p.line for p in envdef_c.c_phases(defn)["step"] if p.name == "score")
-    with pytest.raises(EnvCompileError) as info:
-        cuda_c.compile_program(defn, "sm_90")
+    with pytest.raises(EnvDefinitionError) as info:
+        envdef_c.parse_c("probe_pure", broken, filename="<warpenv probe_pure>")
     assert info.value.line == score_line
-    assert "incompatible" in str(info.value)
+    assert ("score() (line %d of <warpenv probe_pure>) takes 'terminated' as int*, but 'terminated' holds uint8 "
+            "(unsigned char): write `unsigned char* terminated`" % score_line) in str(info.value)
+    swapped = PROBE_PURE.replace("tag_view tag", "energy_view tag")
+    assert swapped != PROBE_PURE
+    with pytest.raises(EnvDefinitionError, match="takes 'tag' as energy_view, another array's view: write `tag_view"):
+        envdef_c.parse_c("probe_pure", swapped)
 
 
 # ---- host build of the C runtime and drivers (g++) -------------------------------------------

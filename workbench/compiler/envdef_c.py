@@ -10,8 +10,10 @@ import hashlib
 import keyword
 import re
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
+
+import numpy as np
 
 from .envdef import SPECIAL_ARGS, EnvDefinition, exec_source, parse, phase_index
 from ..errors import EnvDefinitionError, TargetUnavailableError, did_you_mean
@@ -25,14 +27,24 @@ _C_NOISE = re.compile(r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\
 
 @dataclass(frozen=True)
 class CPhase:
-    """A `__device__` function of a C env source: its name, parameter names and source line."""
+    """A `__device__` function of a C env source: its name, parameter names and source line (and
+    each parameter's declared type, as written without its name)."""
     name: str
     args: tuple
     line: int
+    types: tuple = field(default=(), compare=False)
 
 
 def _blank(match) -> str:
     return re.sub(r"[^\n]", " ", match.group(0))
+
+
+def _c_param_type(param: str) -> str:
+    """A parameter's type as written, without its name: 'const float* const x' -> 'const float* const'."""
+    param = param.split("=")[0].strip()
+    brackets = "[]" if "[" in param else ""
+    param = re.sub(r"\[[^\]]*\]", "", param).strip()
+    return re.sub(r"([A-Za-z_]\w*)\s*$", "", param).strip() + brackets
 
 
 def _c_param_name(param: str) -> str | None:
@@ -60,9 +72,10 @@ def c_functions(source: str) -> dict:
     code = _C_NOISE.sub(_blank, source)
     found: dict = {}
     for m in _C_FUNCTION.finditer(code):
-        names = [_c_param_name(p) for p in _split_params(m.group("params"))]
+        params = [p for p in _split_params(m.group("params")) if _c_param_name(p)]
         line = code.count("\n", 0, m.start("name")) + 1
-        found.setdefault(m.group("name"), []).append(CPhase(m.group("name"), tuple(n for n in names if n), line))
+        found.setdefault(m.group("name"), []).append(CPhase(m.group("name"), tuple(map(_c_param_name, params)), line,
+                                                            tuple(map(_c_param_type, params))))
     return found
 
 
@@ -93,10 +106,39 @@ def c_phases(defn: EnvDefinition) -> dict:
                         f"env/agent/key, an entity of ENTITIES nor an array (arrays: {sorted(defn.arrays)})"
                         f"{did_you_mean(arg, [*defn.arrays, *defn.entities], repr)}",
                         line=phase.line)
+            _check_array_types(defn, phase, where)
             phase_index(defn.name, f"{phase.name}() (line {phase.line} of {where})", phase.args, defn.entities,
                         phase.line)
             stages[stage].append(phase)
     return stages
+
+
+def _check_array_types(defn: EnvDefinition, phase: CPhase, where: str) -> None:
+    """EnvDefinitionError where a phase takes an array as a pointer to another element type than the
+    array's, or as another array's view (which NVRTC would refuse without naming the array, or not
+    at all)."""
+    from .codegen_c import c_type
+    for arg, written in zip(phase.args, phase.types):
+        spec = defn.arrays.get(arg)
+        if spec is None:
+            continue
+        own = c_type(spec.dtype)
+        words = [w for w in re.split(r"[\s*\[\]]+", written) if w and w not in ("const", "__restrict__", "volatile")]
+        pointer = "*" in written or "[]" in written
+        base = " ".join(words)
+        fix = f"write `{own}* {arg}` (or `{arg}_view {arg}`)"
+        if pointer and base in C_ELEMENT_TYPES and base != own:
+            problem = f"as {base}*, but '{arg}' holds {np.dtype(spec.dtype).name} ({own})"
+        elif not pointer and base.endswith("_view") and base != f"{arg}_view" and base[:-5] in defn.arrays:
+            problem, fix = f"as {base}, another array's view", f"write `{arg}_view {arg}`"
+        else:
+            continue
+        raise EnvDefinitionError(f"{defn.name}: {phase.name}() (line {phase.line} of {where}) takes '{arg}' {problem}: "
+                                 f"{fix}", line=phase.line)
+
+
+C_ELEMENT_TYPES = ("float", "double", "signed char", "char", "short", "int", "long", "long long", "unsigned char",
+                   "unsigned short", "unsigned int", "unsigned", "unsigned long long", "bool")
 
 
 def _a(word: str) -> str:
