@@ -210,3 +210,14 @@ def test_a_user_model_without_trainable_parameters_plays_when_frozen():
     with pytest.raises(PolicyMapError, match="list it in frozen to play it without learning"):
         wb.Trainer(env, grid_config(), policies={"taggers": [0], "runners": [1, 2]},
                    models={"runners": ActorCritic(env.obs_shape[0], env.action_space, (16,)).requires_grad_(False)})
+
+
+def test_a_sweep_against_a_frozen_team_ranks_by_the_learning_team_without_a_warning(recwarn):
+    from workbench.errors import WorkbenchWarning
+    trainer = wb.make_trainer(grid_config(sweep={"lr": [1e-3, 3e-3]}, frozen=["runners"]))
+    assert not [w for w in recwarn if issubclass(w.category, WorkbenchWarning)]
+    result = trainer.train(num_iterations=2)  # (episodes of 12 steps end in the second rollout of 8)
+    for member in result.metrics["members"]:
+        assert member["mean_return"] == member["return/taggers"] != member["return/runners"]
+    with pytest.warns(WorkbenchWarning, match="rank_by is mean_return"):
+        wb.make_trainer(grid_config(sweep={"lr": [1e-3, 3e-3]}))

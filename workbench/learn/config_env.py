@@ -27,9 +27,10 @@ def check_against_env(config, env, groups=None, members: int = 1) -> None:
         sizes = {g.name: len(list(g.ids)) for g in groups}
     definition = getattr(env, "definition", None)
     check_rank_by(config, definition, list(sizes))
-    if members > 1 and config.sweep and len(sizes) > 1 and config.rank_by == "mean_return":
+    learning = [k for k in sizes if k not in config.frozen]  # (mean_return averages these)
+    if members > 1 and config.sweep and len(learning) > 1 and config.rank_by == "mean_return":
         others = [k for k in ranked_statistics(definition, list(sizes)) if k != "mean_return"]
-        warnings.warn(f"{name}.rank_by is mean_return, the average of the returns of policies {list(sizes)}: where "
+        warnings.warn(f"{name}.rank_by is mean_return, the average of the returns of policies {learning}: where "
                       f"they play against each other it ranks the sweep's settings by little; set rank_by to one "
                       f"policy's return or an env metric (one of {others})", WorkbenchWarning, stacklevel=3)
     if members > 1:
