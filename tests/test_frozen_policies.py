@@ -84,6 +84,8 @@ def test_a_population_starts_every_member_from_the_source_and_a_population_sourc
     second = wb.make_trainer(grid_config(init_from={"runners": {"run": str(pop_run), "member": 1}}))
     assert same(weights(second.models["runners"]), member_state(pop_trainer.models["runners"], 1))
     assert "member 1 of 2" in second.pretrained[0]
+    best = wb.make_trainer(grid_config(init_from={"runners": str(pop_run)}))  # (the best member, recorded)
+    assert best.config.init_from["runners"]["member"] in (0, 1)
 
 
 def test_resume_keeps_the_policy_frozen_without_its_source_and_refuses_a_new_init_from(source, tmp_path):
@@ -104,6 +106,7 @@ def test_resume_keeps_the_policy_frozen_without_its_source_and_refuses_a_new_ini
 @pytest.mark.parametrize("change, error, words", [
     ({"frozen": ["runner"]}, ConfigError, ["frozen names 'runner'", "did you mean 'runners'?"]),
     ({"frozen": ["runners", "taggers"]}, ConfigError, ["holds every policy", "nothing would learn"]),
+    ({"init_from": "runs/a"}, ConfigError, ["init_from must be dict", "e.g. init_from: {runners: runs/<run>}"]),
     ({"init_from": {"tagger": "x"}}, ConfigError, ["init_from names 'tagger'", "did you mean 'taggers'?"]),
     ({"init_from": {"runners": "no/such/run"}}, CheckpointError, ["init_from['runners']", "does not exist"]),
     ({"init_from": {"runners": 3}}, ConfigError, ["init_from['runners'] must be a run folder or checkpoint"]),
@@ -122,9 +125,9 @@ def test_resume_keeps_the_policy_frozen_without_its_source_and_refuses_a_new_ini
 ])
 def test_errors_name_the_field_and_the_fix(source, change, error, words):
     run, _ = source
-    change = {k: (v if k != "init_from" else {p: (str(run) if s == "SOURCE" else
-                                                  {**s, "run": str(run)} if isinstance(s, dict) else s)
-                                              for p, s in v.items()}) for k, v in change.items()}
+    change = {k: (v if k != "init_from" or not isinstance(v, dict) else
+                  {p: (str(run) if s == "SOURCE" else {**s, "run": str(run)} if isinstance(s, dict) else s)
+                   for p, s in v.items()}) for k, v in change.items()}
     with pytest.raises(error) as info:
         wb.make_trainer(grid_config(**{"normalize_obs": True, **change}))
     for word in words:
@@ -150,7 +153,9 @@ def test_the_cli_trains_against_a_frozen_opponent(source, tmp_path):
     assert "policy 'runners' starts from 'runners' of" in out.stdout and "(frozen)" in out.stdout
     saved = wb.load_policy(tmp_path / "e")
     assert same(weights(saved.models["runners"]), weights(trained.models["runners"]))
-    assert saved.config.frozen == ("runners",) and saved.config.init_from == {"runners": str(run)}
+    assert saved.config.frozen == ("runners",)  # (config.yaml keeps the source resolved, wherever it is read)
+    assert saved.config.init_from == {"runners": {"run": str((run / "checkpoint.pt").resolve()), "policy": "runners"}}
+    assert "runners -" in out.stdout and "(frozen)" in out.stdout.splitlines()[-2]
 
 
 @pytest.fixture(scope="module")
@@ -221,3 +226,42 @@ def test_a_sweep_against_a_frozen_team_ranks_by_the_learning_team_without_a_warn
         assert member["mean_return"] == member["return/taggers"] != member["return/runners"]
     with pytest.warns(WorkbenchWarning, match="rank_by is mean_return"):
         wb.make_trainer(grid_config(sweep={"lr": [1e-3, 3e-3]}))
+
+
+def test_checks_that_name_the_first_fix_that_helps_and_notes_for_a_frozen_team(source, tmp_path, recwarn):
+    from workbench.errors import WorkbenchWarning
+    run, _ = source
+    acro = tmp_path / "acro"
+    wb.train(wb.PPOConfig(env="acrobot", num_envs=4, rollout_length=8, num_minibatches=2, target="cpu",
+                          total_env_steps=32, run_dir=str(acro), progress=False))
+    with pytest.raises(CheckpointError, match=r"trained env 'acrobot', whose \w+ is .*this run's env 'tag_grid'"):
+        wb.make_trainer(grid_config(init_from={"runners": str(acro)}))
+    # a shared body defaults to relu: its own mismatch is named first, not the activation it brings along
+    with pytest.raises(CheckpointError, match="shared_body=False, this run's policy 'runners' has True: set shared_bo"):
+        wb.make_trainer(grid_config(normalize_obs=True, shared_body=True, init_from={"runners": str(run)}))
+    alone = wb.make_trainer(grid_config(frozen=["runners"]))  # (no source: its initial weights, said)
+    assert alone.pretrained == ["policy 'runners' is frozen at its initial weights (seed 0); init_from={runners: RUN} "
+                                "would start it from a trained run"]
+    env = wb.make("tag_grid", num_envs=8, target="cpu", **GRID)
+    with pytest.raises(ConfigError, match="'shared' is the one policy of every agent that a Trainer without policies"):
+        wb.Trainer(env, grid_config(frozen=["runners"]))
+    # PPO splits only the learning policies' batches: 3 minibatches of the runners' 192 samples
+    three = {**GRID, "num_runners": 3}
+    trainer = wb.make_trainer(grid_config(env_params=three, num_minibatches=3, frozen=["taggers"]))
+    assert trainer.train().iterations == 3
+    with pytest.warns(WorkbenchWarning, match="rank_by is 'return/runners', the return of a frozen policy"):
+        wb.make_trainer(grid_config(seeds=2, rank_by="return/runners", frozen=["runners"]))
+
+
+def test_the_panel_takes_both_fields_as_python_values_or_text():
+    from workbench.widgets import TrainingPanel
+    panel = TrainingPanel(env="tag_grid")
+    panel.set(frozen=["runners"], centralised_critic=["runners"], init_from={"runners": "runs/a"})
+    config = panel.spec().config
+    assert config.frozen == ("runners",) and config.centralised_critic == ("runners",)
+    assert config.init_from == {"runners": "runs/a"}
+    with pytest.raises(ConfigError, match=r"init_from: cannot read 'runs/a' as dict \(e.g. {runners: runs/<run>}\)"):
+        panel.set(frozen="'runners'", init_from="runs/a")
+        panel.spec()
+    panel.set(frozen="'runners'", init_from="")
+    assert panel.spec().config.frozen == ("runners",)

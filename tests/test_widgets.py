@@ -292,6 +292,7 @@ def test_start_after_stop_continues_the_run_and_new_run_starts_again(tmp_path):
     panel.set(total_env_steps=budget, lr=0.5)
     panel.start_button.click()
     assert f"lr={lr!r}" in panel.notice_html.value  # the form's lr is not the continued run's: said so
+    assert "activation" not in panel.notice_html.value  # (the form leaves it unset: the run resolved it, no change)
     wait_for(lambda: len(panel.history) >= stopped_at + 2, what="two more iterations")
     panel.stop()
     panel.wait(timeout=TIMEOUT)

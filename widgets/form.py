@@ -27,12 +27,17 @@ def _base(kind):
     return typing.get_origin(kind) or kind
 
 
+# what a text field's value looks like, where the type's own example would mislead
+FIELD_EXAMPLES = {"init_from": "{runners: runs/<run>}", "policies": "{shared: [taggers, runners]}",
+                  "frozen": "runners", "centralised_critic": "runners"}
+
+
 def _text(value, name: str = "") -> str:
     if value is None:
         return ""
     if name == "sweep" and isinstance(value, dict):
         return sweep_text(value)
-    if isinstance(value, tuple):
+    if isinstance(value, (tuple, list)):  # (a list given from Python, e.g. set(frozen=["runners"]))
         return ", ".join(str(v) for v in value)
     if isinstance(value, dict):
         return yaml.safe_dump(value, default_flow_style=True).strip()
@@ -84,7 +89,7 @@ def parse_field(owner: str, name: str, kind, default, widget):
         raise ConfigError(f"{owner}.{name} needs a value (it has no 'None'): e.g. {_text(default)!r}")
     try:
         if base is tuple:
-            parts = [p.strip() for p in text.strip("()[] ").split(",") if p.strip()]
+            parts = [p.strip().strip("'\"") for p in text.strip("()[] ").split(",") if p.strip().strip("'\"")]
             if default == ():  # a list of names (centralised_critic)
                 return tuple(parts)
             return tuple(int(p) for p in parts)
@@ -101,7 +106,8 @@ def parse_field(owner: str, name: str, kind, default, widget):
             return {"true": True, "false": False}[text.lower()]
         return text
     except (ValueError, KeyError, yaml.YAMLError):
-        example = {tuple: "64, 64", dict: "{max_steps: 200}", float: "0.5", int: "8", bool: "true"}.get(base, "")
+        example = FIELD_EXAMPLES.get(name) or {tuple: "64, 64", dict: "{max_steps: 200}", float: "0.5", int: "8",
+                                               bool: "true"}.get(base, "")
         raise ConfigError(f"{owner}.{name}: cannot read {text!r} as {getattr(base, '__name__', base)}"
                           + (f" (e.g. {example})" if example else "")) from None
 

@@ -368,8 +368,9 @@ def prepare(spec: RunSpec, resume: Runner | None, previous: str | None, runs_roo
     if resume is not None:
         form = cfg.replace(config, run_dir=resume.spec.config.run_dir)
         config = continued_config(resume.trainer.config, form)
-        left = [k for k in cfg.to_dict(config) if k not in CONTINUED + ("cuda_graph",)
-                and getattr(form, k) != getattr(config, k)]
+        # (a field the form leaves unset, None, resolved by the run: activation; init_from, read at a start only)
+        left = [k for k in cfg.to_dict(config) if k not in CONTINUED + ("cuda_graph", "init_from")
+                and getattr(form, k) is not None and getattr(form, k) != getattr(config, k)]
         notice = ("Continue goes on with this run's " + ", ".join(f"{k}={getattr(config, k)!r}" for k in left)
                   + " (the form's values apply to a New run)") if left else ""
         return RunSpec(**{**spec.__dict__, "config": config}), notice

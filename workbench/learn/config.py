@@ -286,8 +286,13 @@ def _coerce(cls, name, kind, value):
                     if isinstance(vs, (list, tuple)) else vs for k, vs in value.items()}
         if isinstance(value, dict):
             return dict(value)
+    example = f"; e.g. {name}: {DICT_EXAMPLES[name]}" if name in DICT_EXAMPLES else ""
     raise ConfigError(f"{cls.__name__}.{name} must be {getattr(kind, '__name__', kind)}, got {value!r} "
-                      f"({type(value).__name__})")
+                      f"({type(value).__name__}){example}")
+
+
+DICT_EXAMPLES = {"init_from": "{runners: runs/<run>}", "policies": "{shared: [taggers, runners]}",
+                 "env_params": "{max_steps: 200}", "sweep": "{lr: [1e-3, 3e-4]}"}
 
 
 def _number_text(text: str, otherwise):

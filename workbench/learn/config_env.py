@@ -28,6 +28,11 @@ def check_against_env(config, env, groups=None, members: int = 1) -> None:
     definition = getattr(env, "definition", None)
     check_rank_by(config, definition, list(sizes))
     learning = [k for k in sizes if k not in config.frozen]  # (mean_return averages these)
+    if members > 1 and config.rank_by.lstrip("-").removeprefix("return/") in config.frozen:
+        warnings.warn(f"{name}.rank_by is {config.rank_by!r}, the return of a frozen policy, which learns nothing: "
+                      f"it ranks the members by how their learning policies play against it; rank by "
+                      f"{[f'return/{k}' for k in learning]} to rank them by what they learn", WorkbenchWarning,
+                      stacklevel=3)
     if members > 1 and config.sweep and len(learning) > 1 and config.rank_by == "mean_return":
         others = [k for k in ranked_statistics(definition, list(sizes)) if k != "mean_return"]
         warnings.warn(f"{name}.rank_by is mean_return, the average of the returns of policies {learning}: where "
@@ -73,11 +78,14 @@ def check_before_compile(config, policies=None) -> None:
 
 
 def check_minibatches(config, sizes: dict) -> None:
-    """ConfigError unless PPO's num_minibatches divides the batch of every policy (sizes {name: agents})."""
+    """ConfigError unless PPO's num_minibatches divides the batch of every policy that learns (sizes
+    {name: agents}; a frozen one is never split)."""
     name = type(config).__name__
     if not isinstance(config, PPOConfig):
         return
     for policy, agents in sizes.items():
+        if policy in config.frozen:
+            continue
         batch = config.num_envs * config.rollout_length * agents
         if batch % config.num_minibatches:
             divisors = [d for d in range(1, min(batch, 64) + 1) if batch % d == 0]

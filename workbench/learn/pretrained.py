@@ -4,7 +4,8 @@ learning (config.frozen): a fixed opponent, or one team trained before the other
 A source is a run folder or checkpoint file, the policy of that run to take, and for a population's
 run the member (an index, or "best" by its rank_by). Its weights and observation normaliser are
 copied into the trainer's policy (into every member of a population) before the first iteration; the
-optimiser starts afresh. A frozen policy acts as it would in training (sampling its actions) but is
+optimiser starts afresh; the trainer's config then records the source resolved (absolute path and
+member), as config.yaml keeps it. A frozen policy acts as it would in training (sampling its actions) but is
 never updated: no advantages, loss, optimiser step or normaliser update, and no update statistics in
 the reports. Its returns are reported; mean_return, target_return and the best member count only
 the policies that learn.
@@ -79,8 +80,11 @@ def check_policies(config, policies: list) -> None:
     for field, names in (("frozen", list(config.frozen)), ("init_from", list(config.init_from or {}))):
         for name in names:
             if name not in policies:
+                alone = ("; 'shared' is the one policy of every agent that a Trainer without policies= gets: pass "
+                         "policies={name: agent ids} (wb.make_trainer maps the env's AGENT_GROUPS)"
+                         if policies == ["shared"] else "")
                 raise ConfigError(f"{owner}.{field} names {name!r}, which is not a policy of this run; its "
-                                  f"policies are {policies}" + did_you_mean(name, policies, repr))
+                                  f"policies are {policies}" + did_you_mean(name, policies, repr) + alone)
     if policies and all(name in config.frozen for name in policies):
         raise ConfigError(f"{owner}.frozen holds every policy ({policies}), so nothing would learn: leave the "
                           f"ones to train out (to watch trained policies play: python -m workbench evaluate RUN, "
@@ -89,51 +93,64 @@ def check_policies(config, policies: list) -> None:
 
 def load(tr) -> list:
     """Copy every init_from source into trainer `tr`'s policy (each member of a population) and its
-    normaliser; returns one line per policy saying where it starts from."""
+    normaliser, and record the sources resolved (absolute run, policy, member) in tr.config; returns
+    one line per policy that starts from a source or is frozen at its initial weights."""
+    import dataclasses
     from .runs import load_checkpoint
     from . import population
-    lines = []
+    lines, resolved = [], {}
     for policy, source in sources(tr.config).items():
         where = f"init_from[{policy!r}]"
-        member = ""
+        member, k = "", None
         try:
             path, payload = load_checkpoint(source.run)
             if payload.get("population"):
                 payload = population.member_payload(payload, source.member)
-                member = f", {population.member_label(payload['member_of'])}"
+                member, k = f", {population.member_label(payload['member_of'])}", payload["member_of"]["member"]
         except WorkbenchError as exc:
             raise CheckpointError(f"{where}: {exc}") from None
-        if not member and source.member not in ("best", 0):
+        if k is None and source.member not in ("best", 0):
             raise CheckpointError(f"{where}: {str(path)!r} is not a population's run, so it has no member "
                                   f"{source.member!r}: leave member out")
+        _check_fits(tr, policy, payload["signature"], source, where, path)
         saved = payload["models"]
         if source.policy not in saved:
             raise CheckpointError(f"{where}: {str(path)!r} has no policy {source.policy!r}; its policies are "
                                   f"{sorted(saved)}" + did_you_mean(source.policy, saved, repr)
                                   + f" (name one: {{{policy}: {{run: ..., policy: NAME}}}})")
-        _check_fits(tr, policy, payload["signature"], source, where, path)
         _load_weights(tr, policy, saved[source.policy], where, path)
         norm = payload["norms"].get(source.policy)
         if norm is not None:
             _load_norm(tr.norms[policy], norm, tr.M)
+        resolved[policy] = {"run": str(Path(path).resolve()), "policy": source.policy,
+                            **({"member": k} if k is not None else {})}
         lines.append(f"policy {policy!r} starts from {source.policy!r} of {path}{member}"
                      + (" (frozen)" if policy in tr.config.frozen else ""))
-    tr.refresh_rollout_copies()
+    lines += [f"policy {name!r} is frozen at its initial weights (seed {tr.config.seed}); init_from={{{name}: RUN}} "
+              f"would start it from a trained run" for name in tr.config.frozen if name not in resolved]
+    if resolved:  # (what config.yaml and the checkpoint keep: the exact source, wherever the run is read)
+        tr.config = dataclasses.replace(tr.config, init_from=resolved)
+        tr.refresh_rollout_copies()
     return lines
 
 
 def _check_fits(tr, policy: str, theirs: dict, source: Source, where: str, path) -> None:
-    """CheckpointError where the source policy was trained for other observations, actions, algorithm
-    family or network than the trainer's policy; the message names both values and the fix."""
+    """CheckpointError where the source policy was trained for other observations or actions, another
+    algorithm family or another network than the trainer's policy (in that order: the first fix
+    named is one that helps); the message names both values and the fix."""
     from .learners import hidden_activation
-    mine = {"obs_shape": list(tr.env.obs_shape), "action_space": repr(tr.env.action_space),
-            "normalize_obs": bool(tr.norms), "hidden_sizes": list(tr.config.hidden_sizes),
-            "activation": hidden_activation(tr.config), "shared_body": bool(tr.config.shared_body),
-            "centralised critic": policy in tr.central, "DDPG's actor and Q-critic": tr.algorithm == "ddpg"}
+    their_env = theirs.get("env", "?")
+    for key, mine in (("obs_shape", list(tr.env.obs_shape)), ("action_space", repr(tr.env.action_space))):
+        if theirs.get(key) is not None and theirs[key] != mine:
+            raise CheckpointError(f"{where}: {str(path)!r} trained env {their_env!r}, whose {key} is {theirs[key]!r}; "
+                                  f"this run's env {tr.env.name!r} has {mine!r}: start from a run of an env with the "
+                                  f"same observations and actions")
+    mine = {"DDPG's actor and Q-critic": tr.algorithm == "ddpg", "centralised critic": policy in tr.central,
+            "shared_body": bool(tr.config.shared_body), "hidden_sizes": list(tr.config.hidden_sizes),
+            "activation": hidden_activation(tr.config), "normalize_obs": bool(tr.norms)}
     saved = dict(theirs, **{"centralised critic": source.policy in (theirs.get("centralised_critic") or ()),
                             "DDPG's actor and Q-critic": theirs.get("algorithm") == "ddpg"})
-    fixes = {"obs_shape": "train on an env with the same observations", "action_space": "the same actions",
-             "normalize_obs": f"set normalize_obs: {saved.get('normalize_obs')} as the source run did",
+    fixes = {"normalize_obs": f"set normalize_obs: {saved.get('normalize_obs')} as the source run did",
              "hidden_sizes": f"set hidden_sizes: {saved.get('hidden_sizes')}",
              "activation": f"set activation: {saved.get('activation')}",
              "shared_body": f"set shared_body: {saved.get('shared_body')}",

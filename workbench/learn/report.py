@@ -103,10 +103,11 @@ def matplotlib_colours(name: str) -> list:
     return list(matplotlib.colormaps[name].colors)
 
 
-def returns_text(metrics: dict) -> str:
+def returns_text(metrics: dict, frozen=()) -> str:
     """"mean return 21.30" for one policy, "returns taggers 1.20, runners -1.20" for several (their
-    mean says nothing when teams play against each other); "" before any episode ended. A population
-    report (with "members"): `ranking.population_summary`, the median and quartiles over its members."""
+    mean says nothing when teams play against each other; a policy in `frozen` marked so); "" before
+    any episode ended. A population report (with "members"): `ranking.population_summary`, the median
+    and quartiles over its members."""
     if metrics.get("members"):
         from .ranking import population_summary
         return population_summary(metrics)
@@ -114,4 +115,5 @@ def returns_text(metrics: dict) -> str:
              if k.startswith("return/") and isinstance(v, (int, float)) and math.isfinite(v)]
     if len(teams) == 1:
         return f"mean return {teams[0][1]:.2f}"
-    return "returns " + ", ".join(f"{name} {value:.2f}" for name, value in teams) if teams else ""
+    return "returns " + ", ".join(f"{name} {value:.2f}" + (" (frozen)" if name in frozen else "")
+                                  for name, value in teams) if teams else ""

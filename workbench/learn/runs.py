@@ -346,11 +346,12 @@ def _train_in_folder(config, resume, progress, policies, show_run_folder, callba
     from .population import latest_report
     # a population's members as last reported with a value (what the ranking and the best member use)
     final = latest_report(trainer.history) if result.metrics.get("members") and trainer.history else result.metrics
-    outcome = returns_text(final)
+    outcome = returns_text(final, config.frozen)
     if not outcome and not final.get("members"):  # (DDPG's long episodes: the last log window may hold none)
         known = next((m for m in reversed(trainer.history) if returns_text(m)), None)
         if known is not None:
-            outcome = f"{returns_text(known)} (the last reported, at iteration {known.get('iteration', '?')})"
+            outcome = (f"{returns_text(known, config.frozen)} (the last reported, at iteration "
+                       f"{known.get('iteration', '?')})")
     training_s = result.wall_time_s - result.warmup_s
     warmup = "torch.compile, kernel loads and graph capture" if config.compile else "kernel loads and graph capture"
     stopped = "interrupted" if result.stopped_by == "interrupted" else f"stopped by {result.stopped_by}"

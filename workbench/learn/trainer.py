@@ -141,7 +141,7 @@ class Trainer:
         self._interrupt: str | None = None
         self._warned_lr_floor = False
         self.threads = learners.measure_threads(self) if self.device.type == "cpu" else None
-        self.pretrained = load_pretrained(self) if pretrained and config.init_from else []
+        self.pretrained = load_pretrained(self) if pretrained and (config.init_from or config.frozen) else []
         if distributed or (distributed is None and dist_mod.launched_by_torchrun()):
             self.join(dist_mod.init(env.target.name))
 
