@@ -254,6 +254,7 @@ def test_checks_that_name_the_first_fix_that_helps_and_notes_for_a_frozen_team(s
 
 
 def test_the_panel_takes_both_fields_as_python_values_or_text():
+    pytest.importorskip("ipywidgets")  # (the notebook extra)
     from workbench.widgets import TrainingPanel
     panel = TrainingPanel(env="tag_grid")
     panel.set(frozen=["runners"], centralised_critic=["runners"], init_from={"runners": "runs/a"})

@@ -24,13 +24,10 @@ import numpy as np
 
 from .codegen import ACTION_STREAM, ENTITY_STREAM, Layout, drawn_actions, terminal_arrays
 from .envdef import FINAL_ACTIVE, EnvDefinition, phase_index
-from .envdef_c import c_phases
+from .envdef_c import c_phases, c_type
 
 DRIVER_FILE = "<workbench driver>"
 RUNTIME_HEADER = "wb_runtime.cuh"
-_C_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double", np.dtype(np.int8): "signed char",
-            np.dtype(np.int16): "short", np.dtype(np.int32): "int", np.dtype(np.int64): "long long",
-            np.dtype(np.uint8): "unsigned char"}
 _RESYNC = "\0resync"  # placeholder line: becomes `#line <its successor's line> DRIVER_FILE`
 
 # {stream}: the agent slot of the key; wb_seed, wb_e: the replica's seed and index in its block (codegen)
@@ -43,11 +40,6 @@ RESET_KEY = "wb_make_key(wb_seed, wb_e, {stream}, (long long)episode[e] + 1, WB_
 # codegen.KEEP_FINAL: where an episode ends, whether its final observation is observed into final_obs
 KEEP_FINAL = "wb_truncated || wb_slot[n_envs] != 0 || wb_slot[n_envs + 1] != 0"
 OBSERVE_KEY = "wb_make_key(wb_seed, wb_e, {stream}, episode[e], (wb_u64)t[e] + WB_OBSERVE_STEP)"
-
-
-def c_type(dtype) -> str:
-    """C element type of a store array dtype."""
-    return _C_TYPES[np.dtype(dtype)]
 
 
 def _quote(text: str) -> str:

@@ -113,11 +113,20 @@ def c_phases(defn: EnvDefinition) -> dict:
     return stages
 
 
+_C_TYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double", np.dtype(np.int8): "signed char",
+            np.dtype(np.int16): "short", np.dtype(np.int32): "int", np.dtype(np.int64): "long long",
+            np.dtype(np.uint8): "unsigned char"}
+
+
+def c_type(dtype) -> str:
+    """C element type of a store array dtype."""
+    return _C_TYPES[np.dtype(dtype)]
+
+
 def _check_array_types(defn: EnvDefinition, phase: CPhase, where: str) -> None:
     """EnvDefinitionError where a phase takes an array as a pointer to another element type than the
     array's, or as another array's view (which NVRTC would refuse without naming the array, or not
     at all)."""
-    from .codegen_c import c_type
     for arg, written in zip(phase.args, phase.types):
         spec = defn.arrays.get(arg)
         if spec is None:
