@@ -309,6 +309,28 @@ def test_cuda_c_declaration_error_names_the_cell_line(ip):
     assert info.value.line == cell_line(bad, "MAX_STEPS = max_steps +") == 5
 
 
+def test_a_python_cell_takes_its_c_twin_from_a_file(ip, capsys, tmp_path):
+    twin = tmp_path / "walk.cu"
+    twin.write_text(WALK_C.split("*/\n", 1)[1])  # (the C phases alone: the cell declares the rest)
+    ip.run_cell_magic("warpenv", f"magic_twin --agents 4 --c-source {twin}", WALK)
+    out = capsys.readouterr().out
+    result = magic.last_result("magic_twin")
+    assert result.definition.c_source == twin.read_text() and result.entry.c_filename == str(twin.resolve())
+    if "cuda-c" in wb.available_targets():
+        assert result.targets[-1] == "cuda-c" and " vs cuda-c (" in out  # (checked against the Python)
+    else:
+        assert result.targets == ("cpu",) and "running the C twin (cuda-c) needs a GPU" in out
+    broken = tmp_path / "broken.cu"
+    broken.write_text(twin.read_text().replace("void observe(", "void watch("))
+    with pytest.raises(EnvDefinitionError, match=r"defines no `__device__ void observe\(...\)` \(an observe phase\)"):
+        ip.run_cell_magic("warpenv", f"magic_twin_bad --c-source {broken}", WALK)
+    assert "magic_twin_bad" not in wb.env_names()
+    with pytest.raises(magic.WarpenvOptionError, match="--c-source .*none.cu: cannot read it"):
+        ip.run_cell_magic("warpenv", f"magic_twin_none --c-source {tmp_path / 'none.cu'}", WALK)
+    with pytest.raises(magic.WarpenvOptionError, match="a --lang cuda cell holds its C phases itself"):
+        ip.run_cell_magic("warpenv", f"magic_twin_c --lang cuda --c-source {twin}", WALK_C)
+
+
 def test_cuda_c_cell_refuses_python_targets(ip):
     with pytest.raises(magic.WarpenvOptionError, match="runs only on target cuda-c"):
         ip.run_cell_magic("warpenv", "magic_walk_c --lang cuda --target cpu", WALK_C)

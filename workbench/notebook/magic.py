@@ -21,6 +21,7 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
@@ -83,24 +84,35 @@ def _language(lang: str) -> str:
     return found
 
 
-def _targets(lang: str, target: str | None) -> tuple:
-    """The targets a cell compiles and runs for here; a CUDA C cell with no GPU gets ()."""
+def _targets(lang: str, target: str | None, c_twin: bool = False) -> tuple:
+    """The targets a cell compiles and runs for here (a Python cell with a C twin: cuda-c too, where it
+    runs); a CUDA C cell with no GPU gets ()."""
     from ..compiler.targets import all_targets, available_targets, best_target, get_target
     if target is not None and target not in all_targets():
         raise WarpenvOptionError(f"%%warpenv: --target {target!r} is not a target; choose cpu, cuda or cuda-c "
                                  f"(available here: {', '.join(available_targets())})")
     if lang == "python":
-        if target == "cuda-c":
+        if target == "cuda-c" and not c_twin:
             raise WarpenvOptionError("%%warpenv: a Python cell compiles for the cpu and cuda targets; target cuda-c "
-                                     "runs CUDA C cells (add --lang cuda and write the phases in CUDA C)")
+                                     "runs CUDA C phases (--c-source FILE: the cell's phases in CUDA C; or --lang cuda "
+                                     "and the whole env in CUDA C)")
         if target is not None:
             get_target(target)  # TargetUnavailableError names what is available
             return (target,)
-        return ("cpu", "cuda") if best_target() == "cuda" else ("cpu",)
+        found = ("cpu", "cuda") if best_target() == "cuda" else ("cpu",)
+        return found + ("cuda-c",) if c_twin and "cuda-c" in available_targets() else found
     if target not in (None, "cuda-c"):
         raise WarpenvOptionError(f"%%warpenv: a CUDA C cell (--lang cuda) runs only on target cuda-c, not {target!r}; "
                                  f"write the env in Python for the cpu and cuda targets")
     return ("cuda-c",) if "cuda-c" in available_targets() else ()
+
+
+def _read_c_source(path: str) -> str:
+    """The text of --c-source's file; WarpenvOptionError naming it when it cannot be read."""
+    try:
+        return Path(path).read_text()
+    except OSError as exc:
+        raise WarpenvOptionError(f"%%warpenv: --c-source {path}: cannot read it ({exc.strerror or exc})") from None
 
 
 def _positive(value, option: str) -> int | None:
@@ -177,10 +189,13 @@ def details(result: WarpenvResult) -> str:
 
 
 def warpenv(name: str, cell: str, *, lang: str = "python", target: str | None = None, agents: int | None = None,
-            replicas: int = DEFAULT_REPLICAS, check: bool = True, progress=None) -> WarpenvResult:
+            replicas: int = DEFAULT_REPLICAS, check: bool = True, progress=None,
+            c_source: str | None = None, c_filename: str | None = None) -> WarpenvResult:
     """What `%%warpenv` does, callable without IPython: register the env `name` from the cell body
     `cell` (the text below the `%%warpenv` line), compile it for the targets it supports here, check
     it at `replicas` replicas, and return a WarpenvResult (its `summary` is the printed line).
+    c_source: a Python cell's phases in CUDA C (its twin, read from the file `c_filename`), for the
+    cuda-c target, which the check then compares with the others.
     `progress(message)` hears of a wait before it starts (a first-time compile)."""
     if not isinstance(name, str) or not name.isidentifier():
         raise WarpenvOptionError(f"%%warpenv: the env name must be a Python identifier, got {name!r}")
@@ -189,27 +204,31 @@ def warpenv(name: str, cell: str, *, lang: str = "python", target: str | None = 
     agents = _positive(agents, "--agents")
     if not cell.strip():
         raise WarpenvOptionError(f"%%warpenv {name}: the cell is empty; write the env source below the %%warpenv line")
-    key = hashlib.sha256(repr((name, cell, lang, target, agents, replicas, bool(check))).encode()).hexdigest()
+    if c_source is not None and lang != "python":
+        raise WarpenvOptionError(f"%%warpenv {name}: --c-source gives a Python cell its CUDA C twin; a --lang cuda "
+                                 f"cell holds its C phases itself")
+    key = hashlib.sha256(repr((name, cell, lang, target, agents, replicas, bool(check), c_source)).encode()).hexdigest()
     hit = _CACHE.get(key)
     if hit is not None:
         entry = hit.entry
         registry.register(name, entry.source, language=entry.language, filename=entry.filename,
-                          params=dict(entry.params))
+                          params=dict(entry.params), c_source=entry.c_source, c_filename=entry.c_filename)
         result = replace(hit, cached=True)
         result.summary = _summary(result)
         _LAST[name] = result
         return result
 
-    targets = _targets(lang, target)
+    targets = _targets(lang, target, c_source is not None)
+    twin = dict(c_source=c_source, c_filename=c_filename)
     source = "\n" + cell  # line 1 stands for the %%warpenv line: messages count lines as the cell shows them
     filename = f"<warpenv {name}>"
     previous = registry._REGISTRY.get(name)
     try:
-        entry = registry.register(name, source, language=lang, filename=filename)
+        entry = registry.register(name, source, language=lang, filename=filename, **twin)
         defn = registry.definition(name)
         if agents is not None:
             entry = registry.register(name, source, language=lang, filename=filename,
-                                      params={_agents_param(defn): agents})
+                                      params={_agents_param(defn): agents}, **twin)
             defn = registry.definition(name)
         result = WarpenvResult(name, lang, key, entry, defn, targets)
         _build(result, replicas, check, progress)
@@ -225,31 +244,48 @@ def warpenv(name: str, cell: str, *, lang: str = "python", target: str | None = 
     return result
 
 
+def _compile_c_without_running(result: WarpenvResult, own: bool) -> str:
+    """Compile the definition's C phases with NVRTC where it loads (a C error is named without a
+    GPU); returns the note saying what did not happen here. own: the cell is the C source (its
+    compile is the result's), else a Python cell's C twin."""
+    from ..compiler.envdef_c import c_phases
+    from ..compiler.targets.cuda import simulator_enabled
+    from ..compiler.targets.cuda_c import compile_program, cubin_cached, nvrtc_problem
+    defn = result.definition
+    c_phases(defn)  # (the phases and their arrays, checked before NVRTC runs)
+    try:
+        import cuda.core  # noqa: F401
+        problem = nvrtc_problem()
+    except ImportError as exc:
+        problem = f"cuda.core is not installed ({exc}); pip install cuda-core"
+    cached = problem is None and cubin_cached(defn, DEFAULT_ARCH)
+    if problem is None:
+        start = time.perf_counter()
+        compile_program(defn, DEFAULT_ARCH)
+        if own:
+            result.nvrtc_cached = cached
+            result.compile_seconds = None if cached else time.perf_counter() - start
+            result.nvrtc_arch = DEFAULT_ARCH
+    twin = "" if own else "its C twin "
+    note = f"{twin}not compiled: {problem}" if problem is not None else "" if own else \
+        f"its C twin compiled with NVRTC for {DEFAULT_ARCH}"
+    import torch
+    if simulator_enabled() or not torch.cuda.is_available():
+        note += ("; " if note else "") + ("running it" if own else "running the C twin (cuda-c)") + \
+            " needs a GPU (none is visible here)"
+    return note
+
+
 def _build(result: WarpenvResult, replicas: int, check: bool, progress=None) -> None:
     from ..runtime.check import check_env
     from ..runtime.env import _KERNEL_CACHE, _kernel_key, make
 
     defn = result.definition
     if not result.targets:  # a CUDA C cell where the cuda-c target cannot run: compile it if NVRTC is here
-        from ..compiler.targets.cuda import simulator_enabled
-        from ..compiler.targets.cuda_c import compile_program, cubin_cached, nvrtc_problem
-        try:
-            import cuda.core  # noqa: F401
-            problem = nvrtc_problem()
-        except ImportError as exc:
-            problem = f"cuda.core is not installed ({exc}); pip install cuda-core"
-        if problem is None:
-            result.nvrtc_cached = cubin_cached(defn, DEFAULT_ARCH)
-            start = time.perf_counter()
-            compile_program(defn, DEFAULT_ARCH)
-            result.compile_seconds = None if result.nvrtc_cached else time.perf_counter() - start
-            result.nvrtc_arch = DEFAULT_ARCH
-        else:
-            result.note = f"not compiled: {problem}"
-        import torch
-        if simulator_enabled() or not torch.cuda.is_available():
-            result.note += ("; " if result.note else "") + "running it needs a GPU (none is visible here)"
+        result.note = _compile_c_without_running(result, own=True)
         return
+    if defn.c_source is not None and "cuda-c" not in result.targets:  # a C twin that cannot run here
+        result.note = _compile_c_without_running(result, own=False)
 
     from ..compiler.targets import all_targets
 
@@ -294,6 +330,10 @@ class WarpenvMagics(Magics):
               help="Language of the cell: python (default) or cuda (a CUDA C source whose declarations sit in a "
                    "leading /*@workbench ... */ block). Without a GPU a CUDA C cell is compiled with NVRTC "
                    f"for {DEFAULT_ARCH} but not run.")
+    @argument("--c-source", default=None, metavar="FILE",
+              help="A Python cell's phases in CUDA C (a .cu file defining each phase as a __device__ function of "
+                   "the same name and arguments): the cuda-c target runs them, and the check compares it with "
+                   "the cpu and cuda targets where a GPU is present.")
     @argument("--agents", type=int, default=None,
               help="Number of agents: overrides the parameter that NUM_AGENTS names (e.g. num_agents), also "
                    "as the default of later wb.make(NAME) calls.")
@@ -316,9 +356,11 @@ class WarpenvMagics(Magics):
         """
         args = parse_argstring(self.warpenv, line)
         try:
+            c_source = _read_c_source(args.c_source) if args.c_source else None
             result = warpenv(args.name, cell, lang=args.lang, target=args.target, agents=args.agents,
                              replicas=args.replicas, check=not args.no_check,
-                             progress=lambda message: print(message, flush=True))
+                             progress=lambda message: print(message, flush=True), c_source=c_source,
+                             c_filename=str(Path(args.c_source).resolve()) if args.c_source else None)
         except WorkbenchError as exc:
             full_text = getattr(exc, "details", "")
             if full_text and args.verbose:
