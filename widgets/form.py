@@ -27,9 +27,8 @@ def _base(kind):
     return typing.get_origin(kind) or kind
 
 
-# what a text field's value looks like, where the type's own example would mislead
-FIELD_EXAMPLES = {"init_from": "{runners: runs/<run>}", "policies": "{shared: [taggers, runners]}",
-                  "frozen": "runners", "centralised_critic": "runners"}
+# what a list-of-names field looks like in the form (the dict fields' examples: the config's own)
+NAME_LIST_EXAMPLES = {"frozen": "runners", "centralised_critic": "runners"}
 
 
 def _text(value, name: str = "") -> str:
@@ -106,8 +105,8 @@ def parse_field(owner: str, name: str, kind, default, widget):
             return {"true": True, "false": False}[text.lower()]
         return text
     except (ValueError, KeyError, yaml.YAMLError):
-        example = FIELD_EXAMPLES.get(name) or {tuple: "64, 64", dict: "{max_steps: 200}", float: "0.5", int: "8",
-                                               bool: "true"}.get(base, "")
+        example = (NAME_LIST_EXAMPLES.get(name) or cfg.DICT_EXAMPLES.get(name)
+                   or {tuple: "64, 64", dict: "{max_steps: 200}", float: "0.5", int: "8", bool: "true"}.get(base, ""))
         raise ConfigError(f"{owner}.{name}: cannot read {text!r} as {getattr(base, '__name__', base)}"
                           + (f" (e.g. {example})" if example else "")) from None
 
