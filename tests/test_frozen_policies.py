@@ -171,11 +171,15 @@ def test_ddpg_leaves_a_frozen_policy_as_it_was_and_plays_its_actor_while_the_buf
                            exploration_noise=0.0)
     trainer = wb.make_trainer(config)
     before = {name: weights(model) for name, model in trainer.models.items()}
-    trainer.train(num_iterations=1)  # (8 of the 16 transitions learning waits for: random actions for "others")
-    first = trainer.buffers["first"]
-    with torch.no_grad():
-        played = trainer.head.to_env(trainer.models["first"].actor(first.obs[:8]))
-    torch.testing.assert_close(first.actions[:8], played.reshape(8, -1))  # (noise 0: the actor's own actions)
+    played = []
+    trainer.models["first"].actor.register_forward_hook(lambda module, args, out: played.append(out))
+    assert not trainer.ddpg_learning()
+    trainer.train(num_iterations=1)  # (random actions for "others" until their buffer holds 16 transitions)
+    assert len(played) == 2  # (it acted at both steps, while "others" filled their buffer)
+    acted = trainer.env.store["action"][:, 0].reshape(4, -1)
+    torch.testing.assert_close(acted, trainer.head.to_env(played[-1]).reshape(4, -1))  # (noise 0: the actor's own)
+    assert trainer.ddpg_learning()  # (the 16 transitions of "others": "first" keeps no replay to wait for)
+    assert not hasattr(trainer.buffers["first"], "obs")
     result = trainer.train()
     assert same(weights(trainer.models["first"]), before["first"])
     assert not same(weights(trainer.models["others"]), before["others"])
@@ -215,6 +219,60 @@ def test_a_user_model_without_trainable_parameters_plays_when_frozen():
     with pytest.raises(PolicyMapError, match="list it in frozen to play it without learning"):
         wb.Trainer(env, grid_config(), policies={"taggers": [0], "runners": [1, 2]},
                    models={"runners": ActorCritic(env.obs_shape[0], env.action_space, (16,)).requires_grad_(False)})
+
+
+class Chaser(torch.nn.Module):
+    """A scripted tagger without parameters: the move toward the runner it sees (tag_grid's partial
+    observation: own x, y, then the opponent's), near certainly."""
+
+    def forward(self, obs):
+        dx, dy = obs[:, 2] - obs[:, 0], obs[:, 3] - obs[:, 1]
+        logits = torch.stack([torch.zeros_like(dx), dx, -dx, dy, -dy], dim=1) * 100.0
+        return logits, torch.zeros_like(dx)
+
+
+def test_a_scripted_policy_without_parameters_plays_when_frozen_and_its_run_resumes(tmp_path):
+    from workbench.learn.groups import PolicyMapError
+    env = wb.make("tag_grid", num_envs=8, target="cpu", **GRID)
+    policies = {"taggers": [0], "runners": [1, 2]}
+    trainer = wb.Trainer(env, grid_config(frozen=["taggers"]), policies=policies, models={"taggers": Chaser()})
+    result = trainer.train(num_iterations=2)
+    rollout = trainer.buffers["taggers"]
+    logits, _ = Chaser()(rollout.obs.reshape(-1, 6))
+    top = logits.topk(2).values
+    clear = top[:, 0] - top[:, 1] > 10  # (one move toward the runner stands out: sampled near certainly)
+    assert clear.sum() > 20
+    assert torch.equal(rollout.actions.reshape(-1)[clear], logits.argmax(1)[clear])
+    assert "return/taggers" in result.metrics and "policy_loss/taggers" not in result.metrics
+    trainer.save(tmp_path / "scripted.pt")
+    again = wb.Trainer(wb.make("tag_grid", num_envs=8, target="cpu", **GRID), grid_config(frozen=["taggers"]),
+                       policies=policies, models={"taggers": Chaser()})
+    again.load(tmp_path / "scripted.pt")
+    assert again.iteration == 2
+    again.train(num_iterations=1)
+    assert again.iteration == 3
+    with pytest.raises(PolicyMapError, match=r"policy 'taggers': the model has no parameters \(a scripted policy\), "
+                                             r"and the policy is trained: list it in frozen"):
+        wb.Trainer(env, grid_config(), policies=policies, models={"taggers": Chaser()})
+
+
+def test_ddpg_plays_a_scripted_actor_without_parameters_when_frozen(probe_env):
+    from workbench.learn.algorithms.ddpg import DDPGAgent
+    from workbench.learn.policies import QCritic
+
+    class Still(torch.nn.Module):  # (the action 0 in every dimension: Box(-1, 1))
+        def forward(self, obs):
+            return torch.zeros(obs.shape[0], 2, device=obs.device)
+
+    config = wb.DDPGConfig(env="probe_frozen", num_envs=4, rollout_length=2, learning_starts=16, batch_size=8,
+                           buffer_size=64, updates_per_rollout=2, hidden_sizes=[16], target="cpu", cpu_threads=1,
+                           total_env_steps=4 * 2 * 4, policies={"first": [0], "others": [1, 2]}, frozen=["first"],
+                           exploration_noise=0.0)
+    env = wb.make("probe_frozen", num_envs=4, target="cpu")
+    trainer = wb.Trainer(env, config, policies=config.policies, models={"first": DDPGAgent(Still(), QCritic(4, 2, (8,)))})
+    result = trainer.train()
+    assert torch.equal(env.store["action"][:, 0], torch.zeros_like(env.store["action"][:, 0]))
+    assert "critic_loss/others" in result.metrics and "critic_loss/first" not in result.metrics
 
 
 def test_a_sweep_against_a_frozen_team_ranks_by_the_learning_team_without_a_warning(recwarn):

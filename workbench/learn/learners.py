@@ -46,14 +46,11 @@ def member_adam(tr, model, lr_name: str, members: int | None = None):
 def check_model(tr, name, model, out_dim):
     """A clear error when a model's action output does not fit the env's action space, or when it has
     nothing to train."""
-    if not any(True for _ in model.parameters()):
-        raise PolicyMapError(f"policy '{name}': the model has no parameters; a policy here is a module with weights "
-                             f"(for a scripted one, give it one, such as a bias its output adds, and list it in "
-                             f"frozen)")
     if name not in tr.frozen and not any(p.requires_grad for p in model.parameters()):
-        raise PolicyMapError(f"policy '{name}': the model has no trainable parameters (requires_grad is False for "
-                             f"every one), and the policy is trained: list it in frozen to play it without "
-                             f"learning, or leave some of its parameters trainable")
+        which = "trainable parameters (requires_grad is False for every one)" if any(
+            True for _ in model.parameters()) else "parameters (a scripted policy)"
+        raise PolicyMapError(f"policy '{name}': the model has no {which}, and the policy is trained: list it in "
+                             f"frozen to play it without learning, or give it trainable parameters")
     with torch.no_grad():
         obs = torch.zeros(2 * member_count(model), tr.obs_dim, device=tr.device)
         out = model.actor(obs) if isinstance(model, CentralisedActorCritic) else model(obs)
@@ -151,18 +148,22 @@ def default_ddpg_agent(tr):
 
 def build_ddpg(tr, g, agent):
     """(actor-critic agent, (actor optimiser, critic optimiser), replay buffer) of group g for DDPG
-    (a population's: stacked agents, per-member optimisers and one replay ring per member)."""
+    (a population's: stacked agents, per-member optimisers and one replay ring per member; a frozen
+    policy's: its exploration noise alone)."""
     act_dim = tr.head.out_dim
     agent = (agent or default_ddpg_agent(tr)).to(tr.device)
     check_model(tr, g.name, agent.actor, act_dim)
-    if tr.M > 1:
-        optimizers = tuple(member_adam(tr, net, lr)
-                           for net, lr in ((agent.actor, "actor_lr"), (agent.critic, "critic_lr")))
+    nets = ((agent.actor, "actor_lr"), (agent.critic, "critic_lr"))
+    if tr.M > 1 or not all(any(True for _ in net.parameters()) for net, _ in nets):
+        # (torch Adam refuses a net without parameters: a frozen policy's scripted actor)
+        optimizers = tuple(member_adam(tr, net, lr, members=None if tr.M > 1 else 1) for net, lr in nets)
         tr.lr_tensors.extend((opt.lr, opt.lr.clone()) for opt in optimizers)
     else:
-        optimizers = (adam(agent.actor.parameters(), tr.config.actor_lr, tr.device, tr.lr_tensors),
-                      adam(agent.critic.parameters(), tr.config.critic_lr, tr.device, tr.lr_tensors))
+        optimizers = tuple(adam(net.parameters(), getattr(tr.config, lr), tr.device, tr.lr_tensors)
+                           for net, lr in nets)
     n = tr.E * g.n
+    if g.name in tr.frozen:
+        return agent, optimizers, ddpg.ExplorationNoise(n, act_dim, tr.device)
     if tr.config.buffer_size < n // tr.M:
         from .config import ConfigError
         raise ConfigError(f"DDPGConfig.buffer_size={tr.config.buffer_size} holds less than one step of every replica "

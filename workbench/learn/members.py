@@ -168,14 +168,16 @@ class MemberAdam:
 
     def __init__(self, model: nn.Module, lr, betas=(0.9, 0.999), eps: float = 1e-5, members: int | None = None):
         # (a frozen policy's model may have no trainable parameters: it keeps them all, and never steps)
+        # (a scripted one may have none at all: an empty flat buffer on lr's device)
         params = [p for p in model.parameters() if p.requires_grad] or list(model.parameters())
         stacked = members is None
         members = params[0].shape[0] if stacked else members
         self.single = not stacked
-        device = params[0].device
+        device = params[0].device if params else torch.as_tensor(lr).device
         self.params = params
         self.members = members
-        self.flat = torch.cat([p.detach().reshape(members, -1) for p in params], dim=1)
+        self.flat = torch.cat([p.detach().reshape(members, -1) for p in params] or
+                              [torch.zeros((members, 0), device=device)], dim=1)
         self.grad = torch.zeros_like(self.flat)
         offset = 0
         with torch.no_grad():
@@ -291,7 +293,8 @@ class MemberAdam:
             raise ValueError("MemberAdam.load_moments loads one member's moments (members=1)")
         with torch.no_grad():
             for flat, parts in ((self.exp_avg, exp_avg), (self.exp_avg_sq, exp_avg_sq)):
-                torch.cat([part.to(flat.device).reshape(1, -1) for part in parts], dim=1, out=flat)
+                if parts:  # (none for a model without parameters)
+                    torch.cat([part.to(flat.device).reshape(1, -1) for part in parts], dim=1, out=flat)
             self.steps.fill_(float(step))
             self.lr.fill_(float(lr))
 

@@ -184,8 +184,8 @@ class Trainer:
         with tf32_while_computing(self.device, self.precision):
             self.graph.run(body, self.why_not_graphed())
         if self.algorithm == "ddpg":
-            for g in self.groups:
-                self.buffers[g.name].advance_host_size(self.T)
+            for name in self.buffers.keys() - self.frozen:
+                self.buffers[name].advance_host_size(self.T)
         self.metrics.iterations += int(updates)  # (the update statistics average over these)
         self.iteration += 1
         self.env_steps += self.steps_per_iteration
@@ -214,8 +214,9 @@ class Trainer:
             norm.commit(self.sync)
 
     def ddpg_learning(self) -> bool:
-        """DDPG learns once every replay buffer holds learning_starts transitions."""
-        return all(self.buffers[g.name].size >= self.config.learning_starts for g in self.groups)
+        """DDPG learns once the replay buffer of every learning policy holds learning_starts transitions."""
+        learning = self.buffers.keys() - self.frozen
+        return all(self.buffers[name].size >= self.config.learning_starts for name in learning)
 
     def why_not_graphed(self) -> str | None:
         """Why this iteration cannot replay from a CUDA graph (None: it can)."""

@@ -165,7 +165,8 @@ def restore(tr, payload: dict, path, restore_env: bool = True):
     own = (None if len(ranks) != tr.world_size
            else payload if tr.sync is None or tr.rank == 0 else ranks[tr.rank])
     for n, saved in (own or payload).get("replay", {}).items():
-        tr.buffers[n].load_state_dict(saved)
+        if isinstance(tr.buffers.get(n), ddpg.ReplayBuffer):  # (a policy frozen now keeps none)
+            tr.buffers[n].load_state_dict(saved)
     for n, saved in payload["norms"].items():
         tr.norms[n].load_state_dict(saved)
     tr.iteration, tr.env_steps = payload["iteration"], payload["env_steps"]

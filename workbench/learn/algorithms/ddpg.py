@@ -109,6 +109,14 @@ class ReplayBuffer:
                 getattr(self, k).copy_(v)
 
 
+class ExplorationNoise:
+    """A frozen policy's stand-in for its replay buffer: it learns nothing, so it keeps no transitions,
+    only each step's exploration noise [batch, d], allocated once."""
+
+    def __init__(self, batch: int, act_dim: int, device):
+        self.noise = torch.zeros((batch, act_dim), device=device)
+
+
 class DDPGAgent(nn.Module):
     """Actor, critic and their targets for one policy group."""
 
@@ -124,8 +132,8 @@ STATS = ("critic_loss", "actor_loss", "q_mean", "nonfinite")
 
 def explore(collector, learning: bool):
     """T steps with the actors plus Gaussian noise (uniform random actions until `learning`, but for
-    frozen policies), each transition into the group's replay buffer (raw observations: normalised
-    when replayed). With ACTIVE, a transition keeps whether its agent was in the game before the step,
+    frozen policies), each transition of a learning policy into its replay buffer (raw observations:
+    normalised when replayed). With ACTIVE, a transition keeps whether its agent was in the game before the step,
     and one where the agent left the game (its flag before any auto-reset drops) is a termination.
     collector: the trainer's Collector (its trainer, store and observation helpers)."""
     tr, store = collector.trainer, collector.store
@@ -134,13 +142,13 @@ def explore(collector, learning: bool):
     for t in range(tr.T):
         for policy, g in enumerate(tr.groups):
             rb = tr.buffers[g.name]
-            raw = g.gather(store["obs"]).reshape(-1, tr.obs_dim)
             live = collector.live(g)
             frozen = g.name in tr.frozen  # (it plays its actor from the first step: it has nothing to learn)
             obs = collector.observe(g, store["obs"], live, accumulate=not frozen).reshape(-1, tr.obs_dim)
-            rb.stage_obs(raw)
-            if live is not None:
-                rb.stage_live(live.reshape(-1))
+            if not frozen:
+                rb.stage_obs(g.gather(store["obs"]).reshape(-1, tr.obs_dim))
+                if live is not None:
+                    rb.stage_live(live.reshape(-1))
             per_member = rb.noise.numel() // tr.M  # member k's noise: its own stream's elements of step t
             draw = tr.streams.normal if learning or frozen else tr.streams.uniform
             rb.noise.copy_(draw((per_member,), exploration_site(policy), offset=t * per_member).reshape(rb.noise.shape))
@@ -153,13 +161,14 @@ def explore(collector, learning: bool):
                 scale = scale.unsqueeze(1) if isinstance(scale, torch.Tensor) else scale
                 actions = mu.float() + rb.noise * scale * span / 2
             actions = head.to_env(actions.reshape((-1,) + head.act_shape)).reshape(-1, head.out_dim)
-            rb.stage_actions(actions)
+            if not frozen:
+                rb.stage_actions(actions)
             g.scatter(store["action"], actions.reshape((tr.E, g.n) + head.act_shape))
         tr.env.step()
         tr.episode_stats.after_step()
         ended = store["done"].bool().reshape((tr.E,) + (1,) * (store["obs"].dim() - 1))  # [E, 1, ...]
         term = store["terminated"].float().reshape(tr.E, 1)
-        for g in tr.groups:
+        for g in (g for g in tr.groups if g.name not in tr.frozen):
             rb = tr.buffers[g.name]
             raw_next = torch.where(ended, g.gather(store["final_obs"]), g.gather(store["obs"]))
             agent_term = term.expand(tr.E, g.n)
