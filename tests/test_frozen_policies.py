@@ -275,6 +275,22 @@ def test_ddpg_plays_a_scripted_actor_without_parameters_when_frozen(probe_env):
     assert "critic_loss/others" in result.metrics and "critic_loss/first" not in result.metrics
 
 
+@gpu_only
+def test_scripted_and_frozen_ddpg_policies_replay_from_cuda_graphs(probe_env):
+    env = wb.make("tag_grid", num_envs=64, target="cuda", **GRID)
+    trainer = wb.Trainer(env, grid_config(target="cuda", num_envs=64, frozen=["taggers"]),
+                         policies={"taggers": [0], "runners": [1, 2]}, models={"taggers": Chaser()})
+    trainer.train(num_iterations=4)
+    assert trainer.graph.state == "replay" and trainer.optimizers["taggers"].fused is None
+    config = wb.DDPGConfig(env="probe_frozen", num_envs=64, rollout_length=2, learning_starts=128, batch_size=32,
+                           buffer_size=1024, hidden_sizes=[16], target="cuda", total_env_steps=64 * 2 * 5,
+                           policies={"first": [0], "others": [1, 2]}, frozen=["first"])
+    ddpg = wb.make_trainer(config)
+    before = weights(ddpg.models["first"])
+    ddpg.train()  # (one iteration fills "others"' 128 transitions: four learn, the last three replayed)
+    assert ddpg.graph.state == "replay" and same(weights(ddpg.models["first"]), before)
+
+
 def test_a_sweep_against_a_frozen_team_ranks_by_the_learning_team_without_a_warning(recwarn):
     from workbench.errors import WorkbenchWarning
     trainer = wb.make_trainer(grid_config(sweep={"lr": [1e-3, 3e-3]}, frozen=["runners"]))

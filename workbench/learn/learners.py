@@ -38,7 +38,7 @@ def member_adam(tr, model, lr_name: str, members: int | None = None):
     single run's (members=1, an unstacked model); its steps in the fused kernels on GPUs unless
     fused_kernels is off."""
     optimizer = MemberAdam(model, tr.hp.per_member(lr_name, tr.device), eps=1e-5, members=members)
-    if tr.config.fused_kernels and fused.kernels_unsupported(tr.device) is None:
+    if tr.config.fused_kernels and optimizer.params and fused.kernels_unsupported(tr.device) is None:
         optimizer.fused = fused.FusedMemberAdam(optimizer)
     return optimizer
 
