@@ -171,6 +171,18 @@ def stored_config(payload: dict, config=None):
     return cfg.replace(config, activation=recorded) if config.activation is None and recorded else config
 
 
+def shape_mismatch(saved: dict, own: dict):
+    """The first parameter (by name) that one of two state dicts lacks or holds in another shape, as
+    (name, its shape in saved, its shape in own) in words; None where they fit."""
+    def text(tensor):
+        return "missing" if tensor is None else f"shape {list(tensor.shape)}"
+    for key in sorted(set(own) | set(saved)):
+        a, b = saved.get(key), own.get(key)
+        if a is None or b is None or tuple(a.shape) != tuple(b.shape):
+            return key, text(a), text(b)
+    return None
+
+
 def saved_policy_map(checkpoint) -> dict | None:
     """The policy map {name: agent ids} a checkpoint was trained with (read through a memory map:
     the weights are not loaded), or None when it records none."""

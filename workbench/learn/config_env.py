@@ -57,8 +57,7 @@ def policy_sizes(definition, policies) -> dict:
     them: {name: agent ids}, or None for the env's AGENT_GROUPS (one shared policy without them)."""
     if isinstance(policies, dict):
         return {str(k): len(list(v)) for k, v in policies.items()}
-    from .groups import env_groups
-    groups = env_groups(definition)
+    groups = definition.agent_groups()
     return {"shared": definition.num_agents} if groups is None else {k: len(v) for k, v in groups.items()}
 
 

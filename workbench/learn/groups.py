@@ -79,15 +79,10 @@ def build_groups(policies, num_agents: int, device) -> list:
     return [AgentGroup(name, ids, num_agents, device) for name, ids in policies.items()]
 
 
-def env_groups(definition) -> dict | None:
-    """The env's AGENT_GROUPS at its parameters, {group: agent ids} (None: it declares none)."""
-    return definition.agent_groups()
-
-
 def resolve_policy_map(written, definition) -> dict:
     """A config's policy map, {policy: [AGENT_GROUPS group names or agent ids]} (a lone name for one
     group), as {policy: agent ids}; build_groups then checks that it covers every agent once."""
-    groups = env_groups(definition) or {}
+    groups = definition.agent_groups() or {}
     known = f"the env's groups are {sorted(groups)}" if groups else f"{definition.name} declares no AGENT_GROUPS"
     if not isinstance(written, Mapping):
         raise PolicyMapError(f"policies must map a policy's name to its groups or agent ids, e.g. "

@@ -13,12 +13,12 @@ the policies that learn.
 from __future__ import annotations
 
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
-from .checkpoint import CheckpointError
+from .checkpoint import CheckpointError, shape_mismatch
 from ..errors import ConfigError, WorkbenchError, did_you_mean
 
 SOURCE_KEYS = ("run", "policy", "member")
@@ -95,7 +95,6 @@ def load(tr) -> list:
     """Copy every init_from source into trainer `tr`'s policy (each member of a population) and its
     normaliser, and record the sources resolved (absolute run, policy, member) in tr.config; returns
     one line per policy that starts from a source or is frozen at its initial weights."""
-    import dataclasses
     from .runs import load_checkpoint
     from . import population
     lines, resolved = [], {}
@@ -129,7 +128,7 @@ def load(tr) -> list:
     lines += [f"policy {name!r} is frozen at its initial weights (seed {tr.config.seed}); init_from={{{name}: RUN}} "
               f"would start it from a trained run" for name in tr.config.frozen if name not in resolved]
     if resolved:  # (what config.yaml and the checkpoint keep: the exact source, wherever the run is read)
-        tr.config = dataclasses.replace(tr.config, init_from=resolved)
+        tr.config = replace(tr.config, init_from=resolved)
         tr.refresh_rollout_copies()
     return lines
 
@@ -167,13 +166,11 @@ def _load_weights(tr, policy: str, state: dict, where: str, path) -> None:
     """The source's state dict (one model's) into the policy: every member's copy of a stacked one."""
     from .members import member_state, load_member_state
     model = tr.models[policy]
-    own = model.state_dict() if tr.M == 1 else member_state(model, 0)
-    for key in sorted(set(own) | set(state)):
-        a, b = state.get(key), own.get(key)
-        if a is None or b is None or tuple(a.shape) != tuple(b.shape):
-            shape = (lambda t: "missing" if t is None else f"shape {list(t.shape)}")
-            raise CheckpointError(f"{where}: parameter {key!r} of policy {policy!r} is {shape(a)} in {str(path)!r} "
-                                  f"and {shape(b)} here: another network (a custom model, or another env's sizes)")
+    mismatch = shape_mismatch(state, model.state_dict() if tr.M == 1 else member_state(model, 0))
+    if mismatch is not None:
+        key, theirs, mine = mismatch
+        raise CheckpointError(f"{where}: parameter {key!r} of policy {policy!r} is {theirs} in {str(path)!r} and "
+                              f"{mine} here: another network (a custom model, or another env's sizes)")
     with torch.no_grad():
         if tr.M == 1:
             model.load_state_dict(state)

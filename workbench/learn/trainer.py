@@ -36,7 +36,7 @@ from .members import MemberSamples
 from .metrics import Metrics, RateWindow, append_csv, nonfinite_error, weights_finite
 from .policies import ActionHead
 from .pretrained import check_policies, load as load_pretrained
-from .groups import PolicyMapError, build_groups, env_groups, resolve_policy_map
+from .groups import PolicyMapError, build_groups, resolve_policy_map
 from ..runtime import registry
 from ..errors import WorkbenchWarning, did_you_mean
 
@@ -471,7 +471,7 @@ def make_trainer(config, policies=None, models=None, env=None, distributed: bool
         distributed = True
     if policies is None:
         policies = (resolve_policy_map(config.policies, definition) if config.policies is not None
-                    else env_groups(definition))
+                    else definition.agent_groups())
     if policies is None or isinstance(policies, dict):  # (named before anything compiles)
         check_rank_by(config, definition, list(policies) if policies is not None else ["shared"])
         check_policies(config, list(policies) if policies is not None else ["shared"])

@@ -57,19 +57,14 @@ def check_shapes(tr, saved_models: dict, path):
         if name not in tr.models:
             raise ckpt.CheckpointError(f"checkpoint {str(path)!r} holds policy {name!r}, which this trainer lacks "
                                        f"(its policies: {sorted(tr.models)})")
-        own = tr.models[name].state_dict()
-        for key in sorted(set(own) | set(saved)):
-            a, b = saved.get(key), own.get(key)
-            if a is None or b is None or tuple(a.shape) != tuple(b.shape):
-                raise ckpt.CheckpointError(
-                    f"checkpoint {str(path)!r}: policy {name!r} parameter {key!r} is {_shape_text(a)} there and "
-                    f"{_shape_text(b)} in this trainer: another network; build the trainer with the checkpoint's "
-                    f"hidden_sizes, shared_body, centralised_critic and model as in its config "
-                    f"(torch.load(path, weights_only=False)['config'])")
-
-
-def _shape_text(tensor) -> str:
-    return "missing" if tensor is None else f"shape {list(tensor.shape)}"
+        mismatch = ckpt.shape_mismatch(saved, tr.models[name].state_dict())
+        if mismatch is not None:
+            key, theirs, mine = mismatch
+            raise ckpt.CheckpointError(
+                f"checkpoint {str(path)!r}: policy {name!r} parameter {key!r} is {theirs} there and {mine} in "
+                f"this trainer: another network; build the trainer with the checkpoint's hidden_sizes, "
+                f"shared_body, centralised_critic and model as in its config "
+                f"(torch.load(path, weights_only=False)['config'])")
 
 
 def _optimizers(tr):
