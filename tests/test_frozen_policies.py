@@ -58,8 +58,10 @@ def test_a_frozen_policy_plays_its_source_s_weights_and_only_the_other_learns(so
                                                         for k in metrics)
     assert metrics["mean_return"] == metrics["return/taggers"]  # (the learning policies' mean)
     # the target waits for the learning policies only
-    assert trainer.metrics.reached({"return/taggers": 1.0, "return/runners": -50.0}, 0.5)
-    assert not trainer.metrics.reached({"return/taggers": 0.1, "return/runners": 50.0}, 0.5)
+    from workbench.learn.report import reached
+    assert reached({"return/taggers": 1.0, "return/runners": -50.0}, 0.5, trainer.frozen)
+    assert not reached({"return/taggers": 0.1, "return/runners": 50.0}, 0.5, trainer.frozen)
+    assert not reached({"return/taggers": float("nan"), "return/runners": 50.0}, 0.5, trainer.frozen)
 
 
 def test_init_from_without_frozen_fine_tunes_and_another_policy_name_is_taken_by_name(source, tmp_path):

@@ -84,14 +84,6 @@ class Metrics:
             reports = [{**r, "env_steps_per_s": base["env_steps_per_s"]} for _, part in parts for r in part]
         return population_report(base, reports, names, swept=tuple(self.members[0].values), rank_by=self.rank_by)
 
-    def reached(self, metrics: dict, target: float) -> bool:
-        """Every learning policy's mean return is at least `target` (in every member of a population)."""
-        for report in metrics.get("members", [metrics]):
-            values = [report.get(f"return/{name}") for name in self.trained]
-            if not all(v is not None and not math.isnan(v) and v >= target for v in values):
-                return False
-        return True
-
     def warn_divergence(self, metrics: dict, lr: tuple, loss_key: str, discrete: bool):
         """Warn once per policy when a report shows divergence: on its own values (PPO's approx_kl far
         past its trust region, a value loss far above the returns' scale) or against the policy's

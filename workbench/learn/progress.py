@@ -10,6 +10,8 @@ import math
 import time
 from collections import deque
 
+from .report import learning_returns
+
 
 class ProgressBar:
     """callback(iteration, metrics) -> True, drawing a tqdm bar over `total_iterations`."""
@@ -76,11 +78,9 @@ class ProgressBar:
 
 
 def _lowest_return(metrics: dict, frozen=()) -> float:
-    """The lowest return among every learning policy (not in `frozen`; of every member) that ended an
-    episode: what target_return waits for (the run stops once all of them reach it), NaN when none did."""
-    returns = [v for report in metrics.get("members", [metrics]) for k, v in report.items()
-               if k.startswith("return/") and k[len("return/"):] not in frozen
-               and isinstance(v, (int, float)) and not math.isnan(v)]
+    """The lowest return among every learning policy (of every member) that ended an episode: what
+    target_return waits for (the run stops once all of them reach it), NaN when none did."""
+    returns = [v for v in learning_returns(metrics, frozen) if isinstance(v, (int, float)) and not math.isnan(v)]
     return min(returns) if returns else float("nan")
 
 

@@ -103,6 +103,19 @@ def matplotlib_colours(name: str) -> list:
     return list(matplotlib.colormaps[name].colors)
 
 
+def learning_returns(metrics: dict, frozen=()) -> list:
+    """The return of every policy that learns (not in `frozen`) in each member's report (a single
+    run's own): NaN where no episode ended yet."""
+    return [v for report in metrics.get("members", [metrics]) for k, v in report.items()
+            if k.startswith("return/") and k[len("return/"):] not in frozen]
+
+
+def reached(metrics: dict, target: float, frozen=()) -> bool:
+    """target_return's rule: every learning policy's return is at least `target`, in every member."""
+    returns = learning_returns(metrics, frozen)
+    return bool(returns) and all(isinstance(v, (int, float)) and v >= target for v in returns)  # (NaN: not)
+
+
 def returns_text(metrics: dict, frozen=()) -> str:
     """"mean return 21.30" for one policy, "returns taggers 1.20, runners -1.20" for several (their
     mean says nothing when teams play against each other; a policy in `frozen` marked so); "" before

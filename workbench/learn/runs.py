@@ -8,7 +8,6 @@ name with another source, they refuse and say what differs (the run's env is nev
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import time
 import warnings
@@ -18,7 +17,7 @@ from pathlib import Path
 from . import config as cfg, interrupts, run_lock
 from .config_files import (config_file, default_config, load_config, resolve_config,  # noqa: F401 - (runs' API)
                            shipped_configs)
-from .report import returns_text
+from .report import reached, returns_text
 from ..errors import WorkbenchError, WorkbenchWarning
 
 # torch (through .checkpoint, .trainer) is imported where used: the CLI imports this module, and
@@ -143,16 +142,6 @@ def _exported_member_file(path: Path, payload: dict) -> bool:
     return bool(payload.get("member_of")) and path.name != "checkpoint.pt"
 
 
-def _reached(history, target, frozen=()) -> bool:
-    """Whether the run's last report had every learning policy's return at `target` (the trainer's rule)."""
-    last = history[-1] if history else {}
-    for report in last.get("members", [last]):  # a population reaches it when every member does
-        returns = [v for k, v in report.items() if k.startswith("return/") and k[len("return/"):] not in frozen]
-        if not returns or not all(v is not None and not math.isnan(v) and v >= target for v in returns):
-            return False
-    return True
-
-
 FEW_UPDATES = 10  # a run of fewer iterations (learner updates) gets a note before it trains
 FIXED_ON_RESUME = ("env", "algorithm", "num_envs", "env_params", "seed", "seeds", "sweep", "hidden_sizes",
                    "activation", "shared_body", "centralised_critic", "buffer_size", "init_from")
@@ -204,7 +193,7 @@ def run_config(config=None, *, resume=None, changes=None):
                               f"with --run-dir")
         if ("target_return" not in changes and config.target_return is not None
                 and changes.get("total_env_steps", config.total_env_steps) > config.total_env_steps
-                and _reached(payload.get("history"), config.target_return, config.frozen)):
+                and reached((payload.get("history") or [{}])[-1], config.target_return, config.frozen)):
             changes["target_return"] = None
             if os.environ.get("RANK", "0") == "0":  # once under torchrun, not once per rank
                 print(f"resuming {config.run_dir}: it stopped at target_return={config.target_return}; the raised "

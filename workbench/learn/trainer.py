@@ -35,6 +35,7 @@ from .iteration_graph import IterationGraph
 from .members import MemberSamples
 from .metrics import Metrics, RateWindow, append_csv, nonfinite_error, weights_finite
 from .policies import ActionHead
+from .report import reached
 from .pretrained import check_policies, load as load_pretrained
 from .groups import PolicyMapError, build_groups, resolve_policy_map
 from ..runtime import registry
@@ -329,7 +330,7 @@ class Trainer:
         stop = self._agree(_ask_callbacks(callbacks, self.iteration, metrics))
         if stop:
             return "callback"
-        if self.config.target_return is not None and self.metrics.reached(metrics, self.config.target_return):
+        if self.config.target_return is not None and reached(metrics, self.config.target_return, self.frozen):
             return "target_return"
         return None
 
