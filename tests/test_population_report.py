@@ -186,6 +186,20 @@ def pixels_near(path, rgb):
 BLUE, ORANGE, RED = (31, 119, 180), (255, 127, 14), (214, 39, 40)
 
 
+def test_plot_returns_draws_a_line_per_team_and_marks_a_frozen_one():
+    import matplotlib
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    history = [{"env_steps": 10, "return/taggers": 1.0, "return/runners": math.nan},
+               {"env_steps": 20, "return/taggers": 2.0, "return/runners": -2.0}]
+    report.plot_returns(ax, history, frozen=("runners",))
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["taggers", "runners (frozen)"]
+    assert [list(line.get_ydata()) for line in ax.get_lines()] == [[1.0, 2.0], [-2.0]]
+    plt.close(fig)
+
+
 def test_plot_population_draws_bands_lines_and_a_legend_per_curve():
     import matplotlib
     matplotlib.use("Agg", force=False)
@@ -204,6 +218,9 @@ def test_plot_population_draws_bands_lines_and_a_legend_per_curve():
     assert list(medians[0].get_ydata()) == [2.0, 5.0] and list(medians[1].get_ydata()) == [-2.0, -5.0]
     assert all(line.get_alpha() == pytest.approx(0.4) for line in lines if line.get_linewidth() < 1)
     assert len(ax.collections) == 2 and ax.collections[0].get_alpha() == pytest.approx(0.25)
+    ax.clear()
+    report.plot_population(ax, population_history(table, policies=("taggers", "runners")), frozen=("runners",))
+    assert ax.get_legend().get_texts()[1].get_text() == "runners median (3 members), IQR band (frozen)"
     ax.clear()
     assert report.plot_population(ax, population_history(TABLE, SWEEP)) == "6 members, 2 settings"
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["lr=0.001", "lr=0.0003"]

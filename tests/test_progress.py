@@ -30,6 +30,13 @@ def test_teams_get_one_return_each():
     bar.close()
 
 
+def test_a_frozen_team_s_return_is_marked():
+    bar = ProgressBar(10, file=io.StringIO(), frozen=("runners",))
+    bar(1, {"mean_return": 3.0, "return/taggers": 3.0, "return/runners": -3.0})
+    assert _post(bar)["return runners (frozen)"] == "-3" and "return taggers" in _post(bar)
+    bar.close()
+
+
 def test_time_to_target_follows_the_recent_slope():
     bar = ProgressBar(100, target_return=100.0, file=io.StringIO())
     assert bar.eta_to_target() is None

@@ -47,7 +47,8 @@ class ProgressBar:
         lowest = _lowest_return(metrics, self.frozen)
         if not math.isnan(lowest):
             self.recent.append((time.perf_counter(), lowest))
-        teams = {f"return {k.split('/', 1)[1]}": v for k, v in metrics.items() if k.startswith("return/")}
+        names = [k.removeprefix("return/") for k in metrics if k.startswith("return/")]
+        teams = {f"return {n}" + (" (frozen)" if n in self.frozen else ""): metrics[f"return/{n}"] for n in names}
         post = {"steps/s": _si(metrics.get("env_steps_per_s", 0.0))}
         # teams playing against each other cancel out in the mean: one return each
         for name, value in (teams if len(teams) > 1 else {"return": ret}).items():

@@ -29,9 +29,10 @@ def rate_unit(top: float) -> tuple:
     return 1.0, ""
 
 
-def plot_learning_curve(history: list, path, title: str = "") -> Path:
-    """Mean return per policy against env-steps (and throughput), saved as a PNG. A population's
-    history (reports with "members"): medians over members with interquartile bands (`plot_population`)."""
+def plot_learning_curve(history: list, path, title: str = "", frozen=()) -> Path:
+    """Mean return per policy against env-steps (and throughput), saved as a PNG; the policies in
+    `frozen` marked so in the legend. A population's history (reports with "members"): medians over
+    members with interquartile bands (`plot_population`)."""
     from matplotlib.figure import Figure  # (not pyplot: a notebook's backend and figures stay as they were)
 
     fig = Figure(figsize=(10, 3.6))
@@ -40,22 +41,12 @@ def plot_learning_curve(history: list, path, title: str = "") -> Path:
     population = [m for m in history if m.get("members")]
     ylabel = "mean episode return"
     if population:
-        title = f"{title or 'learning curve'} ({plot_population(ax, population)})"
+        title = f"{title or 'learning curve'} ({plot_population(ax, population, frozen)})"
         from .ranking import rank_key, swept_names
         if swept_names(population[-1]) and rank_key(population[-1]) != "mean_return":
             ylabel = f"{rank_key(population[-1])} (median over seeds)"
     else:
-        keys = list(dict.fromkeys(k for m in history for k in m if k.startswith("return/")))
-        for index, key in enumerate(keys):
-            name = key.split("/", 1)[1]
-            pts = [(s, m[key]) for s, m in zip(steps, history) if key in m and not math.isnan(m[key])]
-            if pts:
-                label = "policy" if name == "shared" and len(keys) == 1 else name
-                ax.plot(*zip(*pts), label=label, color=team_colour(name, index))
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(loc="best")
-        else:
-            ax.text(0.5, 0.5, "no episode ended yet", ha="center", va="center", transform=ax.transAxes, color="0.4")
+        plot_returns(ax, history, frozen)
     ax.set_xlabel("env-steps")
     ax.set_ylabel(ylabel)
     ax.set_title(title or "learning curve")
@@ -74,7 +65,23 @@ def plot_learning_curve(history: list, path, title: str = "") -> Path:
     return path
 
 
-def plot_population(ax, history: list) -> str:
+def plot_returns(ax, history: list, frozen=()) -> None:
+    """A single run's mean return per policy on `ax`, in its team's colour (a policy in `frozen`
+    marked so in the legend); a note where no episode ended yet."""
+    keys = list(dict.fromkeys(k for m in history for k in m if k.startswith("return/")))
+    for index, key in enumerate(keys):
+        name = key.split("/", 1)[1]
+        pts = [(m["env_steps"], m[key]) for m in history if key in m and not math.isnan(m[key])]
+        if pts:
+            label = "policy" if name == "shared" and len(keys) == 1 else name
+            ax.plot(*zip(*pts), label=label + (" (frozen)" if name in frozen else ""), color=team_colour(name, index))
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="best")
+    else:
+        ax.text(0.5, 0.5, "no episode ended yet", ha="center", va="center", transform=ax.transAxes, color="0.4")
+
+
+def plot_population(ax, history: list, frozen=()) -> str:
     """A population's returns on `ax` (`ranking.population_curves`): each curve's median with its
     interquartile band, in its team's colour (without a sweep; each member thin too when there are at
     most 8) or its setting's (tab10, with a sweep). Returns "M members" (", G settings") for the title."""
@@ -88,7 +95,7 @@ def plot_population(ax, history: list) -> str:
         band = ax.fill_between(curve["steps"], curve["q25"], curve["q75"], color=colour, alpha=0.25, linewidth=0)
         (line,) = ax.plot(curve["steps"], curve["median"], color=colour, linewidth=1.8)
         handles.append((band, line))
-        labels.append(curve["label"])
+        labels.append(curve["label"] + (" (frozen)" if curve["team"] in frozen else ""))
         for xs, ys in curve["members"].values():
             ax.plot(xs, ys, color=colour, linewidth=0.6, alpha=0.4)
     if handles:

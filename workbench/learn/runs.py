@@ -390,7 +390,8 @@ def finish_run_folder(trainer, run_dir) -> str:
             write_ranking_csv(rows, run_dir / "ranking.csv")
     if run_dir is not None:
         from .report import plot_learning_curve
-        plot_learning_curve(history, run_dir / "learning_curve.png", f"{config.env} {config.algorithm}")
+        plot_learning_curve(history, run_dir / "learning_curve.png", f"{config.env} {config.algorithm}",
+                            config.frozen)
     return table
 
 
