@@ -17,7 +17,7 @@ import torch
 
 from ..learn import distributed as dist_mod
 from ..extras import require
-from ..learn.metrics import nonfinite_error
+from ..learn.metrics import keep_report, nonfinite_error
 from . import AdapterError
 
 require("lightning", "lightning", "workbench.interop.lightning")
@@ -173,7 +173,7 @@ class RolloutModule(L.LightningModule):
         now = time.perf_counter()
         metrics = trainer.pull_metrics(self._window_steps / max(now - self._window_start, 1e-9), now - self._started)
         self._window_start, self._window_steps = now, 0
-        trainer.history.append(metrics)
+        keep_report(trainer.history, metrics, config.log_every, trainer.M)
         if metrics["nonfinite"]:
             raise nonfinite_error("the loss", trainer.iteration, None, trainer)
         # (NaN where no episode ended in the window: not logged, so the bar keeps the last known value)

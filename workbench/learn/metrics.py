@@ -222,6 +222,30 @@ def env_nonfinite(trainer) -> list:
     return found
 
 
+HISTORY_REPORTS = 2000  # the most reports a run keeps in memory and checkpoints (metrics.csv keeps every one)
+
+
+def keep_report(history: list, report: dict, log_every: int, members: int = 1) -> None:
+    """Append `report` to a run's `history` (in place), which keeps the reports on a grid of iterations
+    that coarsens as the run grows: every (log_every * 2^k)-th, at most HISTORY_REPORTS of them (a
+    population's fewer, HISTORY_REPORTS // members but at least 64: each report holds every member's),
+    with the first report always first and the newest always last. A long run's memory and checkpoints stay bounded, its curve even."""
+    limit = max(64, HISTORY_REPORTS // members)
+
+    def grid(iteration: int) -> int:
+        step = log_every
+        while iteration / step > limit:
+            step *= 2
+        return step
+
+    step = grid(report["iteration"])
+    if len(history) > 1 and history[-1]["iteration"] % step:  # the newest so far, between the grid's points
+        history.pop()
+    if history and (grid(history[-1]["iteration"]) != step or len(history) > limit):  # a coarser grid now
+        history[:] = history[:1] + [r for r in history[1:] if r["iteration"] % step == 0]
+    history.append(report)
+
+
 def append_csv(path: Path, metrics: dict):
     """One row per report (a population's report: one row per member, with its member, seed and swept
     values). Columns keep the header's order; a report with new columns (DDPG's losses once learning

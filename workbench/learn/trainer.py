@@ -33,7 +33,7 @@ from .config_env import check_against_env, check_minibatches, check_rank_by, con
 from .episode_stats import EpisodeStats
 from .iteration_graph import IterationGraph
 from .members import MemberSamples
-from .metrics import Metrics, RateWindow, append_csv, nonfinite_error, weights_finite
+from .metrics import Metrics, RateWindow, append_csv, keep_report, nonfinite_error, weights_finite
 from .policies import ActionHead
 from .report import reached
 from .pretrained import check_policies, load as load_pretrained
@@ -51,7 +51,7 @@ class TrainResult:
     wall_time_s: float
     stopped_by: Literal["budget", "target_return", "callback", "interrupted"]
     metrics: dict
-    history: list = field(default_factory=list)
+    history: list = field(default_factory=list)  # (at most HISTORY_REPORTS, evenly spaced: metrics.keep_report)
     checkpoint: str | None = None
     warmup_s: float = 0.0  # of wall_time_s: iterations that compiled (torch.compile) and captured the CUDA graph
     signal: Literal["SIGINT", "SIGTERM"] | None = None  # what interrupted the run
@@ -319,7 +319,7 @@ class Trainer:
 
     def _report(self, metrics: dict, callbacks: list, run_dir) -> str | None:
         """Record a report, check it, hand it to the callbacks; returns why training stops, if it does."""
-        self.history.append(metrics)
+        keep_report(self.history, metrics, self.config.log_every, self.M)
         if run_dir is not None:
             _write_report(run_dir / "metrics.csv", metrics)
         if metrics.get("nonfinite"):
