@@ -111,6 +111,17 @@ def test_replay_with_a_seed_plays_the_same_episode_and_without_one_others(runs):
     assert wb.replay(split, max_steps=40, dpi=30).frames != wb.replay(split, max_steps=40, dpi=30).frames
 
 
+def test_a_stochastic_replay_with_a_seed_samples_the_same_actions(runs):
+    """Before: the policy's samples came from torch's global stream, so the same seed played other moves."""
+    from workbench.notebook.render import record_episode
+    split, _, _ = runs
+    trainer = load_policy(split, num_envs=4)
+    played = [record_episode(trainer.env, trainer, replicas=[0, 1, 2, 3], seed=s, max_steps=30,
+                             deterministic=False) for s in (3, 3, 4)]
+    actions = [[episode["action"].tolist() for episode in run] for run in played]
+    assert actions[0] == actions[1] and actions[0] != actions[2]
+
+
 @pytest.mark.parametrize("options, words", [
     (dict(max_steps=-3), "max_steps must be an int >= 1"), (dict(max_steps=0), "max_steps must be an int >= 1"),
     (dict(max_frames=0), "max_frames must be an int > 0"), (dict(fps=0), "fps must be a number > 0"),

@@ -331,8 +331,9 @@ def record_episode(env, policy=None, *, replicas=(0,), max_steps: int | None = N
     """Step `env` until every replica in `replicas` finished an episode (or `max_steps` steps) and return
     their trajectories (an episode that ended ends with the state it ended in). policy: None
     (uniformly random actions), a Trainer (its `act`), or a callable `policy(env)` that writes or
-    returns the actions. reset: start new episodes, from `seed` (the same seed, the same starts) or,
-    without one, drawn afresh at each call (reset=False: go on from the env's state). The env is
+    returns the actions. reset: start new episodes, from `seed` (the same seed, the same starts, and a
+    Trainer's same samples when not deterministic) or, without one, drawn afresh at each call
+    (reset=False: go on from the env's state). The env is
     left as it was found (its state, seed, random streams and any recording, such as a panel's), as
     learn.evaluate leaves it: a run continued afterwards is the same run."""
     replicas = [int(r) for r in replicas]
@@ -349,15 +350,18 @@ def record_episode(env, policy=None, *, replicas=(0,), max_steps: int | None = N
     env.recorder, env._detached = None, None  # a recording of its own: the one found is put back untouched
     try:
         recorder = env.record(replicas=replicas, max_steps=limit)
+        episode_seed = (seed if seed is not None
+                        else (env.seed + next(_RECORDINGS) * 0x9E3779B97F4A7C15) & 0x7FFFFFFFFFFFFFFF)
         if reset:
-            env.reset(seed=seed if seed is not None
-                      else (env.seed + next(_RECORDINGS) * 0x9E3779B97F4A7C15) & 0x7FFFFFFFFFFFFFFF)
+            env.reset(seed=episode_seed)
+        import torch  # (the env's: this module draws frames without it)
+        draws = torch.Generator(device=env.device).manual_seed(episode_seed)  # (a stochastic policy's samples)
         finished = np.zeros(len(replicas), dtype=bool)
         for _ in range(limit):
             if policy is None:
                 actions = env.sample_actions()
             elif hasattr(policy, "act"):
-                actions = policy.act(deterministic=deterministic)
+                actions = policy.act(deterministic=deterministic, generator=draws)
             else:
                 actions = policy(env)
             env.step(actions if actions is not None else env.store["action"])
