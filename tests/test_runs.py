@@ -329,3 +329,20 @@ def test_a_long_run_keeps_a_bounded_evenly_spaced_history_and_every_csv_row(tmp_
     trainer, _ = wb.train(config, resume=tmp_path, progress=False, total_env_steps=170 * E * T)
     with (tmp_path / "metrics.csv").open() as fh:  # (kept in place on resume, not rebuilt from the history)
         assert [int(r["iteration"]) for r in csv.DictReader(fh)] == list(range(1, 171))
+
+
+def test_a_run_folder_records_what_it_was_trained_with(runs):
+    """config.yaml ends with the versions, target, device, precision and every env parameter as comments
+    (its config stays portable: "auto" and the parameters set away from defaults); the checkpoint keeps
+    the same record."""
+    import numba
+    split, _, _ = runs
+    text = (split / "config.yaml").read_text()
+    comments = [line for line in text.splitlines() if line.startswith("#")]
+    assert comments[0].startswith("# trained with workbench ") and f"numba {numba.__version__}" in comments[0]
+    assert "on target cpu" in comments[1] and "precision fp32" in comments[1]
+    assert "gravity=9.8" in comments[2] and "max_steps=500" in comments[2]
+    loaded = cfg.load_yaml(split / "config.yaml")  # (the comments are left out)
+    assert (loaded.target, loaded.seed, loaded.env_params) == ("cpu", 4, None)
+    record = torch.load(split / "checkpoint.pt", weights_only=False)["provenance"]
+    assert record["torch"] == torch.__version__ and record["env_params"]["masscart"] == 1.0

@@ -53,6 +53,7 @@ def train(run) -> None:
 
 def _train(run) -> None:
     from workbench.learn.loggers import make_logger
+    from workbench.learn.provenance import write_run_config
     from workbench.learn.runs import finish_run_folder
     from workbench.learn.trainer import make_trainer
     config = run.spec.config
@@ -76,6 +77,8 @@ def _train(run) -> None:
         else:
             run.set_state("compiling")
             run.trainer = make_trainer(config, policies=run.spec.policies, env=_given_env(run, config))
+        if config.run_dir:  # (the trainer's config, env parameters resolved, and its provenance)
+            write_run_config(run.trainer, config.run_dir)
         run.env = run.trainer.env
         run.check_stop()
         run.start_recording()

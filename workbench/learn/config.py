@@ -427,8 +427,9 @@ def load_yaml(path) -> object:
         raise ConfigError(f"{path}: {exc}") from None
 
 
-def save_yaml(config, path) -> None:
-    Path(path).write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
+def save_yaml(config, path, comment: str = "") -> None:
+    """The config as YAML at `path`, then `comment` (lines starting with #, which a load ignores)."""
+    Path(path).write_text(yaml.safe_dump(to_dict(config), sort_keys=False) + comment)
 
 
 def replace(config, **changes):

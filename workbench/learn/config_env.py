@@ -124,10 +124,10 @@ def check_rank_name(owner: str, rank_by: str, ranked: list) -> None:
                       f"(higher ranks first; prefix it with '-' to rank the lowest first, as '-episode_length'){hint}")
 
 
-def _plain(value):
+def plain_value(value):
     """An env parameter's value as YAML writes and reads it (numpy scalars as numbers, tuples as lists)."""
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain_value(v) for v in value]
     return value.tolist() if hasattr(value, "tolist") else value  # (numpy scalars and arrays)
 
 
@@ -172,12 +172,12 @@ def config_for_env(config, env):
         if key not in params:
             raise ConfigError(f"{name}.env_params names {key!r}, which env {env_name!r} does not take; its "
                               f"parameters are {sorted(params)}{did_you_mean(key, params, repr)}")
-        if _plain(params[key]) != _plain(value):
+        if plain_value(params[key]) != plain_value(value):
             raise ConfigError(f"{name}.env_params[{key!r}] is {value!r} but the env passed in was made with "
                               f"{key}={params[key]!r}: make them agree (make the env with {key}={value!r}, or drop "
                               f"{key!r} from env_params: the trainer records the env's own)")
-    made = {k: _plain(v) for k, v in params.items()
-            if k not in asked and (k not in defaults or _plain(defaults[k]) != _plain(v))}
+    made = {k: plain_value(v) for k, v in params.items()
+            if k not in asked and (k not in defaults or plain_value(defaults[k]) != plain_value(v))}
     return replace(config, env_params={**asked, **made}) if made else config
 
 

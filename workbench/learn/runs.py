@@ -278,6 +278,7 @@ def _train_in_folder(config, resume, progress, policies, show_run_folder, callba
     from .loggers import check_logger, compose, make_logger
     from .progress import ProgressBar
     from .metrics import keep_rows_upto, write_reports
+    from .provenance import write_run_config
     from .trainer import make_trainer
     from .config_env import compile_notice
 
@@ -294,7 +295,7 @@ def _train_in_folder(config, resume, progress, policies, show_run_folder, callba
     run_dir = Path(config.run_dir) if config.run_dir else None
     if run_dir is not None and trainer.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
-        cfg.save_yaml(trainer.config, run_dir / "config.yaml")  # (with the env's parameters set away from defaults)
+        write_run_config(trainer, run_dir)  # (with the env's parameters set away from defaults, then provenance)
         _keep_env_source(trainer.env.definition, run_dir)
         if resume and Path(resume).parent.resolve() != run_dir.resolve() and Path(resume).name == "checkpoint.pt":
             keep_rows_upto(Path(resume).parent / "metrics.csv", run_dir / "metrics.csv", trainer.iteration)
@@ -461,6 +462,7 @@ def export_member(run_or_checkpoint, member="best", path=None):
     from . import checkpoint as ckpt
     from .metrics import write_reports
     from .population import member_payload
+    from .provenance import as_comment
     source, payload = load_checkpoint(run_or_checkpoint)
     single = member_payload(payload, member)
     for key in ("format", "version"):
@@ -480,7 +482,7 @@ def export_member(run_or_checkpoint, member="best", path=None):
     folder.mkdir(parents=True, exist_ok=True)
     config = cfg.replace(ckpt.stored_config(single), run_dir=str(folder))
     single["config"] = cfg.to_dict(config)
-    cfg.save_yaml(config, folder / "config.yaml")
+    cfg.save_yaml(config, folder / "config.yaml", as_comment(single["provenance"]) if single.get("provenance") else "")
     for name in set(SOURCE_FILES.values()):
         if (source.parent / name).is_file():
             (folder / name).write_text((source.parent / name).read_text())

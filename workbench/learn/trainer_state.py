@@ -13,6 +13,7 @@ from . import checkpoint as ckpt
 from . import config as cfg
 from . import distributed as dist_mod
 from . import population, threads
+from .provenance import provenance
 from .learners import hidden_activation
 from .algorithms import ddpg
 from .members import MemberAdam
@@ -90,6 +91,7 @@ def state(tr) -> dict:
         **rank_state(tr),  # (the env's state and seed, DDPG's replay)
         "env_source": registry.stored(tr.env.definition),  # None for a shipped env
         "env_digest": registry.source_digest(tr.env.definition),
+        "provenance": provenance(tr),
         "population": ({"members": tr.M, "layout": population.stacked_layout(tr.models),
                         "replicas_per_member": tr.E_member} if tr.M > 1 else None),
     }
