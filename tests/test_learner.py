@@ -545,6 +545,20 @@ def test_thread_counts_are_chosen_by_measurement(monkeypatch):
     assert threads.configure(0, env_step, learner_pass)["how"] == "environment variables" and chosen == {"learner": 1}
 
 
+def test_torch_keeps_its_count_from_the_environment_beside_numba_s_own():
+    """Before: NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=2 left torch on one thread (numba's OpenMP pool, started
+    after torch's count was set, set the shared runtime to its own) beside MKL's two: 5x slower, and
+    the checkpoint recorded learner 1."""
+    import subprocess
+    import sys
+    code = ("import torch, workbench as wb; t = wb.make_trainer(wb.PPOConfig(env='cartpole', num_envs=8, "
+            "rollout_length=8, target='cpu')); t.train(num_iterations=1); "
+            "print(t.threads['env'], t.threads['learner'], torch.get_num_threads())")
+    env = {**os.environ, "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "2"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.stdout.split() == ["1", "2", "2"], out.stderr[-2000:]
+
+
 def test_initial_weights_do_not_depend_on_the_thread_count():
     """A trainer sets torch's thread count after building its models: one seed must start from the same
     weights whatever the count was (orthogonal init's QR rounds by it), or a process's first trainer

@@ -119,9 +119,12 @@ def configure(requested: int, env_step, learner_pass, key=None) -> dict:
         torch_threads = next((n for v in TORCH_VARIABLES if (n := _first_count(os.environ.get(v, "")))), None)
         if not os.environ.get("NUMBA_NUM_THREADS") and torch_threads:
             _set_numba(torch_threads)
-        if torch_threads:  # (numba's OpenMP pool, when it starts, sets the runtime torch shares to its own count)
+        # numba's OpenMP pool, when it starts (on this first call), sets the OpenMP runtime torch shares to
+        # its own count: torch's count is set after it, or torch would run one thread beside MKL's two
+        env_threads = numba.get_num_threads()
+        if torch_threads:
             torch.set_num_threads(torch_threads)
-        return {"env": numba.get_num_threads(), "learner": torch.get_num_threads(), "how": "environment variables"}
+        return {"env": env_threads, "learner": torch.get_num_threads(), "how": "environment variables"}
     if cores <= 2:  # (measured, not timed here: see the module's docstring)
         _set_numba(1)
         torch.set_num_threads(1)
