@@ -7,6 +7,7 @@ is reached, extrapolated from the recent slope of the mean return.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections import deque
 
@@ -23,8 +24,13 @@ class ProgressBar:
         # out, and "to target" says how long
         fmt = ("{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {rate_fmt}{postfix}]" if target_return is not None
                else None)
+        # written to a file (a job's log, nohup) rather than a terminal or a notebook: a line every 30 s,
+        # not ten a second (25 MB over a night)
+        stream = file if file is not None else sys.stderr
+        notebook = any(cls.__module__ == "tqdm.notebook" for cls in tqdm.__mro__)
+        to_log = not notebook and not getattr(stream, "isatty", lambda: False)()
         self.bar = tqdm(total=total_iterations, initial=start_iteration, desc=desc, unit="it", file=file,
-                        dynamic_ncols=True, leave=True, bar_format=fmt)
+                        dynamic_ncols=True, leave=True, bar_format=fmt, mininterval=30.0 if to_log else 0.1)
         self.last_iteration = start_iteration
         self.target = target_return
         self.frozen = tuple(frozen)  # (policies that do not learn: the target waits for the others)
