@@ -346,3 +346,12 @@ def test_a_run_folder_records_what_it_was_trained_with(runs):
     assert (loaded.target, loaded.seed, loaded.env_params) == ("cpu", 4, None)
     record = torch.load(split / "checkpoint.pt", weights_only=False)["provenance"]
     assert record["torch"] == torch.__version__ and record["env_params"]["masscart"] == 1.0
+
+
+def test_the_summary_of_a_resumed_run_says_where_its_time_counts_from(tmp_path, capsys):
+    """Before: "after 4 iterations ... 0.1 s of training" counted the run's iterations and this process's time."""
+    first = make_trainer(_config(tmp_path))
+    first.train(num_iterations=2)
+    assert cli.main(["train", "--resume", str(tmp_path)]) == 0
+    summary = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("stopped by budget"))
+    assert "after 4 iterations" in summary and "s of training since the resume at iteration 2 (" in summary

@@ -331,6 +331,7 @@ def _train_in_folder(config, resume, progress, policies, show_run_folder, callba
             f"{5 * FEW_UPDATES}) or lower num_envs")
     logger = make_logger(config, run_dir) if trainer.is_main else None
     bar = ProgressBar.for_trainer(trainer) if shows_progress(progress, config) and trainer.is_main else None
+    resumed_at = trainer.iteration  # (0 for a new run)
     try:
         result = trainer.train(callback=compose(bar, logger, callback))
     finally:
@@ -352,7 +353,8 @@ def _train_in_folder(config, resume, progress, policies, show_run_folder, callba
     stopped = "interrupted" if result.stopped_by == "interrupted" else f"stopped by {result.stopped_by}"
     steps = f"{result.env_steps / 1e6:.2f} M" if result.env_steps >= 100_000 else f"{result.env_steps}"
     say(f"{stopped} after {result.iterations} iterations, {steps} "
-        f"env-steps, {training_s:.{2 if training_s < 10 else 1}f} s of training (env compile {compile_s:.1f} s "
+        f"env-steps, {training_s:.{2 if training_s < 10 else 1}f} s of training"
+        + (f" since the resume at iteration {resumed_at}" if resumed_at else "") + f" (env compile {compile_s:.1f} s "
         + (f"and {warmup} {result.warmup_s:.1f} s " if result.warmup_s else "")
         + "apart); " + (outcome or "no episode ended"))
     if trainer.is_main:
