@@ -280,7 +280,7 @@ def test_ddpg_plays_a_scripted_actor_without_parameters_when_frozen(probe_env):
 @gpu_only
 def test_scripted_and_frozen_ddpg_policies_replay_from_cuda_graphs(probe_env):
     env = wb.make("tag_grid", num_envs=64, target="cuda", **GRID)
-    trainer = wb.Trainer(env, grid_config(target="cuda", num_envs=64, frozen=["taggers"]),
+    trainer = wb.Trainer(env, grid_config(target="cuda", num_envs=64, frozen=["taggers"], total_env_steps=64 * 8 * 4),
                          policies={"taggers": [0], "runners": [1, 2]}, models={"taggers": Chaser()})
     trainer.train(num_iterations=4)
     assert trainer.graph.state == "replay" and trainer.optimizers["taggers"].fused is None
