@@ -150,6 +150,9 @@ def test_live_plot_of_teams_and_of_rollouts_alone():
     assert plot.lines["return/taggers"].get_color() == plot.lines["policy_loss/taggers"].get_color() == "tab:red"
     assert plot.lines["return/runners"].get_color() == "tab:blue"
     assert plot.lines["other:run 1:taggers"].axes is plot.axes["return"]
+    plot.render(history, frozen=("runners",))  # (a fixed opponent is marked in the legend)
+    assert plot.lines["return/runners"].get_label() == "runners (frozen)"
+    assert plot.lines["return/taggers"].get_label() == "taggers"
     assert plot.axes["rate"].get_title() == "throughput (M env-steps/s)"
     rollouts = LivePlot()
     rollouts.render([{"iteration": 1, "env_steps": 10, "env_steps_per_s": 5.0, "return/policy": 1.0}])

@@ -77,7 +77,8 @@ class RunCurves:
             label, history = others.pop()
         target = runner.spec.config.target_return if runner is not None else None
         return self.plot.render(history, message, target_return=target, others=others, label=label,
-                                warmup_steps=warmup_steps(runner) if runner is not None and runner.history else None)
+                                warmup_steps=warmup_steps(runner) if runner is not None and runner.history else None,
+                                frozen=runner.spec.config.frozen if runner is not None else ())
 
     def label_of(self, runner) -> str | None:
         """The label of `runner`'s entry (None when it has none)."""

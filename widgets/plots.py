@@ -136,8 +136,9 @@ class LivePlot:
         return self.lines[key]
 
     def render(self, history: list, message: str = "", target_return: float | None = None, others=(),
-               label: str | None = None, warmup_steps: float | None = None) -> bytes:
-        """label: the run's name in the legend (its run folder's); warmup_steps: rollouts of a fixed
+               label: str | None = None, warmup_steps: float | None = None, frozen=()) -> bytes:
+        """label: the run's name in the legend (its run folder's); frozen: the policies that do not
+        learn (marked so in the legend); warmup_steps: rollouts of a fixed
         policy (None: training), whose return axis says its points are per window and shades the
         env-steps before every replica ran an episode's step limit (warmup_steps; 0: no limit), where
         only the episodes shorter than the steps so far have ended."""
@@ -155,10 +156,10 @@ class LivePlot:
         colours = {p: policy_colour(p, i) for i, p in enumerate(policies)}
         population = [m for m in history if m.get("members")]
         self._drop("pop:" if not population else ("pop:", "return/"))  # what an earlier run drew
-        bands = self._population(population, label) if population else []
+        bands = self._population(population, label, frozen) if population else []
         for p in policies if not population else ():
-            self._line("return", f"return/{p}", colours[p], policy_label(p, policies, label)).set_data(
-                *_series(history, f"return/{p}"))
+            name = policy_label(p, policies, label) + (" (frozen)" if p in frozen else "")
+            self._line("return", f"return/{p}", colours[p], name).set_data(*_series(history, f"return/{p}"))
         for key in keys:
             kind, _, policy = key.partition("/")
             if kind in LOSS_KEYS and policy in colours:
@@ -244,7 +245,7 @@ class LivePlot:
         for key in [k for k in self.lines if k.startswith(prefixes)]:
             self.lines.pop(key).remove()
 
-    def _population(self, history: list, label: str | None) -> list:
+    def _population(self, history: list, label: str | None, frozen=()) -> list:
         """Draw a population's returns (`ranking.population_curves` of its reports) on the return
         axis: per curve (a policy's, or a sweep setting's) the median line over the members and
         the interquartile band, each member thin (without a sweep, at most 8 members). Returns
@@ -257,7 +258,8 @@ class LivePlot:
             colour = team_colour(curve["team"], i) if curve["team"] is not None else tab10[i % len(tab10)]
             band = ax.fill_between(curve["steps"], curve["q25"], curve["q75"], color=colour, alpha=0.25, linewidth=0)
             self.lines[f"pop:band:{i}"] = band
-            name = f"{label}: {curve['label']}" if label else curve["label"]
+            name = (f"{label}: {curve['label']}" if label else curve["label"]) + (
+                " (frozen)" if curve["team"] in frozen else "")
             median = self._line("return", f"pop:median:{i}", colour, name, lw=1.8)
             median.set_data(curve["steps"], curve["median"])
             for k, (xs, ys) in curve["members"].items():

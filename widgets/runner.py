@@ -32,6 +32,7 @@ from pathlib import Path
 from workbench.learn import config as cfg
 from workbench.learn import population
 from workbench.learn.config import ConfigError
+from workbench.learn.metrics import keep_report
 
 from . import jobs
 from .runfiles import append_csv, default_run_dir, read_run  # noqa: F401 - importable from here too
@@ -256,8 +257,10 @@ class Runner:
             raise StopRequested()
 
     def report(self, metrics: dict) -> None:
-        """Add a metrics row to the history and tell on_metrics."""
-        self.history.append(metrics)
+        """Add a metrics row to the history (a long run's thinned as the trainer's: keep_report) and
+        tell on_metrics."""
+        members = self.trainer.M if self.trainer is not None else 1
+        keep_report(self.history, metrics, self.spec.config.log_every, members)
         if self.on_metrics is not None:
             self.on_metrics(metrics)
 
