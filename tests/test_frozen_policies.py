@@ -238,6 +238,7 @@ def test_a_scripted_policy_without_parameters_plays_when_frozen_and_its_run_resu
     env = wb.make("tag_grid", num_envs=8, target="cpu", **GRID)
     policies = {"taggers": [0], "runners": [1, 2]}
     trainer = wb.Trainer(env, grid_config(frozen=["taggers"]), policies=policies, models={"taggers": Chaser()})
+    assert trainer.pretrained == ["policy 'taggers' is frozen as given (a model of your own)"]
     result = trainer.train(num_iterations=2)
     rollout = trainer.buffers["taggers"]
     logits, _ = Chaser()(rollout.obs.reshape(-1, 6))

@@ -44,20 +44,83 @@ def member_adam(tr, model, lr_name: str, members: int | None = None):
 
 
 def check_model(tr, name, model, out_dim):
-    """A clear error when a model's action output does not fit the env's action space, or when it has
-    nothing to train."""
+    """A clear error where a model breaks the contract (policies.py's docstring): nothing to train,
+    a forward that fails on observations [N, O] float32, an output other than (head_out [N, out_dim],
+    value [N]) (a DDPG actor's: actions [N, out_dim]; a centralised critic's actor: head_out), a
+    `value` attribute that is not the value function. The probe runs in eval mode: it leaves the
+    model's buffers (BatchNorm's statistics) as they were."""
     if name not in tr.frozen and not any(p.requires_grad for p in model.parameters()):
         which = "trainable parameters (requires_grad is False for every one)" if any(
             True for _ in model.parameters()) else "parameters (a scripted policy)"
         raise PolicyMapError(f"policy '{name}': the model has no {which}, and the policy is trained: list it in "
                              f"frozen to play it without learning, or give it trainable parameters")
-    with torch.no_grad():
-        obs = torch.zeros(2 * member_count(model), tr.obs_dim, device=tr.device)
-        out = model.actor(obs) if isinstance(model, CentralisedActorCritic) else model(obs)
-    head_out = out[0] if isinstance(out, tuple) else out
-    if head_out.shape[-1] != out_dim:
-        raise PolicyMapError(f"policy '{name}': the model's action output has {head_out.shape[-1]} units, "
+    rows = 3 * member_count(model)
+    obs = torch.zeros(rows, tr.obs_dim, device=tr.device)
+    central = isinstance(model, CentralisedActorCritic)
+    pair = not (central or isinstance(model, DeterministicActor) or tr.algorithm == "ddpg")
+    contract = ("forward(obs [N, O]) -> (head_out [N, K], value [N])" if pair else
+                "actor(obs [N, O]) -> head_out [N, K]" if central else "forward(obs [N, O]) -> actions [N, d]")
+    # (compiled.value_step calls model.value(obs) where the model has one: the rollout's last values)
+    value_method = pair and hasattr(model, "value")
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model.actor(obs) if central else model(obs)
+            value = model.value(obs) if value_method else None
+    except Exception as exc:  # noqa: BLE001 - any failure of the user's code, named with what it was given
+        called = f"{contract}, and value(obs) -> [N] where the model has a `value` attribute" if value_method \
+            else contract
+        raise PolicyMapError(f"policy '{name}': the model failed on observations [{rows}, {tr.obs_dim}] float32 on "
+                             f"{tr.device} ({type(exc).__name__}: {str(exc)[:300]}); the trainer calls {called}, "
+                             f"with O the observation's {tuple(tr.env.obs_shape)} flattened (C order) and float32 "
+                             f"parameters") from None
+    finally:
+        model.train(training)
+    if pair:
+        if not (isinstance(out, (tuple, list)) and len(out) == 2):
+            got = f"a {type(out).__name__} of {len(out)}" if isinstance(out, (tuple, list)) else type(out).__name__
+            raise PolicyMapError(f"policy '{name}': the model returned {got}; the trainer calls {contract}")
+        out, pair_value = out
+        value = pair_value if value is None else value
+        where = "model.value(obs)" if value is not pair_value else "the value"
+        if not isinstance(value, torch.Tensor) or tuple(value.shape) != (rows,):
+            shape = list(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+            fix = " (value.squeeze(-1))" if isinstance(value, torch.Tensor) and tuple(value.shape) == (rows, 1) else ""
+            raise PolicyMapError(f"policy '{name}': {where} is {shape} for {rows} observations, not [{rows}]{fix}: a "
+                                 f"[N, 1] value would broadcast against the returns in the loss"
+                                 + (" (a model's `value` attribute is called as the value function: rename it "
+                                    "if it is a layer)" if where != "the value" else ""))
+    if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[0] != rows:
+        shape = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise PolicyMapError(f"policy '{name}': the model's action output is {shape} for {rows} observations, not "
+                             f"[{rows}, {out_dim}]; the trainer calls {contract}")
+    if out.shape[-1] != out_dim:
+        raise PolicyMapError(f"policy '{name}': the model's action output has {out.shape[-1]} units, "
                              f"the env's action space {tr.env.action_space} needs {out_dim}")
+
+
+def check_critic(tr, name, critic, act_dim):
+    """A clear error where a DDPG critic's Q(obs [N, O], actions [N, d]) is not [N] (a [N, 1] Q would
+    broadcast against the targets in the loss)."""
+    rows = 3 * member_count(critic)
+    obs, actions = torch.zeros(rows, tr.obs_dim, device=tr.device), torch.zeros(rows, act_dim, device=tr.device)
+    training = critic.training
+    critic.eval()
+    try:
+        with torch.no_grad():
+            q = critic(obs, actions)
+    except Exception as exc:  # noqa: BLE001 - any failure of the user's code, named with what it was given
+        raise PolicyMapError(f"policy '{name}': the critic failed on observations [{rows}, {tr.obs_dim}] and "
+                             f"actions [{rows}, {act_dim}] float32 ({type(exc).__name__}: {str(exc)[:300]}); DDPG calls "
+                             f"critic(obs [N, O], actions [N, d]) -> Q [N]") from None
+    finally:
+        critic.train(training)
+    if not isinstance(q, torch.Tensor) or tuple(q.shape) != (rows,):
+        shape = list(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
+        raise PolicyMapError(f"policy '{name}': the critic's Q is {shape} for {rows} transitions, not [{rows}]"
+                             + (" (q.squeeze(-1))" if shape == [rows, 1] else "") + ": DDPG calls critic(obs [N, O], "
+                             "actions [N, d]) -> Q [N]; a [N, 1] Q would broadcast against the targets in the loss")
 
 
 def hidden_activation(config) -> str:
@@ -122,6 +185,9 @@ def build_on_policy(tr, g, model):
         raise PolicyMapError(f"policy '{g.name}' has a centralised critic: its model must be a "
                              f"CentralisedActorCritic (actor(obs), values(state) -> [E, n])")
     model = model.to(tr.device)
+    if isinstance(getattr(model, "head", None), torch.nn.Module):
+        raise PolicyMapError(f"policy '{g.name}': the model has a submodule named `head`, the name the trainer gives "
+                             f"the env's ActionHead (model.head, which samples and scores actions): rename it")
     model.head = head
     check_model(tr, g.name, model, head.out_dim)
     # A single run steps with a MemberAdam of one member too: torch Adam's first step imports
@@ -151,8 +217,13 @@ def build_ddpg(tr, g, agent):
     (a population's: stacked agents, per-member optimisers and one replay ring per member; a frozen
     policy's: its exploration noise alone)."""
     act_dim = tr.head.out_dim
+    if agent is not None and not isinstance(agent, ddpg.DDPGAgent):
+        raise PolicyMapError(f"policy '{g.name}': DDPG's model is a workbench.learn.algorithms.ddpg.DDPGAgent(actor, "
+                             f"critic), actor(obs [N, O]) -> actions [N, d] in the action space's bounds and "
+                             f"critic(obs, actions) -> Q [N]; got a {type(agent).__name__}")
     agent = (agent or default_ddpg_agent(tr)).to(tr.device)
     check_model(tr, g.name, agent.actor, act_dim)
+    check_critic(tr, g.name, agent.critic, act_dim)
     nets = ((agent.actor, "actor_lr"), (agent.critic, "critic_lr"))
     if tr.M > 1 or not all(any(True for _ in net.parameters()) for net, _ in nets):
         # (torch Adam refuses a net without parameters: a frozen policy's scripted actor)

@@ -1,9 +1,11 @@
 """Policies: an MLP body with a value head and an action head matching the env's action space.
 
 Any torch.nn.Module can stand in for the default (PPO, A2C): `forward(obs [N, O]) -> (head_out, value
-[N])` where head_out is logits [N, K] (Discrete), [N, sum(nvec)] (MultiDiscrete) or means [N, d] (Box);
-`head`, the ActionHead the algorithms sample and score with; and for a Box, a learned `log_std` [d]
-(read as None when absent: a fixed std of 1).
+[N])` (O: the observation flattened, C order, float32) where head_out is logits [N, K] (Discrete),
+[N, sum(nvec)] (MultiDiscrete) or means [N, d] (Box); for a Box, a learned `log_std` [d] (read as None
+when absent: a fixed std of 1); where present, `value(obs) -> [N]` (the rollout's last values). The
+trainer sets `head`, the ActionHead the algorithms sample and score with, and checks the rest when it
+is built (learners.check_model).
 """
 from __future__ import annotations
 
@@ -197,6 +199,8 @@ class ActionHead:
         if self.kind == "multi":
             gumbel = out - torch.log(-torch.log(noise))
             return torch.stack([g.argmax(-1) for g in gumbel.split(self.splits, dim=-1)], dim=-1)
+        if log_std is None:  # (a model without log_std: a fixed std of 1)
+            return out + noise
         return out + member_log_std(log_std, out.shape[0]).exp() * noise
 
     def mode(self, out):
@@ -233,7 +237,7 @@ class ActionHead:
                 total_lp = total_lp + logp.gather(-1, actions[:, i].long().reshape(-1, 1)).squeeze(-1)
                 total_ent = total_ent - (logp.exp() * logp).sum(-1)
             return total_lp, total_ent
-        log_std = member_log_std(log_std, out.shape[0])
+        log_std = out.new_zeros(out.shape[-1]) if log_std is None else member_log_std(log_std, out.shape[0])
         var = torch.exp(2 * log_std)
         logp = -((actions - out) ** 2) / (2 * var) - log_std - 0.5 * math.log(2 * math.pi)
         entropy = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).expand_as(out)

@@ -125,12 +125,21 @@ def load(tr) -> list:
                             **({"member": k} if k is not None else {})}
         lines.append(f"policy {policy!r} starts from {source.policy!r} of {path}{member}"
                      + (" (frozen)" if policy in tr.config.frozen else ""))
-    lines += [f"policy {name!r} is frozen at its initial weights (seed {tr.config.seed}); init_from={{{name}: RUN}} "
-              f"would start it from a trained run" for name in tr.config.frozen if name not in resolved]
+    lines += [(f"policy {name!r} is frozen at its initial weights (seed {tr.config.seed}); init_from={{{name}: RUN}} "
+               f"would start it from a trained run" if _default_network(tr.models[name]) else
+               f"policy {name!r} is frozen as given (a model of your own)")
+              for name in tr.config.frozen if name not in resolved]
     if resolved:  # (what config.yaml and the checkpoint keep: the exact source, wherever the run is read)
         tr.config = replace(tr.config, init_from=resolved)
         tr.refresh_rollout_copies()
     return lines
+
+
+def _default_network(model) -> bool:
+    """Whether `model` (a DDPG agent's actor) is one of the default networks (policies.py's), not a user's."""
+    from . import policies
+    from .algorithms.ddpg import DDPGAgent
+    return type(model.actor if isinstance(model, DDPGAgent) else model).__module__ == policies.__name__
 
 
 def _check_fits(tr, policy: str, theirs: dict, source: Source, where: str, path) -> None:

@@ -263,17 +263,18 @@ def shows_progress(progress: bool | None, config) -> bool:
     return progress if progress is not None else config.progress is not False
 
 
-def run_training(config, *, resume=None, progress=None, policies=None, show_run_folder: bool = True, callback=None):
+def run_training(config, *, resume=None, progress=None, policies=None, show_run_folder: bool = True, callback=None,
+                 models=None):
     """Train per `config`, writing its run folder (held by this process meanwhile: run_lock); returns
     (trainer, result), on every rank of a distributed run once rank 0 has written the whole folder.
     `resume` is a checkpoint to continue from; one outside config.run_dir forks its run into run_dir.
     show_run_folder: print what the run folder holds at the end. callback(iteration, metrics): as
     Trainer.train's (False stops the run, its checkpoint kept)."""
     with run_lock.training_in(config.run_dir):
-        return _train_in_folder(config, resume, progress, policies, show_run_folder, callback)
+        return _train_in_folder(config, resume, progress, policies, show_run_folder, callback, models)
 
 
-def _train_in_folder(config, resume, progress, policies, show_run_folder, callback):
+def _train_in_folder(config, resume, progress, policies, show_run_folder, callback, models):
     from . import checkpoint as ckpt_mod
     from .loggers import check_logger, compose, make_logger
     from .progress import ProgressBar
@@ -288,7 +289,7 @@ def _train_in_folder(config, resume, progress, policies, show_run_folder, callba
     check_logger(config)  # a missing extra named now, not after the env's compile
     if os.environ.get("RANK", "0") == "0" and (notice := compile_notice(config)):
         print(notice, flush=True)
-    trainer = make_trainer(config, policies=policies, pretrained=not resume)  # (a resume restores its own)
+    trainer = make_trainer(config, policies=policies, models=models, pretrained=not resume)  # (a resume: its own)
     compile_s = time.perf_counter() - start
     if resume:
         trainer.load(resume)
@@ -403,7 +404,8 @@ def finish_run_folder(trainer, run_dir) -> str:
     return table
 
 
-def train(config=None, *, resume=None, progress: bool | None = None, policies=None, callback=None, **changes):
+def train(config=None, *, resume=None, progress: bool | None = None, policies=None, models=None, callback=None,
+          **changes):
     """Train from Python as `python -m workbench train` does: `config` is a config, a YAML file, a
     shipped config's name ("cartpole") or the name of a registered env without a config (trained with
     default_config's choices), `changes` override its fields (num_envs=..., seed=...), and
@@ -413,22 +415,25 @@ def train(config=None, *, resume=None, progress: bool | None = None, policies=No
     total_env_steps outruns a target_return the run had reached. `callback(iteration, metrics)`
     returning False stops the run (its checkpoint kept, so `resume` continues it). Ctrl-C stops it
     after the iteration, saves the checkpoint and raises KeyboardInterrupt; SIGTERM the same, then
-    ends the process. Returns (trainer, TrainResult).
+    ends the process. Returns (trainer, TrainResult). models: {policy: nn.Module} replacing default
+    MLPs (a resume of such a run takes the same classes again).
     `Trainer.train` alone writes only where run_dir says."""
     if isinstance(config, (str, Path)):
         config = load_config(str(config), changes.get("algorithm"))
     config, checkpoint = run_config(config, resume=resume, changes=changes)
-    trainer, result = run_training(config, resume=checkpoint, progress=progress, policies=policies, callback=callback)
+    trainer, result = run_training(config, resume=checkpoint, progress=progress, policies=policies, callback=callback,
+                                   models=models)
     interrupts.pass_on(result, f"continue with wb.train(resume={config.run_dir!r})")  # (a script stops as asked)
     return trainer, result
 
 
 def load_policy(run_or_checkpoint, *, num_envs: int = 1, target: str | None = None, seed: int | None = None,
-                member=None, env_params: dict | None = None):
+                member=None, env_params: dict | None = None, models=None):
     """A Trainer holding the trained policies of a run, on a fresh env of `num_envs` replicas (with
     `env_params` changing the run's env parameters, as long as agents, observations and actions stay).
     For a population's run: those of `member` (an index, or "best", the default), which the trainer's
-    `member_label` names ("member 6 of 8 (the best by return), seed 6, lr=0.003"; None for a single run)."""
+    `member_label` names ("member 6 of 8 (the best by return), seed 6, lr=0.003"; None for a single run).
+    models: {policy: nn.Module} of a run trained with models of its own (the same classes, untrained)."""
     from . import checkpoint as ckpt, population, trainer_state
     from .config_env import played_env_params
     from .trainer import make_trainer
@@ -442,7 +447,7 @@ def load_policy(run_or_checkpoint, *, num_envs: int = 1, target: str | None = No
     config = cfg.replace(config, num_envs=num_envs, run_dir=None, target=target or config.target,
                          seed=config.seed if seed is None else seed, env_params=played_env_params(
                              config, env_params, payload["signature"], f"env_params={env_params!r}", "load_policy"))
-    trainer = make_trainer(config, policies=payload["signature"]["policies"], pretrained=False)
+    trainer = make_trainer(config, policies=payload["signature"]["policies"], models=models, pretrained=False)
     trainer_state.restore(trainer, payload, path, restore_env=False)
     trainer.member_label = population.member_label(payload["member_of"]) if payload.get("member_of") else None
     return trainer

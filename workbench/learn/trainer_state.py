@@ -64,8 +64,9 @@ def check_shapes(tr, saved_models: dict, path):
             raise ckpt.CheckpointError(
                 f"checkpoint {str(path)!r}: policy {name!r} parameter {key!r} is {theirs} there and {mine} in "
                 f"this trainer: another network; build the trainer with the checkpoint's hidden_sizes, "
-                f"shared_body, centralised_critic and model as in its config "
-                f"(torch.load(path, weights_only=False)['config'])")
+                f"shared_body and centralised_critic (torch.load(path, weights_only=False)['config']), or, for "
+                f"a run of a model of your own, pass the same models= again (wb.load_policy, wb.replay, "
+                f"wb.train(resume=...), Trainer)")
 
 
 def _optimizers(tr):

@@ -395,17 +395,17 @@ def record_policy_animation(trainer, path, *, replica: int = 0, fps: float | Non
 
 def replay(run_or_checkpoint, *, replica: int = 0, num_envs: int = 1, mp4=None, html=None, target: str | None = None,
            seed: int | None = None, deterministic: bool = True, max_steps: int | None = None, fps: float | None = None,
-           member=None, env_params: dict | None = None, **kwargs):
+           member=None, env_params: dict | None = None, models=None, **kwargs):
     """Load a run's trained policy, play one episode of `replica` and return its Animation
     (displayed by a notebook); also written as mp4 to `mp4` and as an HTML player to `html` if given.
     seed: the episode's starts (the same seed, the same episode; None: drawn afresh at each call).
     member: of a population's run, the member to replay (an index, or "best", the default).
     env_params: changes of the run's env parameters (a longer episode, other speeds), keeping its
-    agents, observations and actions. Extra keyword arguments go to the Animation (dpi, max_frames, embed_limit_mb)."""
+    agents, observations and actions. models: a run's own policy models (as load_policy). Extra keyword arguments go to the Animation (dpi, max_frames, embed_limit_mb)."""
     from ..learn.runs import load_policy
     _check_replay(replica, num_envs, mp4, max_steps)  # (before the run's env is compiled)
     trainer = load_policy(run_or_checkpoint, num_envs=max(num_envs, replica + 1), target=target, seed=seed,
-                          member=member, env_params=env_params)
+                          member=member, env_params=env_params, models=models)
     episodes = record_episode(trainer.env, trainer, replicas=[replica], max_steps=max_steps,
                               deterministic=deterministic, seed=seed)
     episodes[0]["member"] = trainer.member_label  # (the title names a population's member)
