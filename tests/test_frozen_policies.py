@@ -272,7 +272,8 @@ def test_ddpg_plays_a_scripted_actor_without_parameters_when_frozen(probe_env):
                            total_env_steps=4 * 2 * 4, policies={"first": [0], "others": [1, 2]}, frozen=["first"],
                            exploration_noise=0.0)
     env = wb.make("probe_frozen", num_envs=4, target="cpu")
-    trainer = wb.Trainer(env, config, policies=config.policies, models={"first": DDPGAgent(Still(), QCritic(4, 2, (8,)))})
+    trainer = wb.Trainer(env, config, policies=config.policies,
+                         models={"first": DDPGAgent(Still(), QCritic(4, 2, (8,)))})
     result = trainer.train()
     assert torch.equal(env.store["action"][:, 0], torch.zeros_like(env.store["action"][:, 0]))
     assert "critic_loss/others" in result.metrics and "critic_loss/first" not in result.metrics
@@ -281,7 +282,8 @@ def test_ddpg_plays_a_scripted_actor_without_parameters_when_frozen(probe_env):
 @gpu_only
 def test_scripted_and_frozen_ddpg_policies_replay_from_cuda_graphs(probe_env):
     env = wb.make("tag_grid", num_envs=64, target="cuda", **GRID)
-    trainer = wb.Trainer(env, grid_config(target="cuda", num_envs=64, frozen=["taggers"], total_env_steps=64 * 8 * 4),
+    trainer = wb.Trainer(env, grid_config(target="cuda", num_envs=64, frozen=["taggers"],
+                                          total_env_steps=64 * 8 * 4),
                          policies={"taggers": [0], "runners": [1, 2]}, models={"taggers": Chaser()})
     trainer.train(num_iterations=4)
     assert trainer.graph.state == "replay" and trainer.optimizers["taggers"].fused is None

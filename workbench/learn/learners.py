@@ -112,8 +112,8 @@ def check_critic(tr, name, critic, act_dim):
             q = critic(obs, actions)
     except Exception as exc:  # noqa: BLE001 - any failure of the user's code, named with what it was given
         raise PolicyMapError(f"policy '{name}': the critic failed on observations [{rows}, {tr.obs_dim}] and "
-                             f"actions [{rows}, {act_dim}] float32 ({type(exc).__name__}: {str(exc)[:300]}); DDPG calls "
-                             f"critic(obs [N, O], actions [N, d]) -> Q [N]") from None
+                             f"actions [{rows}, {act_dim}] float32 ({type(exc).__name__}: {str(exc)[:300]}); DDPG "
+                             f"calls critic(obs [N, O], actions [N, d]) -> Q [N]") from None
     finally:
         critic.train(training)
     if not isinstance(q, torch.Tensor) or tuple(q.shape) != (rows,):

@@ -229,7 +229,8 @@ def keep_report(history: list, report: dict, log_every: int, members: int = 1) -
     """Append `report` to a run's `history` (in place), which keeps the reports on a grid of iterations
     that coarsens as the run grows: every (log_every * 2^k)-th, at most HISTORY_REPORTS of them (a
     population's fewer, HISTORY_REPORTS // members but at least 64: each report holds every member's),
-    with the first report always first and the newest always last. A long run's memory and checkpoints stay bounded, its curve even."""
+    with the first report always first and the newest always last. A long run's memory and checkpoints
+    stay bounded, its curve even."""
     limit = max(64, HISTORY_REPORTS // members)
 
     def grid(iteration: int) -> int:

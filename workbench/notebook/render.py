@@ -401,7 +401,8 @@ def replay(run_or_checkpoint, *, replica: int = 0, num_envs: int = 1, mp4=None, 
     seed: the episode's starts (the same seed, the same episode; None: drawn afresh at each call).
     member: of a population's run, the member to replay (an index, or "best", the default).
     env_params: changes of the run's env parameters (a longer episode, other speeds), keeping its
-    agents, observations and actions. models: a run's own policy models (as load_policy). Extra keyword arguments go to the Animation (dpi, max_frames, embed_limit_mb)."""
+    agents, observations and actions. models: a run's own policy models (as load_policy). Extra
+    keyword arguments go to the Animation (dpi, max_frames, embed_limit_mb)."""
     from ..learn.runs import load_policy
     _check_replay(replica, num_envs, mp4, max_steps)  # (before the run's env is compiled)
     trainer = load_policy(run_or_checkpoint, num_envs=max(num_envs, replica + 1), target=target, seed=seed,
