@@ -144,3 +144,15 @@ def test_a_run_of_a_model_of_one_s_own_is_trained_resumed_loaded_and_replayed_fr
     assert wb.replay(tmp_path, models={"shared": LayerNormMLP()}, max_steps=5, dpi=30).total_steps >= 1
     with pytest.raises(CheckpointError, match=r"for a run of a model of your own, pass the same models= again"):
         wb.load_policy(tmp_path)
+
+
+def test_a_population_refuses_models_of_one_s_own_before_its_env_compiles(monkeypatch):
+    from workbench.learn.members import PopulationError
+    from workbench.runtime import env as env_module
+
+    def compile_refused(*args, **kwargs):
+        raise AssertionError("the env compiled before the refusal")
+    monkeypatch.setattr(env_module, "Env", compile_refused)
+    with pytest.raises(PopulationError, match=r"a population \(seeds/sweep\) trains the default MLP policies; models "
+                                              r"were given for \['shared'\]"):
+        wb.make_trainer(cartpole_config(seeds=2), models={"shared": LayerNormMLP()})

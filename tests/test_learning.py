@@ -193,3 +193,29 @@ def test_evaluate_from_the_cli_names_a_split_side_randomised_together(tmp_path, 
     assert cli.main(["evaluate", str(tmp_path), "--random", "prey_b", "prey_a", "--num-envs", "8"]) == 0
     out = capsys.readouterr().out
     assert "random prey_a prey_b" in out and "runners: survival" in out and "taggers:" not in out
+
+
+def test_evaluate_says_when_steps_cut_episodes_short_and_reports_a_population_s_members(tmp_path, capsys):
+    """Before: a small steps counted only the episodes that ended early (a mean of 393 over one
+    episode, 498 over 64), silently; a population's members were pooled into one mean; the CLI
+    evaluated from the run's own seed, the starts of its first training episodes."""
+    from workbench.errors import WorkbenchWarning
+    config = wb.PPOConfig(env="cartpole", num_envs=8, rollout_length=8, num_minibatches=2, target="cpu",
+                          total_env_steps=8 * 8 * 2, progress=False)
+    trainer = wb.make_trainer(config)
+    with pytest.warns(WorkbenchWarning, match=r"evaluate: \d of the 8 episodes asked for ended within steps=12; "
+                                              r"the means count only those.*1 x MAX_STEPS = 500"):
+        short = evaluate(trainer, steps=12, seed=1)
+    assert isinstance(short["episodes"], int) and short["episodes"] < 8
+    from workbench.learn import config as cfg
+    population = wb.make_trainer(cfg.replace(config, seeds=3))
+    report = evaluate(population, seed=1)
+    members = report["members"]
+    assert len(members) == 3 and all(m["episodes"] == 8 for m in members) and report["episodes"] == 24
+    means = [m["return/shared"] for m in members]
+    assert report["return/shared"] == pytest.approx(sum(means) / 3)
+    spread = math.sqrt(sum((x - sum(means) / 3) ** 2 for x in means) / 2 / 3)
+    assert report["stderr"]["return/shared"] == pytest.approx(spread)
+    trainer.save(tmp_path / "checkpoint.pt")
+    assert cli.main(["evaluate", str(tmp_path), "--random"]) == 0
+    assert f"seed {config.seed + 2**20}" in capsys.readouterr().out

@@ -349,7 +349,7 @@ def test_best_member_is_loaded_for_replay_and_evaluate(tmp_path, capsys):
     assert main(["evaluate", str(tmp_path), "--member", "2", "--num-envs", "2", "--random"]) == 0
     capsys.readouterr()
     assert main(["evaluate", str(tmp_path), "--num-envs", "2", "--steps", "5"]) == 0
-    assert f"member {best} of 3 (the best by mean_return)" in capsys.readouterr().out
+    assert f"member {best} of 3 (the best by mean_return, in its last training report)" in capsys.readouterr().out
     payload = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
     for report in payload["history"]:  # no member with a finished episode: 'best' says what it fell back to
         for m in report["members"]:
@@ -376,7 +376,7 @@ def test_cli_trains_a_sweep_and_writes_its_ranking(tmp_path, capsys):
     assert sorted(float(r["lr"]) for r in rows) == [1e-3, 3e-3] and all(int(r["members"]) == 2 for r in rows)
     assert float(rows[0]["episode_length_mean"]) <= float(rows[1]["episode_length_mean"])
     assert main(["evaluate", str(run), "--steps", "8"]) == 0
-    assert "(the best by episode_length, the lowest)" in capsys.readouterr().out
+    assert "(the best by episode_length, the lowest, in its last training report)" in capsys.readouterr().out
     assert main(["train", "cartpole", "--sweep", "lr=fast", "--target", "cpu"]) == 2
     assert "--sweep takes NAME=V1,V2" in capsys.readouterr().err
     assert main(["train", "cartpole", "--sweep", "lr=1e-3", "--sweep", "lr=3e-3", "--target", "cpu"]) == 2

@@ -79,7 +79,7 @@ def test_replay_and_evaluate_name_the_member_they_play(tmp_path, capsys):
     best = population.best_member(trainer.history)
     lr = [1e-3, 1e-3, 3e-3, 3e-3][best]
     animation = wb.replay(run, member="best", max_steps=5)
-    label = f"member {best} of 4 (the best by mean_return), seed {trainer.config.seed + best}, lr={lr:g}"
+    label = f"member {best} of 4 (the best by mean_return, in its last training report), seed {trainer.config.seed + best}, lr={lr:g}"
     assert animation.trajectory["member"] == label
     title = FrameSource(animation.trajectory, animation.env).fig.axes[0].get_title()
     assert title.startswith(f"cartpole  {label}, replica 0")

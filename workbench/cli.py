@@ -188,7 +188,8 @@ def _checkpoint_path(path: str) -> Path:
 
 def cmd_evaluate(args) -> int:
     from .learn import config as cfg
-    from .learn.evaluate import compare, evaluate, format_comparison, random_label, tag_side_labels
+    from .learn.evaluate import (compare, evaluate, format_comparison, held_out_seed, random_label,
+                                 tag_side_labels)
     from .learn.checkpoint import stored_config
     from .learn.config_env import evaluated_env_params
     from .learn.runs import load_checkpoint
@@ -210,7 +211,7 @@ def cmd_evaluate(args) -> int:
     trainer = make_trainer(config, policies=payload["signature"]["policies"], pretrained=False)
     trainer_state.restore(trainer, payload, path, restore_env=False)
     options = dict(episodes=args.episodes, steps=args.steps, deterministic=args.deterministic,
-                   seed=config.seed if args.seed is None else args.seed)
+                   seed=held_out_seed(config) if args.seed is None else args.seed)
     if args.random is not None:
         results = {"trained": evaluate(trainer, **options)}
         if args.random:
@@ -390,7 +391,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                                "MAX_STEPS)")
     ev.add_argument("--num-envs", type=_count, default=None, help="replicas to play (default: the run's num_envs)")
     ev.add_argument("--target", default=None, help="kernel target (default: the run's)")
-    ev.add_argument("--seed", type=_integer, default=None, help="env and sampling seed (default: the run's seed)")
+    ev.add_argument("--seed", type=_integer, default=None, help="env and sampling seed (default: the run's seed + 2**20, held out: no training "
+                    "episode started from its starts)")
     ev.add_argument("--deterministic", action="store_true", help="act with the policies' modes, not samples")
     ev.add_argument("--random", nargs="*", default=None,
                     help="only these policies replaced by random actions (no names: only the trained policies); "

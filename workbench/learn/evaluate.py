@@ -21,10 +21,11 @@ when they define none.
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 
-from ..errors import WorkbenchError
+from ..errors import WorkbenchError, WorkbenchWarning
 
 DEFAULT_STEPS_CAP = 100_000
 
@@ -76,14 +77,27 @@ def env_metrics(env) -> dict:
     return {}
 
 
+HELD_OUT_SEED = 2**20  # evaluation's default seed: the run's plus this, starts no training episode began from
+
+
+def held_out_seed(config) -> int:
+    """The seed evaluate's CLI and `compare` default to: not the run's own (whose first training
+    episodes would start from the same states), nor a member's of any population (seed + k)."""
+    return config.seed + HELD_OUT_SEED
+
+
 def evaluate(trainer, episodes: int = 1, random_policies=(), deterministic: bool = False, steps: int | None = None,
              seed: int | None = None) -> dict:
     """Play the first `episodes` episodes of every replica; returns host floats:
-    return/NAME (mean per-agent episode return of each policy), episode_length, episodes (how many
-    were counted), steps, and the env's metrics; and `stderr`, each mean's standard error over the
-    counted episodes. `steps` defaults to episodes x MAX_STEPS, which every
-    replica needs at most; with a smaller `steps` replicas that finish fewer episodes count fewer.
-    `seed` resets the env's random streams first (the same starts for every call with that seed)."""
+    return/NAME (mean per-agent episode return of each policy, undiscounted), episode_length,
+    episodes (how many were counted), steps, and the env's metrics; and `stderr`, each mean's
+    standard error over the counted episodes. `steps` defaults to episodes x MAX_STEPS, which every
+    replica needs at most; a smaller `steps` counts only the episodes that ended within it, which
+    leans the means toward short episodes (a warning says so). `seed` resets the env's random
+    streams first (the same starts for every call with that seed; None: the env's streams go on).
+    A population's trainer: `members` holds each member's report (its replicas' episodes), and the
+    top level the mean over members of their means, `stderr` its standard error over members.
+    The env, its streams and torch's global stream are left as they were found."""
     env = trainer.env
     names = [g.name for g in trainer.groups]
     unknown = sorted(set(random_policies) - set(names))
@@ -92,8 +106,9 @@ def evaluate(trainer, episodes: int = 1, random_policies=(), deterministic: bool
                               f"choose from {names}")
     if episodes < 1:
         raise EvaluationError(f"episodes (--episodes) must be >= 1, got {episodes}")
+    enough = episodes * env.definition.max_steps
     if steps is None:
-        steps = episodes * env.definition.max_steps
+        steps = enough
         if steps > DEFAULT_STEPS_CAP:
             raise EvaluationError(f"{env.name} has no practical episode bound (MAX_STEPS={env.definition.max_steps}):"
                                   f" pass steps (--steps)")
@@ -104,23 +119,30 @@ def evaluate(trainer, episodes: int = 1, random_policies=(), deterministic: bool
         with torch.random.fork_rng(devices=[env.device] if env.device.type == "cuda" else []):
             if seed is not None:
                 torch.manual_seed(seed)  # the stochastic policies' draws (trainer.act); restored on exit
-            return _play(trainer, episodes, steps, random_groups, deterministic, seed)
+            report = _play(trainer, episodes, steps, random_groups, deterministic, seed)
     finally:
         env.store.load_snapshot(saved[0])
         env.seed = saved[1]
         env._generator.set_state(saved[2])
+    asked = env.num_envs * episodes
+    if report["episodes"] < asked:
+        warnings.warn(f"evaluate: {report['episodes']} of the {asked} episodes asked for ended within steps={steps}; "
+                      f"the means count only those, which leans them toward short episodes: raise steps "
+                      f"(--steps) or leave it out ({episodes} x MAX_STEPS = {enough})", WorkbenchWarning, stacklevel=2)
+    return report
 
 
 def _play(trainer, episodes, steps, random_groups, deterministic, seed) -> dict:
     env, store, device = trainer.env, trainer.env.store, trainer.env.device
     metrics, params = env_metrics(env), env.definition.params
+    members = getattr(trainer, "M", 1)
     env.reset(seed)
     finished = torch.zeros(env.num_envs, device=device)  # episodes each replica has finished
-    counted = torch.zeros((), device=device)
-    sums = {f"return/{g.name}": torch.zeros((), device=device) for g in trainer.groups}
-    sums["episode_length"] = torch.zeros((), device=device)
-    sums.update({key: torch.zeros((), device=device) for key in metrics})
-    squares = {key: torch.zeros((), dtype=torch.float64, device=device) for key in sums}  # (for standard errors)
+    counted = torch.zeros(members, device=device)  # (member k: replicas [k * E / M, (k + 1) * E / M))
+    sums = {f"return/{g.name}": torch.zeros(members, device=device) for g in trainer.groups}
+    sums["episode_length"] = torch.zeros(members, device=device)
+    sums.update({key: torch.zeros(members, device=device) for key in metrics})
+    squares = {key: torch.zeros(members, dtype=torch.float64, device=device) for key in sums}  # (standard errors)
     saved = torch.empty_like(store["action"]) if random_groups else None
     for _ in range(steps):
         trainer.act(deterministic=deterministic)
@@ -134,21 +156,39 @@ def _play(trainer, episodes, steps, random_groups, deterministic, seed) -> dict:
         done = store["done"].float()
         finished.add_(done)
         weight = done * (finished <= episodes).float()  # this episode is one of the first `episodes`
-        counted.add_(weight.sum())
+        counted.add_(weight.reshape(members, -1).sum(1))
         values = {f"return/{g.name}": g.gather(store["last_return"]).mean(1) for g in trainer.groups}
         values["episode_length"] = store["last_length"].float()
         values.update({key: fn(store, params).float() for key, fn in metrics.items()})
         for key, value in values.items():
-            sums[key].add_((value * weight).sum())
-            squares[key].add_((value.double().square() * weight).sum())
+            sums[key].add_((value * weight).reshape(members, -1).sum(1))
+            squares[key].add_((value.double().square() * weight).reshape(members, -1).sum(1))
     keys = list(sums)
     host = torch.stack([counted.double()] + [sums[k].double() for k in keys] + [squares[k] for k in keys]).cpu()
-    n, totals, total_squares = float(host[0]), host[1:len(keys) + 1].tolist(), host[len(keys) + 1:].tolist()
+    reports = [_report(keys, column[0], column[1:len(keys) + 1].tolist(), column[len(keys) + 1:].tolist(), steps)
+               for column in host.T]
+    if members == 1:
+        return reports[0]
+    means = {k: [r[k] for r in reports] for k in keys}
+    report = {k: _mean_over(v) for k, v in means.items()}
+    report.update(episodes=sum(r["episodes"] for r in reports), steps=steps, members=reports,
+                  stderr={k: _standard_error(sum(v), sum(x * x for x in v), len(v)) if all(map(math.isfinite, v))
+                          else math.nan for k, v in means.items()})
+    return report
+
+
+def _report(keys, n, totals, total_squares, steps) -> dict:
+    """One report's means, episode count, steps and standard errors from its sums."""
+    n = float(n)
     report = {k: (v / n if n > 0 else math.nan) for k, v in zip(keys, totals)}
-    report["episodes"] = n
-    report["steps"] = float(steps)
+    report["episodes"] = int(n)
+    report["steps"] = int(steps)
     report["stderr"] = {k: _standard_error(v, q, n) for k, v, q in zip(keys, totals, total_squares)}
     return report
+
+
+def _mean_over(values: list) -> float:
+    return sum(values) / len(values) if values and all(map(math.isfinite, values)) else math.nan
 
 
 def _standard_error(total: float, total_square: float, n: float) -> float:
@@ -170,8 +210,8 @@ def random_label(trainer, random_policies) -> str:
 
 def compare(trainer, **kwargs) -> dict:
     """{label: report}: "trained", then "random NAME" for every policy replaced by random actions
-    (one policy: "random"), all from the same starts (the seed defaults to the config's)."""
-    kwargs.setdefault("seed", trainer.config.seed)
+    (one policy: "random"), all from the same starts (the seed defaults to held_out_seed's)."""
+    kwargs.setdefault("seed", held_out_seed(trainer.config))
     out = {"trained": evaluate(trainer, **kwargs)}
     for g in trainer.groups:
         out[random_label(trainer, (g.name,))] = evaluate(trainer, random_policies=(g.name,), **kwargs)
@@ -200,7 +240,7 @@ def format_comparison(results: dict, side_labels: dict | None = None) -> str:
     """A table, one column per configuration (means ± their standard errors), and for Tag the two
     comparisons in words (`side_labels`, from tag_side_labels: which report plays each side at random)."""
     labels = list(results)
-    keys = list(dict.fromkeys(k for r in results.values() for k in r if k != "stderr"))
+    keys = list(dict.fromkeys(k for r in results.values() for k in r if k not in ("stderr", "members")))
 
     def cell(label, key):
         value, error = results[label].get(key, math.nan), results[label].get("stderr", {}).get(key, math.nan)

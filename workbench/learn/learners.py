@@ -137,12 +137,17 @@ def default_model(tr, g):
     return body(tr.obs_dim, tr.env.action_space, tr.config.hidden_sizes, hidden_activation(tr.config))
 
 
-def population_models(tr, models, build) -> dict:
-    """Each group's default policy for every member, initialised as member k's standalone run
-    initialises it (torch seeded with the member's seed, the groups in order), stacked (members.py)."""
+def refuse_models(models) -> None:
+    """PopulationError where a population is given models of the user's (it stacks default MLPs)."""
     if models:
         raise PopulationError(f"a population (seeds/sweep) trains the default MLP policies; models were given for "
                               f"{sorted(models)}: train them without seeds/sweep")
+
+
+def population_models(tr, models, build) -> dict:
+    """Each group's default policy for every member, initialised as member k's standalone run
+    initialises it (torch seeded with the member's seed, the groups in order), stacked (members.py)."""
+    refuse_models(models)
     if tr.sync is not None:
         raise PopulationError("a population (seeds/sweep) runs in one process; launch it without torchrun")
     per_group = {g.name: [] for g in tr.groups}

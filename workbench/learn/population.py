@@ -220,10 +220,10 @@ def _member_row(report: dict, population_columns: set, members: int) -> dict:
 
 
 def member_label(member_of: dict) -> str:
-    """Which member a member's payload is ("member_of"): "member 6 of 8 (the best by return), seed 6,
-    lr=0.003"."""
+    """Which member a member's payload is ("member_of"): "member 6 of 8 (the best by mean_return, in its
+    last training report), seed 6, lr=0.003"."""
     text = f"member {member_of['member']} of {member_of['members']}"
-    text += f" (the best by {member_of['best_by']})" if member_of.get("best_by") else ""
+    text += f" (the best by {member_of['best_by']}, in its last training report)" if member_of.get("best_by") else ""
     text += f", seed {member_of['seed']}" if "seed" in member_of else ""
     return text + (f", {setting_label(member_of['values'])}" if member_of.get("values") else "")
 

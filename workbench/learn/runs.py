@@ -432,7 +432,8 @@ def load_policy(run_or_checkpoint, *, num_envs: int = 1, target: str | None = No
     """A Trainer holding the trained policies of a run, on a fresh env of `num_envs` replicas (with
     `env_params` changing the run's env parameters, as long as agents, observations and actions stay).
     For a population's run: those of `member` (an index, or "best", the default), which the trainer's
-    `member_label` names ("member 6 of 8 (the best by return), seed 6, lr=0.003"; None for a single run).
+    `member_label` names ("member 6 of 8 (the best by mean_return, in its last training report), seed 6,
+    lr=0.003"; None for a single run).
     models: {policy: nn.Module} of a run trained with models of its own (the same classes, untrained)."""
     from . import checkpoint as ckpt, population, trainer_state
     from .config_env import played_env_params

@@ -460,6 +460,8 @@ def make_trainer(config, policies=None, models=None, env=None, distributed: bool
         warm_up_in_background(getattr(config, "fused_kernels", False))
     seed = config.seed
     members, split = population.size(config), None
+    if members > 1:
+        learners.refuse_models(models)  # (before anything compiles)
     if distributed or (distributed is None and dist_mod.launched_by_torchrun()):
         context = dist_mod.init(target)
         dist_mod.check_same_config(context, {k: v for k, v in cfg.to_dict(config).items()
