@@ -176,7 +176,7 @@ def write_page(results: list, path: Path) -> None:
              "the mean return of the episodes that finished in a logging window; \"to threshold\" is the first "
              "window at or above the stated threshold, in env-steps (replica steps) and seconds of training "
              "(the env's compile time apart). The evaluation plays one episode in each of 256 replicas from the "
-             "same starts with the final policies (sampled and deterministic) and with each policy replaced by "
+             "same starts (the CLI's held-out seed, the run's + 2**20) with the final policies (sampled and deterministic) and with each policy replaced by "
              "uniformly random actions: `python -m workbench evaluate RUN_DIR --num-envs 256`.", ""]
     solo = [r for r in results if r["threshold"] is not None]
     if solo:
