@@ -217,5 +217,12 @@ def test_evaluate_says_when_steps_cut_episodes_short_and_reports_a_population_s_
     spread = math.sqrt(sum((x - sum(means) / 3) ** 2 for x in means) / 2 / 3)
     assert report["stderr"]["return/shared"] == pytest.approx(spread)
     trainer.save(tmp_path / "checkpoint.pt")
-    assert cli.main(["evaluate", str(tmp_path), "--random"]) == 0
+    assert cli.main(["evaluate", str(tmp_path), "--random", "--num-envs", "1",
+                     "--json", str(tmp_path / "e.json")]) == 0
     assert f"seed {config.seed + 2**20}" in capsys.readouterr().out
+    import json
+
+    def refuse(constant):
+        raise ValueError(f"not strict JSON: {constant}")
+    saved = json.loads((tmp_path / "e.json").read_text(), parse_constant=refuse)
+    assert saved["trained"]["stderr"]["return/shared"] is None and saved["trained"]["episodes"] == 1

@@ -221,9 +221,17 @@ def cmd_evaluate(args) -> int:
     print(f"{config.env}: {config.num_envs} replicas x {options['episodes']} episode(s) each, "
           f"{acting_text(config.algorithm, args.deterministic)}, seed {options['seed']}")
     print(format_comparison(results, tag_side_labels(trainer)))
-    if args.json:
+    if args.json:  # (strict JSON: a mean no episode made, NaN, is null)
         import json
-        Path(args.json).write_text(json.dumps(results, indent=2))
+        import math
+
+        def strict(value):
+            if isinstance(value, dict):
+                return {k: strict(v) for k, v in value.items()}
+            if isinstance(value, list):
+                return [strict(v) for v in value]
+            return None if isinstance(value, float) and not math.isfinite(value) else value
+        Path(args.json).write_text(json.dumps(strict(results), indent=2, allow_nan=False))
     return 0
 
 
