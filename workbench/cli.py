@@ -399,8 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                                "MAX_STEPS)")
     ev.add_argument("--num-envs", type=_count, default=None, help="replicas to play (default: the run's num_envs)")
     ev.add_argument("--target", default=None, help="kernel target (default: the run's)")
-    ev.add_argument("--seed", type=_integer, default=None, help="env and sampling seed (default: the run's seed + 2**20, held out: no training "
-                    "episode started from its starts)")
+    ev.add_argument("--seed", type=_integer, default=None,
+                    help="env and sampling seed (default: the run's seed + 2**20, held out: no training episode "
+                         "started from its starts)")
     ev.add_argument("--deterministic", action="store_true", help="act with the policies' modes, not samples")
     ev.add_argument("--random", nargs="*", default=None,
                     help="only these policies replaced by random actions (no names: only the trained policies); "
