@@ -75,3 +75,13 @@ def test_a_bar_written_to_a_log_file_updates_every_30_s_and_on_a_terminal_ten_ti
         bar = ProgressBar(10, file=stream)
         assert bar.bar.mininterval == interval
         bar.close()
+
+
+def test_a_bar_in_a_kernel_without_widgets_stays_interactive(monkeypatch):
+    """Jupyter without ipywidgets (or qtconsole, Spyder): tqdm's plain bar on the kernel's stream, no terminal."""
+    import sys
+    import types
+    monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
+    bar = ProgressBar(10, file=io.StringIO())
+    assert bar.bar.mininterval == 0.1
+    bar.close()

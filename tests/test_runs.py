@@ -355,3 +355,22 @@ def test_the_summary_of_a_resumed_run_says_where_its_time_counts_from(tmp_path, 
     assert cli.main(["train", "--resume", str(tmp_path)]) == 0
     summary = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("stopped by budget"))
     assert "after 4 iterations" in summary and "s of training since the resume at iteration 2 (" in summary
+
+
+def test_provenance_names_the_source_s_own_commit_or_none(monkeypatch):
+    """From its own checkout, the checkout's commit (a GIT_DIR pointing elsewhere does not change it)."""
+    import os
+    import subprocess
+    from pathlib import Path
+    from workbench.learn import provenance
+    root = Path(provenance.__file__).resolve().parents[2]
+    provenance.source_commit.cache_clear()
+    monkeypatch.setenv("GIT_DIR", "/nonexistent")
+    commit = provenance.source_commit()
+    provenance.source_commit.cache_clear()
+    if not (root / ".git").exists():
+        assert commit is None
+        return
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+                          env={k: v for k, v in os.environ.items() if k != "GIT_DIR"})
+    assert re.fullmatch(r"[0-9a-f]{12}(-dirty)?", commit) and commit.split("-")[0] == head.stdout.strip()

@@ -700,3 +700,26 @@ def test_status_words_read_as_english():
     panel.wait(timeout=TIMEOUT)
     assert "8 replicas x 1 agent," in running, running
     assert " in 0 s" not in describe_state(panel.runner)
+
+
+def test_a_long_panel_run_keeps_redrawing_and_its_final_rate_counts_from_continue(monkeypatch):
+    """Thinning the history stalls its length: the curves redraw on reports received, and a continued
+    run's final rate compares iterations, not lengths."""
+    from workbench.learn import metrics as metrics_module
+    from workbench.widgets.status import fmt_steps, progress_line
+    from widgets.curves import RunCurves
+    monkeypatch.setattr(metrics_module, "HISTORY_REPORTS", 64)
+    config = wb.PPOConfig(env="cartpole", num_envs=8, target="cpu", total_env_steps=8 * 8 * 3, **TINY)
+    run = Runner(RunSpec(config=config))
+    drawn, curves = [], RunCurves()
+    monkeypatch.setattr(curves, "render", lambda runner: b"png")
+    for i in range(1, 301):
+        run.report({"iteration": i, "env_steps": 100 * i, "time_s": 0.01 * i})
+        drawn.append(curves.redraw(run, run.reports))
+    assert all(drawn) and run.reports == 300 and len(run.history) <= 66
+    finished = types.SimpleNamespace(running=False, spec=types.SimpleNamespace(config=config, total_iterations=400),
+                                     resumed_from=types.SimpleNamespace(history=[{"iteration": 200, "env_steps": 20000,
+                                                                                 "time_s": 2.0}] * 70),
+                                     trainer=None, history=run.history)
+    _frac, text = progress_line(finished, run.history)
+    assert f"| {fmt_steps(10000 / 1.0)}env-steps/s |" in text  # (10000 env-steps in the 1 s since Continue)

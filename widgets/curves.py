@@ -58,8 +58,8 @@ class RunCurves:
         return entry
 
     def redraw(self, runner, rows: int) -> bool:
-        """Draw the image again when the run now has `rows` metrics rows and the image fewer;
-        whether it was drawn."""
+        """Draw the image again when the run has received `rows` reports and the image fewer (its
+        history's length stalls once thinned); whether it was drawn."""
         if rows == self.drawn_rows:
             return False
         self.drawn_rows = rows

@@ -315,7 +315,7 @@ class TrainingPanel(widgets.VBox):
 
     def _redraw(self, runner: Runner):
         history = list(runner.history)
-        self.run_curves.redraw(runner, len(history))
+        self.run_curves.redraw(runner, runner.reports)
         if history:
             self.progress.value, self.progress_text.value = progress_line(runner, history)
         self.rollout_viewer.show_pending()

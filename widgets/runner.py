@@ -156,6 +156,7 @@ class Runner:
         self.state = "idle"
         self.resumed_from = resume
         self.history: list = list(resume.history) if resume is not None else []
+        self.reports = len(self.history)  # reports received (the history is thinned: its length stalls)
         self.given_env = env
         self.error: BaseException | None = None
         self.traceback = ""
@@ -261,6 +262,7 @@ class Runner:
         tell on_metrics."""
         members = self.trainer.M if self.trainer is not None else 1
         keep_report(self.history, metrics, self.spec.config.log_every, members)
+        self.reports += 1
         if self.on_metrics is not None:
             self.on_metrics(metrics)
 

@@ -127,7 +127,7 @@ def progress_line(runner, history: list) -> tuple:
         earlier = runner.resumed_from.history if runner.resumed_from else []
         before = earlier[-1] if earlier else {}
         elapsed = float(last.get("time_s", 0.0)) - float(before.get("time_s", 0.0))
-        if elapsed > 0 and len(history) > len(earlier):
+        if elapsed > 0 and last.get("iteration", 0) > before.get("iteration", 0):  # (a report since Continue)
             rate = (steps - float(before.get("env_steps", 0))) / elapsed
     eta = (total - steps) / rate if rate > 0 and runner.running else 0.0
     text = (f"<span style='font-family:monospace;font-size:12px'>{100 * frac:5.1f}% | "

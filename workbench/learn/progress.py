@@ -27,8 +27,9 @@ class ProgressBar:
         # written to a file (a job's log, nohup) rather than a terminal or a notebook: a line every 30 s,
         # not ten a second (25 MB over a night)
         stream = file if file is not None else sys.stderr
-        notebook = any(cls.__module__ == "tqdm.notebook" for cls in tqdm.__mro__)
-        to_log = not notebook and not getattr(stream, "isatty", lambda: False)()
+        # (a kernel's stream is no terminal either: Jupyter without ipywidgets, qtconsole, Spyder)
+        interactive = any(cls.__module__ == "tqdm.notebook" for cls in tqdm.__mro__) or "ipykernel" in sys.modules
+        to_log = not interactive and not getattr(stream, "isatty", lambda: False)()
         self.bar = tqdm(total=total_iterations, initial=start_iteration, desc=desc, unit="it", file=file,
                         dynamic_ncols=True, leave=True, bar_format=fmt, mininterval=30.0 if to_log else 0.1)
         self.last_iteration = start_iteration

@@ -6,6 +6,7 @@ back ignores."""
 from __future__ import annotations
 
 import functools
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -15,19 +16,21 @@ from .config_env import plain_value
 
 @functools.lru_cache(maxsize=1)
 def source_commit() -> str | None:
-    """The commit of the workbench source when it runs from a git checkout ("-dirty" with edits to
-    tracked files), else None (an installed wheel)."""
+    """The commit of the workbench source when it runs from its own git checkout ("-dirty" with edits
+    to its tracked files), else None (an installed wheel, or a copy inside another project's repository)."""
     root = Path(__file__).resolve().parents[2]
     if not (root / ".git").exists():
         return None
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}  # (no GIT_DIR pointing elsewhere)
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=5, env=env)
     try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                              text=True, timeout=5)
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5)
+        top, head = git("rev-parse", "--show-toplevel"), git("rev-parse", "--short=12", "HEAD")
+        if top.returncode or head.returncode or Path(top.stdout.strip()).resolve() != root:
+            return None
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", "workbench", "widgets", "envs")
     except (OSError, subprocess.TimeoutExpired):
-        return None
-    if head.returncode != 0:
         return None
     return head.stdout.strip() + ("-dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")
 
@@ -37,7 +40,11 @@ def device_name(device) -> str:
     import torch
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    import os
+    return _cpu_name()
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_name() -> str:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     model = platform.processor() or platform.machine()
     try:  # (Linux names the model here; platform.processor() is often empty there)

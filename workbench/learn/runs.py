@@ -304,13 +304,13 @@ def _train_in_folder(config, resume, progress, policies, show_run_folder, callba
             write_reports(run_dir / "metrics.csv", trainer.history)
         elif resume:  # in place: rows logged after the checkpoint by a run killed since would come twice
             kept = keep_rows_upto(run_dir / "metrics.csv", run_dir / "metrics.csv", trainer.iteration)
-            # reports the checkpoint holds but the file lacks (a full disk): after its last row, else anew
-            # (from the checkpoint's reports: at most HISTORY_REPORTS of them, evenly spaced)
+            # reports the checkpoint holds but the file lacks (a full disk) go after its rows: the file is
+            # never rebuilt from the checkpoint's reports, which keep at most HISTORY_REPORTS of them
             known = set(kept)
             missing = [m for m in trainer.history if m.get("iteration") not in known]
-            if missing and not (kept and missing[0].get("iteration", 0) > kept[-1]):
-                (run_dir / "metrics.csv").unlink(missing_ok=True)
-                missing = trainer.history
+            if missing and kept and missing[0].get("iteration", 0) < kept[-1]:
+                warnings.warn(f"{run_dir / 'metrics.csv'} lacked {len(missing)} report(s) the checkpoint holds from "
+                              f"before its last row; they are appended after it", WorkbenchWarning, stacklevel=2)
             write_reports(run_dir / "metrics.csv", missing)
     say = print if trainer.is_main else (lambda *a, **k: None)
     total = trainer.M * (trainer.ranks.context.world_size if trainer.ranks is not None else 1)
