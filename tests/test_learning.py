@@ -226,3 +226,6 @@ def test_evaluate_says_when_steps_cut_episodes_short_and_reports_a_population_s_
         raise ValueError(f"not strict JSON: {constant}")
     saved = json.loads((tmp_path / "e.json").read_text(), parse_constant=refuse)
     assert saved["trained"]["stderr"]["return/shared"] is None and saved["trained"]["episodes"] == 1
+    assert saved["trained"]["settings"] == {"seed": config.seed + 2**20, "deterministic": False, "episodes": 1,
+                                            "num_envs": 1, "env_params": None, "member": None,
+                                            "checkpoint": str(tmp_path / "checkpoint.pt")}

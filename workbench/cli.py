@@ -221,9 +221,13 @@ def cmd_evaluate(args) -> int:
     print(f"{config.env}: {config.num_envs} replicas x {options['episodes']} episode(s) each, "
           f"{acting_text(config.algorithm, args.deterministic)}, seed {options['seed']}")
     print(format_comparison(results, tag_side_labels(trainer)))
-    if args.json:  # (strict JSON: a mean no episode made, NaN, is null)
+    if args.json:  # (strict JSON: a mean no episode made, NaN, is null; each report with what it played)
         import json
         import math
+        settings = {"seed": options["seed"], "deterministic": args.deterministic, "episodes": args.episodes,
+                    "num_envs": config.num_envs, "env_params": config.env_params, "checkpoint": str(path),
+                    "member": population.member_label(payload["member_of"]) if payload.get("member_of") else None}
+        results = {label: {**report, "settings": settings} for label, report in results.items()}
 
         def strict(value):
             if isinstance(value, dict):
