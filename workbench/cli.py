@@ -221,21 +221,12 @@ def cmd_evaluate(args) -> int:
     print(f"{config.env}: {config.num_envs} replicas x {options['episodes']} episode(s) each, "
           f"{acting_text(config.algorithm, args.deterministic)}, seed {options['seed']}")
     print(format_comparison(results, tag_side_labels(trainer)))
-    if args.json:  # (strict JSON: a mean no episode made, NaN, is null; each report with what it played)
-        import json
-        import math
-        settings = {"seed": options["seed"], "deterministic": args.deterministic, "episodes": args.episodes,
-                    "num_envs": config.num_envs, "env_params": config.env_params, "checkpoint": str(path),
-                    "member": population.member_label(payload["member_of"]) if payload.get("member_of") else None}
-        results = {label: {**report, "settings": settings} for label, report in results.items()}
-
-        def strict(value):
-            if isinstance(value, dict):
-                return {k: strict(v) for k, v in value.items()}
-            if isinstance(value, list):
-                return [strict(v) for v in value]
-            return None if isinstance(value, float) and not math.isfinite(value) else value
-        Path(args.json).write_text(json.dumps(strict(results), indent=2, allow_nan=False))
+    if args.json:
+        from .learn import evaluation_json
+        evaluation_json.write(args.json, results, {
+            "seed": options["seed"], "deterministic": args.deterministic, "episodes": args.episodes,
+            "num_envs": config.num_envs, "env_params": config.env_params, "checkpoint": str(path),
+            "member": population.member_label(payload["member_of"]) if payload.get("member_of") else None})
     return 0
 
 
