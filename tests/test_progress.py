@@ -81,7 +81,9 @@ def test_a_bar_in_a_kernel_without_widgets_stays_interactive(monkeypatch):
     """Jupyter without ipywidgets (or qtconsole, Spyder): tqdm's plain bar on the kernel's stream, no terminal."""
     import sys
     import types
-    monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
+    fake = types.ModuleType("IPython")
+    fake.get_ipython = lambda: types.SimpleNamespace(kernel=object())
+    monkeypatch.setitem(sys.modules, "IPython", fake)
     bar = ProgressBar(10, file=io.StringIO())
     assert bar.bar.mininterval == 0.1
     bar.close()

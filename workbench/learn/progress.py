@@ -27,8 +27,7 @@ class ProgressBar:
         # written to a file (a job's log, nohup) rather than a terminal or a notebook: a line every 30 s,
         # not ten a second (25 MB over a night)
         stream = file if file is not None else sys.stderr
-        # (a kernel's stream is no terminal either: Jupyter without ipywidgets, qtconsole, Spyder)
-        interactive = any(cls.__module__ == "tqdm.notebook" for cls in tqdm.__mro__) or "ipykernel" in sys.modules
+        interactive = any(cls.__module__ == "tqdm.notebook" for cls in tqdm.__mro__) or _in_kernel()
         to_log = not interactive and not getattr(stream, "isatty", lambda: False)()
         self.bar = tqdm(total=total_iterations, initial=start_iteration, desc=desc, unit="it", file=file,
                         dynamic_ncols=True, leave=True, bar_format=fmt, mininterval=30.0 if to_log else 0.1)
@@ -83,6 +82,14 @@ class ProgressBar:
 
     def close(self):
         self.bar.close()
+
+
+def _in_kernel() -> bool:
+    """Whether this runs in a Jupyter kernel (whose stream is no terminal either: Jupyter without
+    ipywidgets, qtconsole, Spyder)."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
+    return shell is not None and hasattr(shell, "kernel")
 
 
 def _lowest_return(metrics: dict, frozen=()) -> float:
