@@ -1,6 +1,8 @@
 """A user's own policy network: the contract (policies.py's docstring) checked when the trainer is
 built, each break named with the fix; a Box model without log_std plays with a std of 1; the probe
 leaves the model's buffers alone."""
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -113,9 +115,13 @@ def test_ddpg_takes_a_ddpg_agent_and_names_a_q_of_the_wrong_shape():
                                              r"\(q.squeeze\(-1\)\)"):
         wb.Trainer(env, config, models={"shared": DDPGAgent(DeterministicActor(3, env.action_space, (16,)),
                                                             WideQ(3, 1, (16,)))})
-    trainer = wb.Trainer(env, config, models={"shared": DDPGAgent(DeterministicActor(3, env.action_space, (16,)),
-                                                                  QCritic(3, 1, (16,)))})
-    assert trainer.train(num_iterations=10).metrics["critic_loss/shared"] >= 0
+    agent = DDPGAgent(DeterministicActor(3, env.action_space, (16,)), QCritic(3, 1, (16,)))
+    before = {k: v.clone() for k, v in agent.state_dict().items()}
+    trainer = wb.Trainer(env, config, models={"shared": agent})
+    metrics = trainer.train(num_iterations=10).metrics
+    assert math.isfinite(metrics["critic_loss/shared"]) and trainer.models["shared"] is agent
+    changed = [k for k, v in agent.state_dict().items() if not torch.equal(v, before[k])]
+    assert any(k.startswith("actor.") for k in changed) and any(k.startswith("critic.") for k in changed)
 
 
 class LayerNormMLP(nn.Module):
