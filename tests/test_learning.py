@@ -15,6 +15,7 @@ import torch
 import workbench as wb
 from workbench import cli
 from workbench.learn.evaluate import EvaluationError, compare, evaluate, format_comparison, tag_side_labels
+from workbench.learn.streams import MemberStreams, random_policy_site
 
 
 @pytest.fixture(autouse=True)
@@ -74,8 +75,11 @@ def test_tag_metrics_agree_with_a_count_of_tag_penalties():
     env.reset(seed=3)
     tagged = torch.zeros(env.num_envs)
     finished = torch.zeros(env.num_envs)
+    streams = MemberStreams([3], env.device)  # (evaluate's random play: a stream per member, keyed by the seed)
     for _ in range(TAG_GRID["episode_length"]):
-        env.step(env.sample_actions())
+        uniform = streams.uniform((env.data["action"].numel(),), random_policy_site())
+        streams.advance()
+        env.step(env.actions_from_uniform(uniform.reshape(env.data["action"].shape)))
         first = (finished == 0).float()
         tagged += (env.data["reward"][:, runners] < -5).sum(1).float() * first
         finished += env.data["done"].float()
@@ -161,7 +165,7 @@ def test_evaluate_plays_other_env_parameters_that_keep_the_agents(tmp_path, caps
     trainer.save(tmp_path / "checkpoint.pt")
     run = ["evaluate", str(tmp_path), "--random", "--num-envs", "8"]
     assert cli.main([*run, "--env-param", "episode_length=7"]) == 0
-    assert re.search(r"^steps +7\.0000$", capsys.readouterr().out, re.M)  # (one episode, now 7 steps long)
+    assert re.search(r"^steps +7$", capsys.readouterr().out, re.M)  # (one episode, now 7 steps long)
     assert cli.main([*run, "--env-param", f"num_runners={TAG_GRID['num_runners'] + 2}"]) == 2
     err = capsys.readouterr().err
     assert "gives tag_grid num_agents=" in err and f"learned with {trainer.env.num_agents}" in err
@@ -227,5 +231,5 @@ def test_evaluate_says_when_steps_cut_episodes_short_and_reports_a_population_s_
     saved = json.loads((tmp_path / "e.json").read_text(), parse_constant=refuse)
     assert saved["trained"]["stderr"]["return/shared"] is None and saved["trained"]["episodes"] == 1
     assert saved["trained"]["settings"] == {"seed": config.seed + 2**20, "deterministic": False, "episodes": 1,
-                                            "num_envs": 1, "env_params": None, "member": None,
-                                            "checkpoint": str(tmp_path / "checkpoint.pt")}
+                                            "steps": 500, "num_envs": 1, "env_params": None, "member": None,
+                                            "checkpoint": str((tmp_path / "checkpoint.pt").resolve())}

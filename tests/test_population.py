@@ -383,7 +383,7 @@ def test_cli_trains_a_sweep_and_writes_its_ranking(tmp_path, capsys):
     assert "--sweep names lr twice; give all its values in one: --sweep lr=0.001,0.003" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["evaluate", str(run), "--member", "worst"])
-    assert "--member: a member's index (0, 1, ...) or best, not 'worst'" in capsys.readouterr().err
+    assert "--member: a member's index (0, 1, ...), best or all, not 'worst'" in capsys.readouterr().err
 
 
 def _csv_rows(path):
@@ -427,7 +427,8 @@ def test_an_exported_member_is_a_run_of_its_own_that_trains_on_beside_its_popula
     assert len(resumed_rows) > len(exported_rows) and all(v != "" for r in resumed_rows for v in r.values())
     assert main(["evaluate", str(folder), "--num-envs", "2", "--episodes", "1"]) == 0
     assert main(["evaluate", str(folder), "--member", "1"]) == 2
-    assert "is a single run's checkpoint, not a population's; evaluate it without --member" in capsys.readouterr().err
+    assert "is not a population's run: it has no member 1 (its one policy plays without member=)" \
+        in capsys.readouterr().err
     for out in (run / "checkpoint.pt", folder / "checkpoint.pt", run):  # the population, a run, a folder
         assert main(["export-member", str(run), "--member", "0", "--out", str(out)]) == 2
         assert "which the export would replace: write the member to a file of its own" in capsys.readouterr().err

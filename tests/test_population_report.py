@@ -105,7 +105,8 @@ def test_ranking_csv_round_trips(tmp_path):
     with path.open(newline="") as fh:
         back = list(csv.DictReader(fh))
     assert list(back[0]) == ["rank", "lr", "ent_coef", "members", "missing", "return_mean", "return_std",
-                             "best_member", "best_return", "ranked_by"]
+                             "return_stderr", "return_ci95", "episodes", "oldest_iteration", "best_member",
+                             "best_return", "ranked_by"]
     assert len(back) == len(rows) and {read["ranked_by"] for read in back} == {"mean_return"}
     for row, read in zip(rows, back):
         assert int(read["rank"]) == row["rank"]
@@ -297,6 +298,7 @@ def test_a_population_ranks_and_picks_its_best_member_by_its_rank_by(tmp_path):
     assert "return/taggers mean ± std" in ranking.ranking_text(rows).splitlines()[0]
     path = ranking.write_ranking_csv(rows, tmp_path / "ranking.csv")
     assert path.read_text().splitlines()[0] == ("rank,lr,members,missing,return/taggers_mean,return/taggers_std,"
+                                                "return/taggers_stderr,return/taggers_ci95,episodes,oldest_iteration,"
                                                 "best_member,best_return/taggers,ranked_by")
     assert ranking.population_summary(latest_report(by_taggers)).endswith(
         "; best setting lr=0.0003 (return/taggers mean 3.75 over 2 seeds)")
@@ -320,7 +322,8 @@ def test_a_rank_by_with_a_minus_ranks_the_lowest_first(tmp_path):
     assert [r["values"]["lr"] for r in ranking.sweep_settings(latest_report(highest))] == [1e-3, 3e-4]
     assert "return/runners (lowest first) mean ± std" in ranking.ranking_text(rows).splitlines()[0]
     written = ranking.write_ranking_csv(rows, tmp_path / "r.csv").read_text().splitlines()
-    assert written[0].endswith("return/runners_mean,return/runners_std,best_member,best_return/runners,ranked_by")
+    assert written[0].endswith("return/runners_mean,return/runners_std,return/runners_stderr,return/runners_ci95,"
+                               "episodes,oldest_iteration,best_member,best_return/runners,ranked_by")
     assert all(line.endswith(",-return/runners") for line in written[1:])  # the order, for a reader of the csv alone
     assert ranking.population_summary(latest_report(lowest)).endswith(
         "; best setting lr=0.0003 (return/runners mean -2.75 over 2 seeds, the lowest ranking first)")

@@ -148,7 +148,8 @@ def ranking_html(report: dict) -> str:
     return (f"<div style='font-size:12px;max-width:980px'><b>Sweep settings ranked</b> <span style='color:#666'>"
             f"by the mean over each setting's members ({seeds} seed{'s' if seeds != 1 else ''}) of their latest "
             f"{html.escape(stat)} (by iteration {report.get('iteration', '?')}); best (member): the best of its members"
-            f"</span>\n<pre style='font-size:12px;margin:2px 0'>{html.escape(ranking_text(rows))}</pre></div>")
+            f"</span>\n<pre style='font-size:12px;margin:2px 0'>"
+            f"{html.escape(ranking_text(rows, report.get('iteration')))}</pre></div>")
 
 
 def status_line_html(text: str, style: str = "") -> str:

@@ -64,7 +64,7 @@ _LAZY = {"Env": ("runtime.env", "Env"), "Box": ("compiler.envdef", "Box"), "Disc
          "best_target": ("runtime.env", "best_target"),
          "Trainer": ("learn.trainer", "Trainer"), "TrainResult": ("learn.trainer", "TrainResult"),
          "make_trainer": ("learn.trainer", "make_trainer"), "train": ("learn.runs", "train"),
-         "load_policy": ("learn.runs", "load_policy")}
+         "load_policy": ("learn.runs", "load_policy"), "evaluate_run": ("learn.run_evaluation", "evaluate_run")}
 
 
 def __getattr__(name):

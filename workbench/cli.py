@@ -173,6 +173,16 @@ def _member(value: str):
         raise argparse.ArgumentTypeError(f"a member's index (0, 1, ...) or best, not {value!r}") from None
 
 
+def _member_or_all(value: str):
+    """evaluate's --member: a member's index, 'best' or 'all'."""
+    if value == "all":
+        return value
+    try:
+        return _member(value)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"a member's index (0, 1, ...), best or all, not {value!r}") from None
+
+
 def _checkpoint_path(path: str) -> Path:
     """A checkpoint file, or a run folder holding checkpoint.pt."""
     from .learn.checkpoint import CheckpointError
@@ -188,45 +198,31 @@ def _checkpoint_path(path: str) -> Path:
 
 def cmd_evaluate(args) -> int:
     from .learn import config as cfg
-    from .learn.evaluate import (compare, evaluate, format_comparison, held_out_seed, random_label,
-                                 tag_side_labels)
-    from .learn.checkpoint import stored_config
-    from .learn.config_env import evaluated_env_params
-    from .learn.runs import load_checkpoint
-    from .learn.trainer import make_trainer
-    from .learn import population, trainer_state
-    if args.json and not Path(args.json).resolve().parent.is_dir():
-        raise cfg.ConfigError(f"--json {args.json}: the folder {str(Path(args.json).parent)!r} does not exist")
-    path, payload = load_checkpoint(_checkpoint_path(args.checkpoint))  # registers a %%warpenv env it kept
-    if payload.get("population"):
-        payload = population.member_payload(payload, "best" if args.member is None else args.member)
-        print(population.member_label(payload["member_of"]))
-    elif args.member not in (None, 0, "best"):  # (as load_policy and replay: a single run is its own member 0)
-        raise cfg.ConfigError(f"--member {args.member}: {str(path)!r} is a single run's checkpoint, not a "
-                              f"population's; evaluate it without --member")
-    config = stored_config(payload)
-    config = cfg.replace(config, num_envs=args.num_envs or config.num_envs, run_dir=None,
-                         target=args.target or config.target,
-                         env_params=evaluated_env_params(config, args.env_param, payload["signature"]))
-    trainer = make_trainer(config, policies=payload["signature"]["policies"], pretrained=False)
-    trainer_state.restore(trainer, payload, path, restore_env=False)
-    options = dict(episodes=args.episodes, steps=args.steps, deterministic=args.deterministic,
-                   seed=held_out_seed(config) if args.seed is None else args.seed)
-    if args.random is not None:
-        results = {"trained": evaluate(trainer, **options)}
-        if args.random:
-            results[random_label(trainer, args.random)] = evaluate(trainer, random_policies=args.random, **options)
-    else:
-        results = compare(trainer, **options)
-    print(f"{config.env}: {config.num_envs} replicas x {options['episodes']} episode(s) each, "
-          f"{acting_text(config.algorithm, args.deterministic)}, seed {options['seed']}")
+    from .learn.config_env import env_param_items
+    from .learn.evaluate import format_comparison, tag_side_labels
+    from .learn.run_evaluation import evaluate_trainer, members_text, write_members_csv
+    from .learn.runs import load_policy
+    for option, value in (("--json", args.json), ("--csv", args.csv)):
+        if value and not Path(value).resolve().parent.is_dir():
+            raise cfg.ConfigError(f"{option} {value}: the folder {str(Path(value).parent)!r} does not exist")
+    trainer = load_policy(_checkpoint_path(args.checkpoint), num_envs=args.num_envs, target=args.target,
+                          member=args.member, env_params=env_param_items(args.env_param), given="--env-param")
+    results = evaluate_trainer(trainer, episodes=args.episodes, steps=args.steps, deterministic=args.deterministic,
+                               seed=args.seed, random_policies=None if args.random is None else tuple(args.random))
+    config, settings, every = trainer.config, next(iter(results.values()))["settings"], trainer.M > 1
+    if settings["member"] and not every:
+        print(settings["member"])
+    print(f"{config.env}: {config.num_envs} replicas{' a member' if every else ''} x {args.episodes} episode(s) "
+          f"each, {acting_text(config.algorithm, args.deterministic)}, seed {settings['seed']}"
+          + (f" (member k: seed + k; {settings['member']}: the means over members)" if every else ""))
     print(format_comparison(results, tag_side_labels(trainer)))
+    if every:
+        print(members_text(results, config))
     if args.json:
         from .learn import evaluation_json
-        evaluation_json.write(args.json, results, {
-            "seed": options["seed"], "deterministic": args.deterministic, "episodes": args.episodes,
-            "num_envs": config.num_envs, "env_params": config.env_params, "checkpoint": str(path),
-            "member": population.member_label(payload["member_of"]) if payload.get("member_of") else None})
+        evaluation_json.write(args.json, results)
+    if args.csv:
+        write_members_csv(results, args.csv, config)
     return 0
 
 
@@ -405,8 +401,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="play with these env parameters changed, e.g. max_steps=1000 (the run's agents, "
                          "observations and actions kept)")
     ev.add_argument("--json", default=None, help="also write the results to this JSON file")
-    ev.add_argument("--member", default=None, type=_member,
-                    help="of a population's run: the member to evaluate (an index, or best: the default)")
+    ev.add_argument("--csv", default=None, help="also write one row per member and report to this CSV file")
+    ev.add_argument("--member", default=None, type=_member_or_all,
+                    help="of a population's run: the member to evaluate (an index, or best: the default), or all: "
+                         "every member at once, a table of members and a sweep's settings ranked")
     export = sub.add_parser("export-member", help="write one member of a population's run as a single run "
                                                   "(resume and evaluate it as any run; wb.replay plays it)")
     export.add_argument("run", help="population run folder or checkpoint")

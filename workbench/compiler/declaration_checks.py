@@ -233,3 +233,12 @@ def check_active(name: str, source: str, namespace: dict, arrays: dict) -> str |
                    f"{'per_agent' if spec.layout == 'agent' else 'per_env'} {spec.dtype} array of shape {spec.shape}")
     refuse_declaration(name, source, "ACTIVE", problem)
     return declared
+
+
+def refuse_truncated(env_name: str, what: str, args, line=None) -> None:
+    """EnvDefinitionError for a phase taking `truncated`: the framework sets it at MAX_STEPS, and a learner
+    bootstraps across only the time limit it knows of (an env's own would be learned as an end)."""
+    if "truncated" in args:
+        raise EnvDefinitionError(
+            f"{env_name}: {what} takes 'truncated', which is the framework's: it is set when an episode reaches "
+            f"MAX_STEPS (declare MAX_STEPS for a time limit); to end an episode, set terminated[env] = 1", line=line)

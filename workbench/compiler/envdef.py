@@ -36,7 +36,7 @@ import numpy as np
 from ..errors import EnvDefinitionError, EnvParameterError, did_you_mean
 from .observed_state import observed_state
 from .declaration_checks import (REQUIRED, box_problem, check_active, check_host_hooks, check_reserved_names,
-                                 refuse_declaration)
+                                 refuse_declaration, refuse_truncated)
 
 SPECIAL_ARGS = ("env", "agent", "key")
 # names of the generated drivers' own arguments and locals (codegen, codegen_c): an array or entity so named
@@ -453,6 +453,7 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
                         f"{did_you_mean(arg, [*arrays, *entities], repr)}",
                         line=fn.__code__.co_firstlineno)
             line = fn.__code__.co_firstlineno
+            refuse_truncated(name, f"{fn.__name__}() (line {line})", args, line)
             phase_index(name, f"{fn.__name__}() (line {line})", args, entities, line)
         return fns
 

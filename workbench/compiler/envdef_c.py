@@ -15,6 +15,7 @@ from typing import Mapping
 
 import numpy as np
 
+from .declaration_checks import refuse_truncated
 from .envdef import SPECIAL_ARGS, EnvDefinition, exec_source, parse, phase_index
 from ..errors import EnvDefinitionError, TargetUnavailableError, did_you_mean
 
@@ -107,6 +108,7 @@ def c_phases(defn: EnvDefinition) -> dict:
                         f"{did_you_mean(arg, [*defn.arrays, *defn.entities], repr)}",
                         line=phase.line)
             _check_array_types(defn, phase, where)
+            refuse_truncated(defn.name, f"{phase.name}() (line {phase.line} of {where})", phase.args, phase.line)
             phase_index(defn.name, f"{phase.name}() (line {phase.line} of {where})", phase.args, defn.entities,
                         phase.line)
             stages[stage].append(phase)

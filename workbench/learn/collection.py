@@ -294,12 +294,13 @@ class Collector:
                 tr.hp.per_replica("gae_lambda", tr.E_member), self._advantages)
 
     # -- acting with trained policies ------------------------------------------------------------
-    def act(self, deterministic: bool = True, generator: torch.Generator | None = None):
+    def act(self, deterministic: bool = True, generator: torch.Generator | None = None, streams=None):
         """The learners' actions for the env's current observations into its action array: the
-        distribution's mode when deterministic, else a sample drawn with `generator` (None: torch's global one)."""
+        distribution's mode when deterministic, else a sample drawn from `streams` (a MemberStreams of
+        one stream per member: each member's draws its own), else with `generator` (None: torch's global one)."""
         tr = self.trainer
         with torch.no_grad():
-            for g in tr.groups:
+            for index, g in enumerate(tr.groups):
                 model = tr.models[g.name]
                 obs = self.observe(g, self.store["obs"]).reshape(-1, tr.obs_dim)
                 if tr.algorithm == "ddpg":
@@ -309,9 +310,14 @@ class Collector:
                     if deterministic:
                         actions = tr.head.mode(out)
                     else:
-                        noise = torch.rand(out.shape, device=tr.device, generator=generator).clamp_(1e-10, 1) \
-                            if tr.head.kind != "gaussian" else torch.randn(out.shape, device=tr.device,
-                                                                           generator=generator)
+                        gaussian = tr.head.kind == "gaussian"
+                        if streams is not None:
+                            draw = streams.normal if gaussian else streams.uniform
+                            noise = draw((out.numel() // streams.members,), rollout_site(index)).reshape(out.shape)
+                        elif gaussian:
+                            noise = torch.randn(out.shape, device=tr.device, generator=generator)
+                        else:
+                            noise = torch.rand(out.shape, device=tr.device, generator=generator).clamp_(1e-10, 1)
                         actions = tr.head.sample(out, getattr(model, "log_std", None), noise)
                 self.send(g, actions)
         return self.store["action"]

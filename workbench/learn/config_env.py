@@ -200,12 +200,11 @@ def compile_notice(config) -> str | None:
     return f"compiling {config.env} for target '{name}' ({why})..."
 
 
-def evaluated_env_params(config, items, trained: dict) -> dict | None:
-    """The run's env parameters with evaluate's --env-param NAME=VALUE items applied; a change that
-    gives the env other agents, observations or actions than the policies learned on is refused."""
+def env_param_items(items) -> dict | None:
+    """evaluate's --env-param NAME=VALUE items as {name: value} (values read as YAML); None for none."""
     import yaml
     if not items:
-        return config.env_params
+        return None
     changed = {}
     for item in items:
         name, sep, value = item.partition("=")
@@ -216,7 +215,7 @@ def evaluated_env_params(config, items, trained: dict) -> dict | None:
         except yaml.YAMLError as exc:
             raise ConfigError(f"--env-param {item}: the value {value!r} is not valid YAML ({yaml_problem(exc)}); "
                               f"e.g. --env-param max_steps=1000") from None
-    return played_env_params(config, changed, trained, f"--env-param {' '.join(items)}", "evaluate")
+    return changed
 
 
 def played_env_params(config, changed: dict | None, trained: dict, given: str, who: str) -> dict | None:

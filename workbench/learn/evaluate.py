@@ -26,6 +26,7 @@ import warnings
 import torch
 
 from ..errors import WorkbenchError, WorkbenchWarning
+from .streams import MemberStreams, random_policy_site
 
 DEFAULT_STEPS_CAP = 100_000
 
@@ -94,10 +95,13 @@ def evaluate(trainer, episodes: int = 1, random_policies=(), deterministic: bool
     standard error over the counted episodes. `steps` defaults to episodes x MAX_STEPS, which every
     replica needs at most; a smaller `steps` counts only the episodes that ended within it, which
     leans the means toward short episodes (a warning says so). `seed` resets the env's random
-    streams first (the same starts for every call with that seed; None: the env's streams go on).
-    A population's trainer: `members` holds each member's report (its replicas' episodes), and the
-    top level the mean over members of their means, `stderr` its standard error over members.
-    The env, its streams and torch's global stream are left as they were found."""
+    streams first (the same starts for every call with that seed; None: the env's streams go on);
+    sampled actions and random play come from one stream per member, keyed by seed + k.
+    A population's trainer: `members` holds each member's report (its replicas' episodes; with its
+    member, seed, evaluation_seed and swept values), and the top level the mean over members of
+    their means, `stderr` its standard error over members. Member k's report equals that of member
+    k alone (exported) evaluated with seed + k. The env, its streams and torch's global stream are
+    left as they were found."""
     env = trainer.env
     names = [g.name for g in trainer.groups]
     unknown = sorted(set(random_policies) - set(names))
@@ -118,8 +122,10 @@ def evaluate(trainer, episodes: int = 1, random_policies=(), deterministic: bool
     try:
         with torch.random.fork_rng(devices=[env.device] if env.device.type == "cuda" else []):
             if seed is not None:
-                torch.manual_seed(seed)  # the stochastic policies' draws (trainer.act); restored on exit
-            report = _play(trainer, episodes, steps, random_groups, deterministic, seed)
+                torch.manual_seed(seed)  # (a model of one's own that draws from torch's stream); restored on exit
+            first = int(torch.randint(0, 2**62, ())) if seed is None else seed
+            streams = MemberStreams([first + k for k in range(getattr(trainer, "M", 1))], env.device)
+            report = _play(trainer, episodes, steps, random_groups, deterministic, seed, streams)
     finally:
         env.store.load_snapshot(saved[0])
         env.seed = saved[1]
@@ -132,7 +138,7 @@ def evaluate(trainer, episodes: int = 1, random_policies=(), deterministic: bool
     return report
 
 
-def _play(trainer, episodes, steps, random_groups, deterministic, seed) -> dict:
+def _play(trainer, episodes, steps, random_groups, deterministic, seed, streams) -> dict:
     env, store, device = trainer.env, trainer.env.store, trainer.env.device
     metrics, params = env_metrics(env), env.definition.params
     members = getattr(trainer, "M", 1)
@@ -145,13 +151,15 @@ def _play(trainer, episodes, steps, random_groups, deterministic, seed) -> dict:
     squares = {key: torch.zeros(members, dtype=torch.float64, device=device) for key in sums}  # (standard errors)
     saved = torch.empty_like(store["action"]) if random_groups else None
     for _ in range(steps):
-        trainer.act(deterministic=deterministic)
+        trainer.act(deterministic=deterministic, streams=streams)
         if random_groups:
             saved.copy_(store["action"])
-            env.sample_actions()
+            uniform = streams.uniform((saved.numel() // members,), random_policy_site())
+            env.actions_from_uniform(uniform.reshape(saved.shape))
             for g in trainer.groups:
                 if g not in random_groups:
                     g.scatter(store["action"], g.gather(saved))
+        streams.advance()
         env.step()
         done = store["done"].float()
         finished.add_(done)
@@ -169,6 +177,8 @@ def _play(trainer, episodes, steps, random_groups, deterministic, seed) -> dict:
                for column in host.T]
     if members == 1:
         return reports[0]
+    for report, member, stream_seed in zip(reports, trainer.members, streams.seeds):
+        report.update(member=member.index, seed=member.seed, evaluation_seed=stream_seed, **member.values)
     means = {k: [r[k] for r in reports] for k in keys}
     report = {k: _mean_over(v) for k, v in means.items()}
     report.update(episodes=sum(r["episodes"] for r in reports), steps=steps, members=reports,
@@ -240,10 +250,12 @@ def format_comparison(results: dict, side_labels: dict | None = None) -> str:
     """A table, one column per configuration (means ± their standard errors), and for Tag the two
     comparisons in words (`side_labels`, from tag_side_labels: which report plays each side at random)."""
     labels = list(results)
-    keys = list(dict.fromkeys(k for r in results.values() for k in r if k not in ("stderr", "members")))
+    keys = list(dict.fromkeys(k for r in results.values() for k in r if k not in ("stderr", "members", "settings")))
 
     def cell(label, key):
         value, error = results[label].get(key, math.nan), results[label].get("stderr", {}).get(key, math.nan)
+        if isinstance(value, int):  # (episodes, steps)
+            return str(value)
         return f"{value:.4f}" + (f" ± {error:.4f}" if math.isfinite(error) else "")
 
     cells = {(label, key): cell(label, key) for label in labels for key in keys}

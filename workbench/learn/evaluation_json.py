@@ -16,9 +16,8 @@ def strict(value):
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def write(path, results: dict, settings: dict) -> Path:
-    """results {label: report} into `path`, each report with `settings` (seed, deterministic, ...)."""
+def write(path, results: dict) -> Path:
+    """results {label: report} (each with its `settings`) into `path`."""
     path = Path(path)
-    payload = {label: {**report, "settings": settings} for label, report in results.items()}
-    path.write_text(json.dumps(strict(payload), indent=2, allow_nan=False))
+    path.write_text(json.dumps(strict(results), indent=2, allow_nan=False))
     return path

@@ -425,9 +425,7 @@ class MemberNorm(RunningNorm):
         rows = obs.reshape(self.members, -1, obs.shape[-1])
         weight = (live.reshape(self.members, -1, 1).to(rows.dtype) if live is not None
                   else torch.ones_like(rows[..., :1]))
-        self.sum.add_((rows * weight).sum(1))
-        self.sumsq.add_((rows * rows * weight).sum(1))
-        self.n.add_(weight.sum(1))
+        self._add(rows, weight)
 
     def __call__(self, obs):
         rows = obs.reshape(self.members, -1, obs.shape[-1])

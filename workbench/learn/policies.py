@@ -239,6 +239,7 @@ class ActionHead:
             return total_lp, total_ent
         log_std = out.new_zeros(out.shape[-1]) if log_std is None else member_log_std(log_std, out.shape[0])
         var = torch.exp(2 * log_std)
+        actions = actions.reshape(out.shape)  # (a Box of shape (k, d): actions [N, k, d], the head's out [N, k * d])
         logp = -((actions - out) ** 2) / (2 * var) - log_std - 0.5 * math.log(2 * math.pi)
         entropy = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).expand_as(out)
         return logp.sum(-1), entropy.sum(-1)

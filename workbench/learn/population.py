@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from . import checkpoint as ckpt, config as cfg
-from .ranking import lower_first, rank_key, setting_label
+from .ranking import lower_first, rank_key, ranking_text, setting_label, sweep_settings
 from ..errors import WorkbenchWarning
 
 
@@ -126,6 +126,17 @@ def latest_report(history: list) -> dict:
                 latest[m["member"]] = m
     last["members"] = [latest.get(m["member"], m) for m in last["members"]]
     return last
+
+
+def final_ranking(history: list, run_dir=None) -> tuple:
+    """(sweep_settings rows, their table with a line on what the values are) of a sweep's history
+    at its end, each member at its latest value (latest_report)."""
+    latest = latest_report(history)
+    rows = sweep_settings(latest)
+    evaluate = f"python -m workbench evaluate {run_dir or 'RUN'} --member all"
+    return rows, (ranking_text(rows, latest.get("iteration"))
+                  + f"\n(a member's value: its mean over the episodes that ended in its last report's window; for a "
+                    f"results table, evaluate every member: {evaluate})")
 
 
 def best_member(report: dict) -> int:

@@ -193,6 +193,5 @@ def _load_norm(norm, state: dict, members: int) -> None:
     if members == 1:
         norm.load_state_dict(state)
         return
-    norm.mean.copy_(state["mean"].expand_as(norm.mean))
-    norm.var.copy_(state["var"].expand_as(norm.var))
-    norm.count.fill_(float(state["count"]))
+    norm.load_state_dict({"mean": state["mean"].expand_as(norm.mean), "var": state["var"].expand_as(norm.var),
+                          "count": torch.full_like(norm.count, float(state["count"]))})

@@ -54,6 +54,19 @@ def settings_of(members: list, swept: list) -> dict:
     return groups
 
 
+# Student's t at 0.975 for 1..30 degrees of freedom (a 95% interval of a mean over n = df + 1 seeds)
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t975(df: int) -> float:
+    """Student's t quantile at 0.975 (df >= 1); past 30 the Cornish-Fisher expansion about 1.96 (error < 1e-3)."""
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = 1.959964
+    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df * df)
+
+
 def _finite(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -114,9 +127,11 @@ def sweep_settings(report: dict, swept: list | None = None, key: str | None = No
     """One row per sweep setting of a population report's members, best first (NaN means last), by
     the statistic `key` (default: the run's rank_by, rank_key; higher is better unless the run's
     rank_by is "-NAME"): {rank, key, lower_first, values: {name: value}, members (count), missing
-    (members whose value is NaN), mean, std (sample std of the finite values; 0 for one),
-    best_member (its `member` index; None when all are missing), best_value}. `swept`: the names
-    that tell settings apart (default `swept_names(report)`)."""
+    (members whose value is NaN), mean, std (sample std of the finite values; 0 for one), stderr
+    (std / sqrt(n)), ci95 (the 95% t interval's half-width; NaN below two values), episodes (the
+    members' episodes behind their values), oldest (the earliest iteration a value comes from: a
+    member's latest value, population.latest_report), best_member (its `member` index; None when all
+    are missing), best_value}. `swept`: the names that tell settings apart (default `swept_names(report)`)."""
     members = report.get("members") or [dict(report, member=0)]
     swept = swept_names(report) if swept is None else list(swept)
     lower = lower_first(report) if key is None else False
@@ -128,10 +143,16 @@ def sweep_settings(report: dict, swept: list | None = None, key: str | None = No
         finite = [(float(r), k) for r, k in returns if _finite(r)]
         scores = np.array([r for r, _ in finite])
         best = max(finite, key=lambda rk: sign * rk[0]) if finite else (math.nan, None)
+        n = len(finite)
+        std = float(scores.std(ddof=1)) if n > 1 else (0.0 if finite else math.nan)
+        counted = [m for m in group if _finite(m.get(key))]
         rows.append({"key": key, "lower_first": lower, "values": dict(zip(swept, values)), "members": len(group),
-                     "missing": len(group) - len(finite),
-                     "mean": float(scores.mean()) if finite else math.nan,
-                     "std": float(scores.std(ddof=1)) if len(finite) > 1 else (0.0 if finite else math.nan),
+                     "missing": len(group) - n,
+                     "mean": float(scores.mean()) if finite else math.nan, "std": std,
+                     "stderr": std / math.sqrt(n) if n > 1 else math.nan,
+                     "ci95": t975(n - 1) * std / math.sqrt(n) if n > 1 else math.nan,
+                     "episodes": sum(int(m.get("episodes") or 0) for m in counted),
+                     "oldest": min((m["iteration"] for m in counted if "iteration" in m), default=None),
                      "best_member": best[1], "best_value": best[0]})
     rows.sort(key=lambda row: (math.isnan(row["mean"]), -sign * row["mean"] if not math.isnan(row["mean"]) else 0.0))
     for rank, row in enumerate(rows, 1):
@@ -152,26 +173,40 @@ def setting_label(values: dict) -> str:
     return ", ".join(f"{k}={_value(v)}" for k, v in values.items())
 
 
-def ranking_text(rows: list) -> str:
+def ranking_text(rows: list, iteration: int | None = None) -> str:
     """`sweep_settings` rows as a fixed-width table: rank, the swept values, members (and missing
-    ones, when any), mean ± std of the ranking statistic ("return mean ± std"), best (member)."""
+    ones, when any), mean ± std of the ranking statistic ("return mean ± std"), its 95% interval
+    over seeds, the episodes behind it, best (member); and a line under it where a value comes from
+    before `iteration` (the report's: a member whose last window ended no episode counts with its latest)."""
     names = list(dict.fromkeys(k for row in rows for k in row["values"]))
     missing = any(row["missing"] for row in rows)
     stat = statistic_name(rows[0]["key"] if rows else "mean_return")
     stat += " (lowest first)" if rows and rows[0].get("lower_first") else ""
-    header = ["rank", *names, "members", *(["missing"] if missing else []), f"{stat} mean ± std", "best (member)"]
+    header = ["rank", *names, "members", *(["missing"] if missing else []), f"{stat} mean ± std", "95% interval",
+              "episodes", "best (member)"]
     table = [[str(row["rank"]), *(_value(row["values"].get(n, "")) for n in names),
               str(row["members"]), *([str(row["missing"])] if missing else []),
-              _spread(row),
+              _spread(row), _interval(row), str(row.get("episodes", "")),
               f"{_num(row['best_value'])} (#{row['best_member']})" if row["best_member"] is not None else "n/a"]
              for row in rows]
     widths = [max(len(line[i]) for line in [header, *table]) for i in range(len(header))]
-    numeric = {0, len(names) + 1} | ({len(names) + 2} if missing else set())
+    numeric = {0, len(names) + 1, len(header) - 2} | ({len(names) + 2} if missing else set())
 
     def fmt(line):
         cells = [c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(line, widths))]
         return "  ".join(cells).rstrip()
-    return "\n".join(fmt(line) for line in [header, *table])
+    lines = [fmt(line) for line in [header, *table]]
+    oldest = min((row["oldest"] for row in rows if row.get("oldest") is not None), default=None)
+    if iteration is not None and oldest is not None and oldest < iteration:
+        lines.append(f"(a member whose last report ended no episode counts with its latest value: the oldest "
+                     f"from iteration {oldest}, of {iteration})")
+    return "\n".join(lines)
+
+
+def _interval(row) -> str:
+    """The 95% t interval of a setting's mean over its seeds ("412.10 to 470.30"), n/a below two values."""
+    half = row.get("ci95", math.nan)
+    return f"{_num(row['mean'] - half)} to {_num(row['mean'] + half)}" if _finite(half) else "n/a"
 
 
 def _spread(row) -> str:
@@ -181,8 +216,9 @@ def _spread(row) -> str:
 
 def write_ranking_csv(rows: list, path) -> Path:
     """`sweep_settings` rows as a CSV: rank, the swept names, members, missing, then the ranking
-    statistic's STAT_mean, STAT_std, best_member, best_STAT and ranked_by (csv_fields; NaN as "nan", no
-    best member as ""; ranked_by is the rank_by, "-NAME" where the lowest ranks first)."""
+    statistic's STAT_mean, STAT_std, STAT_stderr, STAT_ci95 (the 95% interval's half-width), episodes,
+    oldest_iteration, best_member, best_STAT and ranked_by (csv_fields; NaN as "nan", no best member
+    as ""; ranked_by is the rank_by, "-NAME" where the lowest ranks first)."""
     names = list(dict.fromkeys(k for row in rows for k in row["values"]))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -191,17 +227,20 @@ def write_ranking_csv(rows: list, path) -> Path:
         writer.writerow(["rank", *names, *csv_fields(rows[0]["key"] if rows else "mean_return")])
         for row in rows:
             writer.writerow([row["rank"], *(row["values"].get(n, "") for n in names), row["members"], row["missing"],
-                             repr(row["mean"]), repr(row["std"]),
+                             repr(row["mean"]), repr(row["std"]), repr(row["stderr"]), repr(row["ci95"]),
+                             row["episodes"], "" if row["oldest"] is None else row["oldest"],
                              "" if row["best_member"] is None else row["best_member"], repr(row["best_value"]),
                              ("-" if row.get("lower_first") else "") + row["key"]])
     return path
 
 
 def csv_fields(key: str) -> tuple:
-    """The ranking CSV's columns after the swept names, for the ranking statistic `key`
-    (mean_return: members, missing, return_mean, return_std, best_member, best_return, ranked_by)."""
+    """The ranking CSV's columns after the swept names, for the ranking statistic `key` (mean_return:
+    members, missing, return_mean, return_std, return_stderr, return_ci95, episodes, oldest_iteration,
+    best_member, best_return, ranked_by)."""
     stat = statistic_name(key)
-    return ("members", "missing", f"{stat}_mean", f"{stat}_std", "best_member", f"best_{stat}", "ranked_by")
+    return ("members", "missing", f"{stat}_mean", f"{stat}_std", f"{stat}_stderr", f"{stat}_ci95", "episodes",
+            "oldest_iteration", "best_member", f"best_{stat}", "ranked_by")
 
 
 def population_summary(report: dict, target: float | None = None) -> str:

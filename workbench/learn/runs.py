@@ -391,10 +391,9 @@ def finish_run_folder(trainer, run_dir) -> str:
     run_dir = Path(run_dir) if run_dir is not None else None
     table = ""
     if config.sweep:
-        from .population import latest_report
-        from .ranking import ranking_text, sweep_settings, write_ranking_csv
-        rows = sweep_settings(latest_report(history))
-        table = ranking_text(rows)
+        from .population import final_ranking
+        from .ranking import write_ranking_csv
+        rows, table = final_ranking(history, run_dir)
         if run_dir is not None:
             write_ranking_csv(rows, run_dir / "ranking.csv")
     if run_dir is not None:
@@ -427,30 +426,32 @@ def train(config=None, *, resume=None, progress: bool | None = None, policies=No
     return trainer, result
 
 
-def load_policy(run_or_checkpoint, *, num_envs: int = 1, target: str | None = None, seed: int | None = None,
-                member=None, env_params: dict | None = None, models=None):
-    """A Trainer holding the trained policies of a run, on a fresh env of `num_envs` replicas (with
+def load_policy(run_or_checkpoint, *, num_envs: int | None = 1, target: str | None = None, seed: int | None = None,
+                member=None, env_params: dict | None = None, models=None, given: str = "env_params"):
+    """A Trainer holding the trained policies of a run, on a fresh env of `num_envs` replicas (None: the run's; with
     `env_params` changing the run's env parameters, as long as agents, observations and actions stay).
     For a population's run: those of `member` (an index, or "best", the default), which the trainer's
     `member_label` names ("member 6 of 8 (the best by mean_return, in its last training report), seed 6,
-    lr=0.003"; None for a single run).
+    lr=0.003"; None for a single run); "all": every member, `num_envs` replicas each, batched as in training.
     models: {policy: nn.Module} of a run trained with models of its own (the same classes, untrained)."""
     from . import checkpoint as ckpt, population, trainer_state
     from .config_env import played_env_params
     from .trainer import make_trainer
     path, payload = load_checkpoint(run_or_checkpoint)
-    if payload.get("population"):
+    if payload.get("population") and member != "all":
         payload = population.member_payload(payload, "best" if member is None else member)
-    elif member not in (None, 0, "best"):
+    elif not payload.get("population") and member not in (None, 0, "best", "all"):
         raise cfg.ConfigError(f"{str(path)!r} is not a population's run: it has no member {member!r} (its one "
                               f"policy plays without member=)")
     config = ckpt.stored_config(payload)
-    config = cfg.replace(config, num_envs=num_envs, run_dir=None, target=target or config.target,
+    config = cfg.replace(config, num_envs=num_envs or config.num_envs, run_dir=None, target=target or config.target,
                          seed=config.seed if seed is None else seed, env_params=played_env_params(
-                             config, env_params, payload["signature"], f"env_params={env_params!r}", "load_policy"))
+                             config, env_params, payload["signature"], f"{given}={env_params!r}", "load_policy"))
     trainer = make_trainer(config, policies=payload["signature"]["policies"], models=models, pretrained=False)
     trainer_state.restore(trainer, payload, path, restore_env=False)
-    trainer.member_label = population.member_label(payload["member_of"]) if payload.get("member_of") else None
+    trainer.member_label = (population.member_label(payload["member_of"]) if payload.get("member_of")
+                            else f"every member ({trainer.M})" if trainer.M > 1 else None)
+    trainer.checkpoint_path = path.resolve()
     return trainer
 
 

@@ -43,6 +43,11 @@ def replay_site(policy: int, update: int) -> int:
     return 2000 * (policy + 1) + update
 
 
+def random_policy_site() -> int:
+    """Evaluation's uniformly random actions (a policy replaced by random play; its streams are not training's)."""
+    return 10**7
+
+
 _MASK = 0xFFFFFFFF
 _M1, _M2 = 0x21F0AAAD, 0x735A2D97
 _GOLDEN = 0x9E3779B9

@@ -349,11 +349,11 @@ class Trainer:
         return self.metrics.pull(base, learning, learners.learning_rates(self))
 
     # -- acting and checkpoints -----------------------------------------------------------------
-    def act(self, deterministic: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
-        """Write the policies' actions for the env's current observations into its action array and
-        return it (action: [E, A] or [E, A, D]): each distribution's mode, or when not deterministic a
-        sample drawn with `generator` (None: torch's global one)."""
-        return self.collector.act(deterministic, generator)
+    def act(self, deterministic: bool = True, generator: torch.Generator | None = None, streams=None) -> torch.Tensor:
+        """Write the policies' actions for the env's current observations into its action array and return it
+        (action: [E, A] or [E, A, D]): each distribution's mode, or a sample drawn from `streams` (a
+        MemberStreams) or with `generator` (None: torch's global one)."""
+        return self.collector.act(deterministic, generator, streams)
 
     def save(self, path) -> Path | None:
         """Atomically write policies, optimisers, normaliser, RNG, counters and env state

@@ -194,6 +194,11 @@ class Env:
         """Uniformly random actions for every agent, drawn on the device into the action array."""
         return self._random.draw()
 
+    def actions_from_uniform(self, uniform) -> torch.Tensor:
+        """Uniformly random actions made from uniforms in [0, 1) shaped as the action array (uniform: [E, A]
+        or [E, A, D]; e.g. each member's from its own stream), written into the action array (returned)."""
+        return self._random.from_uniform(uniform)
+
     RANDOM_BLOCK = RandomActions.BLOCK  # random steps per CUDA graph replay (random_steps)
 
     def random_steps(self, steps: int):

@@ -43,6 +43,18 @@ class RandomActions:
             return buf
         self._buffers()
         torch.rand(buf.shape, generator=env._generator, out=self.uniform, device=env.device)
+        return self.from_uniform(self.uniform)
+
+    def from_uniform(self, uniform) -> torch.Tensor:
+        """Uniformly random actions from uniforms in [0, 1) shaped as the action array, into it (returned)."""
+        env, space = self.env, self.env.action_space
+        buf = env.store["action"]
+        if isinstance(space, Discrete):
+            buf.copy_(uniform.mul(space.n).floor_().clamp_(max=space.n - 1))
+            return buf
+        self._buffers()
+        if uniform is not self.uniform:
+            self.uniform.copy_(uniform)
         self.uniform.mul_(self.scale).add_(self.offset)
         if isinstance(space, MultiDiscrete):
             self.uniform.floor_()

@@ -1,0 +1,74 @@
+"""Evaluating a run folder (wb.evaluate_run, `python -m workbench evaluate`): every member of a
+population at once, each member's numbers its own (as member k alone with seed + k), a table and a CSV
+a results section can use, and a sweep's settings ranked with their intervals over seeds."""
+import csv
+import json
+import math
+
+import pytest
+
+import workbench as wb
+from workbench import cli
+from workbench.learn import ranking
+
+
+@pytest.fixture(scope="module")
+def population_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("sweep") / "run"
+    assert cli.main(["train", "cartpole", "--target", "cpu", "--seeds", "2", "--sweep", "lr=1e-3,3e-4",
+                     "--num-envs", "8", "--set", "rollout_length=16", "num_minibatches=2", "--total-env-steps",
+                     "1024", "--run-dir", str(run)]) in (0, 1)
+    return run
+
+
+def test_every_member_evaluated_at_once_equals_each_member_alone(population_run):
+    """Sampled actions and random play come from one stream per member (before: torch's one global
+    stream over all members' rows, so a member's numbers depended on the others)."""
+    together = wb.evaluate_run(population_run, member="all", num_envs=4, seed=11)
+    for label in ("trained", "random"):
+        members = together[label]["members"]
+        assert [m["member"] for m in members] == [0, 1, 2, 3] and [m["seed"] for m in members] == [0, 1, 2, 3]
+        assert [m["lr"] for m in members] == [1e-3, 1e-3, 3e-4, 3e-4]
+        assert [m["evaluation_seed"] for m in members] == [11, 12, 13, 14]
+    for k in range(4):
+        alone = wb.evaluate_run(population_run, member=k, num_envs=4, seed=11 + k)
+        assert alone["trained"]["settings"]["member"].startswith(f"member {k} of 4")
+        for label in ("trained", "random"):
+            assert alone[label]["return/shared"] == together[label]["members"][k]["return/shared"]
+            assert alone[label]["episodes"] == together[label]["members"][k]["episodes"] == 4
+
+
+def test_cli_evaluates_every_member_into_a_table_a_csv_and_strict_json(population_run, tmp_path, capsys):
+    out_csv, out_json = tmp_path / "members.csv", tmp_path / "members.json"
+    assert cli.main(["evaluate", str(population_run), "--member", "all", "--num-envs", "4", "--seed", "11",
+                     "--csv", str(out_csv), "--json", str(out_json)]) == 0
+    printed = capsys.readouterr().out
+    assert "4 replicas a member x 1 episode(s) each" in printed and "member k: seed + k" in printed
+    assert "trained, every member:" in printed and "random, every member:" in printed
+    assert "sweep settings ranked by the evaluation" in printed and "95% interval" in printed
+    with out_csv.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [(r["label"], r["member"], r["lr"]) for r in rows[:4]] == [
+        ("trained", "0", "0.001"), ("trained", "1", "0.001"), ("trained", "2", "0.0003"), ("trained", "3", "0.0003")]
+    assert {"seed", "evaluation_seed", "episodes", "return/shared", "return/shared_stderr"} <= set(rows[0])
+    saved = json.loads(out_json.read_text(), parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
+    assert saved["trained"]["settings"]["member"] == "every member (4)"
+    assert [m["member"] for m in saved["trained"]["members"]] == [0, 1, 2, 3]
+    mean = sum(float(r["return/shared"]) for r in rows[:4]) / 4
+    assert saved["trained"]["return/shared"] == pytest.approx(mean)
+
+
+def test_a_settings_interval_is_the_t_interval_of_its_seeds_mean():
+    members = [{"member": k, "lr": 0.1, "mean_return": v, "episodes": 3, "iteration": 9}
+               for k, v in enumerate((1.0, 2.0, 3.0))]
+    members.append({"member": 3, "lr": 0.2, "mean_return": 5.0, "episodes": 2, "iteration": 7})
+    rows = ranking.sweep_settings({"members": members, "rank_by": "mean_return"}, ["lr"])
+    top, single = rows
+    assert top["values"] == {"lr": 0.2} and math.isnan(top["ci95"]) and top["episodes"] == 2
+    assert single["std"] == pytest.approx(1.0) and single["stderr"] == pytest.approx(1 / math.sqrt(3))
+    assert single["ci95"] == pytest.approx(4.303 / math.sqrt(3)) and single["episodes"] == 9
+    text = ranking.ranking_text(rows, iteration=9)
+    assert f"{2 - 4.303 / math.sqrt(3):.2f} to {2 + 4.303 / math.sqrt(3):.2f}" in text
+    assert "the oldest from iteration 7, of 9" in text  # (member 3's value predates the report)
+    assert "oldest" not in ranking.ranking_text(rows[1:], iteration=9)
+    assert ranking.t975(40) == pytest.approx(2.021, abs=1e-3) and ranking.t975(100) == pytest.approx(1.984, abs=1e-3)
