@@ -705,13 +705,13 @@ def step(env, x):
 def observe(env, agent, x, obs):
     obs[env, agent, 0] = x[env]
 '''
-    wb.register("typo_in_validate", source)
     with pytest.raises(EnvDefinitionError, match="validate_params raised AttributeError at line 9: .*'sped'") as err:
+        wb.register("typo_in_validate", source)
         wb.make("typo_in_validate", num_envs=1, target="cpu")
     assert err.value.line == 9
-    wb.register("counted", source.replace("p.sped", "p.speed"))
     with pytest.raises(EnvDefinitionError, match=r"'cells' is a count \(its default is 4\): it must be a whole number, "
                                                   r"got 2.5"):
+        wb.register("counted", source.replace("p.sped", "p.speed"))
         wb.make("counted", num_envs=1, target="cpu", cells=2.5)
     assert wb.make("counted", num_envs=1, target="cpu", cells=2.0).definition.params["cells"] == 2
 
@@ -777,9 +777,7 @@ HOOK_CASES = {
 @pytest.mark.parametrize("case", HOOK_CASES)
 def test_a_host_hook_the_trainer_or_viewer_cannot_use_is_refused_at_its_line(case):
     from workbench.errors import EnvDefinitionError
-    from workbench.runtime.registry import definition
     hook, words = HOOK_CASES[case]
-    wb.register("hooked", HOOKED + hook + "\n")
-    text = check(lambda: definition("hooked"), raises(EnvDefinitionError, *words))
+    text = check(lambda: wb.register("hooked", HOOKED + hook + "\n"), raises(EnvDefinitionError, *words))
     line = len(HOOKED.splitlines()) + 1
     assert text.startswith(f"hooked: line {line}: {hook.splitlines()[0]}")

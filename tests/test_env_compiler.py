@@ -167,10 +167,9 @@ def test_compiler_error_is_condensed_and_keeps_the_details():
                                                ("np.linspace(0, 1, 3)[0]", "a STATE array"),
                                                ("math.frexp(x[env])", "portable list")])
 def test_call_no_target_compiles_everywhere_is_refused_at_parse(call, alternative):
-    wb.register("unportable", SIX.replace("x[env] + 1.0", call).replace(
-        "from workbench.compiler.envdef", "import math, numpy as np; from workbench.compiler.envdef"))
-    with pytest.raises(wb.EnvDefinitionError) as info:
-        wb.make("unportable", num_envs=3, target="cpu")
+    with pytest.raises(wb.EnvDefinitionError) as info:  # (refused when registered)
+        wb.register("unportable", SIX.replace("x[env] + 1.0", call).replace(
+            "from workbench.compiler.envdef", "import math, numpy as np; from workbench.compiler.envdef"))
     text = str(info.value)
     assert text.startswith(f"unportable: line 13: x[env] = {call}\n")
     assert "does not compile on target(s) cuda, cuda-c" in text and alternative in text
@@ -185,8 +184,8 @@ def test_call_no_target_compiles_everywhere_is_refused_at_parse(call, alternativ
 ])
 def test_constructs_a_gpu_kernel_lacks_are_refused_at_parse(statement, refused, alternative):
     """The cpu target and the CUDA simulator run these; a GPU fails to compile them (or ignores them)."""
-    wb.register("gpu_unportable", SIX.replace("x[env] = x[env] + 1.0", statement))
     with pytest.raises(wb.EnvDefinitionError) as info:
+        wb.register("gpu_unportable", SIX.replace("x[env] = x[env] + 1.0", statement))
         wb.make("gpu_unportable", num_envs=3, target="cpu")
     text = str(info.value)
     assert text.startswith(f"gpu_unportable: line 13: {statement}\n") and refused in text and alternative in text
@@ -201,11 +200,11 @@ def test_a_loop_over_a_list_of_constants_compiles(target):
 
 
 def test_try_in_a_function_a_phase_calls_is_refused_at_parse():
-    wb.register("gpu_unportable_helper", SIX.replace("x[env] = x[env] + 1.0", "x[env] = safe_inverse(x[env])").replace(
+    source = SIX.replace("x[env] = x[env] + 1.0", "x[env] = safe_inverse(x[env])").replace(
         "\ndef reset(", "\ndef safe_inverse(v):\n    try:\n        return 1.0 / v\n    except ZeroDivisionError:"
-        "\n        return 0.0\n\ndef reset("))
-    with pytest.raises(wb.EnvDefinitionError) as info:
-        wb.make("gpu_unportable_helper", num_envs=3, target="cpu")
+        "\n        return 0.0\n\ndef reset(")
+    with pytest.raises(wb.EnvDefinitionError) as info:  # (refused when registered)
+        wb.register("gpu_unportable_helper", source)
     assert str(info.value).startswith("gpu_unportable_helper: line 10: try:\n    try/except does not compile on target(s) "
                                       "cuda") and "an if on the condition" in str(info.value)
 
@@ -294,8 +293,8 @@ def test_cache_root_follows_the_environment(monkeypatch, tmp_path):
 @pytest.mark.parametrize("state", ["a", "e", "lane", "_wb_done"])
 def test_a_state_array_named_as_a_kernel_variable_is_refused(state):
     """The drivers' own variables would shadow it (before: numba's "Cannot unify array(float32, 1d, C) and int64")."""
-    wb.register("shadowed", KEYS.replace("drawn", state))
     with pytest.raises(wb.EnvDefinitionError, match=f"STATE name '{state}' is one the generated kernels use.*rename"):
+        wb.register("shadowed", KEYS.replace("drawn", state))
         wb.make("shadowed", num_envs=2, target="cpu")
 
 
@@ -395,8 +394,8 @@ def test_reset_list_steps_as_one_reset_function():
         assert torch.equal(obs_l, obs_s) and torch.equal(reward_l, reward_s) and torch.equal(done_l, done_s)
     assert listed.data["x"].tolist() == [[2.0, 3.0]] * 2  # reset after step 6, then one step: place ran
     assert listed.data["total"].tolist() == [15.0] * 2  # clear ran too: 10 + 2 + 3
-    wb.register("no_reset", RESET_TWICE.replace("RESET = [place, clear]", ""))
     with pytest.raises(wb.EnvDefinitionError, match=r"no reset function \(define `reset` or `RESET = \[...\]`\)"):
+        wb.register("no_reset", RESET_TWICE.replace("RESET = [place, clear]", ""))
         wb.make("no_reset", num_envs=2, target="cpu")
 
 
@@ -424,8 +423,8 @@ def test_box_bounds_may_be_functions_of_the_parameters():
     source = SIX.replace("MAX_STEPS = 20", "MAX_STEPS = 20\nPARAMS = dict(limit=2.0)").replace(
         "OBSERVATION = Box(shape=(6,))", "OBSERVATION = Box(low=lambda p: -p.limit, high=(1.0,) * 5 + (lambda p: p.limt,), "
         "shape=(6,))")
-    wb.register("param_bounds", source)
     with pytest.raises(wb.EnvDefinitionError) as info:
+        wb.register("param_bounds", source)
         definition("param_bounds")
     assert str(info.value) == ("OBSERVATION.high: its function of the parameters raised AttributeError: "
                                "'types.SimpleNamespace' object has no attribute 'limt' (PARAMS has ['limit'])")
@@ -446,8 +445,8 @@ def test_a_function_defined_inside_a_phase_is_told_to_move_out():
 
 
 def test_a_draw_without_key_is_told_to_take_key():
-    wb.register("no_key", KEYS.replace("def step(env, agent, key, drawn):", "def step(env, agent, drawn):"))
     with pytest.raises(wb.EnvDefinitionError) as info:
+        wb.register("no_key", KEYS.replace("def step(env, agent, key, drawn):", "def step(env, agent, drawn):"))
         wb.make("no_key", num_envs=2, target="cpu")
     assert "name 'key' is not defined" in str(info.value)
     assert str(info.value).endswith("'key' is the phase's random stream (what the random draws take): add it to "

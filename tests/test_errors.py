@@ -109,14 +109,14 @@ def test_missing_step_function():
 
 
 def test_syntax_error_names_line():
-    wb.register("syntax_env", BROKEN.replace("x[env] = 0.0", "x[env] = = 0.0"))
     with pytest.raises(wb.EnvDefinitionError, match="syntax error at line 9"):
+        wb.register("syntax_env", BROKEN.replace("x[env] = 0.0", "x[env] = = 0.0"))
         wb.make("syntax_env", num_envs=2, target="cpu")
 
 
 def test_phase_argument_that_is_no_array():
-    wb.register("bad_arg_env", BROKEN.replace("def observe(env, agent, x, obs)", "def observe(env, agent, y, obs)"))
     with pytest.raises(wb.EnvDefinitionError, match="observe\\(\\) .* takes 'y', which is neither"):
+        wb.register("bad_arg_env", BROKEN.replace("def observe(env, agent, x, obs)", "def observe(env, agent, y, obs)"))
         wb.make("bad_arg_env", num_envs=2, target="cpu")
     wb.register("typo_arg_env", BROKEN.replace("STATE = dict(x=per_env())", "STATE = dict(position=per_env())")
                 .replace("x[env]", "position[env]").replace("def observe(env, agent, x, obs)",
@@ -180,8 +180,8 @@ HELPER_ERROR = textwrap.dedent('''
 def test_compile_error_in_a_helper_names_the_helper_line_with_the_disk_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("WORKBENCH_CACHE_DIR", str(tmp_path / "kernels"))
     monkeypatch.chdir(tmp_path)  # numba shows the kernel module's path relative to the working directory
-    wb.register("helper_error_env", HELPER_ERROR)
     with pytest.raises(wb.EnvCompileError) as info:
+        wb.register("helper_error_env", HELPER_ERROR)
         wb.make("helper_error_env", num_envs=1, target="cpu")
     assert info.value.line == 11, str(info.value)  # the helper's line, not its caller's (line 17)
     assert "at line 11:\n    return v + (1, 2)" in str(info.value)
@@ -239,3 +239,15 @@ def test_cuda_c_error_keeps_only_the_env_errors_and_the_log_in_details():
     driver_only = _compile_error(defn, NVRTC_LOG.replace("<warpenv walk_c>(21): error", "<workbench driver>(40): error"))
     assert driver_only.line is None
     assert str(driver_only).splitlines()[1:] == ['  <workbench driver>(40): error: identifier "scael" is undefined']
+
+
+def test_a_broken_source_is_refused_when_registered_and_replaces_nothing():
+    """Before, wb.register stored any text and the error came at the next make, after the working
+    source of that name had been replaced."""
+    good = BROKEN.replace("x[env] + undefined_name", "x[env] + 1.0")
+    wb.register("kept_env", good)
+    with pytest.raises(wb.EnvDefinitionError, match="syntax error at line 9"):
+        wb.register("kept_env", good.replace("x[env] = 0.0", "x[env] = = 0.0"))
+    env = wb.make("kept_env", num_envs=2, target="cpu")
+    env.step()
+    assert env.data["x"].tolist() == [1.0, 1.0]

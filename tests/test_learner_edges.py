@@ -115,3 +115,25 @@ def test_a_phase_that_writes_the_time_limits_flag_is_refused_with_the_fix():
                                                  r"framework's.*declare MAX_STEPS.*terminated\[env\] = 1"):
         wb.register("reach_truncating", source)
         wb.make("reach_truncating", num_envs=2, target="cpu")
+
+
+@pytest.mark.parametrize("bootstrap", [True, False])
+def test_a_time_limit_bootstraps_unless_the_run_says_it_ends_the_task(bootstrap):
+    """Pendulum never terminates: every end is its time limit (here 4 steps). Bootstrapped, a truncated
+    step's final value is V(final observation); with bootstrap_time_limit false it is 0, a termination."""
+    config = wb.PPOConfig(env="pendulum", num_envs=4, rollout_length=8, target="cpu", env_params={"max_steps": 4},
+                          bootstrap_time_limit=bootstrap)
+    tr = make_trainer(config)
+    with torch.no_grad():
+        tr.collector.rollout()
+    buf = tr.buffers["shared"]
+    truncated = buf.truncated.bool() if buf.truncated.any() else tr.collector.truncated.bool()
+    assert truncated.sum() == 8  # (steps 3 and 7 of every replica)
+    final = buf.final_values[truncated]
+    assert bool((final != 0).all()) if bootstrap else bool((final == 0).all())
+    ddpg = make_trainer(wb.DDPGConfig(env="pendulum", num_envs=4, target="cpu", env_params={"max_steps": 4},
+                                      bootstrap_time_limit=bootstrap, learning_starts=10_000))
+    ddpg.train(num_iterations=4)
+    replay = ddpg.buffers["shared"]
+    ended = replay.terminated[:replay.fill.item() if torch.is_tensor(replay.fill) else replay.fill]
+    assert float(ended.sum()) == (0.0 if bootstrap else ended.numel() / 4)  # (every fourth transition ends)

@@ -47,7 +47,8 @@ class Collector:
         T, E, O = tr.T, tr.E, tr.obs_dim
         self.store = env.store
         self.active = env.definition.active  # per-agent array: nonzero while in the game
-        self.can_truncate = env.definition.max_steps < 2**31 - 1  # an env without a time limit never does
+        # (an env without a time limit never truncates; bootstrap_time_limit false learns a truncation as an end)
+        self.can_truncate = env.definition.max_steps < 2**31 - 1 and tr.config.bootstrap_time_limit
         self.final_obs = self.final_active = None
         self.noise = {}
         if tr.algorithm != "ddpg":

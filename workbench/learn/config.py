@@ -67,6 +67,9 @@ class RunConfig:
     lr: float = _f(3e-4, "Adam learning rate (PPO, A2C; DDPG learns at actor_lr and critic_lr, and refuses "
                          "another lr).")
     gamma: float = _f(0.99, "Discount factor.")
+    bootstrap_time_limit: bool = _f(True, "An episode cut at MAX_STEPS bootstraps from its final state's value (a "
+                                          "time limit of the run, not of the task); false: it ends the episode as a "
+                                          "termination does (a task that ends there: observe t / MAX_STEPS).")
     max_grad_norm: float = _f(0.5, "Gradient clipping by global norm (0 disables).")
     normalize_obs: bool = _f(False, "Normalise observations with running mean and variance.")
     cuda_graph: bool = _f(True, "Replay each training iteration (rollout, advantages, every update) from CUDA "

@@ -83,6 +83,7 @@ def register(name: str, source: str, *, language: str = "python", filename: str 
     entry = EnvSource(name, source, filename or f"<warpenv {name}>", canonical, c_source,
                       (c_filename or f"<warpenv {name} C>") if c_source is not None else None,
                       params=tuple((params or {}).items()))
+    _definition(entry, dict(entry.params))  # (a broken source is refused here, at its line, and replaces nothing)
     replaced = _REGISTRY.get(name)
     if replaced is not None and replaced.shipped and replaced.source != source:
         warnings.warn(f"wb.register({name!r}) replaces the shipped env {name!r} in this process: wb.train({name!r}) "

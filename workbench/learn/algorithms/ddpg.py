@@ -167,7 +167,7 @@ def explore(collector, learning: bool):
         tr.env.step()
         tr.episode_stats.after_step()
         ended = store["done"].bool().reshape((tr.E,) + (1,) * (store["obs"].dim() - 1))  # [E, 1, ...]
-        term = store["terminated"].float().reshape(tr.E, 1)
+        term = store["terminated" if tr.config.bootstrap_time_limit else "done"].float().reshape(tr.E, 1)
         for g in (g for g in tr.groups if g.name not in tr.frozen):
             rb = tr.buffers[g.name]
             raw_next = torch.where(ended, g.gather(store["final_obs"]), g.gather(store["obs"]))
