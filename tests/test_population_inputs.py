@@ -21,7 +21,7 @@ def test_sweep_values_written_as_text_read_as_numbers_as_a_fields_do(tmp_path):
     path.write_text("algorithm: ppo\nenv: cartpole\nlr: 1e-3\nsweep:\n  lr: [1e-3, 3e-3]\n  ent_coef: [0, 1e-2]\n")
     config = cfg.load_yaml(path)
     assert config.lr == 1e-3 and config.sweep == {"lr": [1e-3, 3e-3], "ent_coef": [0, 0.01]}
-    assert cfg.from_dict({"sweep": {"lr": ["1e-3"]}}).sweep == {"lr": [0.001]}  # wb.train(sweep=...) and --set alike
+    assert cfg.from_dict({"sweep": {"lr": ["1e-3", "3e-3"]}}).sweep == {"lr": [0.001, 0.003]}  # (wb.train, --set)
     with pytest.raises(cfg.ConfigError, match=r"sweep\['lr'\] must be a non-empty list of numbers.*got \['fast'\]"):
         cfg.from_dict({"sweep": {"lr": ["fast"]}})
 
@@ -92,3 +92,13 @@ def test_replay_and_evaluate_name_the_member_they_play(tmp_path, capsys):
     payload = torch.load(run / "checkpoint.pt", weights_only=False)
     assert population.member_payload(payload, 1)["member_of"] == {
         "members": 4, "member": 1, "seed": trainer.config.seed + 1, "values": {"lr": 1e-3}}
+
+
+def test_a_name_swept_over_one_value_is_that_value_in_the_config():
+    import workbench as wb
+    """Before, `--sweep lr=1e-3` with one seed trained at 1e-3 while config.yaml said lr 0.0025 beside
+    the sweep, and metrics.csv and ranking.csv had no lr column."""
+    config = wb.PPOConfig(sweep={"lr": [1e-3], "ent_coef": [0.0, 0.01]}, seeds=2)
+    assert config.lr == 1e-3 and config.sweep == {"ent_coef": [0.0, 0.01]}
+    only = wb.PPOConfig(sweep={"lr": [1e-3]})
+    assert only.lr == 1e-3 and only.sweep is None

@@ -125,6 +125,12 @@ class RunConfig:
             if coerced is not value:
                 object.__setattr__(self, f.name, coerced)
         validate(self)
+        if self.sweep and any(len(values) == 1 for values in self.sweep.values()):
+            # a name swept over one value is that value for every member: the config says it, not a column
+            for name, values in self.sweep.items():
+                if len(values) == 1:
+                    object.__setattr__(self, name, type(getattr(self, name))(values[0]))
+            object.__setattr__(self, "sweep", {k: v for k, v in self.sweep.items() if len(v) > 1} or None)
 
 
 @dataclass(frozen=True)
@@ -431,8 +437,12 @@ def load_yaml(path) -> object:
 
 
 def save_yaml(config, path, comment: str = "") -> None:
-    """The config as YAML at `path`, then `comment` (lines starting with #, which a load ignores)."""
-    Path(path).write_text(yaml.safe_dump(to_dict(config), sort_keys=False) + comment)
+    """The config as YAML at `path`, then `comment` (lines starting with #, which a load ignores); a
+    swept field's own value, which no member trains with, says so."""
+    swept = set(config.sweep or ())
+    lines = [line + ("  # unused: swept, each member's value is in sweep" if line.split(":", 1)[0] in swept else "")
+             for line in yaml.safe_dump(to_dict(config), sort_keys=False).splitlines()]
+    Path(path).write_text("\n".join(lines) + "\n" + comment)
 
 
 def replace(config, **changes):

@@ -39,15 +39,22 @@ def plot_learning_curve(history: list, path, title: str = "", frozen=()) -> Path
     ax, ax2 = fig.subplots(1, 2)
     steps = [m["env_steps"] for m in history]
     population = [m for m in history if m.get("members")]
-    ylabel = "mean episode return"
+    ylabel, per_member = "mean episode return", ""
     if population:
         title = f"{title or 'learning curve'} ({plot_population(ax, population, frozen)})"
         from .ranking import rank_key, swept_names
-        if swept_names(population[-1]) and rank_key(population[-1]) != "mean_return":
-            ylabel = f"{rank_key(population[-1])} (median over seeds)"
+        swept = swept_names(population[-1])
+        statistic = rank_key(population[-1]) if swept else "mean_return"
+        ylabel = "mean episode return" if statistic == "mean_return" else statistic
+        per_member = " per member"
+        if ax.get_legend() is not None:
+            ax.get_legend().set_title(f"median over {'seeds' if swept else 'members'}, IQR band",
+                                      prop={"size": "small"})
     else:
         plot_returns(ax, history, frozen)
-    ax.set_xlabel("env-steps")
+    for axis in (ax, ax2):
+        axis.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4))  # (1e6, not 1000000 run together)
+    ax.set_xlabel("env-steps" + per_member)
     ax.set_ylabel(ylabel)
     ax.set_title(title or "learning curve")
     ax.grid(alpha=0.3)
@@ -55,8 +62,9 @@ def plot_learning_curve(history: list, path, title: str = "", frozen=()) -> Path
     scale, unit = rate_unit(max((r for r in rates if math.isfinite(r)), default=0.0))
     ax2.plot(steps, [r / scale for r in rates], color="0.2")
     ax2.set_ylim(bottom=0)
-    ax2.set_xlabel("env-steps")
-    ax2.set_ylabel(f"{unit + ' ' if unit else ''}env-steps/s (learning included)")
+    ax2.set_xlabel("env-steps" + per_member)
+    ax2.set_ylabel(f"{unit + ' ' if unit else ''}env-steps/s")
+    ax2.set_title("throughput, learning included" + (", all members" if per_member else ""))
     ax2.grid(alpha=0.3)
     fig.tight_layout()
     path = Path(path)
@@ -137,3 +145,9 @@ def returns_text(metrics: dict, frozen=()) -> str:
         return f"mean return {teams[0][1]:.2f}"
     return "returns " + ", ".join(f"{name} {value:.2f}" + (" (frozen)" if name in frozen else "")
                                   for name, value in teams) if teams else ""
+
+
+def run_folder_contents(run_dir: Path) -> str:
+    """What a run folder holds, read from the disk (the last line of train and demo)."""
+    names = sorted(p.name + ("/" if p.is_dir() else "") for p in run_dir.iterdir()) if run_dir.is_dir() else []
+    return f"run folder {run_dir}: {', '.join(names) or 'nothing'}"

@@ -17,7 +17,7 @@ from pathlib import Path
 from . import config as cfg, interrupts, run_lock
 from .config_files import (config_file, default_config, load_config, resolve_config,  # noqa: F401 - (runs' API)
                            shipped_configs)
-from .report import reached, returns_text
+from .report import reached, returns_text, run_folder_contents  # noqa: F401 - (runs' API)
 from ..errors import WorkbenchError, WorkbenchWarning
 
 # torch (through .checkpoint, .trainer) is imported where used: the CLI imports this module, and
@@ -455,23 +455,17 @@ def load_policy(run_or_checkpoint, *, num_envs: int | None = 1, target: str | No
     return trainer
 
 
-def run_folder_contents(run_dir: Path) -> str:
-    """What a run folder holds, read from the disk (the last line of train and demo)."""
-    names = sorted(p.name + ("/" if p.is_dir() else "") for p in run_dir.iterdir()) if run_dir.is_dir() else []
-    return f"run folder {run_dir}: {', '.join(names) or 'nothing'}"
-
-
 def export_member(run_or_checkpoint, member="best", path=None):
-    """Write member `member` (an index or "best") of a population run as an ordinary single run: by
-    default a run folder member_K beside the run's checkpoint (checkpoint.pt, config.yaml with the
-    member's seed and hyperparameters, metrics.csv of its reports, the env's source where the run kept
-    one), or with `path` its checkpoint alone; returns the checkpoint's path. Resume, evaluate and replay
-    it as any run: training it on continues as the member would have in its population (to float
-    rounding)."""
+    """Write member `member` (an index or "best") of a population run as an ordinary single run: by default
+    a run folder member_K beside the run's checkpoint (checkpoint.pt, config.yaml with the member's seed and
+    hyperparameters, metrics.csv of its reports, its learning curve, the env's source where the run kept
+    one), or with `path` its checkpoint alone; returns the checkpoint's path. Resume, evaluate and replay it
+    as any run: training it on continues as the member would have in its population (to float rounding)."""
     from . import checkpoint as ckpt
     from .metrics import write_reports
-    from .population import member_payload
+    from .population import member_label, member_payload
     from .provenance import as_comment
+    from .report import plot_learning_curve
     source, payload = load_checkpoint(run_or_checkpoint)
     single = member_payload(payload, member)
     for key in ("format", "version"):
@@ -489,11 +483,14 @@ def export_member(run_or_checkpoint, member="best", path=None):
         raise ResumeError(f"{str(folder)!r} already holds a run (checkpoint.pt), which exporting again would "
                           f"overwrite: continue it with --resume {folder}, or export to a new file with --out")
     folder.mkdir(parents=True, exist_ok=True)
-    config = cfg.replace(ckpt.stored_config(single), run_dir=str(folder))
+    config = cfg.replace(ckpt.stored_config(single), run_dir=str(folder.resolve()))
     single["config"] = cfg.to_dict(config)
-    cfg.save_yaml(config, folder / "config.yaml", as_comment(single["provenance"]) if single.get("provenance") else "")
+    origin = f"# exported: {member_label(single['member_of'])}, of the run {str(source.parent.resolve())!r}\n"
+    cfg.save_yaml(config, folder / "config.yaml", origin + (as_comment(single["provenance"]) if single.get("provenance")
+                                                            else ""))
     for name in set(SOURCE_FILES.values()):
         if (source.parent / name).is_file():
             (folder / name).write_text((source.parent / name).read_text())
     write_reports(folder / "metrics.csv", single["history"])
+    plot_learning_curve(single["history"], folder / "learning_curve.png", f"{config.env} {config.algorithm}")
     return ckpt.save_atomic(single, folder / "checkpoint.pt")
