@@ -229,3 +229,21 @@ def test_a_shipped_env_run_loaded_after_its_source_changed_warns(tmp_path):
             assert runs.load_policy(tmp_path / "run", num_envs=2).env.definition.max_steps == 37
     finally:
         registry._REGISTRY["cartpole"] = shipped
+
+
+def test_the_cli_trains_and_checks_an_env_from_its_source_file(tmp_path, monkeypatch, capsys):
+    """Before: `train my_env.py` read the source as YAML ("not valid YAML at line 1"), `check my_env.py`
+    said "unknown env"."""
+    from test_learner_edges import REACH  # (a Box env of one agent)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reach_file.py").write_text(REACH)
+    assert cli.main(["check", "reach_file.py", "--targets", "cpu", "--num-envs", "2", "--steps", "8"]) == 0
+    assert "check_env('reach_file') passed on ['cpu']" in capsys.readouterr().out
+    assert cli.main(["train", "reach_file.py", "--target", "cpu", "--num-envs", "8", "--total-env-steps", "512",
+                     "--run-dir", "run"]) in (0, 1)
+    assert "training reach_file with PPO" in capsys.readouterr().out
+    assert (tmp_path / "run" / "env_source.py").read_text() == REACH
+    assert cli.main(["evaluate", "run", "--num-envs", "2", "--random"]) == 0
+    assert cli.main(["train", "missing.yaml"]) == 2
+    assert "an env's source file trains with a default config (python -m workbench train my_env.py)" \
+        in capsys.readouterr().err

@@ -91,8 +91,7 @@ def _sweep_item(item: str) -> dict:
 
 
 def cmd_train(args) -> int:
-    from .learn import config as cfg
-    config = cfg.load_yaml(resolve_config(args.config)) if args.config else None
+    config = load_config(args.config) if args.config else None  # (a config file or name, or an env's source file)
     changes = _overrides(args)
     if config is None and not args.resume and changes.get("env"):  # (train --env NAME: that env's config)
         config = load_config(changes["env"])
@@ -251,8 +250,10 @@ def cmd_rollouts(args) -> int:
 
 def cmd_check(args) -> int:
     import workbench as wb
-    for name in args.envs or wb.env_names():
-        print(wb.check_env(name, targets=args.targets, num_envs=args.num_envs, steps=args.steps))
+    from .learn.config_files import register_env_file
+    for name in args.envs or wb.env_names():  # (a name, or an env's source file: my_env.py)
+        print(wb.check_env(register_env_file(name) or name, targets=args.targets, num_envs=args.num_envs,
+                           steps=args.steps))
     return 0
 
 
@@ -368,8 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--run-dir", default=None, help="run folder (default: runs/demo-<date>)")
     demo.set_defaults(func=cmd_demo)
     train = sub.add_parser("train", help="train from a config file or a shipped config name")
-    train.add_argument("config", nargs="?", default=None, help="config file or shipped config name "
-                       "(optional with --resume)")
+    train.add_argument("config", nargs="?", default=None, help="config file, shipped config name or an env's source "
+                       "file (my_env.py: trained with a default config; optional with --resume)")
     train.add_argument("--run-dir", default=None, help="run folder (default: runs/<env>-<date>); with --resume, a "
                        "new folder to fork the run into: it gets the continued run's config.yaml, metrics.csv "
                        "(the resumed rows, then the new ones) and checkpoint.pt, and the resumed run is left as it is")
@@ -422,7 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
     rollouts.add_argument("--seed", type=_integer, default=0, help="the envs' seed")
     rollouts.set_defaults(func=cmd_rollouts)
     check = sub.add_parser("check", help="cross-target consistency check of envs")
-    check.add_argument("envs", nargs="*")
+    check.add_argument("envs", nargs="*", help="env names or env source files (my_env.py); default: every env")
     check.add_argument("--targets", nargs="+", default=None)
     check.add_argument("--num-envs", type=_count, default=16)
     check.add_argument("--steps", type=_count, default=64)

@@ -25,9 +25,9 @@ def resolve_config(name_or_path: str) -> Path:
         return found
     names = shipped_configs()
     hint = did_you_mean(Path(name_or_path).stem, names, repr)
-    raise cfg.ConfigError(f"no config file {name_or_path!r}{hint}; shipped configs: {names}; an env registered in this "
-                          f"process (wb.register, %%warpenv) trains from Python with a default config: "
-                          f"wb.train(ENV_NAME)")
+    raise cfg.ConfigError(f"no config file {name_or_path!r}{hint}; shipped configs: {names}; an env's source file "
+                          f"trains with a default config (python -m workbench train my_env.py), as does an env "
+                          f"registered in this process (wb.register, %%warpenv) from Python: wb.train(ENV_NAME)")
 
 
 def shipped_configs() -> list:
@@ -59,11 +59,29 @@ def default_config(env: str, algorithm: str | None = None):
     return cfg.from_dict({"algorithm": algorithm, "env": env, **values})
 
 
-def load_config(name_or_path: str, algorithm: str | None = None):
-    """A config file, a shipped config's name, or (with neither of that name, or where a registered
-    source replaced the shipped env of that name) the default config of the env registered under it
-    (default_config)."""
+ENV_SOURCE_LANGUAGES = {".py": "python", ".cu": "cuda"}
+
+
+def register_env_file(path: str) -> str | None:
+    """An env's source file (ENV.py; ENV.cu in CUDA C) registered under its file's stem, whose name is
+    returned; None for anything else."""
     from ..runtime import registry
+    source = Path(path)
+    if source.suffix not in ENV_SOURCE_LANGUAGES or not source.is_file():
+        return None
+    registry.register(source.stem, source.read_text(), language=ENV_SOURCE_LANGUAGES[source.suffix],
+                      filename=str(source.resolve()))
+    return source.stem
+
+
+def load_config(name_or_path: str, algorithm: str | None = None):
+    """A config file, a shipped config's name, an env's source file (register_env_file: trained with
+    its default config), or (with neither of that name, or where a registered source replaced the
+    shipped env of that name) the default config of the env registered under it (default_config)."""
+    from ..runtime import registry
+    registered = register_env_file(name_or_path)
+    if registered is not None:
+        return default_config(registered, algorithm)
     found = config_file(name_or_path)
     if found is None or (not Path(name_or_path).is_file() and registry.replaced_shipped(name_or_path)):
         if name_or_path in registry.names():  # (a shipped config is tuned for the shipped env, not its replacement)
