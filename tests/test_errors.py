@@ -93,9 +93,8 @@ BROKEN = textwrap.dedent('''
 
 
 def test_undefined_name_names_the_source_line():
-    wb.register("broken_env", BROKEN)
-    with pytest.raises(wb.EnvDefinitionError) as info:  # found when the source is parsed, before compiling
-        wb.make("broken_env", num_envs=2, target="cpu")
+    with pytest.raises(wb.EnvDefinitionError) as info:  # found when the source is registered, before compiling
+        wb.register("broken_env", BROKEN)
     text = str(info.value)
     assert "broken_env: line 12:" in text
     assert "x[env] = x[env] + undefined_name" in text
@@ -103,38 +102,34 @@ def test_undefined_name_names_the_source_line():
 
 
 def test_missing_step_function():
-    wb.register("no_step_env", BROKEN.replace("def step(", "def stop("))
     with pytest.raises(wb.EnvDefinitionError, match="defines no step function"):
-        wb.make("no_step_env", num_envs=2, target="cpu")
+        wb.register("no_step_env", BROKEN.replace("def step(", "def stop("))
 
 
 def test_syntax_error_names_line():
     with pytest.raises(wb.EnvDefinitionError, match="syntax error at line 9"):
         wb.register("syntax_env", BROKEN.replace("x[env] = 0.0", "x[env] = = 0.0"))
-        wb.make("syntax_env", num_envs=2, target="cpu")
 
 
 def test_phase_argument_that_is_no_array():
     with pytest.raises(wb.EnvDefinitionError, match="observe\\(\\) .* takes 'y', which is neither"):
         wb.register("bad_arg_env", BROKEN.replace("def observe(env, agent, x, obs)", "def observe(env, agent, y, obs)"))
-        wb.make("bad_arg_env", num_envs=2, target="cpu")
-    wb.register("typo_arg_env", BROKEN.replace("STATE = dict(x=per_env())", "STATE = dict(position=per_env())")
-                .replace("x[env]", "position[env]").replace("def observe(env, agent, x, obs)",
-                                                            "def observe(env, agent, positon, obs)")
-                .replace("def reset(env, x)", "def reset(env, position)")
-                .replace("def step(env, agent, action, x, reward)", "def step(env, agent, action, position, reward)"))
+    typo = (BROKEN.replace("STATE = dict(x=per_env())", "STATE = dict(position=per_env())")
+            .replace("x[env]", "position[env]").replace("def observe(env, agent, x, obs)",
+                                                        "def observe(env, agent, positon, obs)")
+            .replace("def reset(env, x)", "def reset(env, position)")
+            .replace("def step(env, agent, action, x, reward)", "def step(env, agent, action, position, reward)"))
     with pytest.raises(wb.EnvDefinitionError, match="takes 'positon', .*; did you mean 'position'\\?"):
-        wb.make("typo_arg_env", num_envs=2, target="cpu")
+        wb.register("typo_arg_env", typo)
 
 
 def test_a_state_array_takes_numpy_dtypes_and_names_the_ones_it_takes():
     import numpy as np
     from workbench.compiler.envdef import per_agent, per_env
     assert per_env(np.int32).dtype == "int32" and per_agent(np.dtype("uint8")).dtype == "uint8"
-    wb.register("half_env", BROKEN.replace("x=per_env()", "x=per_env(np.float16)").replace(
-        "from workbench.compiler.envdef", "import numpy as np\nfrom workbench.compiler.envdef"))
     with pytest.raises(wb.EnvDefinitionError, match="dtype 'float16' is not one a state array takes: write one of"):
-        wb.make("half_env", num_envs=2, target="cpu")
+        wb.register("half_env", BROKEN.replace("x=per_env()", "x=per_env(np.float16)").replace(
+            "from workbench.compiler.envdef", "import numpy as np\nfrom workbench.compiler.envdef"))
 
 
 NAN_ENV = BROKEN.replace("x[env] + undefined_name", "x[env] + 1.0").replace(
