@@ -4,6 +4,8 @@ the CPU thread counts measured on its own work.
 """
 from __future__ import annotations
 
+import contextlib
+
 import copy
 import warnings
 
@@ -43,6 +45,19 @@ def member_adam(tr, model, lr_name: str, members: int | None = None):
     return optimizer
 
 
+@contextlib.contextmanager
+def probing(module):
+    """A contract probe's forward: eval mode (BatchNorm's statistics left as they were) and no_grad,
+    the module's mode put back after."""
+    training = module.training
+    module.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        module.train(training)
+
+
 def check_model(tr, name, model, out_dim):
     """A clear error where a model breaks the contract (policies.py's docstring): nothing to train,
     a forward that fails on observations [N, O] float32, an output other than (head_out [N, out_dim],
@@ -62,10 +77,8 @@ def check_model(tr, name, model, out_dim):
                 "actor(obs [N, O]) -> head_out [N, K]" if central else "forward(obs [N, O]) -> actions [N, d]")
     # (compiled.value_step calls model.value(obs) where the model has one: the rollout's last values)
     value_method = pair and hasattr(model, "value")
-    training = model.training
-    model.eval()
     try:
-        with torch.no_grad():
+        with probing(model):
             out = model.actor(obs) if central else model(obs)
             value = model.value(obs) if value_method else None
     except Exception as exc:  # noqa: BLE001 - any failure of the user's code, named with what it was given
@@ -75,8 +88,6 @@ def check_model(tr, name, model, out_dim):
                              f"{tr.device} ({type(exc).__name__}: {str(exc)[:300]}); the trainer calls {called}, "
                              f"with O the observation's {tuple(tr.env.obs_shape)} flattened (C order) and float32 "
                              f"parameters") from None
-    finally:
-        model.train(training)
     if pair:
         if not (isinstance(out, (tuple, list)) and len(out) == 2):
             got = f"a {type(out).__name__} of {len(out)}" if isinstance(out, (tuple, list)) else type(out).__name__
@@ -105,17 +116,13 @@ def check_critic(tr, name, critic, act_dim):
     broadcast against the targets in the loss)."""
     rows = 3 * member_count(critic)
     obs, actions = torch.zeros(rows, tr.obs_dim, device=tr.device), torch.zeros(rows, act_dim, device=tr.device)
-    training = critic.training
-    critic.eval()
     try:
-        with torch.no_grad():
+        with probing(critic):
             q = critic(obs, actions)
     except Exception as exc:  # noqa: BLE001 - any failure of the user's code, named with what it was given
         raise PolicyMapError(f"policy '{name}': the critic failed on observations [{rows}, {tr.obs_dim}] and "
                              f"actions [{rows}, {act_dim}] float32 ({type(exc).__name__}: {str(exc)[:300]}); DDPG "
                              f"calls critic(obs [N, O], actions [N, d]) -> Q [N]") from None
-    finally:
-        critic.train(training)
     if not isinstance(q, torch.Tensor) or tuple(q.shape) != (rows,):
         shape = list(q.shape) if isinstance(q, torch.Tensor) else type(q).__name__
         raise PolicyMapError(f"policy '{name}': the critic's Q is {shape} for {rows} transitions, not [{rows}]"
