@@ -162,3 +162,39 @@ def test_a_population_refuses_models_of_one_s_own_before_its_env_compiles(monkey
     with pytest.raises(PopulationError, match=r"a population \(seeds/sweep\) trains the default MLP policies; models "
                                               r"were given for \['shared'\]"):
         wb.make_trainer(cartpole_config(seeds=2), models={"shared": LayerNormMLP()})
+
+
+class DropoutNet(nn.Module):
+    """A PPO model with Dropout that records the mode of every forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(4, 32), nn.Tanh(), nn.Dropout(0.5))
+        self.pi, self.v = nn.Linear(32, 2), nn.Linear(32, 1)
+        self.modes = []
+
+    def forward(self, obs):
+        self.modes.append(self.training)
+        h = self.body(obs)
+        return self.pi(h), self.v(h).squeeze(-1)
+
+
+def test_the_rollout_acts_in_eval_mode_and_the_update_learns_in_training_mode(cartpole):
+    """Before: the model stayed in training mode throughout, so Dropout sampled other masks in the
+    rollout than in the update's first pass (the ratio at the rollout's own weights was not 1)."""
+    model = DropoutNet()
+    trainer = wb.Trainer(cartpole, cartpole_config(), models={"shared": model})
+    model.modes.clear()
+    with torch.no_grad():
+        trainer.collector.rollout()
+    assert model.modes and not any(model.modes)  # (every policy step and value in eval mode)
+    batch = trainer.buffers["shared"].batch()
+    with torch.no_grad():
+        logp = model.head.log_prob(model(batch["obs"])[0], None, batch["actions"])
+    torch.testing.assert_close(logp, batch["logp_old"])  # (eval mode is deterministic: the same numbers again)
+    model.modes.clear()
+    trainer.train(num_iterations=1)
+    rollout = model.modes.index(True)
+    assert rollout > 0 and not any(model.modes[:rollout]) and all(model.modes[rollout:])
+    trainer.act(deterministic=False)
+    assert model.modes[-1] is False

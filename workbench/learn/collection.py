@@ -146,6 +146,7 @@ class Collector:
     def rollout(self):
         """T steps of every group's policy into its buffer (see the module's docstring)."""
         tr, store = self.trainer, self.store
+        self.acting()
         per_step_final_values = self.can_truncate and self.final_obs is None
         recorded_masks = self._fused_record is not None and self._fused_record.masks  # (masks of steps 1 .. T)
         record_outcome = self._fused_record or functools.partial(self._record_outcome, self)
@@ -295,11 +296,19 @@ class Collector:
                 tr.hp.per_replica("gae_lambda", tr.E_member), self._advantages)
 
     # -- acting with trained policies ------------------------------------------------------------
+    def acting(self):
+        """Every model (and rollout copy) in eval mode: acting and the rollout's values see Dropout off
+        and BatchNorm's running statistics; each update puts its learner back in training mode."""
+        tr = self.trainer
+        for model in {id(m): m for m in (*tr.models.values(), *tr.rollout_models.values())}.values():
+            model.eval()
+
     def act(self, deterministic: bool = True, generator: torch.Generator | None = None, streams=None):
         """The learners' actions for the env's current observations into its action array: the
         distribution's mode when deterministic, else a sample drawn from `streams` (a MemberStreams of
         one stream per member: each member's draws its own), else with `generator` (None: torch's global one)."""
         tr = self.trainer
+        self.acting()
         with torch.no_grad():
             for index, g in enumerate(tr.groups):
                 model = tr.models[g.name]

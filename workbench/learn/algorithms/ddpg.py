@@ -137,6 +137,7 @@ def explore(collector, learning: bool):
     and one where the agent left the game (its flag before any auto-reset drops) is a termination.
     collector: the trainer's Collector (its trainer, store and observation helpers)."""
     tr, store = collector.trainer, collector.store
+    collector.acting()
     head = tr.head
     span = (head.high - head.low).reshape(-1)
     for t in range(tr.T):
@@ -186,6 +187,7 @@ def update(agent: DDPGAgent, actor_opt, critic_opt, batch, config, *, sync=None,
     A population's batch holds each member's samples grouped by member; hp: its per-member gamma,
     tau and max_grad_norm (floats or [M]), the config's otherwise."""
     obs, actions, rewards, next_obs, terminated, live = batch
+    agent.actor.train(), agent.critic.train()  # (exploration acted in eval mode; the targets stay in it)
     autocast = autocast or contextlib.nullcontext
     hp = hp or config
     rows = rewards.shape[0]
