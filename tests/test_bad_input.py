@@ -707,11 +707,10 @@ def observe(env, agent, x, obs):
 '''
     with pytest.raises(EnvDefinitionError, match="validate_params raised AttributeError at line 9: .*'sped'") as err:
         wb.register("typo_in_validate", source)
-        wb.make("typo_in_validate", num_envs=1, target="cpu")
     assert err.value.line == 9
+    wb.register("counted", source.replace("p.sped", "p.speed"))
     with pytest.raises(EnvDefinitionError, match=r"'cells' is a count \(its default is 4\): it must be a whole number, "
                                                   r"got 2.5"):
-        wb.register("counted", source.replace("p.sped", "p.speed"))
         wb.make("counted", num_envs=1, target="cpu", cells=2.5)
     assert wb.make("counted", num_envs=1, target="cpu", cells=2.0).definition.params["cells"] == 2
 

@@ -130,6 +130,6 @@ def observe(env, agent, position, looks, obs):
 def test_check_env_catches_an_observe_that_changes_state():
     """`looks` counts observe's calls, the final observation's among them: under the trainer, which takes no
     final observation where an episode terminates, it would count otherwise."""
+    wb.register("observe_counts", OBSERVE_COUNTS)
     with pytest.raises(wb.ConsistencyError, match=r"observe changes 'looks' .*move the change into a STEP phase"):
-        wb.register("observe_counts", OBSERVE_COUNTS)
         wb.check_env("observe_counts", targets=("cpu",), num_envs=4, steps=40)

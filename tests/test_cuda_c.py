@@ -197,8 +197,8 @@ def test_workbench_block_offers_check_ranges_and_names_unquoted_phases_and_close
 
 
 def test_a_c_env_asks_for_cuda_c_by_name_and_a_python_twin_registers_with_its_c_source():
+    wb.register("probe_pure_only", PROBE_PURE, language="cuda")
     with pytest.raises(TargetUnavailableError) as info:
-        wb.register("probe_pure_only", PROBE_PURE, language="cuda")
         wb.make("probe_pure_only", num_envs=4, target="cpu")
     for words in ("written in CUDA C alone", "target 'cuda-c'", "not on 'cpu'", "c_source=c_source"):
         assert words in str(info.value)

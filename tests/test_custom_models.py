@@ -180,8 +180,9 @@ class DropoutNet(nn.Module):
 
 
 def test_the_rollout_acts_in_eval_mode_and_the_update_learns_in_training_mode(cartpole):
-    """Before: the model stayed in training mode throughout, so Dropout sampled other masks in the
-    rollout than in the update's first pass (the ratio at the rollout's own weights was not 1)."""
+    """As Stable-Baselines3: acting in eval mode (Dropout off: the rollout's log-probabilities are the
+    model's own, repeatable), learning in training mode. Before, the model stayed in training mode
+    throughout: the rollout acted with Dropout's random masks."""
     model = DropoutNet()
     trainer = wb.Trainer(cartpole, cartpole_config(), models={"shared": model})
     model.modes.clear()

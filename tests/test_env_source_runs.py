@@ -244,6 +244,13 @@ def test_the_cli_trains_and_checks_an_env_from_its_source_file(tmp_path, monkeyp
     assert "training reach_file with PPO" in capsys.readouterr().out
     assert (tmp_path / "run" / "env_source.py").read_text() == REACH
     assert cli.main(["evaluate", "run", "--num-envs", "2", "--random"]) == 0
+    assert cli.main(["train", "--env", "reach_file.py", "--target", "cpu", "--num-envs", "8", "--total-env-steps",
+                     "256", "--run-dir", "run2"]) in (0, 1)
+    assert "training reach_file with PPO" in capsys.readouterr().out
+    (tmp_path / "reach-file.py").write_text(REACH)
+    assert cli.main(["check", "reach-file.py"]) == 2
+    assert "an env's file name is its name, which must be a Python identifier: rename it reach_file.py" \
+        in capsys.readouterr().err
     assert cli.main(["train", "missing.yaml"]) == 2
     assert "an env's source file trains with a default config (python -m workbench train my_env.py)" \
         in capsys.readouterr().err

@@ -94,7 +94,7 @@ def test_normaliser_keeps_the_variance_of_a_feature_with_a_large_mean(members):
     assert normalised.abs().max() < 6  # (not pinned at the clip of 10)
 
 
-def test_normaliser_resumed_from_a_state_sums_about_its_mean():
+def test_a_resumed_normaliser_goes_on_as_the_uninterrupted_one():
     trained = RunningNorm(2, "cpu")
     for _ in range(2):
         trained.accumulate(torch.tensor([[1000.0, 3.0], [1000.2, 5.0]]))

@@ -232,4 +232,5 @@ def test_evaluate_says_when_steps_cut_episodes_short_and_reports_a_population_s_
     assert saved["trained"]["stderr"]["return/shared"] is None and saved["trained"]["episodes"] == 1
     assert saved["trained"]["settings"] == {"seed": config.seed + 2**20, "deterministic": False, "episodes": 1,
                                             "steps": 500, "num_envs": 1, "env_params": None, "member": None,
+                                            "member_of": None,
                                             "checkpoint": str((tmp_path / "checkpoint.pt").resolve())}

@@ -357,9 +357,9 @@ def test_best_member_is_loaded_for_replay_and_evaluate(tmp_path, capsys):
     with pytest.warns(UserWarning, match="no member of this population has a value of mean_return yet"):
         assert population.member_payload(payload, "best")["member_of"] == {"members": 3, "member": 0, "seed": 11,
                                                                            "values": {}}  # (not the best by any)
-    with pytest.raises(cfg.ConfigError, match="member must be an index in 0..2"):
+    with pytest.raises(cfg.ConfigError, match=r"member \(--member\) must be an index in 0..2"):
         load_policy(tmp_path, member=5)
-    with pytest.raises(cfg.ConfigError, match="member must be an index in 0..2 or 'best', got 'worst'"):
+    with pytest.raises(cfg.ConfigError, match=r"must be an index in 0..2 or 'best' \('all' .*\), got 'worst'"):
         load_policy(tmp_path, member="worst")
 
 
@@ -427,7 +427,7 @@ def test_an_exported_member_is_a_run_of_its_own_that_trains_on_beside_its_popula
     assert len(resumed_rows) > len(exported_rows) and all(v != "" for r in resumed_rows for v in r.values())
     assert main(["evaluate", str(folder), "--num-envs", "2", "--episodes", "1"]) == 0
     assert main(["evaluate", str(folder), "--member", "1"]) == 2
-    assert "is not a population's run: it has no member 1 (its one policy plays without member=)" \
+    assert "is not a population's run: it has no member 1 (play or evaluate its one policy without a member" \
         in capsys.readouterr().err
     for out in (run / "checkpoint.pt", folder / "checkpoint.pt", run):  # the population, a run, a folder
         assert main(["export-member", str(run), "--member", "0", "--out", str(out)]) == 2

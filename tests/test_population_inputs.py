@@ -87,7 +87,7 @@ def test_replay_and_evaluate_name_the_member_they_play(tmp_path, capsys):
     assert main(["evaluate", str(run), "--steps", "4", "--num-envs", "2"]) == 0
     assert capsys.readouterr().out.splitlines()[0] == label
     for member in (2.0, "1", True):  # an index is an integer: not a float, a numeric string or a bool
-        with pytest.raises(cfg.ConfigError, match=r"member must be an index in 0..3 or 'best', got"):
+        with pytest.raises(cfg.ConfigError, match=r"\(--member\) must be an index in 0..3 or 'best' \('all'.*, got"):
             wb.replay(run, member=member, max_steps=2)
     payload = torch.load(run / "checkpoint.pt", weights_only=False)
     assert population.member_payload(payload, 1)["member_of"] == {

@@ -72,3 +72,22 @@ def test_a_settings_interval_is_the_t_interval_of_its_seeds_mean():
     assert "the oldest from iteration 7, of 9" in text  # (member 3's value predates the report)
     assert "oldest" not in ranking.ranking_text(rows[1:], iteration=9)
     assert ranking.t975(40) == pytest.approx(2.021, abs=1e-3) and ranking.t975(100) == pytest.approx(1.984, abs=1e-3)
+
+
+def test_one_member_evaluated_is_named_in_its_csv_and_replay_refuses_all(population_run, tmp_path, capsys):
+    out_csv = tmp_path / "one.csv"
+    assert cli.main(["evaluate", str(population_run), "--member", "2", "--num-envs", "2", "--random",
+                     "--csv", str(out_csv)]) == 0
+    with out_csv.open(newline="") as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert (row["member"], row["seed"], row["lr"]) == ("2", "2", "0.0003")
+    assert cli.main(["evaluate", str(population_run), "--member", "9"]) == 2
+    assert "member (--member) must be an index in 0..3 or 'best' ('all' to evaluate every member)" \
+        in capsys.readouterr().err
+    assert cli.main(["evaluate", str(population_run), "--env-param", "max_steps=[7"]) == 2
+    capsys.readouterr()
+    from workbench.learn.config import ConfigError
+    with pytest.raises(ConfigError, match="replay plays one member"):
+        wb.replay(population_run, member="all")
+    with pytest.raises(ConfigError, match="num_envs must be >= 1, got 0"):
+        wb.load_policy(population_run, num_envs=0)

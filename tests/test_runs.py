@@ -128,7 +128,7 @@ def test_a_stochastic_replay_with_a_seed_samples_the_same_actions(runs):
     (dict(fps=-5.0), "fps must be a number > 0"), (dict(embed_limit_mb=0), "embed_limit_mb must be a number > 0"),
     (dict(replica=-1), "replica must be an int >= 0, got -1"), (dict(num_envs=0), "num_envs must be an int >= 1"),
     (dict(replica=1.5), "replica must be an int >= 0, got 1.5"),
-    (dict(member=1), r"is not a population's run: it has no member 1 \(its one policy plays without member=\)"),
+    (dict(member=1), r"is not a population's run: it has no member 1 \(play or evaluate its one policy"),
 ])
 def test_replay_refuses_bad_arguments_by_name(runs, options, words):
     split, _, _ = runs

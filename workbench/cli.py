@@ -95,6 +95,7 @@ def cmd_train(args) -> int:
     changes = _overrides(args)
     if config is None and not args.resume and changes.get("env"):  # (train --env NAME: that env's config)
         config = load_config(changes["env"])
+        changes["env"] = config.env  # (--env my_env.py: the env registered from it)
     if args.run_dir:
         changes["run_dir"] = args.run_dir
     config, checkpoint = run_config(config, resume=args.resume, changes=changes)
@@ -196,7 +197,7 @@ def _checkpoint_path(path: str) -> Path:
 
 
 def cmd_evaluate(args) -> int:
-    from .learn import config as cfg
+    from .learn import config as cfg, evaluation_json
     from .learn.config_env import env_param_items
     from .learn.evaluate import format_comparison, tag_side_labels
     from .learn.run_evaluation import evaluate_trainer, members_text, write_members_csv
@@ -205,7 +206,8 @@ def cmd_evaluate(args) -> int:
         if value and not Path(value).resolve().parent.is_dir():
             raise cfg.ConfigError(f"{option} {value}: the folder {str(Path(value).parent)!r} does not exist")
     trainer = load_policy(_checkpoint_path(args.checkpoint), num_envs=args.num_envs, target=args.target,
-                          member=args.member, env_params=env_param_items(args.env_param), given="--env-param")
+                          member=args.member, env_params=env_param_items(args.env_param),
+                          given=f"--env-param {' '.join(args.env_param or ())}")
     results = evaluate_trainer(trainer, episodes=args.episodes, steps=args.steps, deterministic=args.deterministic,
                                seed=args.seed, random_policies=None if args.random is None else tuple(args.random))
     config, settings, every = trainer.config, next(iter(results.values()))["settings"], trainer.M > 1
@@ -218,7 +220,6 @@ def cmd_evaluate(args) -> int:
     if every:
         print(members_text(results, config))
     if args.json:
-        from .learn import evaluation_json
         evaluation_json.write(args.json, results)
     if args.csv:
         write_members_csv(results, args.csv, config)

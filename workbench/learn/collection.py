@@ -300,8 +300,9 @@ class Collector:
         """Every model (and rollout copy) in eval mode: acting and the rollout's values see Dropout off
         and BatchNorm's running statistics; each update puts its learner back in training mode."""
         tr = self.trainer
-        for model in {id(m): m for m in (*tr.models.values(), *tr.rollout_models.values())}.values():
-            model.eval()
+        for model in (*tr.models.values(), *tr.rollout_models.values()):
+            if model.training:  # (a walk of the module tree only where the mode changes)
+                model.eval()
 
     def act(self, deterministic: bool = True, generator: torch.Generator | None = None, streams=None):
         """The learners' actions for the env's current observations into its action array: the

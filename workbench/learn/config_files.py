@@ -2,6 +2,8 @@
 has no config file (what `train ENV`, `wb.train(ENV)` and the panel start from)."""
 from __future__ import annotations
 
+import re
+
 from importlib import resources
 from pathlib import Path
 
@@ -69,6 +71,10 @@ def register_env_file(path: str) -> str | None:
     source = Path(path)
     if source.suffix not in ENV_SOURCE_LANGUAGES or not source.is_file():
         return None
+    if not source.stem.isidentifier():
+        raise cfg.ConfigError(f"{str(source)!r}: an env's file name is its name, which must be a Python identifier: "
+                              f"rename it {re.sub(r'[^0-9a-zA-Z_]', '_', source.stem).lstrip('0123456789') or 'my_env'}"
+                              f"{source.suffix}")
     registry.register(source.stem, source.read_text(), language=ENV_SOURCE_LANGUAGES[source.suffix],
                       filename=str(source.resolve()))
     return source.stem

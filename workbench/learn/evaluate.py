@@ -95,7 +95,8 @@ def evaluate(trainer, episodes: int = 1, random_policies=(), deterministic: bool
     standard error over the counted episodes. `steps` defaults to episodes x MAX_STEPS, which every
     replica needs at most; a smaller `steps` counts only the episodes that ended within it, which
     leans the means toward short episodes (a warning says so). `seed` resets the env's random
-    streams first (the same starts for every call with that seed; None: the env's streams go on);
+    streams first (the same starts for every call with that seed; None: from the env's state as it
+    is, the same starts at every call as the env is left as found, the samples drawn anew);
     sampled actions and random play come from one stream per member, keyed by seed + k.
     A population's trainer: `members` holds each member's report (its replicas' episodes; with its
     member, seed, evaluation_seed and swept values), and the top level the mean over members of
@@ -119,11 +120,11 @@ def evaluate(trainer, episodes: int = 1, random_policies=(), deterministic: bool
     random_groups = [g for g in trainer.groups if g.name in random_policies]
     # leave the env as it was found (state, seed, sampler), so evaluating mid-training changes nothing
     saved = env.store.snapshot(), env.seed, env._generator.get_state()
+    first = int(torch.randint(0, 2**62, ())) if seed is None else seed  # (seed None: other samples at each call)
     try:
         with torch.random.fork_rng(devices=[env.device] if env.device.type == "cuda" else []):
             if seed is not None:
                 torch.manual_seed(seed)  # (a model of one's own that draws from torch's stream); restored on exit
-            first = int(torch.randint(0, 2**62, ())) if seed is None else seed
             streams = MemberStreams([first + k for k in range(getattr(trainer, "M", 1))], env.device)
             report = _play(trainer, episodes, steps, random_groups, deterministic, seed, streams)
     finally:

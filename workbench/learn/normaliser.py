@@ -22,6 +22,7 @@ class RunningNorm:
         self.n = torch.zeros((), device=device)
         self.shift = torch.zeros(shape, device=device)
         self.shifted = False  # (set from the first observations accumulated, or by a trained state)
+        self.shared_shift = False  # (every rank's: after a commit or a load; a rank's own before)
 
     def _add(self, rows, weight):
         """Add rows [..., B, O] (weight [..., B, 1], or None for all) about the shift [..., O]."""
@@ -44,13 +45,14 @@ class RunningNorm:
     def commit(self, sync=None):
         """Fold the accumulated batch into the running statistics; with `sync` (data-parallel
         training) the batch is the sum over ranks, so every rank keeps the same statistics."""
-        if sync is not None:
+        if sync is not None and not self.shared_shift:
             # each rank's sums moved onto one shift (they differ only before the first update)
             common = sync.sum(self.shift * self.n) / sync.sum(self.n).clamp_min(1)
             offset = self.shift - common
             self.sumsq.add_(2 * offset * self.sum + self.n * offset * offset)
             self.sum.add_(self.n * offset)
             self.shift.copy_(common)
+        if sync is not None:
             for stat in (self.sum, self.sumsq, self.n):
                 stat.copy_(sync.sum(stat))
         n = self.n.clamp_min(1)  # a batch with no live agent leaves the statistics as they are
@@ -65,7 +67,7 @@ class RunningNorm:
         self.var.copy_(m2 / total)
         self.count.copy_(total)
         self.shift.copy_(new_mean)
-        self.shifted = True
+        self.shifted = self.shared_shift = True
         self.sum.zero_(), self.sumsq.zero_(), self.n.zero_()
 
     def __call__(self, obs):
@@ -78,4 +80,4 @@ class RunningNorm:
         for k, v in state.items():
             getattr(self, k).copy_(v)
         self.shift.copy_(self.mean)
-        self.shifted = bool(self.count.min() >= 1)  # (before any update, from the first observations still)
+        self.shifted = self.shared_shift = bool(self.count.min() >= 1)  # (untrained: the first observations')

@@ -50,7 +50,7 @@ def evaluate_trainer(trainer, *, episodes: int = 1, steps: int | None = None, de
                 "steps": next(iter(results.values()))["steps"], "num_envs": trainer.config.num_envs,
                 "env_params": trainer.config.env_params,
                 "checkpoint": str(getattr(trainer, "checkpoint_path", None) or "") or None,
-                "member": getattr(trainer, "member_label", None)}
+                "member": getattr(trainer, "member_label", None), "member_of": getattr(trainer, "member_of", None)}
     for report in results.values():
         report["settings"] = settings
     return results
@@ -110,12 +110,13 @@ def _cell(value, error) -> str:
 
 
 def write_members_csv(results: dict, path, config) -> Path:
-    """One row per report label and member (a single run: one row per label): label, member, seed,
-    evaluation_seed, the swept values, episodes, then each statistic and its STAT_stderr."""
-    swept = list(config.sweep or {})
+    """One row per report label and member (a single run or one member: one row per label): label,
+    member, seed, evaluation_seed, the swept values, episodes, then each statistic and its STAT_stderr."""
     rows = []
     for label, report in results.items():
-        for m in report.get("members") or [dict(report, member=0, seed=config.seed,
+        one = report["settings"].get("member_of") or {"member": 0, "seed": config.seed, "values": {}}
+        swept = list(config.sweep or {}) if report.get("members") else list(one["values"])
+        for m in report.get("members") or [dict(report, member=one["member"], seed=one["seed"], **one["values"],
                                                 evaluation_seed=report["settings"]["seed"])]:
             stats = [k for k in m if k not in ("member", "seed", "evaluation_seed", "stderr", "steps", "settings",
                                                "members", "episodes", *swept)]

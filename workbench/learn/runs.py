@@ -427,13 +427,14 @@ def train(config=None, *, resume=None, progress: bool | None = None, policies=No
 
 
 def load_policy(run_or_checkpoint, *, num_envs: int | None = 1, target: str | None = None, seed: int | None = None,
-                member=None, env_params: dict | None = None, models=None, given: str = "env_params"):
+                member=None, env_params: dict | None = None, models=None, given: str | None = None):
     """A Trainer holding the trained policies of a run, on a fresh env of `num_envs` replicas (None: the run's; with
     `env_params` changing the run's env parameters, as long as agents, observations and actions stay).
     For a population's run: those of `member` (an index, or "best", the default), which the trainer's
     `member_label` names ("member 6 of 8 (the best by mean_return, in its last training report), seed 6,
     lr=0.003"; None for a single run); "all": every member, `num_envs` replicas each, batched as in training.
-    models: {policy: nn.Module} of a run trained with models of its own (the same classes, untrained)."""
+    models: {policy: nn.Module} of a run trained with models of its own (the same classes, untrained).
+    given: how the caller named env_params, for its errors (the CLI's "--env-param NAME=VALUE")."""
     from . import checkpoint as ckpt, population, trainer_state
     from .config_env import played_env_params
     from .trainer import make_trainer
@@ -441,17 +442,19 @@ def load_policy(run_or_checkpoint, *, num_envs: int | None = 1, target: str | No
     if payload.get("population") and member != "all":
         payload = population.member_payload(payload, "best" if member is None else member)
     elif not payload.get("population") and member not in (None, 0, "best", "all"):
-        raise cfg.ConfigError(f"{str(path)!r} is not a population's run: it has no member {member!r} (its one "
-                              f"policy plays without member=)")
+        raise cfg.ConfigError(f"{str(path)!r} is not a population's run: it has no member {member!r} (play or "
+                              f"evaluate its one policy without a member: no --member, no member=)")
     config = ckpt.stored_config(payload)
-    config = cfg.replace(config, num_envs=num_envs or config.num_envs, run_dir=None, target=target or config.target,
-                         seed=config.seed if seed is None else seed, env_params=played_env_params(
-                             config, env_params, payload["signature"], f"{given}={env_params!r}", "load_policy"))
+    config = cfg.replace(config, num_envs=config.num_envs if num_envs is None else num_envs, run_dir=None,
+                         target=target or config.target, seed=config.seed if seed is None else seed,
+                         env_params=played_env_params(config, env_params, payload["signature"],
+                                                      given or f"env_params={env_params!r}",
+                                                      "evaluate" if given else "load_policy"))
     trainer = make_trainer(config, policies=payload["signature"]["policies"], models=models, pretrained=False)
     trainer_state.restore(trainer, payload, path, restore_env=False)
     trainer.member_label = (population.member_label(payload["member_of"]) if payload.get("member_of")
                             else f"every member ({trainer.M})" if trainer.M > 1 else None)
-    trainer.checkpoint_path = path.resolve()
+    trainer.checkpoint_path, trainer.member_of = path.resolve(), payload.get("member_of")
     return trainer
 
 
@@ -492,5 +495,6 @@ def export_member(run_or_checkpoint, member="best", path=None):
         if (source.parent / name).is_file():
             (folder / name).write_text((source.parent / name).read_text())
     write_reports(folder / "metrics.csv", single["history"])
-    plot_learning_curve(single["history"], folder / "learning_curve.png", f"{config.env} {config.algorithm}")
+    plot_learning_curve(single["history"], folder / "learning_curve.png", f"{config.env} {config.algorithm}",
+                        config.frozen)
     return ckpt.save_atomic(single, folder / "checkpoint.pt")

@@ -404,6 +404,9 @@ def replay(run_or_checkpoint, *, replica: int = 0, num_envs: int = 1, mp4=None, 
     agents, observations and actions. models: a run's own policy models (as load_policy). Extra
     keyword arguments go to the Animation (dpi, max_frames, embed_limit_mb)."""
     from ..learn.runs import load_policy
+    from ..learn.config import ConfigError
+    if member == "all":
+        raise ConfigError("replay plays one member: member=K (an index) or 'best', not 'all'")
     _check_replay(replica, num_envs, mp4, max_steps)  # (before the run's env is compiled)
     trainer = load_policy(run_or_checkpoint, num_envs=max(num_envs, replica + 1), target=target, seed=seed,
                           member=member, env_params=env_params, models=models)

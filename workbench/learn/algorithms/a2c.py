@@ -67,7 +67,8 @@ def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int
     to and returned. samples: a population's members.MemberSamples (each member's samples gathered
     grouped by member); hp: the coefficients (config's or per-member tensors); fused: a
     fused.FusedGradients computing the gradient in one launch per network (else `loss_fn` in chunks)."""
-    model.train()  # (the rollout acted in eval mode: Dropout and BatchNorm learn in training mode)
+    if not model.training:  # (the rollout acted in eval mode: Dropout and BatchNorm learn in training mode)
+        model.train()
     loss_fn = loss_fn or chunk_loss
     hp = hp or config
     members = samples.members if samples is not None and samples.members > 1 else 1

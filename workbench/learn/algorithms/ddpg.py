@@ -187,7 +187,9 @@ def update(agent: DDPGAgent, actor_opt, critic_opt, batch, config, *, sync=None,
     A population's batch holds each member's samples grouped by member; hp: its per-member gamma,
     tau and max_grad_norm (floats or [M]), the config's otherwise."""
     obs, actions, rewards, next_obs, terminated, live = batch
-    agent.actor.train(), agent.critic.train()  # (exploration acted in eval mode; the targets stay in it)
+    for net in (agent.actor, agent.critic):  # (exploration acted in eval mode; the targets stay in it)
+        if not net.training:
+            net.train()
     autocast = autocast or contextlib.nullcontext
     hp = hp or config
     rows = rewards.shape[0]

@@ -107,7 +107,8 @@ def update(model, optimizer, batch: Batch, config, *, sync=None, chunk_size: int
     computing each minibatch's gradient in one launch per network (else `loss_fn` in chunks).
     Returns `stats`.
     """
-    model.train()  # (the rollout acted in eval mode: Dropout and BatchNorm learn in training mode)
+    if not model.training:  # (the rollout acted in eval mode: Dropout and BatchNorm learn in training mode)
+        model.train()
     members = samples.members if samples is not None else 1
     B = batch.size // members  # per member
     loss_fn = loss_fn or chunk_loss
