@@ -116,6 +116,9 @@ def test_switching_algorithm_takes_the_new_ones_defaults_and_names_what_stays_be
                                          r"learns at actor_lr and critic_lr\), rollout_length=128 \(its default is "
                                          r"4\), update_epochs=8 \(no such field\)"):
         ddpg = cfg.replace(ppo, algorithm="ddpg", actor_lr=1e-3)
+    with pytest.warns(UserWarning, match=r"carried over as set for ppo: num_envs=64, .*normalize_obs=True.* \(tuned "
+                                         r"for it: check them\)"):
+        cfg.replace(ppo, algorithm="ddpg")
     default = wb.DDPGConfig()
     assert (ddpg.max_grad_norm, ddpg.rollout_length, ddpg.actor_lr) == (default.max_grad_norm, default.rollout_length,
                                                                          1e-3)

@@ -477,8 +477,11 @@ def replace(config, **changes):
                 if key.startswith("sweep["):
                     return "its members cannot differ in it"
                 return f"its default is {defaults[new][key]!r}" if key in defaults[new] else "no such field"
+            carried = {k: v for k, v in kept.items() if k not in ("env", "run_dir", "env_params")}
             warnings.warn(f"{old.__name__} -> {new.__name__}: values set for {config.algorithm} left behind: "
                           f"{', '.join(f'{k}={v!r} ({why(k)})' for k, v in left.items())}; set them again to "
-                          f"keep them", WorkbenchWarning, stacklevel=2)
+                          f"keep them" + (f"; carried over as set for {config.algorithm}: "
+                                          f"{', '.join(f'{k}={v!r}' for k, v in carried.items())} (tuned for it: "
+                                          f"check them)" if carried else ""), WorkbenchWarning, stacklevel=2)
         return from_dict({**kept, **changes}, new)
     return from_dict({**to_dict(config), **changes}, type(config))
