@@ -137,3 +137,13 @@ def test_a_time_limit_bootstraps_unless_the_run_says_it_ends_the_task(bootstrap)
     replay = ddpg.buffers["shared"]
     ended = replay.terminated[:replay.fill.item() if torch.is_tensor(replay.fill) else replay.fill]
     assert float(ended.sum()) == (0.0 if bootstrap else ended.numel() / 4)  # (every fourth transition ends)
+
+
+def test_an_evaluation_without_a_seed_leaves_torchs_global_stream_as_it_was():
+    from workbench.learn.evaluate import evaluate
+    tr = make_trainer(wb.PPOConfig(env="cartpole", num_envs=2, target="cpu"))
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    evaluate(tr, steps=3)
+    torch.testing.assert_close(torch.rand(3), expected)

@@ -21,6 +21,7 @@ when they define none.
 from __future__ import annotations
 
 import math
+import secrets
 import warnings
 
 import torch
@@ -120,7 +121,8 @@ def evaluate(trainer, episodes: int = 1, random_policies=(), deterministic: bool
     random_groups = [g for g in trainer.groups if g.name in random_policies]
     # leave the env as it was found (state, seed, sampler), so evaluating mid-training changes nothing
     saved = env.store.snapshot(), env.seed, env._generator.get_state()
-    first = int(torch.randint(0, 2**62, ())) if seed is None else seed  # (seed None: other samples at each call)
+    # (seed None: other samples at each call, drawn without touching torch's global stream)
+    first = secrets.randbits(62) if seed is None else seed
     try:
         with torch.random.fork_rng(devices=[env.device] if env.device.type == "cuda" else []):
             if seed is not None:

@@ -423,9 +423,7 @@ class MemberNorm(RunningNorm):
 
     def accumulate(self, obs, live=None):
         rows = obs.reshape(self.members, -1, obs.shape[-1])
-        weight = (live.reshape(self.members, -1, 1).to(rows.dtype) if live is not None
-                  else torch.ones_like(rows[..., :1]))
-        self._add(rows, weight)
+        self._add(rows, None if live is None else live.reshape(self.members, -1, 1).to(rows.dtype))
 
     def __call__(self, obs):
         rows = obs.reshape(self.members, -1, obs.shape[-1])
