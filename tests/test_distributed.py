@@ -44,7 +44,8 @@ def test_two_rank_training_keeps_parameters_identical_and_resumes_single_process
     assert "rank 1 resumed with its own policy noise" in out.stdout
     assert out.stderr.count("training past total_env_steps=1024 with anneal_lr") == 1, out.stderr  # rank 0's
     assert (tmp_path / "checkpoint.pt").exists() and (tmp_path / "metrics.csv").exists()
-    config = wb.PPOConfig(num_envs=8, rollout_length=16, num_minibatches=2, target="cpu", normalize_obs=True)
+    config = wb.PPOConfig(num_envs=8, rollout_length=16, num_minibatches=2, target="cpu", normalize_obs=True,
+                          normalize_reward=True)
     trainer = wb.make_trainer(config, distributed=False)
     with pytest.warns(UserWarning, match="written by 2 rank\\(s\\), resumed by 1"):
         trainer.load(tmp_path / "checkpoint.pt")

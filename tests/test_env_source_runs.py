@@ -133,6 +133,9 @@ def test_default_config_follows_the_shipped_conventions():
     box = runs.default_config("keepaway_box")
     assert (box.algorithm, box.ent_coef, box.num_envs, box.rollout_length, box.normalize_obs) == \
         ("ppo", 0.0, 64, 64, True)
+    assert (box.normalize_reward, box.update_epochs, box.num_minibatches) == (True, 10, 32)  # (CleanRL's continuous)
+    wb.register("keepaway", KEEPAWAY)
+    assert not runs.default_config("keepaway").normalize_reward  # (discrete actions)
     ddpg = runs.default_config("keepaway_box", "ddpg")
     pendulum = cfg.load_yaml(runs.resolve_config("pendulum"))
     for key in ("rollout_length", "updates_per_rollout", "batch_size", "learning_starts", "hidden_sizes"):
@@ -143,6 +146,14 @@ def test_default_config_follows_the_shipped_conventions():
     assert (team.num_envs, team.rollout_length) == (tag.num_envs, tag.rollout_length)
     with pytest.raises(cfg.ConfigError, match=r"no config file 'no_such_env'; shipped configs: .*wb.train\(ENV_NAME\)"):
         wb.train("no_such_env")
+
+
+def test_another_algorithm_for_a_shipped_config_starts_from_its_own_defaults(recwarn):
+    ppo = runs.load_config("pendulum", "ppo")  # (pendulum.yaml is DDPG's)
+    assert ppo == cfg.replace(runs.default_config("pendulum", "ppo"), target_return=-200.0)
+    assert ppo.normalize_reward and ppo.num_envs == 64
+    assert not [w for w in recwarn if "left behind" in str(w.message)]
+    assert runs.load_config("pendulum", "ddpg") == cfg.load_yaml(runs.resolve_config("pendulum"))
 
 
 def test_a_shipped_name_gives_way_to_the_run_kept_source():

@@ -24,12 +24,13 @@ CASES = {
     "ppo-cartpole": ("ppo", "cartpole", {}),
     "a2c-cartpole": ("a2c", "cartpole", {}),
     "ppo-tag-mappo-norm": ("ppo", "tag_continuous", {"env_params": TAG, "normalize_obs": True,
-                                                     "centralised_critic": ["runners"]}),
+                                                     "normalize_reward": True, "centralised_critic": ["runners"]}),
     # (a chunk of 1024 samples, the floor: 256 a member, 14 of its 16 steps of 6 x 3 runners, then 2)
     "a2c-tag": ("a2c", "tag_continuous", {"env_params": TAG, "rollout_length": 16, "learner_memory_gb": 1e-9}),
     "a2c-tag-shared-body-relu": ("a2c", "tag_continuous", {"env_params": TAG, "shared_body": True,
                                                            "activation": "relu"}),
-    "ppo-pendulum-gaussian": ("ppo", "pendulum", {"env_params": {"max_steps": 12}, "normalize_obs": True}),
+    "ppo-pendulum-gaussian": ("ppo", "pendulum", {"env_params": {"max_steps": 12}, "normalize_obs": True,
+                                                  "normalize_reward": True}),
 }
 
 
@@ -168,8 +169,9 @@ def test_metrics_csv_has_a_row_per_member_with_its_values(tmp_path):
     assert returns[0] <= last["return/shared"] <= returns[-1]
 
 
-def test_checkpoint_of_a_population_resumes_exactly(tmp_path):
-    config = small("ppo", "cartpole", {}, seeds=2, iterations=4)
+@pytest.mark.parametrize("extra", [{}, {"normalize_reward": True}])
+def test_checkpoint_of_a_population_resumes_exactly(tmp_path, extra):
+    config = small("ppo", "cartpole", extra, seeds=2, iterations=4)
     first = make_trainer(config)
     first.train(num_iterations=2)
     first.save(tmp_path / "checkpoint.pt")

@@ -64,7 +64,8 @@ _LAZY = {"Env": ("runtime.env", "Env"), "Box": ("compiler.envdef", "Box"), "Disc
          "best_target": ("runtime.env", "best_target"),
          "Trainer": ("learn.trainer", "Trainer"), "TrainResult": ("learn.trainer", "TrainResult"),
          "make_trainer": ("learn.trainer", "make_trainer"), "train": ("learn.runs", "train"),
-         "load_policy": ("learn.runs", "load_policy"), "evaluate_run": ("learn.run_evaluation", "evaluate_run")}
+         "load_policy": ("learn.runs", "load_policy"), "evaluate_run": ("learn.run_evaluation", "evaluate_run"),
+         "policy": ("learn.policy_function", "policy")}
 
 
 def __getattr__(name):
@@ -117,7 +118,7 @@ def load_ipython_extension(ipython):
 
 
 __all__ = ["A2CConfig", "DDPGConfig", "PPOConfig", "Trainer", "TrainResult", "make_trainer", "load_policy", "make",
-           "check_env",
+           "policy", "check_env",
            "replay", "Env", "register", "env_names", "available_targets", "best_target", "Box", "Discrete",
            "MultiDiscrete", "per_env", "per_agent", "ActionError", "ConsistencyError",
            "EnvCompileError", "EnvDefinitionError", "EnvIndexError", "NonFiniteError", "TargetUnavailableError",

@@ -63,7 +63,7 @@ def equal_batch():
 def train(run_dir, die_at=None):
     """A short data-parallel PPO run; ranks must end with identical parameters."""
     config = wb.PPOConfig(num_envs=8, rollout_length=16, num_minibatches=2, total_env_steps=8 * 16 * 2 * 4,
-                          target="cpu", log_every=1, run_dir=run_dir, normalize_obs=True)
+                          target="cpu", log_every=1, run_dir=run_dir, normalize_obs=True, normalize_reward=True)
     trainer = wb.make_trainer(config)
     rank = trainer.rank
 
@@ -79,6 +79,11 @@ def train(run_dir, die_at=None):
     for name, norm in trainer.norms.items():
         stats = gathered_params(torch.nn.ParameterList([norm.mean, norm.var]))
         assert all(torch.equal(stats[0], s) for s in stats), f"normaliser {name}: ranks diverged"
+    for name, scale in trainer.reward_scales.items():
+        stats = gathered_params(torch.nn.ParameterList([scale.stats.mean, scale.stats.var]))
+        assert all(torch.equal(stats[0], s) for s in stats), f"reward scale {name}: ranks diverged"
+        returns = gathered_params(torch.nn.ParameterList([scale.returns]))
+        assert not torch.equal(returns[0], returns[1]), f"reward scale {name}: ranks share running returns"
     seeds = [torch.zeros(1, dtype=torch.long) for _ in range(trainer.world_size)]
     dist.all_gather(seeds, torch.tensor([trainer.env.seed]))
     assert len({int(s) for s in seeds}) == trainer.world_size, "ranks share an env seed"
@@ -102,7 +107,7 @@ def resume_exact(run_dir):
     so does a population split over the ranks."""
     cases = {
         "ppo": lambda steps: wb.PPOConfig(num_envs=8, rollout_length=16, num_minibatches=2, total_env_steps=steps,
-                                          target="cpu", normalize_obs=True, cpu_threads=1),
+                                          target="cpu", normalize_obs=True, normalize_reward=True, cpu_threads=1),
         "ddpg": lambda steps: wb.DDPGConfig(env="pendulum", num_envs=4, rollout_length=8, total_env_steps=steps,
                                             target="cpu", learning_starts=32, batch_size=32, cpu_threads=1),
         "population": lambda steps: population_config(total_env_steps=steps),
@@ -134,7 +139,7 @@ def population_config(run_dir=None, **changes):
     """4 members (2 seeds x 2 learning rates) of CartPole PPO; split over 2 ranks, 2 members each."""
     settings = dict(env="cartpole", num_envs=8, rollout_length=16, num_minibatches=2, update_epochs=2, target="cpu",
                     seeds=2, sweep={"lr": [1e-3, 3e-3]}, cpu_threads=1, log_every=1, total_env_steps=8 * 16 * 3,
-                    run_dir=run_dir)
+                    normalize_reward=True, run_dir=run_dir)
     return wb.PPOConfig(**{**settings, **changes})
 
 

@@ -283,9 +283,12 @@ class Collector:
                 final.transpose(0, 1).copy_(value)
 
     def compute_gae(self, g):
-        """GAE of group g's rollout, bootstrapped from V(s_T), into its buffer's advantages and returns."""
+        """GAE of group g's rollout, bootstrapped from V(s_T), into its buffer's advantages and returns (the
+        rewards first scaled in place, with normalize_reward)."""
         tr = self.trainer
         with torch.no_grad():
+            if g.name in tr.reward_scales:
+                tr.reward_scales[g.name](tr.buffers[g.name], tr.sync)
             obs = {h.name: self.observe(h, self.store["obs"]) for h in tr.groups}
             state = self.joint_obs(obs) if g.name in tr.central else None
             next_value = self.values(g, tr.rollout_models[g.name], obs[g.name], state)

@@ -143,6 +143,8 @@ class A2CConfig(RunConfig):
     vf_coef: float = _f(0.5, "Value loss coefficient.")
     anneal_lr: bool = _f(False, "Decay the learning rate linearly to zero over the run.")
     normalize_advantages: bool = _f(True, "Normalise advantages over the batch.")
+    normalize_reward: bool = _f(False, "Divide rewards by the running std of the discounted return, clipped to "
+                                       "+-10 (SB3's VecNormalize): rewards of any scale (Pendulum's -16 a step).")
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,8 @@ class PPOConfig(RunConfig):
                                 "KL exceeds this, as CleanRL (each member of a population on its own KL).")
     anneal_lr: bool = _f(True, "Decay the learning rate linearly to zero over the run.")
     normalize_advantages: bool = _f(True, "Normalise advantages per minibatch.")
+    normalize_reward: bool = _f(False, "Divide rewards by the running std of the discounted return, clipped to "
+                                       "+-10 (SB3's VecNormalize): rewards of any scale (Pendulum's -16 a step).")
 
 
 @dataclass(frozen=True)

@@ -41,23 +41,26 @@ def default_config(env: str, algorithm: str | None = None):
     """A config for the registered env `env` after the shipped configs' conventions: PPO (whatever the
     action space, as the shipped Box env mountain_car_continuous), observations normalised, 64
     replicas x 64 steps for one agent, 128 x 32 for several (the Tag configs), an entropy bonus for
-    discrete actions only; `algorithm` "ddpg" follows pendulum.yaml, "a2c" takes A2CConfig's defaults."""
+    discrete actions only; for Box actions rewards scaled (normalize_reward) and, for PPO, CleanRL's
+    continuous-control update (10 epochs of 32 minibatches); `algorithm` "ddpg" follows pendulum.yaml,
+    "a2c" takes A2CConfig's defaults."""
     from ..compiler.envdef import Box
     from ..runtime import registry
     algorithm = algorithm or "ppo"
     if algorithm not in cfg.ALGORITHMS:
         raise cfg.ConfigError(f"algorithm must be one of {sorted(cfg.ALGORITHMS)}, got {algorithm!r}")
     defn = registry.definition(env)
-    single = defn.num_agents == 1
+    single, box = defn.num_agents == 1, isinstance(defn.action, Box)
     if algorithm == "ddpg":
         values = dict(num_envs=16, rollout_length=1, updates_per_rollout=16, batch_size=256, learning_starts=2000,
                       buffer_size=200_000, hidden_sizes=[256, 256], total_env_steps=200_000, log_every=50)
     elif algorithm == "ppo":
-        values = dict(num_envs=64 if single else 128, rollout_length=64 if single else 32, num_minibatches=4,
-                      update_epochs=4, lr=1e-3, ent_coef=0.0 if isinstance(defn.action, Box) else 0.01,
-                      normalize_obs=True, total_env_steps=1_000_000, log_every=2)
+        values = dict(num_envs=64 if single else 128, rollout_length=64 if single else 32,
+                      num_minibatches=32 if box else 4, update_epochs=10 if box else 4, lr=1e-3,
+                      ent_coef=0.0 if box else 0.01, normalize_obs=True, normalize_reward=box,
+                      total_env_steps=1_000_000, log_every=2)
     else:
-        values = dict(normalize_obs=True, num_envs=64 if single else 128)
+        values = dict(normalize_obs=True, normalize_reward=box, num_envs=64 if single else 128)
     return cfg.from_dict({"algorithm": algorithm, "env": env, **values})
 
 
@@ -83,7 +86,9 @@ def register_env_file(path: str) -> str | None:
 def load_config(name_or_path: str, algorithm: str | None = None):
     """A config file, a shipped config's name, an env's source file (register_env_file: trained with
     its default config), or (with neither of that name, or where a registered source replaced the
-    shipped env of that name) the default config of the env registered under it (default_config)."""
+    shipped env of that name) the default config of the env registered under it (default_config).
+    `algorithm` other than a shipped config's: the env's default config for it, with the shipped
+    config's env_params and target_return (a file of the user's switches algorithm in cfg.replace)."""
     from ..runtime import registry
     registered = register_env_file(name_or_path)
     if registered is not None:
@@ -92,4 +97,10 @@ def load_config(name_or_path: str, algorithm: str | None = None):
     if found is None or (not Path(name_or_path).is_file() and registry.replaced_shipped(name_or_path)):
         if name_or_path in registry.names():  # (a shipped config is tuned for the shipped env, not its replacement)
             return default_config(name_or_path, algorithm)
-    return cfg.load_yaml(found or resolve_config(name_or_path))
+    config = cfg.load_yaml(found or resolve_config(name_or_path))
+    if algorithm and algorithm != config.algorithm and not Path(name_or_path).is_file():
+        # a shipped config is tuned for its algorithm: another one starts from its own defaults for the env,
+        # keeping the task's settings (pendulum.yaml's DDPG tuning would not learn with PPO)
+        return cfg.replace(default_config(config.env, algorithm), env_params=config.env_params,
+                           target_return=config.target_return)
+    return config

@@ -21,6 +21,7 @@ from .policies import ActorCritic, CentralisedActorCritic, DeterministicActor, Q
 from .groups import PolicyMapError
 from .rollout import RolloutBuffer
 from .normaliser import RunningNorm
+from .reward_scale import RewardScale
 from .streams import MemberStreams
 from ..errors import WorkbenchWarning
 
@@ -167,7 +168,7 @@ def population_models(tr, models, build) -> dict:
 
 def build_learners(tr, models: dict):
     """Each group's model (the user's in `models`, else the default MLP: a population's stacked),
-    optimiser, buffer and normaliser, into tr.models, tr.optimizers, tr.buffers and tr.norms. The
+    optimiser, buffer and normalisers, into tr.models, tr.optimizers, tr.buffers, tr.norms and tr.reward_scales. The
     default models' weights come from config.seed (a population's members' from their seeds), drawn
     from torch's global stream, which is put back as it was."""
     build = build_ddpg if tr.algorithm == "ddpg" else build_on_policy
@@ -179,6 +180,9 @@ def build_learners(tr, models: dict):
             tr.models[g.name], tr.optimizers[g.name], tr.buffers[g.name] = build(tr, g, models.get(g.name))
             if tr.config.normalize_obs:
                 tr.norms[g.name] = running_norm(tr)
+            if getattr(tr.config, "normalize_reward", False) and g.name not in tr.frozen:
+                tr.reward_scales[g.name] = RewardScale(tr.E, g.n, tr.M, tr.hp.per_replica("gamma", tr.E_member),
+                                                       tr.device)
 
 
 def running_norm(tr):

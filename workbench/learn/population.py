@@ -200,6 +200,11 @@ def _unstack_adam(state: dict, layout: dict, shapes: dict, k: int, prefix: str =
             "lr": float(state["lr"][k, 0]), **moments}
 
 
+def _member_norm(state: dict, k: int) -> dict:
+    """Member k's part of a MemberNorm's state, as a RunningNorm's."""
+    return {key: (v[k].squeeze(-1) if key == "count" else v[k]).clone() for key, v in state.items()}
+
+
 def member_env_state(env_state: dict, members: int, k: int) -> dict:
     """Member k's replicas of a population's env state (every array's leading replica axis)."""
     out = {}
@@ -279,15 +284,16 @@ def member_payload(payload: dict, k) -> dict:
                              for o, prefix in zip(saved, ("actor.", "critic."))]
                             if isinstance(saved, (list, tuple)) else _unstack_adam(saved, layout, shapes, k))
     replay = {name: _unstack_replay(state, info["members"], k) for name, state in payload.get("replay", {}).items()}
-    norms = {name: {key: (v[k].squeeze(-1) if key == "count" else v[k]).clone() for key, v in state.items()}
-             for name, state in payload["norms"].items()}
+    norms = {name: _member_norm(state, k) for name, state in payload["norms"].items()}
+    reward_scales = {name: _member_norm(state, k) for name, state in payload.get("reward_scales", {}).items()}
     member = members_of(config)[k]
     population_columns = {"member", "seed", *member.values}  # a single run's reports have none: its config says them
     signature = {**payload["signature"], "members": 1}
     rng = dict(payload["rng"])
     rng["streams"] = {"counter": payload["rng"]["streams"]["counter"], "seeds": [member.seed + 1]}
     out = {**payload, "config": cfg.to_dict(member_config(config, k)), "signature": signature, "models": models,
-           "optimizers": optimizers, "norms": norms, "rng": rng, "population": None, "replay": replay,
+           "optimizers": optimizers, "norms": norms, "reward_scales": reward_scales, "rng": rng, "population": None,
+           "replay": replay, "reward_returns": member_env_state(payload.get("reward_returns", {}), info["members"], k),
            "history": [_member_row(r["members"][k], population_columns, info["members"])
                        for r in history if r.get("members")],
            "env_state": member_env_state(payload["env_state"], info["members"], k),
@@ -336,6 +342,9 @@ def merge_payloads(parts: list) -> dict:
 
     optimizers = {name: _adam_parts(saved, lambda i, n=name: adam(n, i)) for name, saved in first["optimizers"].items()}
     norms = {name: {k: cat(lambda p: p["norms"][name][k]) for k in state} for name, state in first["norms"].items()}
+    reward_scales = {name: {k: cat(lambda p: p["reward_scales"][name][k]) for k in state}
+                     for name, state in first.get("reward_scales", {}).items()}
+    reward_returns = {name: cat(lambda p: p["reward_returns"][name]) for name in first.get("reward_returns", {})}
     replay = {name: {k: cat(lambda p: p["replay"][name][k]) if isinstance(v, torch.Tensor) and v.dim() else v
                      for k, v in state.items()} for name, state in first.get("replay", {}).items()}
     env_state = {k: cat(lambda p: p["env_state"][k]) if v.dim() and v.shape[0] == replicas else v
@@ -343,7 +352,8 @@ def merge_payloads(parts: list) -> dict:
     rng = dict(first["rng"])
     rng["streams"] = {**first["rng"]["streams"], "seeds": [s for p in parts for s in p["rng"]["streams"]["seeds"]]}
     return {**first, "models": models, "optimizers": optimizers, "norms": norms, "replay": replay,
-            "env_state": env_state, "rng": rng, "signature": {**first["signature"], "members": members},
+            "reward_scales": reward_scales, "reward_returns": reward_returns, "env_state": env_state, "rng": rng,
+            "signature": {**first["signature"], "members": members},
             "population": {**info, "members": members}}
 
 
@@ -369,6 +379,9 @@ def slice_payload(payload: dict, start: int, stop: int) -> dict:
     optimizers = {name: [adam(s) for s in saved] if isinstance(saved, (list, tuple)) else adam(saved)
                   for name, saved in payload["optimizers"].items()}
     norms = {name: {k: part(v) for k, v in state.items()} for name, state in payload["norms"].items()}
+    reward_scales = {name: {k: part(v) for k, v in state.items()}
+                     for name, state in payload.get("reward_scales", {}).items()}
+    reward_returns = {name: part(v, v.shape[0] // members) for name, v in payload.get("reward_returns", {}).items()}
     replay = {name: {k: part(v, v.shape[0] // members) if isinstance(v, torch.Tensor) and v.dim() else v
                      for k, v in state.items()} for name, state in payload.get("replay", {}).items()}
     env_state = {k: part(v, info["replicas_per_member"]) if v.dim() and v.shape[0] == replicas else v
@@ -376,6 +389,7 @@ def slice_payload(payload: dict, start: int, stop: int) -> dict:
     rng = dict(payload["rng"])
     rng["streams"] = {**payload["rng"]["streams"], "seeds": payload["rng"]["streams"]["seeds"][start:stop]}
     return {**payload, "models": models, "optimizers": optimizers, "norms": norms, "replay": replay,
+            "reward_scales": reward_scales, "reward_returns": reward_returns,
             "env_state": env_state, "rng": rng, "signature": {**payload["signature"], "members": stop - start},
             "env_seed": payload["env_seed"] + start,  # (block k of a population's replicas is seeded seed + k)
             "population": {**info, "members": stop - start}}

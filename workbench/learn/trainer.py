@@ -86,10 +86,9 @@ class Trainer:
         if config.algorithm not in cfg.ALGORITHMS:
             raise cfg.ConfigError(f"algorithm must be one of {sorted(cfg.ALGORITHMS)}, got {config.algorithm!r}")
         self.env, self.config, self.device, self.algorithm = env, config, env.device, config.algorithm
-        self.sync, self.rank, self.world_size = None, 0, 1
+        self.sync, self.world_size, self.rank = None, 1, split.rank if split is not None else 0
         # (a population under torchrun: this rank's block of members, and the ranks it reports with)
         self.members, self.ranks = population.rank_members(config, split, distributed)
-        self.rank = split.rank if split is not None else 0
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(config.seed + 1)
         if policies is None and config.policies is not None:
@@ -111,7 +110,8 @@ class Trainer:
         self._set_centralised_critics(config.centralised_critic)
         self.head = ActionHead(env.action_space).to(self.device)
 
-        self.models, self.optimizers, self.norms, self.buffers, self.lr_tensors = {}, {}, {}, {}, []
+        self.models, self.optimizers, self.buffers, self.lr_tensors = {}, {}, {}, []
+        self.norms, self.reward_scales = {}, {}  # (the observations' and normalize_reward's, per policy)
         models = dict(models or {})
         unknown = sorted(set(models) - {g.name for g in self.groups})
         if unknown:

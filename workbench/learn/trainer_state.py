@@ -84,6 +84,7 @@ def state(tr) -> dict:
         "optimizers": {n: (o.state_dict() if not isinstance(o, tuple) else [x.state_dict() for x in o])
                        for n, o in tr.optimizers.items()},
         "norms": {n: norm.state_dict() for n, norm in tr.norms.items()},
+        "reward_scales": {n: scale.state_dict() for n, scale in tr.reward_scales.items()},
         "iteration": tr.iteration, "env_steps": tr.env_steps, "history": tr.history,
         "rng": {"torch": torch.get_rng_state(), "generator": tr.generator.get_state(),
                 "env_generator": tr.env._generator.get_state(), "streams": tr.streams.state_dict()},
@@ -112,10 +113,12 @@ def save(tr, path):
 
 def rank_state(tr) -> dict:
     """What differs between the ranks of a data-parallel run (the rest they hold alike): the env's
-    state (host tensors) and seed, and DDPG's replay buffers. A data-parallel checkpoint holds rank
-    0's in its own keys and rank r's in "ranks"[r] (None for rank 0: not stored twice)."""
+    state (host tensors) and seed, DDPG's replay buffers and normalize_reward's running returns. A
+    data-parallel checkpoint holds rank 0's in its own keys and rank r's in "ranks"[r] (None for rank 0:
+    not stored twice)."""
     return {"env_state": {k: v.detach().cpu() for k, v in tr.env.store.items()}, "env_seed": tr.env.seed,
-            "replay": {n: b.state_dict() for n, b in tr.buffers.items() if isinstance(b, ddpg.ReplayBuffer)}}
+            "replay": {n: b.state_dict() for n, b in tr.buffers.items() if isinstance(b, ddpg.ReplayBuffer)},
+            "reward_returns": {n: scale.returns.detach().cpu() for n, scale in tr.reward_scales.items()}}
 
 
 def load_member_adam(optimizer, saved: dict):
@@ -167,6 +170,13 @@ def restore(tr, payload: dict, path, restore_env: bool = True):
             tr.buffers[n].load_state_dict(saved)
     for n, saved in payload["norms"].items():
         tr.norms[n].load_state_dict(saved)
+    # (a checkpoint from before normalize_reward was on, or from before it existed, leaves them as they start)
+    for n, saved in payload.get("reward_scales", {}).items():
+        if n in tr.reward_scales:
+            tr.reward_scales[n].load_state_dict(saved)
+    for n, saved in (own or payload).get("reward_returns", {}).items():
+        if n in tr.reward_scales and tr.reward_scales[n].returns.shape == saved.shape:  # (not on another env count)
+            tr.reward_scales[n].returns.copy_(saved)
     tr.iteration, tr.env_steps = payload["iteration"], payload["env_steps"]
     tr.history = list(payload["history"])
     # (payload["rng"]["torch"], the global stream's state when saved, is not put back: training never
