@@ -11,6 +11,8 @@ from workbench.learn.reward_scale import REWARD_CLIP, RewardScale
 from workbench.learn.rollout import RolloutBuffer
 from workbench.learn.trainer import make_trainer
 
+from conftest import gpu_only
+
 
 def rollout(T, E, n, generator, scale=5.0):
     buf = RolloutBuffer(T, E, n, (1,), (), torch.int64, "cpu")
@@ -108,3 +110,23 @@ def test_a_resumed_run_scales_as_the_uninterrupted_one(tmp_path):
 def test_ddpg_has_no_reward_scaling_and_says_so():
     with pytest.raises(Exception, match="normalize_reward"):
         wb.DDPGConfig(env="pendulum", normalize_reward=True)
+
+
+@gpu_only
+@pytest.mark.parametrize("env", ["cartpole", "pendulum"])
+def test_a_run_replayed_from_cuda_graphs_scales_as_an_eager_one(env):
+    """The scaling, its statistics and the running returns inside the captured iteration (fused GAE
+    and step records for CartPole) give what eager iterations give, in fp32."""
+    runs = []
+    for graph in (True, False):
+        tr = make_trainer(wb.PPOConfig(env=env, num_envs=64, rollout_length=16, target="cuda", precision="fp32",
+                                       normalize_reward=True, cuda_graph=graph, seed=5))
+        history = tr.train(num_iterations=5).history
+        runs.append((tr, history))
+    (graphed, on_graph), (eager, on_eager) = runs
+    assert graphed.graph.state == "replay" and eager.why_not_graphed() == "off"
+    scale, reference = graphed.reward_scales["shared"], eager.reward_scales["shared"]
+    torch.testing.assert_close(scale.stats.var, reference.stats.var, rtol=1e-4, atol=0)
+    torch.testing.assert_close(scale.returns, reference.returns, rtol=1e-4, atol=1e-4)
+    for key in ("value_loss/shared", "policy_loss/shared"):
+        assert on_graph[-1][key] == pytest.approx(on_eager[-1][key], rel=1e-3, abs=1e-5), key
