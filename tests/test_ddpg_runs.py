@@ -22,6 +22,9 @@ def test_a_run_whose_last_window_had_no_episode_end_says_its_last_reported_retur
     assert line.endswith(f"mean return {at_200['mean_return']:.2f} (the last reported, at iteration 200)")
     with pytest.raises(ResumeError, match=r"buffer_size cannot change \(2048 -> 4096\)"):
         wb.train(resume=run, buffer_size=4096, progress=False)
+    with pytest.raises(ResumeError, match=r"a ddpg run: normalize_reward is a field of a2c and ppo only, and a "
+                                          r"resume keeps the run's algorithm; drop normalize_reward"):
+        wb.train(resume=run, normalize_reward=True, progress=False)
 
 
 def test_a_buffer_smaller_than_one_step_of_every_replica_is_refused_by_name():

@@ -134,6 +134,7 @@ def test_default_config_follows_the_shipped_conventions():
     assert (box.algorithm, box.ent_coef, box.num_envs, box.rollout_length, box.normalize_obs) == \
         ("ppo", 0.0, 64, 64, True)
     assert (box.normalize_reward, box.update_epochs, box.num_minibatches) == (True, 10, 32)  # (CleanRL's continuous)
+    assert not runs.default_config("keepaway_box", "a2c").normalize_reward  # (A2C drove a Box mean off its bounds)
     wb.register("keepaway", KEEPAWAY)
     assert not runs.default_config("keepaway").normalize_reward  # (discrete actions)
     ddpg = runs.default_config("keepaway_box", "ddpg")

@@ -192,7 +192,12 @@ def test_errors_name_the_policies_the_member_and_the_observation_width(runs):
     with pytest.raises(ConfigError, match=r"is not a population's run: it has no member 1"):
         wb.policy(runs["cartpole"], member=1)
     function = wb.policy(runs["cartpole"])
-    for bad in (torch.zeros(3, 5), torch.zeros(5), torch.zeros(2, 2, 4)):
+    for bad in (torch.zeros(3, 5), torch.zeros(2, 2, 4)):
         with pytest.raises(PolicyFunctionError, match=r"policy 'shared' of env 'cartpole' takes observations "
                                                       r"\[B, 4\] .* got shape"):
             function(bad)
+    with pytest.raises(PolicyFunctionError, match=r"takes one observation of 4 values \(shape \(4,\)\), or a batch "
+                                                  r"\[B, 4\]; got shape \(5,\)"):
+        function(np.zeros(5))
+    with pytest.raises(PolicyFunctionError, match=r"a pair \(obs, info\), as Gymnasium's reset\(\) returns"):
+        function((np.zeros(4), {}))

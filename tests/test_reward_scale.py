@@ -79,9 +79,9 @@ def test_a_rare_large_reward_is_clipped_after_scaling():
 
 
 def config(**changes):
-    return wb.PPOConfig(env="pendulum", num_envs=4, rollout_length=16, target="cpu", normalize_reward=True,
-                        normalize_obs=True, total_env_steps=4 * 16 * 4, seed=3, cpu_threads=1,
-                        env_params={"max_steps": 20}, **changes)
+    settings = dict(env="pendulum", num_envs=4, rollout_length=16, target="cpu", normalize_reward=True,
+                    normalize_obs=True, total_env_steps=4 * 16 * 4, seed=3, cpu_threads=1, env_params={"max_steps": 20})
+    return wb.PPOConfig(**{**settings, **changes})
 
 
 def test_the_values_learn_scaled_returns_while_the_reports_keep_the_envs():
@@ -105,6 +105,13 @@ def test_a_resumed_run_scales_as_the_uninterrupted_one(tmp_path):
     again = resumed.train(num_iterations=2).history[-1]
     for key in ("value_loss/shared", "policy_loss/shared", "mean_return"):
         assert again[key] == pytest.approx(on[key], rel=1e-5), key
+
+
+def test_a_resume_keeps_the_runs_reward_scaling(tmp_path):
+    from workbench.learn.runs import ResumeError
+    wb.train(config(run_dir=str(tmp_path / "run"), normalize_reward=False), progress=False)
+    with pytest.raises(ResumeError, match=r"normalize_reward cannot change \(False -> True\)"):
+        wb.train(resume=tmp_path / "run", normalize_reward=True, total_env_steps=10_000, progress=False)
 
 
 def test_ddpg_has_no_reward_scaling_and_says_so():

@@ -82,8 +82,8 @@ def test_one_member_evaluated_is_named_in_its_csv_and_replay_refuses_all(populat
         (row,) = list(csv.DictReader(fh))
     assert (row["member"], row["seed"], row["lr"]) == ("2", "2", "0.0003")
     assert cli.main(["evaluate", str(population_run), "--member", "9"]) == 2
-    assert "member (--member) must be an index in 0..3 or 'best' ('all' to evaluate every member)" \
-        in capsys.readouterr().err
+    assert ("member (--member) must be an index in 0..3 or 'best' ('all' where every member plays at once: evaluate, "
+            "load_policy)") in capsys.readouterr().err
     assert cli.main(["evaluate", str(population_run), "--env-param", "max_steps=[7"]) == 2
     capsys.readouterr()
     from workbench.learn.config import ConfigError

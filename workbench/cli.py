@@ -33,7 +33,7 @@ def rollout_throughput(env, steps: int) -> float:
 
 
 def _overrides(args) -> dict:
-    from .learn.config import ALGORITHMS, describe
+    from .learn.config import ALGORITHMS, ConfigError, describe
     values = {}
     for cls in ALGORITHMS.values():
         for name, *_ in describe(cls):
@@ -42,24 +42,21 @@ def _overrides(args) -> dict:
     for item in getattr(args, "sweep_items", None) or []:
         (name, swept), = _sweep_item(item).items()
         if name in values.get("sweep", {}):
-            from .learn.config import ConfigError
             raise ConfigError(f"--sweep names {name} twice; give all its values in one: --sweep {name}="
                               + ",".join(str(v) for v in values["sweep"][name] + swept))
         values.setdefault("sweep", {})[name] = swept
     flagged = set(values)  # (set by their own flags: --set may not set them again)
     for item in args.set or []:
         if "=" not in item:
-            from .learn.config import ConfigError
             raise ConfigError(f"--set takes key=value, got {item!r}" + _misplaced_positional(item, "--set"))
         key, value = item.split("=", 1)
         try:
             parsed = yaml.safe_load(value)
         except yaml.YAMLError as exc:
-            from .learn.config import ConfigError, yaml_problem
+            from .learn.config import yaml_problem
             raise ConfigError(f"--set {item}: the value {value!r} is not valid YAML ({yaml_problem(exc)}); "
                               f"e.g. --set hidden_sizes=[64,64]") from None
         if key in flagged or (key in values and values[key] != parsed):
-            from .learn.config import ConfigError
             first = f"--{key.replace('_', '-')}" if key in flagged else f"--set {key}={values[key]}"
             raise ConfigError(f"{key} is given twice, by {first} and by --set {item}: keep one")
         values[key] = parsed
@@ -353,7 +350,8 @@ def _add_config_options(parser):
             whose = f"({', '.join(owners[name])} only) " if len(owners[name]) < len(ALGORITHMS) else ""
             if base in (bool, int, float, str):
                 parse = ARGUMENT_TYPES[base] if default is not None else _or_null(ARGUMENT_TYPES[base])
-                group.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, type=parse,
+                flag = dict(nargs="?", const=True) if base is bool else {}  # (a bare --normalize-obs: true)
+                group.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, type=parse, **flag,
                                    help=whose + doc + (" (null: none)" if default is None else ""))
     parser.add_argument("--sweep", action="extend", nargs="+", dest="sweep_items", metavar="NAME=V1,V2,...",
                         help="train a population over these values of a hyperparameter (several names for a grid; "

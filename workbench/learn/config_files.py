@@ -41,9 +41,10 @@ def default_config(env: str, algorithm: str | None = None):
     """A config for the registered env `env` after the shipped configs' conventions: PPO (whatever the
     action space, as the shipped Box env mountain_car_continuous), observations normalised, 64
     replicas x 64 steps for one agent, 128 x 32 for several (the Tag configs), an entropy bonus for
-    discrete actions only; for Box actions rewards scaled (normalize_reward) and, for PPO, CleanRL's
+    discrete actions only; for PPO on Box actions, rewards scaled (normalize_reward) and CleanRL's
     continuous-control update (10 epochs of 32 minibatches); `algorithm` "ddpg" follows pendulum.yaml,
-    "a2c" takes A2CConfig's defaults."""
+    "a2c" takes A2CConfig's defaults (its rewards unscaled: A2C drove mountain_car_continuous's mean off
+    the Box with them scaled)."""
     from ..compiler.envdef import Box
     from ..runtime import registry
     algorithm = algorithm or "ppo"
@@ -60,7 +61,7 @@ def default_config(env: str, algorithm: str | None = None):
                       ent_coef=0.0 if box else 0.01, normalize_obs=True, normalize_reward=box,
                       total_env_steps=1_000_000, log_every=2)
     else:
-        values = dict(normalize_obs=True, normalize_reward=box, num_envs=64 if single else 128)
+        values = dict(normalize_obs=True, num_envs=64 if single else 128)
     return cfg.from_dict({"algorithm": algorithm, "env": env, **values})
 
 

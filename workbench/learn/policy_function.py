@@ -199,8 +199,15 @@ class PolicyFunction(nn.Module):
         """forward for any observations: a numpy array (or list) gives numpy actions back, a tensor a tensor
         on its own device; one observation [O] (or [*obs_shape]) gives one action."""
         as_numpy = not isinstance(obs, torch.Tensor)
+        if as_numpy and isinstance(obs, tuple) and len(obs) == 2 and isinstance(obs[1], dict):
+            raise PolicyFunctionError(f"policy '{self.policy}' takes observations, and this is a pair (obs, info), "
+                                      f"as Gymnasium's reset() returns: pass its first element")
         tensor = torch.as_tensor(np.asarray(obs)) if as_numpy else obs
         single = tensor.dim() <= 1 or (len(self.obs_shape) > 1 and tuple(tensor.shape) == self.obs_shape)
+        if single and tensor.numel() != self.obs_dim:
+            raise PolicyFunctionError(f"policy '{self.policy}' of env '{self.env}' takes one observation of "
+                                      f"{self.obs_dim} values (shape {self.obs_shape}), or a batch [B, "
+                                      f"{self.obs_dim}]; got shape {tuple(tensor.shape)}")
         if single:
             tensor = tensor.reshape(1, -1)
         with torch.no_grad():
@@ -283,6 +290,8 @@ def policy(run_or_checkpoint, policy: str | None = None, member=None, determinis
         raise ConfigError(f"wb.policy makes one policy's function, and member='all' names every member of "
                           f"{str(run_or_checkpoint)!r}: pick one, member=K or member='best' (to act with every "
                           f"member at once, wb.load_policy(run, member='all') gives a trainer of them all)")
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        raise PolicyFunctionError(f"device={device!r}, but this torch sees no CUDA GPU: leave device out (the CPU)")
     threads = torch.get_num_threads()  # (building the trainer measures and sets torch's thread count)
     try:
         try:

@@ -271,8 +271,8 @@ def member_payload(payload: dict, k) -> dict:
     except (TypeError, ValueError):
         k = -1
     if not 0 <= k < info["members"]:
-        raise cfg.ConfigError(f"member (--member) must be an index in 0..{info['members'] - 1} or 'best' ('all' to "
-                              f"evaluate every member), got {asked!r}"
+        raise cfg.ConfigError(f"member (--member) must be an index in 0..{info['members'] - 1} or 'best' ('all' "
+                              f"where every member plays at once: evaluate, load_policy), got {asked!r}"
                               + (f" ({type(asked).__name__})" if not isinstance(asked, (int, str)) else ""))
     models, optimizers = {}, {}
     for name, state in payload["models"].items():

@@ -1,12 +1,15 @@
 """Reward scaling (PPO and A2C's `normalize_reward`): each rollout's rewards divided by the running standard
 deviation of the discounted return, then clipped to [-REWARD_CLIP, REWARD_CLIP], as Stable-Baselines3's
-VecNormalize and CleanRL's continuous PPO do. The value function then learns returns of a scale near 1
-whatever the env's reward units; the statistics the trainer reports (episode returns) stay in the env's.
+VecNormalize does. The value function then learns returns of a scale near 1 whatever the env's reward
+units (its loss is reported in those scaled units); the episode returns the trainer reports stay in the env's.
 
-Each agent's discounted return R_t = r_t + gamma R_{t-1} runs on across rollouts and restarts where its
-episode ends (a replica's termination or truncation, or the agent leaving the game); its variance is
-taken over the agents in the game, per member of a population, and updated once per rollout, before
-that rollout's rewards are scaled.
+Each agent's discounted return R_t = r_t + gamma R_{t-1} (gamma: its member's) runs on across rollouts and
+restarts after the step where its episode ends (a replica's termination or truncation, or the agent
+leaving the game), as VecNormalize's; its variance is taken over the agents in the game, pooled over
+the replicas, per member of a population, and updated once per rollout, before that rollout's rewards
+are scaled (VecNormalize: every step). Gymnasium's NormalizeReward wrapper, which CleanRL's continuous
+PPO uses, differs: statistics per env, and a return that restarts on termination only. Frozen policies
+learn nothing and scale nothing.
 """
 from __future__ import annotations
 

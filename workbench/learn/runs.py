@@ -18,14 +18,12 @@ from . import config as cfg, interrupts, run_lock
 from .config_files import (config_file, default_config, load_config, resolve_config,  # noqa: F401 - (runs' API)
                            shipped_configs)
 from .report import reached, returns_text, run_folder_contents  # noqa: F401 - (runs' API)
-from ..errors import WorkbenchError, WorkbenchWarning
+from ..errors import WorkbenchWarning
+from .resume_rules import (ResumeError, refuse_edited_fixed_fields,  # noqa: F401 - (runs' API)
+                           refuse_fixed_and_swept, refuse_fixed_changes, refuse_other_algorithms_fields)
 
 # torch (through .checkpoint, .trainer) is imported where used: the CLI imports this module, and
 # `python -m workbench --help` needs no torch.
-
-
-class ResumeError(WorkbenchError, ValueError):
-    """A run folder that cannot be resumed; the message names what is missing or different."""
 
 
 SOURCE_FILES = {"python": "env_source.py", "cuda-c": "env_source.cu", "cuda": "env_source.cu"}
@@ -110,7 +108,7 @@ def _resume(run_or_checkpoint, requested):
         config, run_dir = ckpt.stored_config(payload), path.with_suffix("")
     else:
         config = ckpt.stored_config(payload, cfg.load_yaml(saved_file) if saved_file.is_file() else None)
-        _refuse_edited_fixed_fields(config, ckpt.stored_config(payload), saved_file)
+        refuse_edited_fixed_fields(config, ckpt.stored_config(payload), saved_file)
     signature = payload["signature"]
     for key, theirs in (("env", signature["env"]), ("algorithm", signature["algorithm"])):
         if getattr(config, key) != theirs:
@@ -122,29 +120,12 @@ def _resume(run_or_checkpoint, requested):
     return cfg.replace(config, run_dir=str(run_dir)), path, payload
 
 
-def _refuse_edited_fixed_fields(config, trained, saved_file: Path) -> None:
-    """ResumeError where the run folder's config.yaml (edited by hand) differs from the checkpoint's
-    config in a field a resume keeps (FIXED_ON_RESUME): the weights and env state were made with those."""
-    if type(config) is not type(trained):  # (another algorithm: refused against the signature)
-        return
-    for key in [k for k in FIXED_ON_RESUME if k not in ("env", "algorithm")]:  # (those: against the signature)
-        mine, theirs = getattr(config, key, None), getattr(trained, key, None)
-        if key == "env_params":
-            mine, theirs = mine or {}, theirs or {}
-        if mine != theirs:
-            raise ResumeError(f"{saved_file} says {key}={mine!r} but the checkpoint was trained with {key}={theirs!r};"
-                              f" a resume continues the run as trained: put {key}: {theirs!r} back in config.yaml "
-                              f"(a new run, not a resume, trains another {key})")
-
-
 def _exported_member_file(path: Path, payload: dict) -> bool:
     """Whether `path` is a member exported to a file of its own (export-member --out), maybe beside its run."""
     return bool(payload.get("member_of")) and path.name != "checkpoint.pt"
 
 
 FEW_UPDATES = 10  # a run of fewer iterations (learner updates) gets a note before it trains
-FIXED_ON_RESUME = ("env", "algorithm", "num_envs", "env_params", "seed", "seeds", "sweep", "hidden_sizes",
-                   "activation", "shared_body", "centralised_critic", "buffer_size", "init_from")
 RUN_FILES = ("checkpoint.pt", "metrics.csv")  # a folder holding either holds a run
 
 
@@ -162,18 +143,10 @@ def run_config(config=None, *, resume=None, changes=None):
         if config is not None:  # what a config given with resume sets goes on as changes (it was dropped silently)
             changes = {**_set_fields(config), **changes}
         config, checkpoint, payload = _resume(resume, config)
-        _refuse_fixed_and_swept(changes, config.sweep, resuming=config.run_dir)
+        refuse_fixed_and_swept(changes, config.sweep, resuming=config.run_dir)
         _merge_env_params(changes, config)
-        for key in [k for k in FIXED_ON_RESUME if k in changes]:
-            with warnings.catch_warnings():  # (replace's note on switching algorithm: refused just below)
-                warnings.simplefilter("ignore")
-                changed = getattr(cfg.replace(config, **{key: changes[key]}), key) != getattr(config, key)
-            if changed:
-                reordered = key == "sweep" and _same_values_reordered(config.sweep, changes[key])
-                raise ResumeError(f"resuming {config.run_dir!r} continues the run as trained; {key} cannot change "
-                                  f"({getattr(config, key)!r} -> {changes[key]!r}"
-                                  + ("; the same values in another order, which numbers the members otherwise"
-                                     if reordered else "") + "): drop it to continue the run, or start a new run")
+        refuse_other_algorithms_fields(changes, config)
+        refuse_fixed_changes(changes, config)
         done, total = int(payload.get("env_steps", 0)), changes.get("total_env_steps", config.total_env_steps)
         if isinstance(total, int) and total <= done:
             raise ResumeError(f"{config.run_dir!r} has trained {done} env-steps and total_env_steps is {total}: a "
@@ -205,7 +178,7 @@ def run_config(config=None, *, resume=None, changes=None):
     if config is None:
         raise cfg.ConfigError(f"train needs a config (a file or a shipped config: {shipped_configs()}), --env NAME for "
                               f"an env's own, or a run to resume (--resume RUN_DIR; resume=RUN_DIR from Python)")
-    _refuse_fixed_and_swept(changes, changes.get("sweep"))
+    refuse_fixed_and_swept(changes, changes.get("sweep"))
     _merge_env_params(changes, config)
     config = cfg.replace(config, **changes)
     if not config.run_dir:
@@ -221,28 +194,6 @@ def _merge_env_params(changes: dict, config) -> None:
     given = changes.get("env_params")
     if isinstance(given, dict) and config.env_params:
         changes["env_params"] = {k: v for k, v in {**config.env_params, **given}.items() if v is not None} or None
-
-
-def _same_values_reordered(sweep, other) -> bool:
-    try:
-        return dict(sweep or {}) != dict(other or {}) and {k: sorted(v) for k, v in (sweep or {}).items()} == \
-            {k: sorted(v) for k, v in (other or {}).items()}
-    except (TypeError, AttributeError):
-        return False
-
-
-def _refuse_fixed_and_swept(changes: dict, sweep, resuming=None) -> None:
-    """A value given for a swept hyperparameter would train no member (each trains at its sweep's
-    value): refused, naming the field, rather than ignored."""
-    for key, values in (sweep or {}).items():
-        if key in changes:
-            if resuming:
-                raise ResumeError(f"{key} is swept in {resuming!r} ({key}: {list(values)}): a resume keeps each "
-                                  f"member's value, so {key}={changes[key]!r} would change nothing; drop it to "
-                                  f"continue the run, or start a new run")
-            raise cfg.ConfigError(f"{key} is given ({changes[key]!r}) and swept ({key}: {list(values)}): every "
-                                  f"member trains at a value of the sweep, none at {changes[key]!r}; drop {key} "
-                                  f"(--{key.replace('_', '-')}), or add {changes[key]!r} to the sweep")
 
 
 def refuse_held_run(run_dir, new_folder: str = "--run-dir; run_dir=") -> None:
