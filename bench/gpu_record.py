@@ -30,7 +30,8 @@ GPU_PATHS = ("workbench/compiler/targets", "workbench/compiler/codegen*.py", "wo
              "workbench/learn/policies.py", "workbench/learn/compiled.py", "workbench/learn/episode_stats.py", "envs/",
              "workbench/learn/fused*.py", "workbench/learn/members.py", "workbench/learn/padded_linear.py",
              "workbench/learn/linear_kernels.py", "workbench/learn/categorical*.py",
-             "workbench/learn/evaluate.py", "workbench/learn/pretrained.py",
+             "workbench/learn/evaluate.py", "workbench/learn/pretrained.py", "workbench/learn/reward_scale.py",
+             "workbench/learn/policy_function.py",
              # the same modules before the layer packages (commits older than the move)
              "workbench/targets", "workbench/codegen*.py", "workbench/cuda", "workbench/trainer.py", "workbench/algorithms",
              "workbench/rollout.py", "workbench/policies.py", "workbench/sampling.py", "workbench/compiled.py",
