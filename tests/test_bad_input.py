@@ -621,6 +621,8 @@ def test_numbers_yaml_reads_as_text_are_numbers(tmp_path):
 
 @pytest.mark.parametrize("argv, words", [
     (["train", "cartpole", "--normalize-obs", "ture"], "argument --normalize-obs: true or false, not 'ture'"),
+    (["train", "--normalize-obs", "cartpole"], "true or false, not 'cartpole' (put the config cartpole before the "
+                                               "flag, which takes the word after it)"),
     (["train", "cartpole", "--total-env-steps", "1e6x"], "argument --total-env-steps: an integer (e.g. 1000000, 1e6)"),
     (["evaluate", "run", "--steps", "-5"], "argument --steps: an integer >= 1, not '-5'"),
     (["evaluate", "run", "--num-envs", "0"], "argument --num-envs: an integer >= 1, not '0'"),
@@ -635,6 +637,8 @@ def test_cli_flags_take_numbers_as_written():
     args = cli.build_parser().parse_args(["train", "cartpole", "--total-env-steps", "1e6", "--normalize-obs", "off",
                                           "--lr", "3e-4"])
     assert (args.total_env_steps, args.normalize_obs, args.lr) == (1_000_000, False, 3e-4)
+    bare = cli.build_parser().parse_args(["train", "pendulum", "--set", "algorithm=ppo", "--normalize-reward"])
+    assert cli._overrides(bare) == {"algorithm": "ppo", "normalize_reward": True}  # (a bare boolean flag: true)
     for null in ("null", "None", "~"):  # a field whose default is None takes null back (a shipped config's value off)
         args = cli.build_parser().parse_args(["train", "cartpole", "--target-return", null])
         assert cli._overrides(args) == {"target_return": None}

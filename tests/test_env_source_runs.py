@@ -266,3 +266,18 @@ def test_the_cli_trains_and_checks_an_env_from_its_source_file(tmp_path, monkeyp
     assert cli.main(["train", "missing.yaml"]) == 2
     assert "an env's source file trains with a default config (python -m workbench train my_env.py)" \
         in capsys.readouterr().err
+
+
+def test_an_env_files_run_resumes_from_the_file_with_its_own_settings(tmp_path, monkeypatch):
+    """A run trained before the file's default config changed (here: rewards unscaled, 4 x 4 minibatches)
+    resumes from `train my_env.py --resume RUN`: the file names the env, the run keeps its settings."""
+    from test_learner_edges import REACH
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reach_resumed.py").write_text(REACH)
+    older = dict(normalize_reward=False, update_epochs=4, num_minibatches=4, num_envs=8, target="cpu", progress=False)
+    wb.train("reach_resumed.py", run_dir="run", total_env_steps=8 * 64, **older)
+    trainer, result = wb.train("reach_resumed.py", resume="run", total_env_steps=2 * 8 * 64, progress=False)
+    assert result.env_steps == 2 * 8 * 64
+    assert (trainer.config.normalize_reward, trainer.config.update_epochs, trainer.config.num_minibatches) == \
+        (False, 4, 4)
+    assert cli.main(["train", "reach_resumed.py", "--resume", "run", "--total-env-steps", str(3 * 8 * 64)]) in (0, 1)

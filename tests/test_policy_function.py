@@ -5,6 +5,7 @@ single observations, a jit trace and a pickle acting alike, and errors that name
 import gc
 import weakref
 
+import numba
 import numpy as np
 import pytest
 import torch
@@ -43,7 +44,7 @@ def runs(tmp_path_factory):
         wb.train(config, run_dir=str(made[name]), **{**TINY, **(PPO if "ddpg" not in name else {}), **changes})
 
     train("cartpole", "cartpole")
-    train("pendulum", wb.PPOConfig(env="pendulum"), normalize_obs=True, shared_body=True)
+    train("pendulum", wb.PPOConfig(env="pendulum"), normalize_obs=True, normalize_reward=True, shared_body=True)
     train("tag", "tag_continuous", centralised_critic=["taggers"], normalize_obs=True,
           env_params={"num_taggers": 1, "num_runners": 2, "episode_length": 20})
     train("ddpg", "pendulum", rollout_length=1, learning_starts=16, buffer_size=256, batch_size=16,
@@ -179,6 +180,16 @@ def test_the_function_keeps_nothing_of_the_trainer(runs):
     assert gone() is None
     function.train()
     assert not function.training and not function.actor.training
+
+
+def test_a_run_whose_minibatches_need_its_replicas_acts_and_the_thread_counts_stay(tmp_path):
+    run = tmp_path / "run"
+    wb.train("cartpole", run_dir=str(run), **{**TINY, **PPO, "num_minibatches": 16})  # (one replica's 8 steps: fewer)
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    threads = torch.get_num_threads(), numba.get_num_threads()
+    function = wb.policy(run)  # (its trainer of one replica sets cpu_threads=1 while it is built)
+    assert (torch.get_num_threads(), numba.get_num_threads()) == threads
+    assert function(np.zeros(4)) in (0, 1)
 
 
 def test_errors_name_the_policies_the_member_and_the_observation_width(runs):

@@ -88,8 +88,7 @@ def test_the_values_learn_scaled_returns_while_the_reports_keep_the_envs():
     tr = make_trainer(config())
     result = tr.train(num_iterations=2)
     assert result.metrics["mean_return"] < -20  # (Pendulum's returns, -1 to -16 a step: not scaled)
-    rewards = tr.buffers["shared"].rewards
-    assert float(rewards.abs().max()) <= REWARD_CLIP and float(rewards.abs().mean()) < 3
+    assert float(tr.buffers["shared"].rewards.abs().mean()) < 1  # (the env's: about 5 a step)
     assert float(tr.reward_scales["shared"].stats.var) > 100  # (the variance of returns near -30 .. -100)
 
 
@@ -114,8 +113,24 @@ def test_a_resume_keeps_the_runs_reward_scaling(tmp_path):
         wb.train(resume=tmp_path / "run", normalize_reward=True, total_env_steps=10_000, progress=False)
 
 
+def test_acting_elsewhere_starts_fresh_returns_and_an_old_checkpoint_loads(tmp_path):
+    trained = make_trainer(config())
+    trained.train(num_iterations=2)
+    trained.save(tmp_path / "checkpoint.pt")
+    acting = wb.load_policy(tmp_path / "checkpoint.pt", num_envs=1)  # (another env: none of the run's episodes)
+    assert acting.reward_scales["shared"].returns.shape == (1, 1) and float(acting.reward_scales["shared"].returns) == 0
+    torch.testing.assert_close(acting.reward_scales["shared"].stats.var, trained.reward_scales["shared"].stats.var)
+    payload = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    del payload["reward_scales"], payload["reward_returns"]  # (as written before normalize_reward existed)
+    torch.save(payload, tmp_path / "old.pt")
+    resumed = make_trainer(config()).load(tmp_path / "old.pt")
+    assert float(resumed.reward_scales["shared"].stats.var) == 1.0  # (starts as a new run's)
+    resumed.train(num_iterations=1)
+
+
 def test_ddpg_has_no_reward_scaling_and_says_so():
-    with pytest.raises(Exception, match="normalize_reward"):
+    from workbench.learn.config import ConfigError
+    with pytest.raises(ConfigError, match="normalize_reward"):
         wb.DDPGConfig(env="pendulum", normalize_reward=True)
 
 

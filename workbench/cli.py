@@ -68,7 +68,8 @@ def _misplaced_positional(item: str, flag: str) -> str:
     every word that follows it."""
     from .learn.runs import config_file
     if "=" not in item and (config_file(item) is not None or item.endswith((".yaml", ".yml"))):
-        return f" (put the config {item} before {flag}, which takes every word after it)"
+        return f" (put the config {item} before {flag}, which takes " + (
+            "the word after it)" if flag == "the flag" else "every word after it)")
     return ""
 
 
@@ -290,7 +291,7 @@ def _boolean(text: str) -> bool:
     value = {"true": True, "yes": True, "on": True, "1": True,
              "false": False, "no": False, "off": False, "0": False}.get(text.lower())
     if value is None:
-        raise argparse.ArgumentTypeError(f"true or false, not {text!r}")
+        raise argparse.ArgumentTypeError(f"true or false, not {text!r}" + _misplaced_positional(text, "the flag"))
     return value
 
 

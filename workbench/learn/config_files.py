@@ -65,6 +65,14 @@ def default_config(env: str, algorithm: str | None = None):
     return cfg.from_dict({"algorithm": algorithm, "env": env, **values})
 
 
+def is_default_config(config) -> bool:
+    """Whether `config` is its env's default config for its algorithm (default_config's, unchanged)."""
+    try:
+        return config == default_config(config.env, config.algorithm)
+    except Exception:  # (an env not registered here has no default to be)
+        return False
+
+
 ENV_SOURCE_LANGUAGES = {".py": "python", ".cu": "cuda"}
 
 

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from ..errors import WorkbenchError
-from .normaliser import RunningNorm
+from .normaliser import RunningNorm, normalised
 from .rollout import wide_sum
 
 
@@ -427,5 +427,4 @@ class MemberNorm(RunningNorm):
 
     def __call__(self, obs):
         rows = obs.reshape(self.members, -1, obs.shape[-1])
-        out = ((rows - self.mean.unsqueeze(1)) / torch.sqrt(self.var.unsqueeze(1) + 1e-8)).clamp(-10, 10)
-        return out.reshape(obs.shape)
+        return normalised(rows, self.mean.unsqueeze(1), self.var.unsqueeze(1)).reshape(obs.shape)

@@ -10,6 +10,11 @@ from __future__ import annotations
 import torch
 
 
+def normalised(obs, mean, var):
+    """Observations obs [..., O] under statistics mean, var [O]: centred, scaled and clipped to [-10, 10]."""
+    return ((obs - mean) / torch.sqrt(var + 1e-8)).clamp(-10, 10)
+
+
 class RunningNorm:
     """Running mean and variance of observations, updated in place once per rollout."""
 
@@ -71,7 +76,7 @@ class RunningNorm:
         self.sum.zero_(), self.sumsq.zero_(), self.n.zero_()
 
     def __call__(self, obs):
-        return ((obs - self.mean) / torch.sqrt(self.var + 1e-8)).clamp(-10, 10)
+        return normalised(obs, self.mean, self.var)
 
     def state_dict(self):
         return {"mean": self.mean, "var": self.var, "count": self.count}

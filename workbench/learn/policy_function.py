@@ -18,13 +18,15 @@ from __future__ import annotations
 import copy
 import math
 
+import numba
 import numpy as np
 import torch
 from torch import nn
 
 from ..errors import ConfigError, TargetUnavailableError, WorkbenchError, did_you_mean
 from .members import MemberLinear
-from .policies import MLP, ActorCritic, CentralisedActorCritic, SharedActorCritic, Tanh
+from .normaliser import normalised
+from .policies import MLP, ActionHead, ActorCritic, CentralisedActorCritic, SharedActorCritic, Tanh
 from .runs import load_policy
 
 
@@ -52,7 +54,7 @@ class ObservationNorm(nn.Module):
         self.register_buffer("var", var.detach().clone().float())
 
     def forward(self, obs):
-        return ((obs - self.mean) / torch.sqrt(self.var + 1e-8)).clamp(-10, 10)
+        return normalised(obs, self.mean, self.var)
 
 
 class FirstOutput(nn.Module):
@@ -112,12 +114,14 @@ class PolicyFunction(nn.Module):
     action_space (the env's), deterministic, member (a population member's label, else None),
     source (the checkpoint, where known). Always in eval mode (as the trainer acts)."""
 
-    def __init__(self, actor: nn.Module, kind: str, act_shape: tuple, *, obs_shape: tuple, action_space=None,
-                 splits=None, low=None, high=None, log_std=None, norm=None, deterministic: bool = True,
-                 seed: int | None = None, env: str = "?", policy: str = "?", member=None, source=None):
+    def __init__(self, actor: nn.Module, head: ActionHead, *, ddpg: bool = False, obs_shape: tuple, log_std=None,
+                 norm=None, deterministic: bool = True, seed: int | None = None, env: str = "?", policy: str = "?",
+                 member=None, source=None):
         super().__init__()
-        self.actor, self.norm = actor, norm
-        self.kind, self.act_shape, self.splits = kind, tuple(act_shape), list(splits or [])
+        self.actor, self.norm, self.head = actor, norm, head  # (the head's maths: its tensors stay unused here)
+        self.kind, self.act_shape = "ddpg" if ddpg else head.kind, tuple(head.act_shape)
+        action_space = head.space
+        low, high = (head.low, head.high) if head.kind == "gaussian" else (None, None)
         self.obs_shape = tuple(obs_shape)
         self.obs_dim = int(math.prod(self.obs_shape)) if self.obs_shape else 1
         self.action_space, self.deterministic, self.seed = action_space, bool(deterministic), seed
@@ -164,36 +168,25 @@ class PolicyFunction(nn.Module):
         if self.kind == "ddpg":  # (the actor's output already: a deterministic policy)
             actions = out
         elif self.deterministic:
-            actions = self._mode(out)
+            actions = self.head.mode(out)
         else:
-            actions = self._sample(out, generator)
-        if self.kind in ("gaussian", "ddpg"):
+            actions = self.head.sample(out, self.log_std, self._noise(out, generator))
+        if self.kind in ("gaussian", "ddpg"):  # (ActionHead.to_env's clip, with this module's copy of the bounds)
             actions = actions.reshape((-1,) + self.act_shape)
             return torch.maximum(torch.minimum(actions, self.high), self.low)
         return actions
 
-    def _mode(self, out):
-        if self.kind == "discrete":
-            return out.argmax(-1)
-        if self.kind == "multi":
-            return torch.stack([p.argmax(-1) for p in out.split(self.splits, dim=-1)], -1)
-        return out
-
-    def _sample(self, out, generator):
-        """policies.ActionHead.sample with Collector.act's noise (the same draws from the same generator)."""
+    def _noise(self, out, generator):
+        """Collector.act's noise for a sample from head output `out` [B, D] (the same draws from the same
+        generator): normal for a Gaussian head, uniform in (0, 1] for the Gumbel trick."""
         if generator is None and self.seed is not None:
             if self._generator is None or self._generator.device != out.device:
                 self._generator = torch.Generator(device=out.device)
                 self._generator.manual_seed(int(self.seed))
             generator = self._generator
         if self.kind == "gaussian":
-            noise = torch.randn(out.shape, device=out.device, generator=generator)
-            return out + noise if self.log_std is None else out + self.log_std.exp() * noise
-        noise = torch.rand(out.shape, device=out.device, generator=generator).clamp_(1e-10, 1)
-        gumbel = out - torch.log(-torch.log(noise))
-        if self.kind == "discrete":
-            return gumbel.argmax(-1)
-        return torch.stack([g.argmax(-1) for g in gumbel.split(self.splits, dim=-1)], dim=-1)
+            return torch.randn(out.shape, device=out.device, generator=generator)
+        return torch.rand(out.shape, device=out.device, generator=generator).clamp_(1e-10, 1)
 
     def __call__(self, obs, generator: torch.Generator | None = None):
         """forward for any observations: a numpy array (or list) gives numpy actions back, a tensor a tensor
@@ -248,10 +241,7 @@ class PolicyFunction(nn.Module):
         if norm is not None:
             mean, var = (norm.mean, norm.var) if k is None else (norm.mean[k], norm.var[k])
             norm = ObservationNorm(mean, var)
-        gaussian = head.kind == "gaussian"
-        function = cls(actor, kind, head.act_shape, obs_shape=tuple(trainer.env.obs_shape),
-                       action_space=trainer.env.action_space, splits=head.splits_or_n(),
-                       low=head.low if gaussian else None, high=head.high if gaussian else None,
+        function = cls(actor, ActionHead(head.space), ddpg=kind == "ddpg", obs_shape=tuple(trainer.env.obs_shape),
                        log_std=log_std, norm=norm, deterministic=deterministic, seed=seed, env=trainer.env.name,
                        policy=name, member=getattr(trainer, "member_label", None) if k is None else f"member {k}",
                        source=str(trainer.checkpoint_path) if getattr(trainer, "checkpoint_path", None) else None)
@@ -292,7 +282,7 @@ def policy(run_or_checkpoint, policy: str | None = None, member=None, determinis
                           f"member at once, wb.load_policy(run, member='all') gives a trainer of them all)")
     if torch.device(device).type == "cuda" and not torch.cuda.is_available():
         raise PolicyFunctionError(f"device={device!r}, but this torch sees no CUDA GPU: leave device out (the CPU)")
-    threads = torch.get_num_threads()  # (building the trainer measures and sets torch's thread count)
+    threads = torch.get_num_threads(), numba.get_num_threads()  # (building a trainer measures and sets both)
     try:
         try:
             trainer = load_policy(run_or_checkpoint, num_envs=1, target="cpu", member=member, models=models)
@@ -300,4 +290,5 @@ def policy(run_or_checkpoint, policy: str | None = None, member=None, determinis
             trainer = load_policy(run_or_checkpoint, num_envs=1, member=member, models=models)
         return PolicyFunction.from_trainer(trainer, policy, deterministic=deterministic, device=device, seed=seed)
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(threads[0])
+        numba.set_num_threads(threads[1])

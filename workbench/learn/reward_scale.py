@@ -53,7 +53,8 @@ class RewardScale:
         rewards.view(T, self.members, -1).div_(scale).clamp_(-REWARD_CLIP, REWARD_CLIP)
 
     def state_dict(self) -> dict:
-        """The statistics (shared by a data-parallel run's ranks); the returns are a rank's own (returns_state)."""
+        """The statistics (shared by a data-parallel run's ranks); the running returns are a rank's own, saved
+        with its env state (trainer_state.rank_state's "reward_returns")."""
         return self.stats.state_dict()
 
     def load_state_dict(self, state: dict):

@@ -15,8 +15,8 @@ import zipfile
 from pathlib import Path
 
 from . import config as cfg, interrupts, run_lock
-from .config_files import (config_file, default_config, load_config, resolve_config,  # noqa: F401 - (runs' API)
-                           shipped_configs)
+from .config_files import (config_file, default_config, is_default_config, load_config,  # noqa: F401 - (API)
+                           resolve_config, shipped_configs)
 from .report import reached, returns_text, run_folder_contents  # noqa: F401 - (runs' API)
 from ..errors import WorkbenchWarning
 from .resume_rules import (ResumeError, refuse_edited_fixed_fields,  # noqa: F401 - (runs' API)
@@ -137,10 +137,12 @@ def run_config(config=None, *, resume=None, changes=None):
     (that folder must not hold a run yet); a total_env_steps raised past the budget of a run that stopped
     at its target_return drops that target_return (unless `changes` sets one), so the run trains on to
     the new budget. A `config` given with `resume` (`train FILE --resume RUN`) applies the fields it
-    sets away from their defaults as changes, under the same rules."""
+    sets away from their defaults as changes, under the same rules (an env's default config none)."""
     changes = dict(changes or {})
     if resume:
-        if config is not None:  # what a config given with resume sets goes on as changes (it was dropped silently)
+        # what a config given with resume sets goes on as changes (it was dropped silently), but for an env's
+        # default config (`train my_env.py --resume RUN`: the file names the env, the run keeps its settings)
+        if config is not None and not is_default_config(config):
             changes = {**_set_fields(config), **changes}
         config, checkpoint, payload = _resume(resume, config)
         refuse_fixed_and_swept(changes, config.sweep, resuming=config.run_dir)
@@ -396,7 +398,9 @@ def load_policy(run_or_checkpoint, *, num_envs: int | None = 1, target: str | No
         raise cfg.ConfigError(f"{str(path)!r} is not a population's run: it has no member {member!r} (play or "
                               f"evaluate its one policy without a member: no --member, no member=)")
     config = ckpt.stored_config(payload)
-    config = cfg.replace(config, num_envs=config.num_envs if num_envs is None else num_envs, run_dir=None,
+    # (another replica count acts, learns nothing: the run's minibatches need not divide its batch)
+    acting = {"num_minibatches": 1} if num_envs is not None and config.algorithm == "ppo" else {}
+    config = cfg.replace(config, num_envs=config.num_envs if num_envs is None else num_envs, run_dir=None, **acting,
                          target=target or config.target, seed=config.seed if seed is None else seed,
                          env_params=played_env_params(config, env_params, payload["signature"],
                                                       given or f"env_params={env_params!r}",

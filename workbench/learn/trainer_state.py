@@ -174,9 +174,6 @@ def restore(tr, payload: dict, path, restore_env: bool = True):
     for n, saved in payload.get("reward_scales", {}).items():
         if n in tr.reward_scales:
             tr.reward_scales[n].load_state_dict(saved)
-    for n, saved in (own or payload).get("reward_returns", {}).items():
-        if n in tr.reward_scales and tr.reward_scales[n].returns.shape == saved.shape:  # (not on another env count)
-            tr.reward_scales[n].returns.copy_(saved)
     tr.iteration, tr.env_steps = payload["iteration"], payload["env_steps"]
     tr.history = list(payload["history"])
     # (payload["rng"]["torch"], the global stream's state when saved, is not put back: training never
@@ -206,6 +203,9 @@ def restore(tr, payload: dict, path, restore_env: bool = True):
     elif restore_env and own is not None and own["env_state"]["obs"].shape == tr.env.store["obs"].shape:
         tr.env.store.load_snapshot(own["env_state"])
         tr.env.seed = own["env_seed"]
+        for n, saved in own.get("reward_returns", {}).items():  # (the returns of the episodes restored with it)
+            if n in tr.reward_scales:
+                tr.reward_scales[n].returns.copy_(saved)
         if not _set_generator(tr.env._generator, payload["rng"]["env_generator"]):
             # not the env's first stream again: its resets would repeat the run's first episodes
             tr.env._generator.manual_seed(tr.env.seed * 2**20 + tr.iteration)
