@@ -152,3 +152,15 @@ def test_a_run_replayed_from_cuda_graphs_scales_as_an_eager_one(env):
     torch.testing.assert_close(scale.returns, reference.returns, rtol=1e-4, atol=1e-4)
     for key in ("value_loss/shared", "policy_loss/shared"):
         assert on_graph[-1][key] == pytest.approx(on_eager[-1][key], rel=1e-3, abs=1e-5), key
+
+
+def test_a_policy_started_from_a_run_takes_its_reward_scale_or_is_warned(tmp_path):
+    source = tmp_path / "source"
+    wb.train(config(run_dir=str(source)), progress=False)
+    saved = torch.load(source / "checkpoint.pt", weights_only=False)["reward_scales"]["shared"]
+    started = make_trainer(config(init_from={"shared": str(source)}, seeds=2))
+    for k in range(2):  # (every member starts from the source's statistics)
+        assert float(started.reward_scales["shared"].stats.var[k]) == pytest.approx(float(saved["var"]))
+    with pytest.warns(wb.WorkbenchWarning, match=r"trained with normalize_reward=True, this run has False: the "
+                                                 r"critic starts with values in the other units"):
+        make_trainer(config(init_from={"shared": str(source)}, normalize_reward=False))

@@ -229,6 +229,9 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
     assert (tmp_path / "checkpoint.pt").read_bytes() == before
     assert "The env made them first: the rewards of policy 'shared' hold NaN or inf" in str(caught.value)
     assert "wb.check_env('nan_reward')" in str(caught.value) and "Lower lr" not in str(caught.value)
+    scaled = wb.make_trainer(cfg.replace(config, run_dir=None, normalize_reward=True))
+    with pytest.raises(wb.NonFiniteError, match=r"the reward scale of policy 'shared' \(normalize_reward, fed NaN"):
+        scaled.train()
 
 
 NAN_OBS = MATCHING.replace("obs[env, agent, 1] = agent // 2", "obs[env, agent, 1] = math.inf if t[env] > 3 else 0.0").replace(

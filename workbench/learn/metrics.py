@@ -214,6 +214,9 @@ def env_nonfinite(trainer) -> list:
     for name, norm in trainer.norms.items():
         if not (bool(torch.isfinite(norm.mean).all()) and bool(torch.isfinite(norm.var).all())):
             found.append(f"the observation normaliser of policy '{name}' (fed NaN or inf observations)")
+    for name, scale in getattr(trainer, "reward_scales", {}).items():
+        if not bool(torch.isfinite(scale.stats.var).all()):
+            found.append(f"the reward scale of policy '{name}' (normalize_reward, fed NaN or inf rewards)")
     store = trainer.env.store
     for name, spec in trainer.env.definition.arrays.items():
         values = store[name] if spec.owner == "env" and name in store else None

@@ -13,13 +13,14 @@ the policies that learn.
 from __future__ import annotations
 
 import numbers
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
 from .checkpoint import CheckpointError, shape_mismatch
-from ..errors import ConfigError, WorkbenchError, did_you_mean
+from ..errors import ConfigError, WorkbenchError, WorkbenchWarning, did_you_mean
 
 SOURCE_KEYS = ("run", "policy", "member")
 
@@ -121,6 +122,7 @@ def load(tr) -> list:
         norm = payload["norms"].get(source.policy)
         if norm is not None:
             _load_norm(tr.norms[policy], norm, tr.M)
+        _start_reward_scale(tr, policy, payload.get("reward_scales", {}).get(source.policy), where, path)
         resolved[policy] = {"run": str(Path(path).resolve()), "policy": source.policy,
                             **({"member": k} if k is not None else {})}
         lines.append(f"policy {policy!r} starts from {source.policy!r} of {path}{member}"
@@ -186,6 +188,19 @@ def _load_weights(tr, policy: str, state: dict, where: str, path) -> None:
         else:
             for k in range(tr.M):
                 load_member_state(model, k, state)
+
+
+def _start_reward_scale(tr, policy: str, theirs, where: str, path) -> None:
+    """A learning policy that scales its rewards as its source did starts from the source's statistics
+    (its critic learned returns in their units); one that scales them otherwise is warned about."""
+    mine = tr.reward_scales.get(policy)
+    if mine is not None and theirs is not None:
+        _load_norm(mine.stats, theirs, tr.M)
+    elif tr.algorithm != "ddpg" and policy not in tr.config.frozen and (mine is None) != (theirs is None):
+        warnings.warn(f"{where}: {str(path)!r} trained with normalize_reward={theirs is not None}, this run has "
+                      f"{mine is not None}: the critic starts with values in the other units and learns them anew "
+                      f"(set normalize_reward: {theirs is not None} to start as the source left it)",
+                      WorkbenchWarning, stacklevel=4)
 
 
 def _load_norm(norm, state: dict, members: int) -> None:
