@@ -546,6 +546,14 @@ def test_help_needs_no_torch_and_runs():
     assert out.returncode == 0 and "train" in out.stdout and "evaluate" in out.stdout, out.stderr
 
 
+@pytest.mark.parametrize("command", ["train", "evaluate", "demo", "export-member", "rollouts", "check", "envs"])
+def test_every_commands_help_prints(command, capsys):
+    """Every config field's doc goes into `train --help` (a '%' in one once broke argparse's formatting)."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main([command, "--help"])
+    assert exited.value.code == 0 and "usage: python -m workbench" in capsys.readouterr().out
+
+
 # -- distributed -----------------------------------------------------------------------------------
 
 def test_torchrun_gpu_target_without_gpu_points_at_the_cpu_target():

@@ -295,7 +295,7 @@ class TrainingPanel(widgets.VBox):
                 self._redraw_safely(runner)
             self._redraw_safely(runner)
             if runner.history and runner.spec.mode == "train":
-                self.ranking_html.value = ranking_html(latest_report(runner.history))
+                self.ranking_html.value = ranking_html(latest_report(runner.history, runner.spec.config.rank_window))
             self._set_controls_running(False)
             if runner.error is not None:
                 self._show_error(runner.error, runner.traceback)

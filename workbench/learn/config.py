@@ -52,6 +52,9 @@ class RunConfig:
                                      "(higher is better): mean_return (the learning policies' returns averaged), "
                                      "return/NAME (policy NAME's), episode_length or a metric of the env's (Tag: "
                                      "tag_rate, survival); '-' before it ranks the lowest first (-episode_length).")
+    rank_window: float = _f(0.0, "The share of training, by env-steps, whose reports rank a population's members: "
+                                 "0.1 ranks each by the mean of its values in the last 10% (a final return less "
+                                 "noisy than one report's); 0: its latest report's value.")
     env_params: dict = _f(None, "Overrides of the env's PARAMS, e.g. {max_steps: 200}.")
     total_env_steps: int = _f(1_000_000, "Stop after this many replica steps (summed over replicas; a population's "
                                          "budget is each member's).")
@@ -351,6 +354,7 @@ def validate(config) -> None:
     checks = [("num_envs", config.num_envs >= 1, "must be >= 1"),
               ("total_env_steps", config.total_env_steps >= 1, "must be >= 1"),
               ("gamma", 0.0 <= config.gamma <= 1.0, "must be in [0, 1]"),
+              ("rank_window", 0.0 <= config.rank_window <= 1.0, "must be in [0, 1] (a share of training)"),
               ("lr", config.lr > 0, "must be > 0"),
               ("rollout_length", config.rollout_length >= 1, "must be >= 1"),
               ("log_every", config.log_every >= 1, "must be >= 1"),

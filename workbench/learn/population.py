@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from . import checkpoint as ckpt, config as cfg
-from .ranking import lower_first, rank_key, ranking_text, setting_label, sweep_settings
+from .ranking import HYPERPARAMETERS, lower_first, rank_key, ranking_text, setting_label, sweep_settings
 from ..errors import WorkbenchWarning
 
 
@@ -110,41 +110,66 @@ class Hyper:
 
 
 # -- one member out of a population's checkpoint -------------------------------------------------
-def latest_report(history: list) -> dict:
+def latest_report(history: list, window: float = 0.0) -> dict:
     """A population's last report with each member's entry the member's latest one that has a value
     of the statistic the run ranks by (ranking.rank_key): where no episode ended in the last log
     window (long episodes, a short log_every) it is NaN there, and its earlier reports are what the
-    run knows of the member."""
+    run knows of the member. `window` (config.rank_window) > 0: every statistic of a member is the mean
+    of its values in its reports of the last `window` share of the env-steps that have a value of the
+    ranking statistic ("window_reports" of them), where it has any."""
     last = dict(history[-1])
     if not last.get("members"):
         return last
     key = rank_key(last)
-    latest = {}
+    latest, seen = {}, {}
+    start = last.get("env_steps", 0) * (1 - window)
     for report in history:
         for m in report.get("members") or ():
             if m.get(key, math.nan) == m.get(key) or m["member"] not in latest:
                 latest[m["member"]] = m
-    last["members"] = [latest.get(m["member"], m) for m in last["members"]]
+            if window > 0 and report.get("env_steps", 0) >= start and m.get(key, math.nan) == m.get(key):
+                seen.setdefault(m["member"], []).append(m)
+    last["members"] = [_window_mean(seen[m["member"]]) if m["member"] in seen else latest.get(m["member"], m)
+                       for m in last["members"]]
     return last
 
 
-def final_ranking(history: list, run_dir=None) -> tuple:
+WINDOW_KEPT = ("episodes", "time_s", "learning_rate", "env_steps_per_s")  # (a window's latest or sum, not a mean)
+
+
+def _window_mean(entries: list) -> dict:
+    """A member's latest entry of `entries` (its reports in a ranking window, each with a value of the
+    ranking statistic) with every statistic the mean of its finite values there (not the counters, the
+    member's index, seed, swept values, time or learning rate; "episodes" their sum)."""
+    out = {**entries[-1], "window_reports": len(entries),
+           "episodes": sum(int(m.get("episodes") or 0) for m in entries)}
+    for key, value in entries[-1].items():
+        if isinstance(value, float) and key not in HYPERPARAMETERS and key not in WINDOW_KEPT:
+            finite = [m[key] for m in entries if isinstance(m.get(key), float) and math.isfinite(m[key])]
+            out[key] = sum(finite) / len(finite) if finite else value
+    return out
+
+
+def final_ranking(history: list, run_dir=None, window: float = 0.0) -> tuple:
     """(sweep_settings rows, their table with a line on what the values are) of a sweep's history
-    at its end, each member at its latest value (latest_report)."""
-    latest = latest_report(history)
+    at its end, each member at its latest value (latest_report; with `window`, config.rank_window,
+    its mean over the last share of training)."""
+    latest = latest_report(history, window)
     rows = sweep_settings(latest)
     evaluate = f"python -m workbench evaluate {run_dir or 'RUN'} --member all"
+    value = (f"the mean of its values in its reports of the last {window:.0%} of training (from "
+             f"{latest.get('env_steps', 0) * (1 - window):,.0f} env-steps on)" if window > 0
+             else "its mean over the episodes that ended in its last report's window")
     return rows, (ranking_text(rows, latest.get("iteration"))
-                  + f"\n(a member's value: its mean over the episodes that ended in its last report's window; for a "
-                    f"results table, evaluate every member: {evaluate})")
+                  + f"\n(a member's value: {value}; for a results table, evaluate every member: {evaluate})")
 
 
-def best_member(report: dict) -> int:
+def best_member(report: dict, window: float = 0.0) -> int:
     """The member whose latest report has the highest value of the statistic the run ranks by
     (ranking.rank_key: config.rank_by, mean_return by default; the lowest for a rank_by "-NAME"), of
-    a population's last report or of its history (latest_report)."""
+    a population's last report or of its history (latest_report, with `window`: config.rank_window)."""
     if isinstance(report, list):
-        report = latest_report(report)
+        report = latest_report(report, window)
     members = report.get("members")
     if not members:
         return 0
@@ -239,7 +264,9 @@ def member_label(member_of: dict) -> str:
     """Which member a member's payload is ("member_of"): "member 6 of 8 (the best by mean_return, in its
     last training report), seed 6, lr=0.003"."""
     text = f"member {member_of['member']} of {member_of['members']}"
-    text += f" (the best by {member_of['best_by']}, in its last training report)" if member_of.get("best_by") else ""
+    window = member_of.get("rank_window")
+    when = f"over the last {window:.0%} of training" if window else "in its last training report"
+    text += f" (the best by {member_of['best_by']}, {when})" if member_of.get("best_by") else ""
     text += f", seed {member_of['seed']}" if "seed" in member_of else ""
     return text + (f", {setting_label(member_of['values'])}" if member_of.get("values") else "")
 
@@ -257,7 +284,7 @@ def member_payload(payload: dict, k) -> dict:
     asked, best_by = k, None
     try:
         if k == "best":
-            known = latest_report(history) if history else {}
+            known = latest_report(history, config.rank_window) if history else {}
             k, best_by = best_member(known), rank_key(known)
             if not any(m.get(best_by) == m.get(best_by) for m in known.get("members") or ()):
                 warnings.warn(f"no member of this population has a value of {best_by} yet (no episode ended): "
@@ -302,6 +329,8 @@ def member_payload(payload: dict, k) -> dict:
                                                   **({"best_by": best_by} if best_by else {})}}
     if best_by and lower_first(known):
         out["member_of"]["best_by"] = f"{best_by}, the lowest"
+    if best_by and config.rank_window > 0:
+        out["member_of"]["rank_window"] = config.rank_window
     return out
 
 

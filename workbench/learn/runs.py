@@ -295,7 +295,8 @@ def _train_in_folder(config, resume, progress, policies, show_run_folder, callba
             logger.close(trainer.history[-1] if trainer.history else None)
     from .population import latest_report
     # a population's members as last reported with a value (what the ranking and the best member use)
-    final = latest_report(trainer.history) if result.metrics.get("members") and trainer.history else result.metrics
+    final = (latest_report(trainer.history, config.rank_window) if result.metrics.get("members") and trainer.history
+             else result.metrics)
     outcome = returns_text(final, config.frozen)
     if not outcome and not final.get("members"):  # (DDPG's long episodes: the last log window may hold none)
         known = next((m for m in reversed(trainer.history) if returns_text(m)), None)
@@ -346,7 +347,7 @@ def finish_run_folder(trainer, run_dir) -> str:
     if config.sweep:
         from .population import final_ranking
         from .ranking import write_ranking_csv
-        rows, table = final_ranking(history, run_dir)
+        rows, table = final_ranking(history, run_dir, config.rank_window)
         if run_dir is not None:
             write_ranking_csv(rows, run_dir / "ranking.csv")
     if run_dir is not None:
