@@ -16,7 +16,7 @@ import argparse
 import statistics
 import time
 
-import _common  # noqa: F401 - (puts the checkout on sys.path)
+import _common  # (also puts the checkout on sys.path)
 
 
 def run(env: str, algorithm: str, scaled: bool, seed: int, env_steps: int, threshold: float) -> dict:
