@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from .algorithms.gae import episode_ends
 from .members import MemberNorm
 from .normaliser import RunningNorm
 
@@ -36,9 +37,7 @@ class RewardScale:
         every rank scales by the same statistics."""
         rewards, mask = buffer.rewards, buffer.mask
         T = rewards.shape[0]
-        replica_done = ((buffer.terminated + buffer.truncated) > 0).float().unsqueeze(-1)
-        left_game = mask[:T] * (1 - mask[1:]) * (1 - replica_done)
-        kept = 1 - (replica_done + left_game).clamp_max(1)
+        kept = 1 - episode_ends(mask, buffer.terminated, buffer.truncated)[0]
         returns = torch.empty_like(rewards)
         for t in range(T):
             self.returns.mul_(self.gamma).add_(rewards[t])

@@ -24,15 +24,22 @@ def gae(buffer, next_value, gamma: float, lam: float, advantage_fn=None):
     return buffer.advantages, buffer.returns
 
 
+def episode_ends(mask, terminated, truncated):
+    """Where each agent's episode ends: done [T, E, n] (1 at the step of its replica's termination or
+    truncation, or of its leaving the game) and left_game [T, E, n] (the last), from mask [T + 1, E, n] and
+    terminated / truncated [T, E]."""
+    T = terminated.shape[0]
+    replica_done = ((terminated + truncated) > 0).float().unsqueeze(-1)
+    left_game = mask[:T] * (1 - mask[1:]) * (1 - replica_done)
+    return (replica_done + left_game).clamp_max(1), left_game
+
+
 def advantages(rewards, values, final_values, mask, terminated, truncated, next_value, gamma: float, lam: float):
     """GAE's recursion as a pure function of the rollout tensors ([T, E, n]; mask [T + 1, E, n];
     terminated/truncated [T, E]; next_value [E, n]) -> advantages [T, E, n]."""
     T = rewards.shape[0]
-    replica_done = ((terminated + truncated) > 0).float().unsqueeze(-1)
-    replica_term = terminated.unsqueeze(-1)
-    left_game = mask[:T] * (1 - mask[1:]) * (1 - replica_done)
-    done = (replica_done + left_game).clamp_max(1)
-    term = (replica_term + left_game).clamp_max(1)
+    done, left_game = episode_ends(mask, terminated, truncated)
+    term = (terminated.unsqueeze(-1) + left_game).clamp_max(1)
     advantage = torch.zeros_like(next_value)  # A_{t+1}, then A_t
     out = []
     for t in reversed(range(T)):
