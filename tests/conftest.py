@@ -8,6 +8,10 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     for _name in ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(_name, str(_share))
 
+# the bounds-checked run before a registered env first trains (runtime.check.check_new_env) costs each test
+# that trains its own source a debug compile; tests/test_check_new_env.py turns it on
+os.environ.setdefault("WORKBENCH_CHECK_NEW_ENVS", "0")
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 

@@ -444,7 +444,7 @@ def one_line(exc: BaseException) -> str:
         text = f"not valid YAML at {yaml_problem(exc)}"
     else:
         text = str(exc) or type(exc).__name__
-    return "; ".join(part.strip() for part in text.splitlines() if part.strip())
+    return "; ".join(part.strip() for part in text.splitlines() if part.strip()).replace(":; ", ": ")
 
 
 def out_of_memory(exc: BaseException) -> bool:

@@ -452,6 +452,7 @@ def make_trainer(config, policies=None, models=None, env=None, distributed: bool
     """Build the env named in `config` (on its target) and a trainer for it. Under torchrun
     (or distributed=True) this joins the process group first, so the env lands on this rank's GPU.
     pretrained: load config.init_from's weights (False where a checkpoint is restored next)."""
+    from ..runtime.check import check_new_env
     from ..runtime.env import Env, best_target
     # parsed once: the policy map and rank_by are checked against it before anything compiles
     definition = env.definition if env is not None else registry.definition(config.env, **(config.env_params or {}))
@@ -480,6 +481,7 @@ def make_trainer(config, policies=None, models=None, env=None, distributed: bool
         check_policies(config, list(policies) if policies is not None else ["shared"])
         check_minibatches(config, policy_sizes(definition, policies))
     if env is None:
+        check_new_env(definition, config.env_params or {})
         env = Env(definition, num_envs=config.num_envs * members, target=target, seed=seed,
                   replicas_per_seed=config.num_envs if members > 1 else None)
     return Trainer(env, config, policies=policies, models=models, distributed=distributed and split is None,

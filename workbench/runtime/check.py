@@ -1,6 +1,8 @@
 """`check_env`: the same env on several targets must agree, and every target must keep the runner's contract."""
 from __future__ import annotations
 
+import hashlib
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -188,4 +190,55 @@ def check_env(name_or_env, targets=None, *, num_envs: int = 8, steps: int = 64, 
         finished += int(done.sum())
         seen |= ref.store["obs"].reshape(-1, obs_size).ne(0).any(0).cpu()
     zero = tuple(int(i) for i in (~seen).nonzero().reshape(-1))
+    if "cpu" in targets:  # (its kernels were bounds checked: training this source needs no check of its own)
+        _remember_checked(ref.definition)
     return CheckReport(name, targets, steps, num_envs, finished, worst, ref.definition.max_steps, zero)
+
+
+_CHECKED_IN_PROCESS: set = set()
+
+
+def _checked_key(definition) -> str:
+    from ..compiler import kernel_cache
+    text = repr((definition.source, definition.c_source, sorted((k, repr(v)) for k, v in definition.params.items()),
+                 sorted(kernel_cache.versions().items())))
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _checked_marker(key: str):
+    from ..compiler import kernel_cache
+    return kernel_cache.cache_root() / "checked" / key if kernel_cache.enabled() else None
+
+
+def _remember_checked(definition) -> None:
+    key = _checked_key(definition)
+    _CHECKED_IN_PROCESS.add(key)
+    marker = _checked_marker(key)
+    if marker is not None:
+        try:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            from ..compiler.kernel_cache import write_once
+            write_once(marker, definition.name.encode())
+        except OSError:  # (a read-only cache: the check runs again in the next process)
+            pass
+
+
+def check_new_env(definition, params: dict) -> None:
+    """Before a registered env (a source file, wb.register, %%warpenv; not a shipped env, nor one a run
+    kept) first trains: check_env on the cpu target at 4 replicas, its kernels bounds checked, so that an
+    index outside an array is an EnvIndexError naming the array, index and line rather than memory the
+    unchecked training kernels overwrite in silence. Once per source and parameters on this machine (a
+    marker in the compile cache; check_env leaves the same marker, so a %%warpenv cell's check counts).
+    WORKBENCH_CHECK_NEW_ENVS=0 skips it."""
+    from . import registry
+    from ..compiler.envdef_c import C_LANGUAGES
+    if os.environ.get("WORKBENCH_CHECK_NEW_ENVS", "1") in ("0", "off", "false"):
+        return
+    entry = registry.lookup(definition.name)
+    if entry.shipped or entry.from_run or entry.language in C_LANGUAGES or entry.source != definition.source:
+        return  # (a CUDA C source has no bounds-checked build; an Env made by hand is the caller's)
+    key = _checked_key(definition)
+    marker = _checked_marker(key)
+    if key in _CHECKED_IN_PROCESS or (marker is not None and marker.exists()):
+        return
+    check_env(definition.name, targets=("cpu",), num_envs=4, steps=64, **params)
