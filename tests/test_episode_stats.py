@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 import workbench as wb
+from workbench.learn.config import replace
+from workbench.learn.config_files import default_config
 from workbench.learn.episode_stats import EpisodeStats
-from workbench.learn.evaluate import TAG_METRICS
+from workbench.runtime.env_metrics import TAG_METRICS
 
 from test_tag import GRID as GRID_SMALL  # the small Tag variant test_tag compiles anyway
 
@@ -114,3 +116,51 @@ def test_a_snapshot_from_before_the_running_return_loads():
     env.store.load_snapshot(snap)
     assert env.store["last_return"][:, 0].tolist() == [21.0, 4.0, 7.0]
     assert "episode_return" not in env.store
+
+
+METRIC_ENV = '''
+from workbench.compiler.envdef import Box, Discrete, per_env
+PARAMS = dict(goal=3.0)
+NUM_AGENTS = 2
+MAX_STEPS = 5
+OBSERVATION = Box(shape=(1,))
+ACTION = Discrete(2)
+STATE = dict(x=per_env())
+EVAL_METRICS = dict(reached=THE_METRIC)
+
+def reset(env, agent, x):
+    x[env] = 0.0
+
+def step(env, agent, action, x, reward):
+    x[env] = x[env] + action[env, agent]
+    reward[env, agent] = x[env]
+
+def observe(env, agent, x, obs):
+    obs[env, agent, 0] = x[env]
+'''
+
+
+@pytest.mark.parametrize("metric, problem", [
+    ("lambda store, p: store['final_obs'][:, :, 0].max(1).values >= p.goal", None),  # (p.name and p['name'] alike)
+    ("lambda store, p: store['final_obs'][:, :, 0] >= p['goal']", "returned shape (4, 2) where 4 replicas need [4]"),
+    ("lambda store, p: store['final_obs'][:, 0, 0] >= p.gaol", "AttributeError: the env has no parameter 'gaol'; "
+                                                               "did you mean 'goal'?"),
+    ("lambda store, p: 1.0", "returned float, not a tensor"),
+])
+def test_env_metrics_are_checked_before_anything_steps(metric, problem):
+    wb.register("metric_env", METRIC_ENV.replace("THE_METRIC", metric))
+    config = replace(default_config("metric_env"), num_envs=4, rollout_length=5, target="cpu", total_env_steps=40,
+                     progress=False)
+    if problem is None:
+        report = wb.check_env("metric_env", targets=("cpu",), num_envs=4, steps=12)
+        assert report.episodes_finished == 8
+        result = wb.make_trainer(config).train()
+        assert 0.0 <= result.history[-1]["reached"] <= 1.0
+        return
+    for attempt in (lambda: wb.check_env("metric_env", targets=("cpu",), num_envs=4, steps=6),
+                    lambda: wb.make_trainer(config)):
+        with pytest.raises(wb.EnvDefinitionError) as info:
+            attempt()
+        assert "metric_env: EVAL_METRICS['reached']" in str(info.value)
+        assert problem in str(info.value)
+        assert "takes (store, params) and returns a tensor [E]" in str(info.value)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import warnings
 
 from ..errors import WorkbenchWarning, did_you_mean
+from ..runtime.env_metrics import env_metrics
 from .config import ConfigError, PPOConfig, replace, yaml_problem
 from .episode_stats import RENAMED
-from .evaluate import env_metrics
 
 
 def check_against_env(config, env, groups=None, members: int = 1) -> None:

@@ -8,7 +8,7 @@
 
 After every step the episodes that just finished (store["done"]) add their values to running sums:
 the mean per-agent return of each policy (store["last_return"]), the episode length
-(store["last_length"]) and the env's evaluation metrics (`evaluate.env_metrics`: EVAL_METRICS, or
+(store["last_length"]) and the env's evaluation metrics (`runtime.env_metrics`: EVAL_METRICS, or
 tag rate, runner survival and runners tagged for a Tag game). `pull` divides by the number of
 finished episodes; with none finished every value is NaN and `episodes` is 0.
 """
@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from .evaluate import DERIVED_METRICS, env_metrics
+from ..runtime.env_metrics import DERIVED_METRICS, checked_metrics
 
 # evaluate's names for Tag metrics -> the names the panel, CSV and captions use
 RENAMED = {"runner_survival": "survival"}
@@ -44,8 +44,7 @@ class EpisodeStats:
         self.index = [torch.as_tensor(list(ids), dtype=torch.long, device=device) for ids in groups.values()]
         self.gathered = [torch.empty((E, len(ids)), dtype=store["last_return"].dtype, device=device)
                          for ids in groups.values()]
-        metrics = env_metrics(env)
-        self.params = env.definition.params
+        metrics, self.params = checked_metrics(env)
         # (Tag's tag rate and survival from its runners tagged: one pass over the final observations a step)
         self.derived = {RENAMED.get(k, k): (RENAMED.get(DERIVED_METRICS[k][0], DERIVED_METRICS[k][0]),
                                             DERIVED_METRICS[k][1])

@@ -27,6 +27,7 @@ import warnings
 import torch
 
 from ..errors import WorkbenchError, WorkbenchWarning
+from ..runtime.env_metrics import checked_metrics
 from .streams import MemberStreams, random_policy_site
 
 DEFAULT_STEPS_CAP = 100_000
@@ -34,49 +35,6 @@ DEFAULT_STEPS_CAP = 100_000
 
 class EvaluationError(WorkbenchError, ValueError):
     """An evaluation asked for something the run cannot do (an unknown policy, no episodes)."""
-
-
-def _runner_ids(params):
-    return slice(params["num_taggers"], params["num_taggers"] + params["num_runners"])
-
-
-def _runners_tagged(store, params):
-    """Runners out of the game at the end of the episode just finished, per replica [E].
-
-    An agent out of a Tag game observes all zeros (both Tag envs' rule), and an agent in the game
-    never does (tag_grid's runners see is_runner = 1, tag_continuous's agents see in_game = 1), so
-    the final observation holds the in_game flags of the episode's last state.
-    """
-    final = store["final_obs"][:, _runner_ids(params)]
-    in_game = final.reshape(final.shape[0], final.shape[1], -1).ne(0).any(-1)
-    return params["num_runners"] - in_game.sum(1).float()
-
-
-TAG_METRICS = {
-    "runners_tagged": _runners_tagged,
-    "tag_rate": lambda store, p: _runners_tagged(store, p) / p["num_runners"],
-    "runner_survival": lambda store, p: 1.0 - _runners_tagged(store, p) / p["num_runners"],
-}
-# metrics that are an affine function of another's per-episode value: their mean over episodes is that
-# function of the other's mean, so a training run's statistics compute only the other at every step
-DERIVED_METRICS = {
-    "tag_rate": ("runners_tagged", lambda mean, p: mean / p["num_runners"]),
-    "runner_survival": ("runners_tagged", lambda mean, p: 1.0 - mean / p["num_runners"]),
-}
-
-
-def env_metrics(env) -> dict:
-    """The env's EVAL_METRICS, or TAG_METRICS for a Tag game, or {} (env: an Env or its definition)."""
-    definition = getattr(env, "definition", env)
-    namespace = definition.namespace
-    declared = namespace.get("EVAL_METRICS")
-    if declared is not None:
-        return dict(declared)
-    groups = namespace.get("AGENT_GROUPS")
-    params = definition.params
-    if groups is not None and "in_game" in definition.arrays and {"num_taggers", "num_runners"} <= set(params):
-        return dict(TAG_METRICS)
-    return {}
 
 
 HELD_OUT_SEED = 2**20  # evaluation's default seed: the run's plus this, starts no training episode began from
@@ -143,7 +101,7 @@ def evaluate(trainer, episodes: int = 1, random_policies=(), deterministic: bool
 
 def _play(trainer, episodes, steps, random_groups, deterministic, seed, streams) -> dict:
     env, store, device = trainer.env, trainer.env.store, trainer.env.device
-    metrics, params = env_metrics(env), env.definition.params
+    metrics, params = checked_metrics(env)
     members = getattr(trainer, "M", 1)
     env.reset(seed)
     finished = torch.zeros(env.num_envs, device=device)  # episodes each replica has finished

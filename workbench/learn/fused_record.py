@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .evaluate import _runners_tagged
+from ..runtime.env_metrics import _runners_tagged
 from .fused import _pow2, _rollout_kernels
 
 _STORE_ARRAYS = ("reward", "last_return", "final_obs", "done", "terminated", "truncated", "last_length")

@@ -10,6 +10,7 @@ import torch
 
 from ..compiler.envdef import Box, Discrete, MultiDiscrete
 from ..errors import ConsistencyError, EnvParameterError
+from .env_metrics import checked_metrics
 
 
 @dataclass
@@ -96,7 +97,8 @@ def check_env(name_or_env, targets=None, *, num_envs: int = 8, steps: int = 64, 
     Also checks shapes, finiteness, the auto-reset contract (t restarts at 0, the episode counter
     moves on, final_obs keeps the last observation) and that observe changes no state: a twin of the
     first target's env steps without the final observation where an episode terminates, as the
-    trainer does, and must end every step equal but for final_obs. Raises ConsistencyError.
+    trainer does, and must end every step equal but for final_obs; and runs the env's EVAL_METRICS on the
+    first target's arrays (EnvDefinitionError naming a metric that fails). Raises ConsistencyError.
     """
     from . import registry
     from .env import make
@@ -190,6 +192,7 @@ def check_env(name_or_env, targets=None, *, num_envs: int = 8, steps: int = 64, 
         finished += int(done.sum())
         seen |= ref.store["obs"].reshape(-1, obs_size).ne(0).any(0).cpu()
     zero = tuple(int(i) for i in (~seen).nonzero().reshape(-1))
+    checked_metrics(ref)  # (EVAL_METRICS on the arrays of finished episodes)
     if "cpu" in targets:  # (its kernels were bounds checked: training this source needs no check of its own)
         _remember_checked(ref.definition)
     return CheckReport(name, targets, steps, num_envs, finished, worst, ref.definition.max_steps, zero)
