@@ -64,6 +64,26 @@ def test_tag_teams_tag_rate_and_survival_match_the_host():
     assert pulled["tag_rate"] + pulled["survival"] == pytest.approx(1.0)
 
 
+def test_one_policy_over_both_tag_teams_reports_each_teams_return_apart():
+    env = wb.make("tag_grid", num_envs=8, target="cpu", seed=3, **GRID_SMALL)
+    teams = {"taggers": list(env.taggers), "runners": list(env.runners)}
+    shared = {"shared": teams["taggers"] + teams["runners"]}
+    stats, expected, episodes = host_expectation(env, {**shared, **teams}, 3 * GRID_SMALL["episode_length"])
+    assert episodes >= env.num_envs
+    env.reset(seed=3)
+    alone = EpisodeStats(env, shared)  # (what a trainer with the policy map {shared: [taggers, runners]} keeps)
+    for _ in range(3 * GRID_SMALL["episode_length"]):
+        env.step(env.sample_actions())
+        alone.after_step()
+    pulled = alone.pull()
+    assert alone.names == ["shared"] and list(alone.agent_groups) == ["taggers", "runners"]
+    assert pulled["episodes"] == episodes
+    assert pulled["return/shared"] == pytest.approx(expected["return/shared"], rel=1e-5)
+    for team in teams:
+        assert pulled[f"group_return/{team}"] == pytest.approx(expected[f"return/{team}"], rel=1e-5, abs=1e-6)
+    assert pulled["group_return/taggers"] != pytest.approx(pulled["group_return/runners"])
+
+
 def test_after_step_allocates_nothing_it_keeps_and_never_reads_the_host(monkeypatch):
     env = wb.make("cartpole", num_envs=8, target="cpu", seed=1)
     stats = EpisodeStats(env)

@@ -58,13 +58,17 @@ def test_the_cli_trains_resumes_and_evaluates_one_policy_over_both_teams(tmp_pat
              "--set", "policies={shared: [taggers, runners]}",
              "--set", "env_params={num_taggers: 2, num_runners: 3, episode_length: 10}", *common]
     subprocess.run(train, check=True, capture_output=True, text=True)
-    assert "return/shared" in (run / "metrics.csv").read_text().splitlines()[0]
+    header = (run / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"return/shared", "group_return/taggers", "group_return/runners"} <= set(header)
     assert "policies:\n  shared:\n  - taggers\n  - runners" in (run / "config.yaml").read_text()
     resumed = subprocess.run([sys.executable, "-m", "workbench", "train", "--resume", str(run), "--total-env-steps",
                               "640", *common], check=True, capture_output=True, text=True)
     assert "continuing" in resumed.stdout
     rows = (run / "metrics.csv").read_text().splitlines()
-    assert rows[-1].split(",")[1] == "640" and "return/taggers" not in rows[0]
+    assert rows[-1].split(",")[1] == "640" and "return/taggers" not in rows[0].split(",")
     evaluated = subprocess.run([sys.executable, "-m", "workbench", "evaluate", str(run), "--random", "shared"],
                                check=True, capture_output=True, text=True)
     assert "tag_rate" in evaluated.stdout
+    lines = {line.split()[0]: line.split() for line in evaluated.stdout.splitlines() if line.strip()}
+    taggers, runners = float(lines["group_return/taggers"][1]), float(lines["group_return/runners"][1])
+    assert taggers != runners and taggers * runners <= 0  # (Tag: what the taggers win, the runners lose)

@@ -50,7 +50,8 @@ class RunConfig:
                            "every setting trained by `seeds` members (member k has seed + k).")
     rank_by: str = _f("mean_return", "The statistic that ranks a population's sweep settings and picks its best member "
                                      "(higher is better): mean_return (the learning policies' returns averaged), "
-                                     "return/NAME (policy NAME's), episode_length or a metric of the env's (Tag: "
+                                     "return/NAME (policy NAME's), group_return/NAME (agent group NAME's, where "
+                                     "one policy plays several), episode_length or a metric of the env's (Tag: "
                                      "tag_rate, survival); '-' before it ranks the lowest first (-episode_length).")
     rank_window: float = _f(0.0, "The share of training, by env-steps, whose reports rank a population's members: "
                                  "0.1 ranks each by the mean of its values in the last 10% (a final return less "

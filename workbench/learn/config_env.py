@@ -7,7 +7,7 @@ import warnings
 from ..errors import WorkbenchWarning, did_you_mean
 from ..runtime.env_metrics import env_metrics
 from .config import ConfigError, PPOConfig, replace, yaml_problem
-from .episode_stats import RENAMED
+from .episode_stats import RENAMED, agent_groups_apart
 
 
 def check_against_env(config, env, groups=None, members: int = 1) -> None:
@@ -98,7 +98,8 @@ def ranked_statistics(definition, policies: list) -> list:
     """What a config's rank_by may name for runs of the env `definition` (None: unknown) with these
     policies: the statistics of each report that say how well a member does (higher is better)."""
     metrics = [RENAMED.get(k, k) for k in env_metrics(definition)] if definition is not None else []
-    return ["mean_return"] + [f"return/{p}" for p in policies] + ["episode_length"] + metrics
+    apart = [f"group_return/{g}" for g in agent_groups_apart(definition, policies)] if definition is not None else []
+    return ["mean_return"] + [f"return/{p}" for p in policies] + apart + ["episode_length"] + metrics
 
 
 # names users reach for that reports call otherwise: the tables' "return", evaluate's runner_survival

@@ -7,7 +7,8 @@
     metrics.update(stats.pull())      # one host read; the sums start again from zero
 
 After every step the episodes that just finished (store["done"]) add their values to running sums:
-the mean per-agent return of each policy (store["last_return"]), the episode length
+the mean per-agent return of each policy (store["last_return"]) and of each of the env's AGENT_GROUPS
+no policy is named after (group_return/NAME: a team's return where one policy plays several), the episode length
 (store["last_length"]) and the env's evaluation metrics (`runtime.env_metrics`: EVAL_METRICS, or
 tag rate, runner survival and runners tagged for a Tag game). `pull` divides by the number of
 finished episodes; with none finished every value is NaN and `episodes` is 0.
@@ -22,6 +23,13 @@ from ..runtime.env_metrics import DERIVED_METRICS, checked_metrics
 
 # evaluate's names for Tag metrics -> the names the panel, CSV and captions use
 RENAMED = {"runner_survival": "survival"}
+
+
+def agent_groups_apart(definition, policies) -> dict:
+    """{name: agent ids} of the env's AGENT_GROUPS that no policy is named after (a policy over several
+    groups, as {shared: [taggers, runners]}): their returns are reported apart, as group_return/NAME."""
+    groups = definition.agent_groups() or {}
+    return {name: list(ids) for name, ids in groups.items() if name not in policies}
 
 
 class EpisodeStats:
@@ -40,17 +48,20 @@ class EpisodeStats:
         elif not isinstance(groups, dict):
             groups = {g.name: list(g.ids) for g in groups}
         self.names = list(groups)
+        self.agent_groups = agent_groups_apart(env.definition, self.names)
         device, E = env.device, env.num_envs
-        self.index = [torch.as_tensor(list(ids), dtype=torch.long, device=device) for ids in groups.values()]
+        returned = list(groups.values()) + list(self.agent_groups.values())
+        self.index = [torch.as_tensor(list(ids), dtype=torch.long, device=device) for ids in returned]
         self.gathered = [torch.empty((E, len(ids)), dtype=store["last_return"].dtype, device=device)
-                         for ids in groups.values()]
+                         for ids in returned]
         metrics, self.params = checked_metrics(env)
         # (Tag's tag rate and survival from its runners tagged: one pass over the final observations a step)
         self.derived = {RENAMED.get(k, k): (RENAMED.get(DERIVED_METRICS[k][0], DERIVED_METRICS[k][0]),
                                             DERIVED_METRICS[k][1])
                         for k in metrics if k in DERIVED_METRICS and DERIVED_METRICS[k][0] in metrics}
         self.env_metrics = {k: fn for k, fn in metrics.items() if RENAMED.get(k, k) not in self.derived}
-        self.order = ([f"return/{n}" for n in self.names] + ["episode_length"]
+        self.order = ([f"return/{n}" for n in self.names] + [f"group_return/{n}" for n in self.agent_groups]
+                      + ["episode_length"]
                       + [RENAMED.get(k, k) for k in metrics])  # (the keys pull gives, in this order)
         self.keys = [k for k in self.order if k not in self.derived]
         self.rows = torch.zeros((len(self.keys) + 1, E), dtype=torch.float32, device=device)
@@ -68,7 +79,7 @@ class EpisodeStats:
         for row, (index, gathered) in enumerate(zip(self.index, self.gathered)):
             torch.index_select(store["last_return"], 1, index, out=gathered)
             torch.mean(gathered, dim=1, out=self.rows[row])
-        row = len(self.names)
+        row = len(self.index)
         self.rows[row].copy_(store["last_length"])
         for k, fn in enumerate(self.env_metrics.values()):
             self.rows[row + 1 + k].copy_(fn(store, self.params))

@@ -26,8 +26,9 @@ import warnings
 
 import torch
 
-from ..errors import WorkbenchError, WorkbenchWarning
+from ..errors import WorkbenchError, WorkbenchWarning, did_you_mean
 from ..runtime.env_metrics import checked_metrics
+from .episode_stats import agent_groups_apart
 from .streams import MemberStreams, random_policy_site
 
 DEFAULT_STEPS_CAP = 100_000
@@ -49,7 +50,8 @@ def held_out_seed(config) -> int:
 def evaluate(trainer, episodes: int = 1, random_policies=(), deterministic: bool = False, steps: int | None = None,
              seed: int | None = None) -> dict:
     """Play the first `episodes` episodes of every replica; returns host floats:
-    return/NAME (mean per-agent episode return of each policy, undiscounted), episode_length,
+    return/NAME (mean per-agent episode return of each policy, undiscounted; group_return/NAME of each of
+    the env's AGENT_GROUPS no policy is named after: a team's where one policy plays several), episode_length,
     episodes (how many were counted), steps, and the env's metrics; and `stderr`, each mean's
     standard error over the counted episodes. `steps` defaults to episodes x MAX_STEPS, which every
     replica needs at most; a smaller `steps` counts only the episodes that ended within it, which
@@ -67,7 +69,7 @@ def evaluate(trainer, episodes: int = 1, random_policies=(), deterministic: bool
     unknown = sorted(set(random_policies) - set(names))
     if unknown:
         raise EvaluationError(f"random_policies (--random) names {unknown}, which are not in the policy map; "
-                              f"choose from {names}")
+                              f"choose from {names}{did_you_mean(unknown[0], names, repr)}")
     if episodes < 1:
         raise EvaluationError(f"episodes (--episodes) must be >= 1, got {episodes}")
     enough = episodes * env.definition.max_steps
@@ -106,7 +108,10 @@ def _play(trainer, episodes, steps, random_groups, deterministic, seed, streams)
     env.reset(seed)
     finished = torch.zeros(env.num_envs, device=device)  # episodes each replica has finished
     counted = torch.zeros(members, device=device)  # (member k: replicas [k * E / M, (k + 1) * E / M))
+    apart = agent_groups_apart(env.definition, [g.name for g in trainer.groups])
+    apart_ids = {name: torch.as_tensor(ids, device=device) for name, ids in apart.items()}
     sums = {f"return/{g.name}": torch.zeros(members, device=device) for g in trainer.groups}
+    sums.update({f"group_return/{name}": torch.zeros(members, device=device) for name in apart})
     sums["episode_length"] = torch.zeros(members, device=device)
     sums.update({key: torch.zeros(members, device=device) for key in metrics})
     squares = {key: torch.zeros(members, dtype=torch.float64, device=device) for key in sums}  # (standard errors)
@@ -127,6 +132,8 @@ def _play(trainer, episodes, steps, random_groups, deterministic, seed, streams)
         weight = done * (finished <= episodes).float()  # this episode is one of the first `episodes`
         counted.add_(weight.reshape(members, -1).sum(1))
         values = {f"return/{g.name}": g.gather(store["last_return"]).mean(1) for g in trainer.groups}
+        values.update({f"group_return/{name}": store["last_return"].index_select(1, ids).mean(1)
+                       for name, ids in apart_ids.items()})
         values["episode_length"] = store["last_length"].float()
         values.update({key: fn(store, params).float() for key, fn in metrics.items()})
         for key, value in values.items():

@@ -46,7 +46,7 @@ class FusedStepRecord:
         metrics_served = all(k == "runners_tagged" and fn is _runners_tagged for k, fn in stats.env_metrics.items())
         arrays = [store[k] for k in _STORE_ARRAYS] + ([store[active]] if active is not None else [])
         return (all(g.slice is not None for g in groups) and metrics_served
-                and [g.name for g in groups] == stats.names
+                and [g.name for g in groups] == stats.names and not stats.agent_groups
                 and store["reward"].dtype == torch.float32 and store["last_return"].dtype == torch.float32
                 and store["final_obs"].dtype == torch.float32 and all(a.is_contiguous() for a in arrays)
                 and (active is None or tuple(store[active].shape) == tuple(store["reward"].shape)))

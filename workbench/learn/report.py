@@ -75,14 +75,17 @@ def plot_learning_curve(history: list, path, title: str = "", frozen=()) -> Path
 
 def plot_returns(ax, history: list, frozen=()) -> None:
     """A single run's mean return per policy on `ax`, in its team's colour (a policy in `frozen`
-    marked so in the legend); a note where no episode ended yet."""
+    marked so in the legend), and dashed each agent group's that a policy over several groups plays
+    (group_return/NAME); a note where no episode ended yet."""
     keys = list(dict.fromkeys(k for m in history for k in m if k.startswith("return/")))
-    for index, key in enumerate(keys):
+    groups = list(dict.fromkeys(k for m in history for k in m if k.startswith("group_return/")))
+    for index, key in enumerate(keys + groups):
         name = key.split("/", 1)[1]
         pts = [(m["env_steps"], m[key]) for m in history if key in m and not math.isnan(m[key])]
         if pts:
-            label = "policy" if name == "shared" and len(keys) == 1 else name
-            ax.plot(*zip(*pts), label=label + (" (frozen)" if name in frozen else ""), color=team_colour(name, index))
+            label = "policy" if name == "shared" and len(keys) == 1 and not groups else name
+            ax.plot(*zip(*pts), label=label + (" (frozen)" if name in frozen else ""), color=team_colour(name, index),
+                    linestyle="--" if key in groups else "-")
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="best")
     else:
