@@ -292,12 +292,19 @@ def _coerce(cls, name, kind, value):
         if isinstance(value, str):
             return value
     elif origin is tuple:
-        if isinstance(value, (list, tuple)) and all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
-                                                    for v in value):
+        names = name in ("centralised_critic", "frozen")  # (policy names; hidden_sizes: layer widths)
+        def whole(v):
+            return (isinstance(v, numbers.Integral) or isinstance(v, float) and v.is_integer()) \
+                and not isinstance(v, bool)
+        if isinstance(value, (list, tuple)) and all(whole(v) for v in value):
             return value if isinstance(value, tuple) and all(type(v) is int for v in value) \
                 else tuple(int(v) for v in value)
-        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value) and (names or not value):
             return tuple(value)
+        if isinstance(value, (list, tuple)) and not names:
+            wrong = next(v for v in value if not whole(v))
+            raise ConfigError(f"{cls.__name__}.{name} must be a list of whole numbers (layer widths, e.g. [64, 64]), "
+                              f"got {list(value)!r}: {wrong!r} is no whole number")
         if isinstance(value, str) and name in ("centralised_critic", "frozen"):
             return (value,)
     elif origin is dict:

@@ -6,6 +6,7 @@ import warnings
 from pathlib import Path
 
 from . import config as cfg
+from .config_sweep import SWEEPABLE
 from ..errors import WorkbenchError
 
 
@@ -67,8 +68,9 @@ def same_values_reordered(sweep, other) -> bool:
 def refuse_fixed_and_swept(changes: dict, sweep, resuming=None) -> None:
     """A value given for a swept hyperparameter would train no member (each trains at its sweep's
     value): refused, naming the field, rather than ignored."""
+    sweepable = {k for names in SWEEPABLE.values() for k in names}  # (a name no member can differ in: validate's)
     for key, values in (sweep or {}).items():
-        if key in changes:
+        if key in changes and key in sweepable:
             if resuming:
                 raise ResumeError(f"{key} is swept in {resuming!r} ({key}: {list(values)}): a resume keeps each "
                                   f"member's value, so {key}={changes[key]!r} would change nothing; drop it to "
