@@ -153,6 +153,28 @@ def test_undefined_name_names_the_env_line(target):
     assert "<workbench driver" not in str(info.value)
 
 
+@pytest.mark.parametrize("old, new, words", [
+    ("x[env] = x[env] + 1.0", "x[env] = x[env] + 1.0\n    energy[env, agent] = 1.0",
+     ["name 'energy' is not defined", "declare it in STATE, e.g. STATE = dict(..., energy=per_agent())",
+      "(def step(env, agent, action, x, reward, terminated, energy))"]),
+    ("def step(env, agent, action, x, reward, terminated):", "def step(agent, action, x, reward, terminated):",
+     ["'env' is the index of the replica the phase runs for", "(def step(env, agent, action, x, reward, terminated))"]),
+    ("def observe(env, agent, x, obs):", "def observe(env, x, obs):",
+     ["'agent' is the index of the agent the phase runs for", "(def observe(env, agent, x, obs))"]),
+    ("def step(env, agent, action, x, reward, terminated):", "def step(env, agent, action, x, reward, terminated, fuel):",
+     ["takes 'fuel'", "a new array: declare it in STATE, e.g. STATE = dict(..., fuel=per_agent())"]),
+    ("x[env] = x[env] + 1.0", "x[env] = torch.sqrt(x[env])",
+     ["torch.sqrt: torch does not compile in a phase", "use np.sqrt"]),
+    ("ACTION = Discrete(2)", "ACTION = Discrete(2))", ["named_env: syntax error at line 7: unmatched ')'"]),
+])
+def test_a_mistake_in_a_source_gets_the_fix(old, new, words):
+    source = SIX.replace(old, new).replace("from workbench.compiler", "import torch\nfrom workbench.compiler")
+    with pytest.raises(wb.EnvDefinitionError) as info:
+        wb.register("named_env", source)
+    for word in words:
+        assert word in str(info.value)
+
+
 def test_compiler_error_is_condensed_and_keeps_the_details():
     with pytest.raises(wb.EnvCompileError) as info:
         make_variant("typing_error", "x[env] + 1.0", "x[env] + (1.0, 2.0)")

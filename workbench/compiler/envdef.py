@@ -276,15 +276,16 @@ def _shape(shape, params, what):
 
 
 def exec_source(source: str, filename: str, module_name: str) -> dict:
-    """Run an env source into a fresh namespace; a syntax error names the source line."""
+    """Run an env source into a fresh namespace; a syntax error names the env and the source line."""
+    env = module_name.removeprefix("workbench_env_")
     lines = source.splitlines(True)
     linecache.cache[filename] = (len(source), None, lines, filename)
     namespace = {"__name__": module_name, "__file__": filename}
     try:
         code = compile(source, filename, "exec")
     except SyntaxError as exc:
-        raise EnvDefinitionError(f"syntax error at line {exc.lineno}: {exc.msg}\n    {(exc.text or '').rstrip()}",
-                                 line=exc.lineno) from None
+        raise EnvDefinitionError(f"{env}: syntax error at line {exc.lineno}: {exc.msg}\n    "
+                                 f"{(exc.text or '').rstrip()}", line=exc.lineno) from None
     try:
         exec(code, namespace)
     except Exception as exc:  # noqa: BLE001 - any error while defining the env is the author's
@@ -301,7 +302,7 @@ def exec_source(source: str, filename: str, module_name: str) -> dict:
             close = difflib.get_close_matches(exc.name, [k for k in namespace if not k.startswith("__")]
                                               + dir(builtins), n=1, cutoff=0.75)
             hint = f"; did you mean '{close[0]}'?" if close else ""
-        raise EnvDefinitionError(f"{type(exc).__name__} at line {line}: {exc}{hint}", line=line) from None
+        raise EnvDefinitionError(f"{env}: {type(exc).__name__} at line {line}: {exc}{hint}", line=line) from None
     return namespace
 
 
@@ -447,10 +448,11 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
             args = list(inspect.signature(fn).parameters)
             for arg in args:
                 if arg not in arrays and arg not in SPECIAL_ARGS and arg not in entities:
+                    hint = did_you_mean(arg, [*arrays, *entities], repr) or \
+                        f"; a new array: declare it in STATE, e.g. STATE = dict(..., {arg}=per_agent()) (or per_env())"
                     raise EnvDefinitionError(
                         f"{name}: {fn.__name__}() (line {fn.__code__.co_firstlineno}) takes '{arg}', which is "
-                        f"neither env/agent/key, an entity of ENTITIES nor an array (arrays: {sorted(arrays)})"
-                        f"{did_you_mean(arg, [*arrays, *entities], repr)}",
+                        f"neither env/agent/key, an entity of ENTITIES nor an array (arrays: {sorted(arrays)}){hint}",
                         line=fn.__code__.co_firstlineno)
             line = fn.__code__.co_firstlineno
             refuse_truncated(name, f"{fn.__name__}() (line {line})", args, line)

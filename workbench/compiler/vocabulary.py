@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import types
 import math
 
 from . import helpers, rng
@@ -185,6 +186,11 @@ def _call_problem(node: ast.Call, local_functions: set, namespace: dict) -> str 
                 return f"{shown} is not a math function" + did_you_mean(chain[0], MATH, lambda c: f"{root}.{c}")
             return f"{shown} does not compile on target(s) cuda, cuda-c; use a function of the portable list in " \
                    f"docs/writing-an-env.md"
+        module = getattr(value, "__name__", "") if isinstance(value, types.ModuleType) else ""
+        if module.split(".")[0] in ("torch", "jax", "scipy", "tensorflow"):
+            instead = f"np.{chain[-1]}" if chain[-1] in NUMPY else "numpy or math functions on scalars"
+            return f"{shown}: {module} does not compile in a phase, which runs one replica (and agent) at a time " \
+                   f"on scalars in compiled kernels; use {instead} (the portable list: docs/writing-an-env.md)"
         return None
     name = root
     if name in local_functions:
@@ -347,7 +353,9 @@ def _undefined_message(missing: str, fn: ast.FunctionDef, namespace: dict, param
         return (f"'{missing}' is defined inside {fn.name}() (line {nested.lineno}); the kernels see only functions "
                 f"defined at the env source's top level: move `def {missing}` out of {fn.name}(), above it")
     text = f"name '{missing}' is not defined (not a parameter, array, local or function of the env)"
-    with_it = f"(def {fn.name}({', '.join([a.arg for a in fn.args.args] + [missing])}))"
+    args = [a.arg for a in fn.args.args]
+    at = 0 if missing == "env" else 1 if missing == "agent" and args[:1] == ["env"] else len(args)
+    with_it = f"(def {fn.name}({', '.join(args[:at] + [missing] + args[at:])}))"
     if missing in arrays:
         return f"{text}; '{missing}' is an array: take it as an argument of the phase {with_it}"
     if missing in MODULE_IMPORTS:
@@ -355,6 +363,17 @@ def _undefined_message(missing: str, fn: ast.FunctionDef, namespace: dict, param
     if missing == "key":
         return f"{text}; 'key' is the phase's random stream (what the random draws take): add it to the " \
                f"phase's parameters {with_it}"
+    if missing in ("env", "agent"):
+        what = "replica" if missing == "env" else "agent"
+        return f"{text}; '{missing}' is the index of the {what} the phase runs for: take it as an argument " \
+               f"{with_it}"
+    indexed = any(isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == missing
+                  for node in ast.walk(fn))
+    close = did_you_mean(missing, set(arrays) | set(params), repr)
+    if indexed and not close:
+        return f"{text}; to keep '{missing}' between steps, declare it in STATE, e.g. " \
+               f"STATE = dict(..., {missing}=per_agent()) (or per_env() for one value a replica), and take it " \
+               f"as an argument {with_it}"
     candidates = set(_local_names(fn)) | set(params) | set(arrays) | HELPERS | RANDOM | ATOMICS | BUILTINS | \
         {k for k in namespace if not k.startswith("__")}
     return text + did_you_mean(missing, candidates, lambda c: f"'{c}'" + ("" if c in namespace else _import_hint(c)))
