@@ -76,6 +76,20 @@ def test_a_run_folder_holding_a_run_is_refused_and_new_runs_get_fresh_folders(tm
     assert [m["iteration"] for m in read_metrics(first / "metrics.csv")] == [1, 2]
 
 
+def test_a_panel_run_of_a_cell_env_keeps_its_source_as_the_cli_does(tmp_path, cell_envs):
+    register_cell(cell_envs, "pole_kept")
+    run_dir = tmp_path / "cell_run"
+    panel = TrainingPanel("pole_kept", run_dir=str(run_dir), **TINY)
+    panel.start()
+    panel.wait(TIMEOUT)
+    assert (run_dir / "env_source.py").read_text() == registry.lookup("pole_kept").source
+    assert not (tmp_path / "shipped").exists()
+    shipped = TrainingPanel("cartpole", run_dir=str(tmp_path / "shipped"), **TINY)  # (every process has it)
+    shipped.start()
+    shipped.wait(TIMEOUT)
+    assert not (tmp_path / "shipped" / "env_source.py").exists() and (tmp_path / "shipped" / "config.yaml").exists()
+
+
 def test_a_bare_runner_refuses_a_folder_holding_a_run(tmp_path):
     run_dir = tmp_path / "held"
     run_dir.mkdir()

@@ -142,6 +142,20 @@ def box_problem(box) -> str | None:
     return None
 
 
+def refuse_space(name: str, declared: str, value) -> None:
+    """EnvDefinitionError for an OBSERVATION that is no Box or an ACTION that is no space, with the way to
+    give teams different spaces where a dict of them was declared."""
+    kinds = "a Box" if declared == "OBSERVATION" else "Discrete, MultiDiscrete or Box"
+    per_team = ""
+    if isinstance(value, Mapping):
+        per_team = ("; every agent has the same observation space: where teams see different things, give "
+                    "OBSERVATION the largest team's width and let observe leave the rest 0 (or write a team flag)"
+                    if declared == "OBSERVATION" else
+                    "; every agent has the same action space: where teams act differently, take the largest "
+                    "(Discrete(max n)) and let step read the actions a team has, treating the others as one of them")
+    raise EnvDefinitionError(f"{name}: {declared} must be {kinds}, got {value!r}{per_team}")
+
+
 def refuse_declaration(name: str, source: str, declared: str, problem: str | None, line=None) -> None:
     """EnvDefinitionError naming `line` (else the source line that declares `declared`), when there
     is a problem."""

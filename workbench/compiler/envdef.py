@@ -36,7 +36,7 @@ import numpy as np
 from ..errors import EnvDefinitionError, EnvParameterError, did_you_mean
 from .observed_state import observed_state
 from .declaration_checks import (REQUIRED, box_problem, check_active, check_host_hooks, check_reserved_names,
-                                 refuse_declaration, refuse_truncated)
+                                 refuse_declaration, refuse_space, refuse_truncated)
 
 SPECIAL_ARGS = ("env", "agent", "key")
 # names of the generated drivers' own arguments and locals (codegen, codegen_c): an array or entity so named
@@ -363,7 +363,7 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
 
     obs_space = namespace["OBSERVATION"]
     if not isinstance(obs_space, Box):
-        raise EnvDefinitionError(f"{name}: OBSERVATION must be a Box, got {obs_space!r}")
+        refuse_space(name, "OBSERVATION", obs_space)
     obs_space = _box(obs_space, params, "OBSERVATION")
     refuse_declaration(name, source, "OBSERVATION", box_problem(obs_space))
     action = namespace["ACTION"]
@@ -388,7 +388,7 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
         refuse_declaration(name, source, "ACTION", box_problem(action))
         act_shape, act_dtype = action.shape, np.float32
     else:
-        raise EnvDefinitionError(f"{name}: ACTION must be Discrete, MultiDiscrete or Box, got {action!r}")
+        refuse_space(name, "ACTION", action)
 
     o = obs_space.shape
     arrays = {
@@ -445,16 +445,14 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
         for fn in fns:
             if not inspect.isfunction(fn):
                 raise EnvDefinitionError(f"{name}: {what} must hold functions, got {fn!r}")
-            args = list(inspect.signature(fn).parameters)
+            args, line = list(inspect.signature(fn).parameters), fn.__code__.co_firstlineno
             for arg in args:
                 if arg not in arrays and arg not in SPECIAL_ARGS and arg not in entities:
                     hint = did_you_mean(arg, [*arrays, *entities], repr) or \
                         f"; a new array: declare it in STATE, e.g. STATE = dict(..., {arg}=per_agent()) (or per_env())"
-                    raise EnvDefinitionError(
-                        f"{name}: {fn.__name__}() (line {fn.__code__.co_firstlineno}) takes '{arg}', which is "
-                        f"neither env/agent/key, an entity of ENTITIES nor an array (arrays: {sorted(arrays)}){hint}",
-                        line=fn.__code__.co_firstlineno)
-            line = fn.__code__.co_firstlineno
+                    raise EnvDefinitionError(f"{name}: {fn.__name__}() (line {line}) takes '{arg}', which is neither "
+                                             f"env/agent/key, an entity of ENTITIES nor an array (arrays: "
+                                             f"{sorted(arrays)}){hint}", line=line)
             refuse_truncated(name, f"{fn.__name__}() (line {line})", args, line)
             phase_index(name, f"{fn.__name__}() (line {line})", args, entities, line)
         return fns

@@ -293,20 +293,16 @@ def _coerce(cls, name, kind, value):
             return value
     elif origin is tuple:
         names = name in ("centralised_critic", "frozen")  # (policy names; hidden_sizes: layer widths)
-        def whole(v):
-            return (isinstance(v, numbers.Integral) or isinstance(v, float) and v.is_integer()) \
-                and not isinstance(v, bool)
-        if isinstance(value, (list, tuple)) and all(whole(v) for v in value):
-            return value if isinstance(value, tuple) and all(type(v) is int for v in value) \
-                else tuple(int(v) for v in value)
-        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value) and (names or not value):
-            return tuple(value)
-        if isinstance(value, (list, tuple)) and not names:
-            wrong = next(v for v in value if not whole(v))
+        sequence = isinstance(value, (list, tuple))
+        odd = [v for v in value if isinstance(v, bool) or not (isinstance(v, numbers.Integral) or isinstance(
+            v, float) and v.is_integer())] if sequence else None
+        if sequence and not odd:
+            return tuple(int(v) for v in value)
+        if names and (isinstance(value, str) or sequence and all(isinstance(v, str) for v in value)):
+            return (value,) if isinstance(value, str) else tuple(value)
+        if sequence and not names:
             raise ConfigError(f"{cls.__name__}.{name} must be a list of whole numbers (layer widths, e.g. [64, 64]), "
-                              f"got {list(value)!r}: {wrong!r} is no whole number")
-        if isinstance(value, str) and name in ("centralised_critic", "frozen"):
-            return (value,)
+                              f"got {list(value)!r}: {odd[0]!r} is no whole number")
     elif origin is dict:
         if isinstance(value, dict) and name == "sweep":  # (its values read as numbers as a field's are)
             return {k: [_number_text(v, v) if isinstance(v, str) else v for v in vs]

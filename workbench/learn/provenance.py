@@ -83,6 +83,12 @@ def as_comment(record: dict) -> str:
 
 
 def write_run_config(trainer, run_dir) -> None:
-    """config.yaml in `run_dir`: the config the trainer keeps, then its provenance as comments."""
+    """config.yaml in `run_dir`: the config the trainer keeps, then its provenance as comments; and for
+    an env of the user's (registered, not shipped) a readable copy of its source (env_source.py, or .cu
+    for CUDA C) beside it (the checkpoint holds the one that is loaded)."""
     from . import config as cfg
+    from ..runtime import registry
     cfg.save_yaml(trainer.config, Path(run_dir) / "config.yaml", comment=as_comment(provenance(trainer)))
+    kept = registry.stored(trainer.env.definition)
+    if kept is not None:
+        (Path(run_dir) / registry.SOURCE_COPIES.get(kept["language"], "env_source.py")).write_text(kept["source"])

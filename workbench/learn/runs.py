@@ -26,7 +26,6 @@ from .resume_rules import (ResumeError, refuse_edited_fixed_fields,  # noqa: F40
 # `python -m workbench --help` needs no torch.
 
 
-SOURCE_FILES = {"python": "env_source.py", "cuda-c": "env_source.cu", "cuda": "env_source.cu"}
 
 
 def load_checkpoint(run_or_checkpoint):
@@ -49,7 +48,7 @@ def load_checkpoint(run_or_checkpoint):
                       f"replays on this version, whose dynamics or spaces may differ", WorkbenchWarning, stacklevel=3)
     if different:
         name, params = kept["name"], kept.get("params") or {}
-        copy = path.parent / SOURCE_FILES.get(kept.get("language"), "env_source.py")
+        copy = path.parent / registry.SOURCE_COPIES.get(kept.get("language"), "env_source.py")
         text = f"open({str(copy)!r}).read()" if copy.is_file() else \
             f"torch.load({str(path)!r}, weights_only=False)['env_source']['source']"
         lang = f", language={kept['language']!r}" if kept.get("language", "python") != "python" else ""
@@ -249,8 +248,7 @@ def _train_in_folder(config, resume, progress, policies, show_run_folder, callba
     run_dir = Path(config.run_dir) if config.run_dir else None
     if run_dir is not None and trainer.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
-        write_run_config(trainer, run_dir)  # (with the env's parameters set away from defaults, then provenance)
-        _keep_env_source(trainer.env.definition, run_dir)
+        write_run_config(trainer, run_dir)  # (env parameters set away from defaults, provenance; a user env's source)
         if resume and Path(resume).parent.resolve() != run_dir.resolve() and Path(resume).name == "checkpoint.pt":
             keep_rows_upto(Path(resume).parent / "metrics.csv", run_dir / "metrics.csv", trainer.iteration)
         elif resume and not (run_dir / "metrics.csv").exists():  # a checkpoint file trained on into a new folder
@@ -324,15 +322,6 @@ def _train_in_folder(config, resume, progress, policies, show_run_folder, callba
         # load the checkpoint would otherwise find none, or the last one)
         torch.distributed.barrier()
     return trainer, result
-
-
-def _keep_env_source(defn, run_dir: Path):
-    """A readable copy of a registered env's source beside config.yaml (the checkpoint holds the one
-    that is loaded)."""
-    from ..runtime import registry
-    kept = registry.stored(defn)
-    if kept is not None:
-        (run_dir / SOURCE_FILES.get(kept["language"], "env_source.py")).write_text(kept["source"])
 
 
 def finish_run_folder(trainer, run_dir) -> str:
@@ -424,6 +413,7 @@ def export_member(run_or_checkpoint, member="best", path=None):
     from .metrics import write_reports
     from .population import member_label, member_payload
     from .provenance import as_comment
+    from ..runtime import registry
     from .report import plot_learning_curve
     source, payload = load_checkpoint(run_or_checkpoint)
     single = member_payload(payload, member)
@@ -447,7 +437,7 @@ def export_member(run_or_checkpoint, member="best", path=None):
     origin = f"# exported: {member_label(single['member_of'])}, of the run {str(source.parent.resolve())!r}\n"
     cfg.save_yaml(config, folder / "config.yaml", origin + (as_comment(single["provenance"]) if single.get("provenance")
                                                             else ""))
-    for name in set(SOURCE_FILES.values()):
+    for name in set(registry.SOURCE_COPIES.values()):
         if (source.parent / name).is_file():
             (folder / name).write_text((source.parent / name).read_text())
     write_reports(folder / "metrics.csv", single["history"])

@@ -147,6 +147,10 @@ def _definition(entry: EnvSource, params: dict) -> envdef.EnvDefinition:
 _KEPT = ("name", "source", "language", "filename", "c_source", "c_filename")
 
 
+# the name of the readable copy of a registered env's source a run folder keeps, by the source's language
+SOURCE_COPIES = {"python": "env_source.py", "cuda": "env_source.cu"}
+
+
 def stored(defn: envdef.EnvDefinition) -> dict | None:
     """What a checkpoint keeps of the env `defn` was parsed from: its registered source, language and
     registration parameters; None for a shipped env (every process has it) or one parsed directly."""
