@@ -735,6 +735,10 @@ def observe(env, agent, x, obs):
                                                   r"got 2.5"):
         wb.make("counted", num_envs=1, target="cpu", cells=2.5)
     assert wb.make("counted", num_envs=1, target="cpu", cells=2.0).definition.params["cells"] == 2
+    # a count's declared int range takes 2.0 too (a YAML or --set value written with a point)
+    assert wb.make("cartpole", num_envs=1, target="cpu", max_steps=200.0).definition.params["max_steps"] == 200
+    with pytest.raises(EnvParameterError, match=r"max_steps=2.5 is out of range: it must be an int in \[1, inf\)"):
+        wb.make("cartpole", num_envs=1, target="cpu", max_steps=2.5)
 
 
 # -- env sources: wb.register's arguments, and the host hooks a source declares ------------------

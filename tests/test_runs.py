@@ -137,7 +137,8 @@ def test_replay_refuses_bad_arguments_by_name(runs, options, words):
 
 
 @pytest.mark.parametrize("name, words", [("policy.avi", r"name the file .mp4, .mov, .mkv or .gif .+, not .avi"),
-                                         ("/proc/policy.mp4", "failed writing /proc/policy.mp4: .+")])
+                                         ("/proc/policy.mp4", "failed writing /proc/policy.mp4: .+"),
+                                         ("/proc/nope/policy.mp4", "its folder '/proc/nope' cannot be made")])
 def test_an_mp4_ffmpeg_cannot_write_says_why(runs, tmp_path, name, words):
     """(not a bare BrokenPipeError from the frames' pipe)"""
     split, _, _ = runs
@@ -374,3 +375,11 @@ def test_provenance_names_the_source_s_own_commit_or_none(monkeypatch):
     head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
                           env={k: v for k, v in os.environ.items() if k != "GIT_DIR"})
     assert re.fullmatch(r"[0-9a-f]{12}(-dirty)?", commit) and commit.split("-")[0] == head.stdout.strip()
+
+
+def test_a_shipped_config_is_found_by_its_path_in_the_docs_from_any_folder(tmp_path, monkeypatch):
+    from workbench.learn.config_files import config_file, load_config
+    monkeypatch.chdir(tmp_path)  # (no configs/ folder here)
+    assert config_file("configs/cartpole.yaml") == config_file("cartpole") == config_file("cartpole.yaml")
+    assert load_config("configs/cartpole.yaml").env == "cartpole"
+    assert config_file("configs/no_such.yaml") is None

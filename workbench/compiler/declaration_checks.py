@@ -142,6 +142,18 @@ def box_problem(box) -> str | None:
     return None
 
 
+def refuse_unknown_params(name: str, overrides: Mapping, defaults: Mapping) -> None:
+    """EnvDefinitionError naming parameters given that PARAMS does not declare, with the likely meant ones."""
+    unknown = sorted(set(overrides) - set(defaults))
+    if unknown:
+        # (a key 'lenght:0.6' is YAML's reading of {lenght:0.6}: the name before the colon gets the hint)
+        names = {k: k.split(":")[0].strip() if isinstance(k, str) else str(k) for k in unknown}
+        hints = "".join(did_you_mean(names[k], defaults, lambda c, k=k: f"{c!r} for {k!r}") for k in unknown)
+        hints += "; YAML reads 'key:value' as one key: put a space after the colon" if any(
+            isinstance(k, str) and ":" in k for k in unknown) else ""
+        raise EnvDefinitionError(f"{name}: unknown parameter(s) {unknown}{hints}; this env takes {sorted(defaults)}")
+
+
 def refuse_space(name: str, declared: str, value) -> None:
     """EnvDefinitionError for an OBSERVATION that is no Box or an ACTION that is no space, with the way to
     give teams different spaces where a dict of them was declared."""

@@ -36,7 +36,8 @@ import numpy as np
 from ..errors import EnvDefinitionError, EnvParameterError, did_you_mean
 from .observed_state import observed_state
 from .declaration_checks import (REQUIRED, box_problem, check_active, check_host_hooks, check_reserved_names,
-                                 refuse_declaration, refuse_space, refuse_truncated)
+                                 refuse_declaration, refuse_space, refuse_truncated,
+                                 refuse_unknown_params)
 
 SPECIAL_ARGS = ("env", "agent", "key")
 # names of the generated drivers' own arguments and locals (codegen, codegen_c): an array or entity so named
@@ -312,20 +313,16 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
     namespace = exec_source(source, filename, f"workbench_env_{name}")
     defaults = dict(namespace.get("PARAMS", {}))
     overrides = dict(overrides or {})
-    unknown = sorted(set(overrides) - set(defaults))
-    if unknown:
-        # (a key 'lenght:0.6' is YAML's reading of {lenght:0.6}: the name before the colon gets the hint)
-        names = {k: k.split(":")[0].strip() if isinstance(k, str) else str(k) for k in unknown}
-        hints = "".join(did_you_mean(names[k], defaults, lambda c, k=k: f"{c!r} for {k!r}") for k in unknown)
-        hints += "; YAML reads 'key:value' as one key: put a space after the colon" if any(
-            isinstance(k, str) and ":" in k for k in unknown) else ""
-        raise EnvDefinitionError(f"{name}: unknown parameter(s) {unknown}{hints}; this env takes {sorted(defaults)}")
+    refuse_unknown_params(name, overrides, defaults)
     check_reserved_names(name, source, namespace, defaults)
     params = {**defaults, **overrides}
     for key, value in params.items():
         if (key in defaults and isinstance(defaults[key], (int, float))
                 and not isinstance(value, (int, float, np.number))):
             raise EnvDefinitionError(f"{name}: parameter '{key}' must be a number, got {value!r}")
+    counts = [k for k in params if isinstance(defaults.get(k), int) and not isinstance(defaults[k], bool)]
+    params.update({k: int(params[k]) for k in counts  # (2.0 for a count: ranges, shapes and loops take ints)
+                   if isinstance(params[k], (float, np.floating)) and float(params[k]).is_integer()})
     validate = namespace.get("validate_params")
     if validate is not None:
         try:
@@ -338,12 +335,11 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
                                      line=line) from None
         if message:
             raise EnvParameterError(f"{name}: {message}")
-    for key, value in params.items():  # (after the env's own checks, whose messages say more)
-        if isinstance(defaults.get(key), int) and not isinstance(defaults[key], bool):
-            if not isinstance(value, (bool, np.bool_)) and not float(value).is_integer():
-                raise EnvDefinitionError(f"{name}: parameter '{key}' is a count (its default is {defaults[key]!r}): "
-                                         f"it must be a whole number, got {value!r}")
-            params[key] = int(value)  # (2.0 for a count: shapes and loops take ints)
+    for key in counts:  # (after the env's own checks, whose messages say more)
+        if not isinstance(params[key], (bool, np.bool_)) and not float(params[key]).is_integer():
+            raise EnvDefinitionError(f"{name}: parameter '{key}' is a count (its default is {defaults[key]!r}): "
+                                     f"it must be a whole number, got {params[key]!r}")
+        params[key] = int(params[key])
 
     for required, example in REQUIRED.items():
         if required not in namespace:

@@ -12,11 +12,13 @@ from ..errors import did_you_mean
 
 
 def config_file(name_or_path: str) -> Path | None:
-    """The config file a name means (a path, or a shipped config's name: configs/NAME.yaml), or None."""
+    """The config file a name means (a path, or a shipped config's name: NAME, NAME.yaml or configs/NAME.yaml,
+    as the docs write it, from any folder), or None."""
     path = Path(name_or_path)
     if path.is_file():  # (a folder of the name, e.g. an env's sources, is not a config)
         return path
-    shipped = resources.files("workbench.configs") / f"{name_or_path.removesuffix('.yaml')}.yaml"
+    name = name_or_path.removeprefix("configs/").removesuffix(".yaml")
+    shipped = resources.files("workbench.configs") / f"{name}.yaml"
     return Path(str(shipped)) if shipped.is_file() else None
 
 

@@ -294,7 +294,11 @@ def to_mp4(trajectory: dict, env, path, *, fps: float | None = None, dpi: int = 
     source = FrameSource(trajectory, env, dpi)
     first = source.rgb(0)
     h, w = first.shape[0] - first.shape[0] % 2, first.shape[1] - first.shape[1] % 2  # yuv420p needs even sides
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WorkbenchError(f"cannot write {path}: its folder {str(path.parent)!r} cannot be made "
+                             f"({exc.strerror}); name a file in a folder you can write") from None
     frames = ffmpeg.input("pipe:", format="rawvideo", pix_fmt="rgb24", s=f"{w}x{h}", framerate=fps)
     if path.suffix.lower() == ".gif":  # one palette made from every frame: GIF's 256 colours chosen well
         both = frames.split()
