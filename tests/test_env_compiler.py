@@ -132,6 +132,16 @@ def test_out_of_bounds_write_is_named_by_array_index_and_line(target):
     assert "obs[0, 0, 6] is out of bounds: index 6 on axis 2 of shape (3, 2, 6)" in text
 
 
+def test_an_index_from_small_integers_is_named_as_the_kernel_computes_it():
+    source = SIX.replace("ACTION = Discrete(2)", "ACTION = Discrete(3)").replace(
+        "x[env] = x[env] + 1.0", "x[env + action[env, agent] * 100] = 1.0")
+    wb.register("wide_index", source)
+    env = wb.make("wide_index", num_envs=3, target="cpu", debug=True)
+    with pytest.raises(wb.EnvIndexError) as info:
+        env.step(torch.full((3, 2), 2, dtype=torch.int64))
+    assert "x[200] is out of bounds: index 200 on axis 0 of shape (3,)" in str(info.value)  # (int8 math: -56)
+
+
 def test_constant_index_past_the_shape_is_a_definition_error():
     with pytest.raises(wb.EnvDefinitionError) as info:
         make_variant("oob_constant", "obs[env, agent, i] = x[env]", "obs[env, agent, 6] = x[env]")

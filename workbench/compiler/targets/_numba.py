@@ -271,7 +271,9 @@ class _CheckedArray:
 
     def __getitem__(self, index):
         self._check(index)
-        return self.array[index]
+        value = self.array[index]
+        # (a compiled phase does integer arithmetic in 64 bits: an int8 action times 100 is 200, not -56)
+        return int(value) if isinstance(value, np.integer) and value.dtype.itemsize < 8 else value
 
     def __setitem__(self, index, value):
         self._check(index)
