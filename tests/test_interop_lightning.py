@@ -157,6 +157,9 @@ def test_settings_it_cannot_honour_are_refused(tmp_path):
     with pytest.raises(AdapterError, match=r"ckpt_path=.*trainer.save\(path\) and trainer.load\(path\)"):
         fit(RolloutModule(trainer, iterations_per_epoch=1), tmp_path / "resumed", ckpt_path=checkpoint, max_epochs=2)
     assert trainer.iteration == 1
+    with pytest.raises(AdapterError, match=r"cannot be pickled.*strategy='ddp'"):  # (before any process spawns)
+        fit(RolloutModule(trainer, iterations_per_epoch=1), tmp_path / "spawned", strategy="ddp_spawn")
+    assert trainer.iteration == 1
 
 
 def test_training_stops_at_the_configs_budget_and_target_return(tmp_path):

@@ -60,6 +60,13 @@ class RolloutModule(L.LightningModule):
     def env_device(self) -> torch.device:
         return self.trainer_.env.store["obs"].device
 
+    def __getstate__(self):
+        # (Lightning's spawned strategies pickle the module before setup() could refuse them: refused here)
+        raise AdapterError("a RolloutModule holds this process's workbench trainer, its env and their device "
+                           "memory: it cannot be pickled or copied, so Lightning's spawned strategies (ddp_spawn) "
+                           "cannot take it; use strategy='ddp' with one process per device started by torchrun or "
+                           "from a script")
+
     def setup(self, stage: str):
         strategy, precision = self.trainer.strategy, str(self.trainer.precision)
         if precision not in ("32-true", "32"):
