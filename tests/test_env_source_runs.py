@@ -281,3 +281,22 @@ def test_an_env_files_run_resumes_from_the_file_with_its_own_settings(tmp_path, 
     assert (trainer.config.normalize_reward, trainer.config.update_epochs, trainer.config.num_minibatches) == \
         (False, 4, 4)
     assert cli.main(["train", "reach_resumed.py", "--resume", "run", "--total-env-steps", str(3 * 8 * 64)]) in (0, 1)
+
+
+def test_a_config_file_names_an_env_file_beside_it(tmp_path, monkeypatch, capsys):
+    """Before: `env: my_env.py` in a YAML config, or `train cfg.yaml --env my_env.py`, gave "unknown env"."""
+    from test_learner_edges import REACH
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "reach_cfg.py").write_text(REACH)
+    (tmp_path / "exp" / "tuned.yaml").write_text("env: reach_cfg.py\nalgorithm: ppo\nnum_envs: 8\nrollout_length: 8\n"
+                                                 "num_minibatches: 2\ntarget: cpu\ntotal_env_steps: 128\n")
+    assert cli.main(["train", "exp/tuned.yaml", "--run-dir", "run"]) in (0, 1)  # (the path: from the config's folder)
+    assert "training reach_cfg with PPO" in capsys.readouterr().out
+    assert cfg.load_yaml(tmp_path / "run" / "config.yaml").env == "reach_cfg"
+    assert cli.main(["train", "cartpole", "--env", "exp/reach_cfg.py", "--target", "cpu", "--num-envs", "8",
+                     "--total-env-steps", "128", "--run-dir", "run2"]) in (0, 1)  # (from the working folder)
+    assert "training reach_cfg with" in capsys.readouterr().out
+    (tmp_path / "exp" / "gone.yaml").write_text("env: nowhere.py\ntarget: cpu\n")
+    assert cli.main(["train", "exp/gone.yaml"]) == 2
+    assert "env: 'nowhere.py' names an env source file, which is not there" in capsys.readouterr().err

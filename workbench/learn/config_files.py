@@ -94,6 +94,19 @@ def register_env_file(path: str) -> str | None:
     return source.stem
 
 
+def env_named_by_file(env, base: Path | None = None):
+    """The env name an `env` field means: a path to an env's source file (my_env.py, my_env.cu; relative
+    to `base`, a config file's folder, where it is found there, else to the working folder) registered
+    under its stem; any other value as it is."""
+    if not isinstance(env, str) or Path(env).suffix not in ENV_SOURCE_LANGUAGES:
+        return env
+    path = base / env if base is not None and not Path(env).is_absolute() and (base / env).is_file() else Path(env)
+    if not path.is_file():
+        raise cfg.ConfigError(f"env: {env!r} names an env source file, which is not there ({str(path.resolve())!r}); "
+                              f"a path is taken relative to the config file's folder, then the working folder")
+    return register_env_file(str(path))
+
+
 def load_config(name_or_path: str, algorithm: str | None = None):
     """A config file, a shipped config's name, an env's source file (register_env_file: trained with
     its default config), or (with neither of that name, or where a registered source replaced the
@@ -108,7 +121,10 @@ def load_config(name_or_path: str, algorithm: str | None = None):
     if found is None or (not Path(name_or_path).is_file() and registry.replaced_shipped(name_or_path)):
         if name_or_path in registry.names():  # (a shipped config is tuned for the shipped env, not its replacement)
             return default_config(name_or_path, algorithm)
-    config = cfg.load_yaml(found or resolve_config(name_or_path))
+    path = found or resolve_config(name_or_path)
+    config = cfg.load_yaml(path)
+    if (env := env_named_by_file(config.env, Path(path).parent)) != config.env:  # (env: my_env.py)
+        config = cfg.replace(config, env=env)
     if algorithm and algorithm != config.algorithm and not Path(name_or_path).is_file():
         # a shipped config is tuned for its algorithm: another one starts from its own defaults for the env,
         # keeping the task's settings (pendulum.yaml's DDPG tuning would not learn with PPO)

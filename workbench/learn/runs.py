@@ -15,8 +15,8 @@ import zipfile
 from pathlib import Path
 
 from . import config as cfg, interrupts, run_lock
-from .config_files import (config_file, default_config, is_default_config, load_config,  # noqa: F401 - (API)
-                           resolve_config, shipped_configs)
+from .config_files import (config_file, default_config, env_named_by_file, is_default_config,  # noqa: F401 - (API)
+                           load_config, resolve_config, shipped_configs)
 from .report import reached, returns_text, run_folder_contents  # noqa: F401 - (runs' API)
 from ..errors import WorkbenchWarning
 from .resume_rules import (ResumeError, refuse_edited_fixed_fields,  # noqa: F401 - (runs' API)
@@ -138,6 +138,8 @@ def run_config(config=None, *, resume=None, changes=None):
     the new budget. A `config` given with `resume` (`train FILE --resume RUN`) applies the fields it
     sets away from their defaults as changes, under the same rules (an env's default config none)."""
     changes = dict(changes or {})
+    if "env" in changes:  # (--env my_env.py, env="my_env.py": the env registered from the file)
+        changes["env"] = env_named_by_file(changes["env"])
     if resume:
         # what a config given with resume sets goes on as changes (it was dropped silently), but for an env's
         # default config (`train my_env.py --resume RUN`: the file names the env, the run keeps its settings)
