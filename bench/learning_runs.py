@@ -30,7 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# name: (task, threshold on the mean episode return of every policy, or None for the Tag games)
+# name: (task, threshold on the mean episode return of every policy, or None for the Tag games): the tasks'
+# usual bars (Gymnasium's reward_threshold; Pendulum has none), below the configs' target_return
 RUNS = {
     "cartpole": ("CartPole-v1", 475.0),
     "acrobot": ("Acrobot-v1", -100.0),
