@@ -251,6 +251,8 @@ def test_the_cli_trains_and_checks_an_env_from_its_source_file(tmp_path, monkeyp
     (tmp_path / "reach_file.py").write_text(REACH)
     assert cli.main(["check", "reach_file.py", "--targets", "cpu", "--num-envs", "2", "--steps", "8"]) == 0
     assert "check_env('reach_file') passed on ['cpu']" in capsys.readouterr().out
+    assert cli.main(["envs", "reach_file.py"]) == 0
+    assert capsys.readouterr().out.startswith("reach_file: ")
     assert cli.main(["train", "reach_file.py", "--target", "cpu", "--num-envs", "8", "--total-env-steps", "512",
                      "--run-dir", "run"]) in (0, 1)
     assert "training reach_file with PPO" in capsys.readouterr().out

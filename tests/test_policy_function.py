@@ -212,3 +212,11 @@ def test_errors_name_the_policies_the_member_and_the_observation_width(runs):
         function(np.zeros(5))
     with pytest.raises(PolicyFunctionError, match=r"a pair \(obs, info\), as Gymnasium's reset\(\) returns"):
         function((np.zeros(4), {}))
+
+
+def test_trainer_act_given_observations_points_to_wb_policy():
+    import torch
+    trainer = wb.make_trainer(wb.PPOConfig(env="cartpole", num_envs=4, target="cpu", progress=False))
+    with pytest.raises(TypeError, match=r"takes True or False, got Tensor: .*wb.policy\(run\)\(obs\)"):
+        trainer.act(torch.zeros(4, 1, 4))
+    assert trainer.act(deterministic=True).shape[0] == 4

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 
+from .learn.config_files import register_env_file
 from .learn.runs import ResumeError, load_config, resolve_config, run_config, run_folder_contents, run_training
 
 
@@ -249,7 +250,6 @@ def cmd_rollouts(args) -> int:
 
 def cmd_check(args) -> int:
     import workbench as wb
-    from .learn.config_files import register_env_file
     for name in args.envs or wb.env_names():  # (a name, or an env's source file: my_env.py)
         print(wb.check_env(register_env_file(name) or name, targets=args.targets, num_envs=args.num_envs,
                            steps=args.steps))
@@ -262,7 +262,7 @@ def cmd_envs(args) -> int:
     from .runtime import registry
     space = registry.describe_space
     if args.env is not None:
-        defn = registry.definition(args.env)
+        defn = registry.definition(register_env_file(args.env) or args.env)  # (a name, or an env's source file)
         print(f"{defn.name}: {space(defn.observation)} observations, {space(defn.action)} actions, "
               f"{defn.num_agents} agent(s), at most {defn.max_steps} steps an episode\n")
         print((defn.namespace.get("__doc__") or "").strip() + "\n")

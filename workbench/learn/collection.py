@@ -37,6 +37,14 @@ FINAL_OBS_BUFFER_BYTES = 256 * 2**20
 NOISE_BLOCK_BYTES = 32 * 2**20
 
 
+def refuse_observations(deterministic) -> None:
+    """TypeError for trainer.act(obs): it acts on the env's own observations."""
+    if hasattr(deterministic, "shape"):
+        raise TypeError(f"Trainer.act(deterministic=...) takes True or False, got {type(deterministic).__name__}: it "
+                        f"acts on the env's current observations (trainer.env); for actions of observations of your "
+                        f"own, wb.policy(run)(obs)")
+
+
 class Collector:
     """Steps the trainer's env with its policies. trainer: the Trainer whose env, groups, models,
     buffers, normalisers and generator it uses (it owns none of them)."""
@@ -311,6 +319,7 @@ class Collector:
         """The learners' actions for the env's current observations into its action array: the
         distribution's mode when deterministic, else a sample drawn from `streams` (a MemberStreams of
         one stream per member: each member's draws its own), else with `generator` (None: torch's global one)."""
+        refuse_observations(deterministic)
         tr = self.trainer
         self.acting()
         with torch.no_grad():

@@ -56,7 +56,8 @@ def load_checkpoint(run_or_checkpoint):
             f"{str(path)!r} trained env '{name}' from another source than the '{name}' registered in this process "
             f"({different}); a run resumes, evaluates and replays only with the env it trained: register the run's "
             f"version again, wb.register({name!r}, {text}{lang}{f', params={params!r}' if params else ''}), or use "
-            f"a new process; to train the changed env, start a new run")
+            f"a new process (from the command line: leave the changed source file out, `--resume RUN` alone loads the "
+            f"run's version); to train the changed env, start a new run")
     return path, payload
 
 
