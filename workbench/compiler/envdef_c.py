@@ -200,7 +200,7 @@ def parse_c(name: str, source: str, filename: str | None = None, overrides: Mapp
     try:
         declared = exec_source(block, filename, f"workbench_env_{name}")
     except EnvDefinitionError as exc:  # (STEP = [move, score]: C function names written as Python names)
-        named = re.match(r"NameError at line \d+: name '(\w+)'", str(exc))
+        named = re.search(r"NameError at line \d+: name '(\w+)'", str(exc))
         if named and named.group(1) in found:
             raise EnvDefinitionError(f"{exc}: {named.group(1)} is a C function; the {C_BLOCK} block is Python, "
                                      f"so phases are listed by name as text, e.g. STEP = [\"{named.group(1)}\"]",
