@@ -17,7 +17,8 @@ CONTRACT = ("an EVAL_METRICS function takes (store, params) and returns a tensor
 
 
 class MetricParams(dict):
-    """An env's parameters as its metric functions get them: p["num_runners"] or p.num_runners."""
+    """An env's parameters as its metric functions get them: p["num_runners"] or p.num_runners (p["name"]
+    for a parameter named like a dict method: p.items is the method)."""
 
     def __getattr__(self, name):
         try:
