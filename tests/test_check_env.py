@@ -79,18 +79,19 @@ def test_an_observation_entry_that_observe_never_writes_is_pointed_out():
 def test_check_env_seeds_replicas_in_blocks_as_a_population_does(monkeypatch):
     from workbench.runtime import env as env_module
     made = []
-    original = env_module.make
+    original = env_module.Env.__init__
 
-    def recording(*args, **kwargs):
+    def recording(self, *args, **kwargs):
         made.append(kwargs.get("replicas_per_seed"))
-        return original(*args, **kwargs)
+        return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(env_module, "make", recording)
+    monkeypatch.setattr(env_module.Env, "__init__", recording)
     # blocks of 2 seeded apart, stepped past several auto-resets on both targets
     report = wb.check_env("cartpole", targets=("cpu", "cuda"), num_envs=4, steps=tiny(60, 30), replicas_per_seed=2)
     assert "passed" in str(report) and made == [2, 2, 2]  # (the third: the first target's twin)
     made.clear()
-    population_env = original("cartpole", num_envs=6, target="cpu", replicas_per_seed=3)
+    population_env = wb.make("cartpole", num_envs=6, target="cpu", replicas_per_seed=3)
+    made.clear()
     wb.check_env(population_env, targets=("cpu", "cpu"), num_envs=6, steps=5)
     assert made == [3, 3, 3]  # a given env's own blocks
     with pytest.raises(wb.WorkbenchError, match="replicas_per_seed must divide num_envs=4"):

@@ -71,7 +71,9 @@ def test_a_checked_source_is_checked_once_per_machine(checking, monkeypatch):
 
 def test_check_env_on_the_cpu_counts_and_shipped_envs_are_not_checked(checking, monkeypatch):
     wb.register("fine_env2", SOURCE.replace(OUT_OF_BOUNDS, "obs[env, agent, i]"))
-    wb.check_env("fine_env2", targets=("cpu",), num_envs=4, steps=4)  # (what a %%warpenv cell runs)
+    wb.check_env("fine_env2", targets=("cpu",), num_envs=4, steps=4)  # too short to count: no marker
+    assert not (checking / "cache" / "checked").exists()
+    wb.check_env("fine_env2", targets=("cpu",), num_envs=4, steps=21)  # past MAX_STEPS (what a %%warpenv cell runs)
 
     def refuse(*args, **kwargs):
         raise AssertionError("checked again")
@@ -85,3 +87,14 @@ def test_the_check_can_be_turned_off(checking, monkeypatch):
     wb.register("unchecked_env", SOURCE.replace(OUT_OF_BOUNDS, "obs[env, agent, i]"))
     monkeypatch.setattr(check, "check_env", lambda *a, **k: pytest.fail("checked"))
     check.check_new_env(wb.make("unchecked_env", num_envs=1, target="cpu").definition, {})
+
+
+def test_env_parameters_named_like_check_env_arguments_are_the_envs(checking):
+    source = SOURCE.replace(OUT_OF_BOUNDS, "obs[env, agent, i]").replace("PARAMS = dict(max_steps=20)",
+                                                                          "PARAMS = dict(max_steps=20, steps=3, seed=1)")
+    wb.register("argument_named_env", source)
+    config = replace(default_config("argument_named_env"), num_envs=4, rollout_length=4, target="cpu",
+                     env_params={"steps": 5, "seed": 2})
+    trainer = wb.make_trainer(config)  # (before: "got multiple values for keyword argument 'steps'")
+    assert trainer.env.definition.params == {"max_steps": 20, "steps": 5, "seed": 2}
+    assert len(list((checking / "cache" / "checked").iterdir())) == 1

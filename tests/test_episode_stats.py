@@ -82,6 +82,9 @@ def test_one_policy_over_both_tag_teams_reports_each_teams_return_apart():
     for team in teams:
         assert pulled[f"group_return/{team}"] == pytest.approx(expected[f"return/{team}"], rel=1e-5, abs=1e-6)
     assert pulled["group_return/taggers"] != pytest.approx(pulled["group_return/runners"])
+    # by agents, not names: policies that each play one group under other names report no group apart
+    assert EpisodeStats(env, {"chasers": teams["taggers"], "fleeing": teams["runners"]}).agent_groups == {}
+    assert list(EpisodeStats(env, {"runners": shared["shared"]}).agent_groups) == ["taggers", "runners"]
 
 
 def test_after_step_allocates_nothing_it_keeps_and_never_reads_the_host(monkeypatch):

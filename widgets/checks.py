@@ -74,14 +74,16 @@ def rank_choices(definition, policies: dict | None) -> list:
     """rank_by's choices: what a run of the env reports with these policies (None: the env's
     AGENT_GROUPS, else one shared policy); the field takes any other text too, a minus included."""
     from workbench.learn.config_env import ranked_statistics
-    names = list(policies) if isinstance(policies, dict) else ["shared"]
-    groups = definition.namespace.get("AGENT_GROUPS")
-    if policies is None and groups is not None:
+    names = policies if isinstance(policies, dict) else ["shared"]
+    if policies is None and definition.namespace.get("AGENT_GROUPS") is not None:
         try:
-            names = list(groups(types.SimpleNamespace(**definition.params)))
+            names = definition.agent_groups()
         except Exception:  # noqa: BLE001 - the env's own code: Start reports what it raises
             names = ["shared"]
-    return ranked_statistics(definition, names)
+    try:
+        return ranked_statistics(definition, names)
+    except Exception:  # noqa: BLE001 - (the env's AGENT_GROUPS, or a map's ids: Start reports what they raise)
+        return ranked_statistics(definition, ["shared"])
 
 
 def checked_env_form(env: str, env_params: dict | None) -> EnvParamsForm:

@@ -39,7 +39,7 @@ NOISE_BLOCK_BYTES = 32 * 2**20
 
 def refuse_observations(deterministic) -> None:
     """TypeError for trainer.act(obs): it acts on the env's own observations."""
-    if hasattr(deterministic, "shape"):
+    if getattr(deterministic, "ndim", 0) > 0:
         raise TypeError(f"Trainer.act(deterministic=...) takes True or False, got {type(deterministic).__name__}: it "
                         f"acts on the env's current observations (trainer.env); for actions of observations of your "
                         f"own, wb.policy(run)(obs)")

@@ -295,7 +295,7 @@ def _coerce(cls, name, kind, value):
         names = name in ("centralised_critic", "frozen")  # (policy names; hidden_sizes: layer widths)
         sequence = isinstance(value, (list, tuple))
         odd = [v for v in value if isinstance(v, bool) or not (isinstance(v, numbers.Integral) or isinstance(
-            v, float) and v.is_integer())] if sequence else None
+            v, numbers.Real) and float(v).is_integer())] if sequence else None
         if sequence and not odd:
             return tuple(int(v) for v in value)
         if names and (isinstance(value, str) or sequence and all(isinstance(v, str) for v in value)):

@@ -20,13 +20,14 @@ def check_against_env(config, env, groups=None, members: int = 1) -> None:
     (None: one policy for every agent)."""
     name = type(config).__name__
     if groups is None:
-        sizes = {"shared": env.num_agents}
+        ids = {"shared": list(range(env.num_agents))}
     elif isinstance(groups, dict):
-        sizes = {str(k): len(list(v)) for k, v in groups.items()}
+        ids = {str(k): list(v) for k, v in groups.items()}
     else:
-        sizes = {g.name: len(list(g.ids)) for g in groups}
+        ids = {g.name: list(g.ids) for g in groups}
+    sizes = {k: len(v) for k, v in ids.items()}
     definition = getattr(env, "definition", None)
-    check_rank_by(config, definition, list(sizes))
+    check_rank_by(config, definition, ids)
     learning = [k for k in sizes if k not in config.frozen]  # (mean_return averages these)
     if members > 1 and config.rank_by.lstrip("-").removeprefix("return/") in config.frozen:
         warnings.warn(f"{name}.rank_by is {config.rank_by!r}, the return of a frozen policy, which learns nothing: "
@@ -34,7 +35,7 @@ def check_against_env(config, env, groups=None, members: int = 1) -> None:
                       f"{[f'return/{k}' for k in learning]} to rank them by what they learn", WorkbenchWarning,
                       stacklevel=3)
     if members > 1 and config.sweep and len(learning) > 1 and config.rank_by == "mean_return":
-        others = [k for k in ranked_statistics(definition, list(sizes)) if k != "mean_return"]
+        others = [k for k in ranked_statistics(definition, ids) if k != "mean_return"]
         warnings.warn(f"{name}.rank_by is mean_return, the average of the returns of policies {learning}: where "
                       f"they play against each other it ranks the sweep's settings by little; set rank_by to one "
                       f"policy's return or an env metric (one of {others})", WorkbenchWarning, stacklevel=3)
@@ -94,9 +95,10 @@ def check_minibatches(config, sizes: dict) -> None:
                 f"pick one of {divisors}{' ...' if batch > 64 else ''} or change num_envs or rollout_length")
 
 
-def ranked_statistics(definition, policies: list) -> list:
+def ranked_statistics(definition, policies) -> list:
     """What a config's rank_by may name for runs of the env `definition` (None: unknown) with these
-    policies: the statistics of each report that say how well a member does (higher is better)."""
+    policies ({name: agent ids}, or names as agent_groups_apart takes them): the statistics of each report
+    that say how well a member does (higher is better)."""
     metrics = [RENAMED.get(k, k) for k in env_metrics(definition)] if definition is not None else []
     apart = [f"group_return/{g}" for g in agent_groups_apart(definition, policies)] if definition is not None else []
     return ["mean_return"] + [f"return/{p}" for p in policies] + apart + ["episode_length"] + metrics
@@ -106,7 +108,7 @@ def ranked_statistics(definition, policies: list) -> list:
 _RANK_ALIASES = {"return": "mean_return", **RENAMED}
 
 
-def check_rank_by(config, definition, policies: list) -> None:
+def check_rank_by(config, definition, policies) -> None:
     """ConfigError unless config.rank_by names a statistic the run's reports hold (ranked_statistics);
     the trainer calls it before the env compiles, and again once the policy map is built."""
     check_rank_name(type(config).__name__, config.rank_by, ranked_statistics(definition, policies))

@@ -26,10 +26,14 @@ RENAMED = {"runner_survival": "survival"}
 
 
 def agent_groups_apart(definition, policies) -> dict:
-    """{name: agent ids} of the env's AGENT_GROUPS that no policy is named after (a policy over several
-    groups, as {shared: [taggers, runners]}): their returns are reported apart, as group_return/NAME."""
+    """{name: agent ids} of the env's AGENT_GROUPS whose agents are no policy's (a policy over several groups,
+    as {shared: [taggers, runners]}): their returns are reported apart, as group_return/NAME. policies:
+    {name: agent ids}, or names (of AGENT_GROUPS groups, or "shared": every agent)."""
     groups = definition.agent_groups() or {}
-    return {name: list(ids) for name, ids in groups.items() if name not in policies}
+    if not isinstance(policies, dict):
+        policies = {n: groups.get(n, range(definition.num_agents) if n == "shared" else ()) for n in policies}
+    played = [sorted(int(i) for i in ids) for ids in policies.values()]
+    return {name: list(ids) for name, ids in groups.items() if sorted(ids) not in played}
 
 
 class EpisodeStats:
@@ -48,7 +52,7 @@ class EpisodeStats:
         elif not isinstance(groups, dict):
             groups = {g.name: list(g.ids) for g in groups}
         self.names = list(groups)
-        self.agent_groups = agent_groups_apart(env.definition, self.names)
+        self.agent_groups = agent_groups_apart(env.definition, groups)
         device, E = env.device, env.num_envs
         returned = list(groups.values()) + list(self.agent_groups.values())
         self.index = [torch.as_tensor(list(ids), dtype=torch.long, device=device) for ids in returned]

@@ -108,7 +108,7 @@ def _play(trainer, episodes, steps, random_groups, deterministic, seed, streams)
     env.reset(seed)
     finished = torch.zeros(env.num_envs, device=device)  # episodes each replica has finished
     counted = torch.zeros(members, device=device)  # (member k: replicas [k * E / M, (k + 1) * E / M))
-    apart = agent_groups_apart(env.definition, [g.name for g in trainer.groups])
+    apart = agent_groups_apart(env.definition, {g.name: list(g.ids) for g in trainer.groups})
     apart_ids = {name: torch.as_tensor(ids, device=device) for name, ids in apart.items()}
     sums = {f"return/{g.name}": torch.zeros(members, device=device) for g in trainer.groups}
     sums.update({f"group_return/{name}": torch.zeros(members, device=device) for name in apart})

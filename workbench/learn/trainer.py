@@ -477,7 +477,7 @@ def make_trainer(config, policies=None, models=None, env=None, distributed: bool
         policies = (resolve_policy_map(config.policies, definition) if config.policies is not None
                     else definition.agent_groups())
     if policies is None or isinstance(policies, dict):  # (named before anything compiles)
-        check_rank_by(config, definition, list(policies) if policies is not None else ["shared"])
+        check_rank_by(config, definition, policies if policies is not None else ["shared"])
         check_policies(config, list(policies) if policies is not None else ["shared"])
         check_minibatches(config, policy_sizes(definition, policies))
     if env is None:

@@ -12,6 +12,8 @@ from ..compiler.envdef import Box, Discrete, MultiDiscrete
 from ..errors import ConsistencyError, EnvParameterError
 from .env_metrics import checked_metrics
 
+CHECK_STEPS = 64  # check_new_env's: a check_env on the cpu target this long (or past an episode's end) counts as one
+
 
 @dataclass
 class CheckReport:
@@ -87,10 +89,13 @@ def _final_observe_changes_nothing(ref, twin, name):
 
 
 def check_env(name_or_env, targets=None, *, num_envs: int = 8, steps: int = 64, seed: int = 0, rtol: float = 1e-4,
-              atol: float = 1e-5, replicas_per_seed: int | None = None, **params) -> CheckReport:
+              atol: float = 1e-5, replicas_per_seed: int | None = None, env_params: dict | None = None,
+              **params) -> CheckReport:
     """Run one env on each of `targets` in lockstep and compare every array after every step.
     replicas_per_seed: seed the replicas in blocks, as a population's env is (default: one block, or
     a given Env's own blocks when they divide num_envs).
+
+    The env's parameters are the free keywords, or env_params (for one named like an argument here: steps).
 
     Each step starts every target from the first target's state (so float32 rounding cannot
     accumulate into a different trajectory), applies the same actions, and compares all arrays.
@@ -101,11 +106,11 @@ def check_env(name_or_env, targets=None, *, num_envs: int = 8, steps: int = 64, 
     first target's arrays (EnvDefinitionError naming a metric that fails). Raises ConsistencyError.
     """
     from . import registry
-    from .env import make
     from .env import Env
     from ..compiler.envdef_c import C_LANGUAGES
     from ..compiler.targets import available_targets
 
+    params = {**(env_params or {}), **params}
     if isinstance(name_or_env, Env):
         name, params = name_or_env.name, {**name_or_env.definition.params, **params}
         base_target = name_or_env.target.name
@@ -127,11 +132,12 @@ def check_env(name_or_env, targets=None, *, num_envs: int = 8, steps: int = 64, 
             targets.insert(0, base_target)
     targets = (targets,) if isinstance(targets, str) else tuple(targets)
     # debug kernels: bounds checked where the target can, an out-of-bounds access named by array, index and line
-    envs = [make(name, num_envs=num_envs, target=t, seed=seed, debug=True, replicas_per_seed=replicas_per_seed,
-                 **params) for t in targets]
+    definition = registry.definition(name, **params)  # (an env parameter named seed is the env's, not make's)
+    envs = [Env(definition, num_envs=num_envs, target=t, seed=seed, debug=True, replicas_per_seed=replicas_per_seed)
+            for t in targets]
     ref = envs[0]
-    twin = make(name, num_envs=num_envs, target=targets[0], seed=seed, debug=True, replicas_per_seed=replicas_per_seed,
-                **params)
+    twin = Env(definition, num_envs=num_envs, target=targets[0], seed=seed, debug=True,
+               replicas_per_seed=replicas_per_seed)
     twin.keep_final_obs = False
     names = list(ref.store)
     if ref.definition.obs_state:  # the observation is the state: a difference is named by its state array
@@ -193,7 +199,7 @@ def check_env(name_or_env, targets=None, *, num_envs: int = 8, steps: int = 64, 
         seen |= ref.store["obs"].reshape(-1, obs_size).ne(0).any(0).cpu()
     zero = tuple(int(i) for i in (~seen).nonzero().reshape(-1))
     checked_metrics(ref)  # (EVAL_METRICS on the arrays of finished episodes)
-    if "cpu" in targets:  # (its kernels were bounds checked: training this source needs no check of its own)
+    if "cpu" in targets and steps >= min(CHECK_STEPS, ref.definition.max_steps + 1):  # (bounds checked: enough)
         _remember_checked(ref.definition)
     return CheckReport(name, targets, steps, num_envs, finished, worst, ref.definition.max_steps, zero)
 
@@ -235,7 +241,7 @@ def check_new_env(definition, params: dict) -> None:
     WORKBENCH_CHECK_NEW_ENVS=0 skips it."""
     from . import registry
     from ..compiler.envdef_c import C_LANGUAGES
-    if os.environ.get("WORKBENCH_CHECK_NEW_ENVS", "1") in ("0", "off", "false"):
+    if os.environ.get("WORKBENCH_CHECK_NEW_ENVS", "1").lower() in ("0", "off", "false", "no"):
         return
     entry = registry.lookup(definition.name)
     if entry.shipped or entry.from_run or entry.language in C_LANGUAGES or entry.source != definition.source:
@@ -244,4 +250,4 @@ def check_new_env(definition, params: dict) -> None:
     marker = _checked_marker(key)
     if key in _CHECKED_IN_PROCESS or (marker is not None and marker.exists()):
         return
-    check_env(definition.name, targets=("cpu",), num_envs=4, steps=64, **params)
+    check_env(definition.name, targets=("cpu",), num_envs=4, steps=CHECK_STEPS, env_params=params)

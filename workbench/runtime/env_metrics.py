@@ -6,6 +6,8 @@ parameters (p["num_runners"] or p.num_runners). Training and evaluation average 
 """
 from __future__ import annotations
 
+import types
+
 import torch
 
 from ..errors import EnvDefinitionError, did_you_mean
@@ -16,16 +18,31 @@ CONTRACT = ("an EVAL_METRICS function takes (store, params) and returns a tensor
             "parameters, as p['name'] or p.name")
 
 
-class MetricParams(dict):
-    """An env's parameters as its metric functions get them: p["num_runners"] or p.num_runners (p["name"]
-    for a parameter named like a dict method: p.items is the method)."""
+class MetricParams(types.SimpleNamespace):
+    """An env's parameters as its metric functions get them: p["num_runners"] or p.num_runners (the same
+    object AGENT_GROUPS' functions get, with items too)."""
+
+    def __getitem__(self, name):
+        try:
+            return vars(self)[name]
+        except KeyError:
+            raise KeyError(self._unknown(name)) from None
 
     def __getattr__(self, name):
-        try:
-            return self[name]
-        except KeyError:
-            raise AttributeError(f"the env has no parameter {name!r}{did_you_mean(name, self, repr)}; its "
-                                 f"parameters: {sorted(self)}") from None
+        raise AttributeError(self._unknown(name))
+
+    def __contains__(self, name):
+        return name in vars(self)
+
+    def __iter__(self):
+        return iter(vars(self))
+
+    def __len__(self):
+        return len(vars(self))
+
+    def _unknown(self, name) -> str:
+        return f"the env has no parameter {name!r}{did_you_mean(str(name), vars(self), repr)}; its parameters: " \
+               f"{sorted(vars(self))}"
 
 
 def _runner_ids(params):
@@ -76,14 +93,15 @@ def checked_metrics(env) -> tuple:
     are, so that a mistake in one is an EnvDefinitionError naming the metric before training or evaluation
     starts, not an error at the first finished episode. Checks the code and the result's shape [E], dtype
     and device, not the values."""
-    metrics, params = env_metrics(env), MetricParams(env.definition.params)
+    metrics, params = env_metrics(env), MetricParams(**env.definition.params)
     E = env.num_envs
     for name, fn in metrics.items():
         where = f"{env.definition.name}: EVAL_METRICS[{name!r}]"
         try:
             value = fn(env.store, params)
         except Exception as exc:  # noqa: BLE001 - any error of the env's own code, named by its metric
-            raise EnvDefinitionError(f"{where} failed on the env's arrays: {type(exc).__name__}: {exc}\n"
+            raise EnvDefinitionError(f"{where} failed on the env's arrays (called once before training, where no "
+                                     f"episode may have ended yet: last_length 0): {type(exc).__name__}: {exc}\n"
                                      f"  ({CONTRACT})") from exc
         if not isinstance(value, torch.Tensor):
             problem = f"returned {type(value).__name__}, not a tensor"
@@ -91,7 +109,7 @@ def checked_metrics(env) -> tuple:
             problem = f"returned shape {tuple(value.shape)} where {E} replicas need [{E}] (one value a replica)"
         elif value.dtype.is_complex:
             problem = f"returned dtype {value.dtype}"
-        elif value.device != env.store["done"].device:
+        elif value.device != env.store["done"].device and value.dim() > 0:
             problem = f"returned a tensor on {value.device}, not on the env's device {env.store['done'].device}"
         else:
             continue

@@ -148,7 +148,7 @@ _KEPT = ("name", "source", "language", "filename", "c_source", "c_filename")
 
 
 # the name of the readable copy of a registered env's source a run folder keeps, by the source's language
-SOURCE_COPIES = {"python": "env_source.py", "cuda": "env_source.cu"}
+SOURCE_COPIES = {"python": "env_source.py", "cuda": "env_source.cu", "cuda-c": "env_source.cu"}  # (cuda-c: older runs)
 
 
 def stored(defn: envdef.EnvDefinition) -> dict | None:

@@ -277,6 +277,8 @@ class _CheckedArray:
 
     def __setitem__(self, index, value):
         self._check(index)
+        if isinstance(value, int) and self.dtype.kind in "iu":  # (stored as the kernel stores it: wrapped)
+            value = np.array(value, dtype=np.int64).astype(self.dtype)
         self.array[index] = value
 
     def __len__(self):
