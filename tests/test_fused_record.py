@@ -41,15 +41,17 @@ def scrambled(env, seed):
     return s
 
 
-@pytest.mark.parametrize("env_name,members,keep_final", [("tag_continuous", 1, False), ("tag_continuous", 2, True),
-                                                          ("cartpole", 2, True)])
-def test_step_record_matches_the_torch_path(env_name, members, keep_final):
+@pytest.mark.parametrize("env_name,members,keep_final,shared", [
+    ("tag_continuous", 1, False, False), ("tag_continuous", 2, True, False), ("cartpole", 2, True, False),
+    ("tag_continuous", 1, False, True), ("tag_continuous", 2, True, True)])  # (shared: each team's return apart)
+def test_step_record_matches_the_torch_path(env_name, members, keep_final, shared):
     params = dict(num_taggers=2, num_runners=5, num_other_agents_observed=2) if env_name != "cartpole" else {}
     env = wb.make(env_name, num_envs=6, target="cuda" if GPU else "cpu", seed=1, **params)
     device, E, A = env.device, env.num_envs, env.num_agents
-    groups = build_groups(policy_map(env), A, device)
+    groups = build_groups({"shared": env.agents} if shared else policy_map(env), A, device)
     active = env.definition.namespace.get("ACTIVE")
     want_stats, got_stats = (EpisodeStats(env, groups, members=members) for _ in range(2))
+    assert list(got_stats.agent_groups) == (["taggers", "runners"] if shared else [])
     assert FusedStepRecord.applies(type("T", (), {"env": env}), groups, got_stats, active)
     record = FusedStepRecord(env.store, got_stats, groups, active, members)
     assert record.masks == (active is not None) and (record.metric is not None) == (env_name != "cartpole")
@@ -88,6 +90,8 @@ def test_step_record_matches_the_torch_path(env_name, members, keep_final):
         assert row_got == pytest.approx(row_want, rel=1e-5, abs=1e-5, nan_ok=True)
         if env_name != "cartpole":
             assert {"runners_tagged", "tag_rate", "survival"} <= set(row_got)
+        if shared:
+            assert {"group_return/taggers", "group_return/runners"} <= set(row_got)
 
 
 def test_step_record_refuses_what_it_cannot_serve():

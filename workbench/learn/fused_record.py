@@ -39,6 +39,13 @@ class FusedStepRecord:
             p = stats.params
             self.metric = dict(metric_col=stats.keys.index("runners_tagged"), metric_start=int(p["num_taggers"]),
                                METRIC_N=int(p["num_runners"]))
+        # agent groups a policy over several plays (group_return/NAME): their sums in a few torch ops a step
+        n_apart = len(stats.agent_groups)
+        self.apart = stats.index[len(stats.names):], stats.gathered[len(stats.names):]
+        self.apart_rows = torch.empty((n_apart, E), dtype=torch.float32, device=store["reward"].device)
+        self.apart_sums = torch.empty((n_apart, members), dtype=torch.float32, device=store["reward"].device)
+        first = stats.keys.index(f"group_return/{next(iter(stats.agent_groups))}") if n_apart else 0
+        self.apart_cols = slice(first, first + n_apart)
 
     @staticmethod
     def applies(trainer, groups, stats, active: str | None) -> bool:
@@ -46,7 +53,7 @@ class FusedStepRecord:
         metrics_served = all(k == "runners_tagged" and fn is _runners_tagged for k, fn in stats.env_metrics.items())
         arrays = [store[k] for k in _STORE_ARRAYS] + ([store[active]] if active is not None else [])
         return (all(g.slice is not None for g in groups) and metrics_served
-                and [g.name for g in groups] == stats.names and not stats.agent_groups
+                and [g.name for g in groups] == stats.names
                 and store["reward"].dtype == torch.float32 and store["last_return"].dtype == torch.float32
                 and store["final_obs"].dtype == torch.float32 and all(a.is_contiguous() for a in arrays)
                 and (active is None or tuple(store[active].shape) == tuple(store["reward"].shape)))
@@ -68,3 +75,15 @@ class FusedStepRecord:
                 metric_start=metric["metric_start"], A=self.A, N=n, NP=_pow2(n, 1), O=self.O, OP=_pow2(self.O, 1),
                 METRIC_N=metric["METRIC_N"], SHARED=k == 0, FINAL=k == 0 and final_obs is not None,
                 MASK=self.masks, METRIC=k == 0 and self.metric is not None, BLOCK=self.BLOCK)
+        if self.apart_rows.shape[0]:
+            self._add_apart_groups()
+
+    def _add_apart_groups(self) -> None:
+        """Each apart group's mean return over its agents, where its replica's episode ended, into the sums."""
+        s, rows = self.store, self.apart_rows
+        for row, (index, gathered) in enumerate(zip(*self.apart)):
+            torch.index_select(s["last_return"], 1, index, out=gathered)
+            torch.mean(gathered, dim=1, out=rows[row])
+        rows.mul_(s["done"])
+        torch.sum(rows.view(rows.shape[0], self.members, -1), dim=2, out=self.apart_sums)
+        self.stats.sums.view(self.members, -1)[:, self.apart_cols].add_(self.apart_sums.t())
