@@ -65,10 +65,11 @@ def same_values_reordered(sweep, other) -> bool:
         return False
 
 
-def refuse_fixed_and_swept(changes: dict, sweep, resuming=None) -> None:
+def refuse_fixed_and_swept(changes: dict, sweep, resuming=None, algorithm: str | None = None) -> None:
     """A value given for a swept hyperparameter would train no member (each trains at its sweep's
     value): refused, naming the field, rather than ignored."""
-    sweepable = {k for names in SWEEPABLE.values() for k in names}  # (a name no member can differ in: validate's)
+    # (a name no member of the algorithm can differ in gets validate's error, which names the ones they can)
+    sweepable = SWEEPABLE.get(algorithm) or {k for names in SWEEPABLE.values() for k in names}
     for key, values in (sweep or {}).items():
         if key in changes and key in sweepable:
             if resuming:

@@ -147,7 +147,7 @@ def run_config(config=None, *, resume=None, changes=None):
         if config is not None and not is_default_config(config):
             changes = {**_set_fields(config), **changes}
         config, checkpoint, payload = _resume(resume, config)
-        refuse_fixed_and_swept(changes, config.sweep, resuming=config.run_dir)
+        refuse_fixed_and_swept(changes, config.sweep, resuming=config.run_dir, algorithm=config.algorithm)
         _merge_env_params(changes, config)
         refuse_other_algorithms_fields(changes, config)
         refuse_fixed_changes(changes, config)
@@ -182,7 +182,7 @@ def run_config(config=None, *, resume=None, changes=None):
     if config is None:
         raise cfg.ConfigError(f"train needs a config (a file or a shipped config: {shipped_configs()}), --env NAME for "
                               f"an env's own, or a run to resume (--resume RUN_DIR; resume=RUN_DIR from Python)")
-    refuse_fixed_and_swept(changes, changes.get("sweep"))
+    refuse_fixed_and_swept(changes, changes.get("sweep"), algorithm=changes.get("algorithm", config.algorithm))
     _merge_env_params(changes, config)
     config = cfg.replace(config, **changes)
     if not config.run_dir:
