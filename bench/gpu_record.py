@@ -23,6 +23,7 @@ GPU_PATHS = ("workbench/compiler/targets", "workbench/compiler/codegen*.py", "wo
              "workbench/compiler/rng.py", "workbench/compiler/helpers.py", "workbench/compiler/kernel_cache.py",
              "workbench/runtime/sampling*.py",
              "workbench/runtime/env.py", "workbench/runtime/random_actions.py", "workbench/runtime/store.py",
+             "workbench/runtime/env_metrics.py", "workbench/runtime/check.py",
              "workbench/learn/trainer.py",
              "workbench/learn/collection.py", "workbench/learn/learners.py", "workbench/learn/iteration_graph.py",
              "workbench/learn/metrics.py", "workbench/learn/algorithms", "workbench/learn/rollout.py",

@@ -202,14 +202,16 @@ def test_a_shipped_env_run_after_a_changed_one_plays_the_shipped_env(tmp_path):
         registry._REGISTRY["cartpole"] = shipped
 
 
-def test_a_source_registered_under_a_shipped_name_warns_and_trains_with_the_default_config():
+def test_a_source_registered_under_a_shipped_name_warns_and_trains_with_the_default_config(tmp_path, monkeypatch):
     shipped = registry.lookup("cartpole")
+    monkeypatch.chdir(tmp_path)  # (no configs/ folder here: configs/cartpole.yaml names the shipped config)
     try:
         with pytest.warns(UserWarning, match=r"wb.register\('cartpole'\) replaces the shipped env 'cartpole' in this "
                                              r"process: .* the default config \(not configs/cartpole.yaml"):
             wb.register("cartpole", KEEPAWAY)
         assert runs.load_config("cartpole") == runs.default_config("cartpole")  # not CartPole's tuned file
         assert runs.load_config("cartpole").target_return is None
+        assert runs.load_config("configs/cartpole.yaml") == runs.default_config("cartpole")  # (the path, the same)
     finally:
         registry._REGISTRY["cartpole"] = shipped
     assert runs.load_config("cartpole").target_return == 475.0

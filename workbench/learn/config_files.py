@@ -118,9 +118,10 @@ def load_config(name_or_path: str, algorithm: str | None = None):
     if registered is not None:
         return default_config(registered, algorithm)
     found = config_file(name_or_path)
-    if found is None or (not Path(name_or_path).is_file() and registry.replaced_shipped(name_or_path)):
-        if name_or_path in registry.names():  # (a shipped config is tuned for the shipped env, not its replacement)
-            return default_config(name_or_path, algorithm)
+    name = name_or_path.removeprefix("configs/").removesuffix(".yaml")  # (a shipped config's, as config_file reads it)
+    if found is None or (not Path(name_or_path).is_file() and registry.replaced_shipped(name)):
+        if name in registry.names():  # (a shipped config is tuned for the shipped env, not its replacement)
+            return default_config(name, algorithm)
     path = found or resolve_config(name_or_path)
     config = cfg.load_yaml(path)
     if (env := env_named_by_file(config.env, Path(path).parent)) != config.env:  # (env: my_env.py)
