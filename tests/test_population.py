@@ -272,6 +272,29 @@ def test_member_adam_equals_torch_adam_per_member():
         opt.step()
 
 
+@pytest.mark.parametrize("outputs", [1, 2, 7, 8])
+@pytest.mark.parametrize("input_grad", [True, False])
+def test_stacked_layers_of_few_outputs_compute_what_baddbmm_does(outputs, input_grad):
+    """MemberLinear's CPU path for fewer than 8 outputs (members._NarrowMemberLinear: the weight and its
+    gradient as [M, out, in]) gives baddbmm's values and gradients."""
+    from torch import nn
+    from workbench.learn.members import MemberLinear
+    torch.manual_seed(outputs)
+    layer = MemberLinear([nn.Linear(16, outputs) for _ in range(3)])
+    x = torch.randn(3 * 40, 16, requires_grad=input_grad)
+    dy = torch.randn(3 * 40, outputs)
+    layer(x).backward(dy)
+    mine = [layer.weight.grad, layer.bias.grad] + ([x.grad] if input_grad else [])
+    weight, bias = layer.weight.detach().clone().requires_grad_(), layer.bias.detach().clone().requires_grad_()
+    x_ref = x.detach().clone().requires_grad_(input_grad)
+    y_ref = torch.baddbmm(bias, x_ref.reshape(3, 40, 16), weight).reshape(-1, outputs)
+    torch.testing.assert_close(layer(x), y_ref, rtol=1e-6, atol=1e-6)
+    y_ref.backward(dy)
+    for got, want in zip(mine, [weight.grad, bias.grad] + ([x_ref.grad] if input_grad else [])):
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_streams_are_uniform_normal_and_independent_of_the_others():
     streams = MemberStreams([5, 6, 7], "cpu")
     u = streams.uniform((20000,), site=1)

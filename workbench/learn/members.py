@@ -31,6 +31,37 @@ class PopulationError(WorkbenchError, ValueError):
     """A population setting that cannot work; the message names it and the fix."""
 
 
+NARROW = 8  # outputs: fewer take _NarrowMemberLinear on the CPU
+
+
+class _NarrowMemberLinear(torch.autograd.Function):
+    """baddbmm(bias [M, 1, out], rows [M, n, in], weight [M, in, out]) for few outputs (a policy's head,
+    a value) on the CPU. MKL's batched matmul is slow where its right operand is a few row-major
+    columns: at 8 members x 1024 rows x 64 inputs, one thread, a 2-output head's forward took 0.66 ms
+    and its weight gradient (rows^T dy) 0.75 ms, 0.17 and 0.11 ms with the weight as [M, out, in] and
+    the gradient made as dy^T rows (bench/bench_cpu_member_heads.py)."""
+
+    @staticmethod
+    def forward(ctx, rows, weight, bias):
+        members, inputs, outputs = weight.shape
+        weight_out_in = torch.empty((members, outputs, inputs), dtype=weight.dtype)  # (row-major even at out = 1)
+        weight_out_in.copy_(weight.transpose(1, 2))
+        ctx.save_for_backward(rows, weight_out_in)
+        return torch.baddbmm(bias, rows, weight_out_in.transpose(1, 2))
+
+    @staticmethod
+    def backward(ctx, dy):
+        rows, weight_out_in = ctx.saved_tensors
+        d_rows = d_weight = d_bias = None
+        if ctx.needs_input_grad[0]:  # one output: an outer product, which bmm runs as slowly as the forward
+            d_rows = dy * weight_out_in if dy.shape[2] == 1 else torch.bmm(dy, weight_out_in)
+        if ctx.needs_input_grad[1]:
+            d_weight = torch.bmm(dy.transpose(1, 2), rows).transpose(1, 2)
+        if ctx.needs_input_grad[2]:
+            d_bias = dy.sum(1, keepdim=True)
+        return d_rows, d_weight, d_bias
+
+
 class MemberLinear(nn.Module):
     """M linear layers: x [M * N, in] -> [M * N, out], member k's rows through member k's layer.
     weight [M, in, out] (transposed against nn.Linear's, for baddbmm), bias [M, 1, out]."""
@@ -48,7 +79,10 @@ class MemberLinear(nn.Module):
         """x [M * n, in] (rows grouped by member) -> [M * n, out]: member k's rows through its own weights."""
         members = self.weight.shape[0]
         rows = x.reshape(members, -1, x.shape[-1])
-        out = torch.baddbmm(self.bias, rows, self.weight)
+        if x.device.type == "cpu" and self.out_features < NARROW:
+            out = _NarrowMemberLinear.apply(rows, self.weight, self.bias)
+        else:
+            out = torch.baddbmm(self.bias, rows, self.weight)
         return out.reshape(*x.shape[:-1], self.out_features)
 
     def member(self, k: int) -> dict:

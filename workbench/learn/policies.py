@@ -16,35 +16,18 @@ from torch import nn
 
 from ..compiler.envdef import Box, Discrete, MultiDiscrete
 from ..errors import WorkbenchError
-from . import categorical, padded_linear
+from . import categorical, cpu_tanh, padded_linear
 from .members import MemberLinear, member_log_std
 
 
-class _SigmoidTanh(torch.autograd.Function):
-    """tanh(x) = 2 sigmoid(2x) - 1, with tanh's own backward from the output."""
-
-    @staticmethod
-    def forward(ctx, x):
-        y = (x * 2.0).sigmoid_().mul_(2.0).sub_(1.0)
-        ctx.save_for_backward(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, grad):
-        (y,) = ctx.saved_tensors
-        return torch.ops.aten.tanh_backward(grad, y)
-
-
 class Tanh(nn.Tanh):
-    """nn.Tanh, computed on the CPU as 2 sigmoid(2x) - 1 (the fused GPU kernels' formula): torch's CPU
-    tanh kernel took 4.0 to 4.5 ns per element at one thread on an AVX2 machine against 1.75 to 2.0
-    ns for this form (bench/bench_cpu_tanh.py), and the hidden layers' tanh is the largest cost of a
-    CPU population's update. The same values to within 2e-7 (absolute), the same gradients to within
-    2e-6."""
+    """nn.Tanh, computed on the CPU (float32) by cpu_tanh's rational function, within 4e-7 of tanh: about
+    0.5 ns an element at one thread against torch's 3.2 (bench/bench_cpu_tanh.py), and the hidden
+    layers' tanh was the largest elementwise cost of a CPU population's update."""
 
     def forward(self, x):
-        if x.device.type == "cpu":
-            return _SigmoidTanh.apply(x)
+        if x.device.type == "cpu" and x.dtype == torch.float32:
+            return cpu_tanh.tanh(x)
         return torch.tanh(x)
 
 

@@ -25,6 +25,7 @@ from torch import nn
 
 from ..errors import ConfigError, TargetUnavailableError, WorkbenchError, did_you_mean
 from .members import MemberLinear
+from . import cpu_tanh
 from .normaliser import normalised
 from .policies import MLP, ActionHead, ActorCritic, CentralisedActorCritic, SharedActorCritic, Tanh
 from .runs import load_policy
@@ -34,14 +35,18 @@ class PolicyFunctionError(WorkbenchError, ValueError):
     """Observations or a policy choice a PolicyFunction cannot take; the message names what it expects."""
 
 
-class SigmoidTanh(nn.Module):
-    """policies.Tanh without its autograd function (traceable, and a saved trace needs no workbench):
-    2 sigmoid(2x) - 1 on the CPU, as training computed it there, torch.tanh elsewhere."""
+class CpuTanh(nn.Module):
+    """policies.Tanh without its autograd function or numba (traceable, and a saved trace needs no
+    workbench): on the CPU the values training computed there (cpu_tanh's, bit for bit), torch.tanh
+    elsewhere."""
 
     def forward(self, x):
-        if x.device.type == "cpu":
-            return torch.sigmoid(x * 2.0) * 2.0 - 1.0
+        if x.device.type == "cpu" and x.dtype == torch.float32:
+            return cpu_tanh.tanh_ops(x)
         return torch.tanh(x)
+
+
+SigmoidTanh = CpuTanh  # (the name a module saved by torch.save before holds)
 
 
 class ObservationNorm(nn.Module):
@@ -81,7 +86,7 @@ class HeadColumns(nn.Module):
 
 def plain_copy(module: nn.Module, member: int | None = None) -> nn.Module:
     """A detached copy of `module` in eval mode: policies.MLP as nn.Sequential, policies.Tanh as
-    SigmoidTanh (the same values), and with `member`, a stacked population's member k alone (each
+    CpuTanh (the same values), and with `member`, a stacked population's member k alone (each
     MemberLinear an nn.Linear, every other parameter its row k)."""
     module = copy.deepcopy(module)
     if member is not None:
@@ -97,7 +102,7 @@ def plain_copy(module: nn.Module, member: int | None = None) -> nn.Module:
             linear.load_state_dict(weights)
             return linear
         if isinstance(part, Tanh):
-            return SigmoidTanh()
+            return CpuTanh()
         for name, child in list(part.named_children()):
             if (new := convert(child)) is not child:
                 setattr(part, name, new)
