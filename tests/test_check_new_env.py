@@ -67,6 +67,10 @@ def test_a_checked_source_is_checked_once_per_machine(checking, monkeypatch):
     assert len(calls) == 1
     wb.make_trainer(replace(config, env_params={"max_steps": 30}))  # other parameters: checked anew
     assert len(calls) == 2
+    check._CHECKED_IN_PROCESS.clear()
+    monkeypatch.setattr(check, "_compiler_digest", lambda: "another code generator")  # an edited install
+    wb.make_trainer(config)
+    assert len(calls) == 3
 
 
 def test_check_env_on_the_cpu_counts_and_shipped_envs_are_not_checked(checking, monkeypatch):

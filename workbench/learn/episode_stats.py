@@ -8,9 +8,9 @@
 
 After every step the episodes that just finished (store["done"]) add their values to running sums:
 the mean per-agent return of each policy (store["last_return"]) and of each of the env's AGENT_GROUPS
-no policy is named after (group_return/NAME: a team's return where one policy plays several), the episode length
-(store["last_length"]) and the env's evaluation metrics (`runtime.env_metrics`: EVAL_METRICS, or
-tag rate, runner survival and runners tagged for a Tag game). `pull` divides by the number of
+whose agents are no one policy's (group_return/NAME: a team's return where one policy plays several),
+the episode length (store["last_length"]) and the env's evaluation metrics (`runtime.env_metrics`:
+EVAL_METRICS, or tag rate, runner survival and runners tagged for a Tag game). `pull` divides by the number of
 finished episodes; with none finished every value is NaN and `episodes` is 0.
 """
 from __future__ import annotations

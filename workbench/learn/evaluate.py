@@ -51,8 +51,8 @@ def evaluate(trainer, episodes: int = 1, random_policies=(), deterministic: bool
              seed: int | None = None) -> dict:
     """Play the first `episodes` episodes of every replica; returns host floats:
     return/NAME (mean per-agent episode return of each policy, undiscounted; group_return/NAME of each of
-    the env's AGENT_GROUPS no policy is named after: a team's where one policy plays several), episode_length,
-    episodes (how many were counted), steps, and the env's metrics; and `stderr`, each mean's
+    the env's AGENT_GROUPS whose agents are no one policy's: a team's where one policy plays several),
+    episode_length, episodes (how many were counted), steps, and the env's metrics; and `stderr`, each mean's
     standard error over the counted episodes. `steps` defaults to episodes x MAX_STEPS, which every
     replica needs at most; a smaller `steps` counts only the episodes that ended within it, which
     leans the means toward short episodes (a warning says so). `seed` resets the env's random

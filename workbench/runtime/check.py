@@ -1,9 +1,11 @@
 """`check_env`: the same env on several targets must agree, and every target must keep the runner's contract."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -207,10 +209,22 @@ def check_env(name_or_env, targets=None, *, num_envs: int = 8, steps: int = 64, 
 _CHECKED_IN_PROCESS: set = set()
 
 
+@functools.lru_cache(maxsize=1)
+def _compiler_digest() -> str:
+    """A digest of the env compiler's own sources: on an editable install a changed code generator
+    keeps the package's version, and its kernels are not the ones checked before."""
+    from .. import compiler
+    root = Path(compiler.__file__).parent
+    sha = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        sha.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return sha.hexdigest()[:24]
+
+
 def _checked_key(definition) -> str:
     from ..compiler import kernel_cache
     text = repr((definition.source, definition.c_source, sorted((k, repr(v)) for k, v in definition.params.items()),
-                 sorted(kernel_cache.versions().items())))
+                 sorted(kernel_cache.versions().items()), _compiler_digest()))
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
