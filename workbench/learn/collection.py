@@ -45,6 +45,16 @@ def refuse_observations(deterministic) -> None:
                         f"own, wb.policy(run)(obs)")
 
 
+def _none_truncated_on_cpu(tr, truncated_only) -> bool:
+    """On the CPU, where a host read costs nothing: whether no replica was truncated in the rollout (its
+    episodes ended by termination, or not at all), every final value then set to 0 without a critic pass."""
+    if tr.device.type != "cpu" or bool(truncated_only.any()):
+        return False
+    for g in tr.groups:
+        tr.buffers[g.name].final_values.zero_()
+    return True
+
+
 class Collector:
     """Steps the trainer's env with its policies. trainer: the Trainer whose env, groups, models,
     buffers, normalisers and generator it uses (it owns none of them)."""
@@ -184,9 +194,8 @@ class Collector:
                 self.final_active[t].copy_(store[FINAL_ACTIVE])
             if per_step_final_values:
                 self._final_values_of_step(t)
-        if self.active is not None and not recorded_masks:
-            for g in tr.groups:
-                tr.buffers[g.name].mask[tr.T].copy_(self.live(g))
+        for g in (tr.groups if self.active is not None and not recorded_masks else ()):
+            tr.buffers[g.name].mask[tr.T].copy_(self.live(g))
         if self.final_obs is not None:
             self._final_values()
             if self.final_active is not None:
@@ -277,8 +286,10 @@ class Collector:
                                                tr.buffers[g.name].final_values)
             return
         T, E, M, A, O = tr.T, tr.E, tr.M, tr.env.num_agents, tr.obs_dim
-        by_member = self.final_obs.view(T, M, E // M, A, O).transpose(0, 1)  # [M, T, E / M, A, O]
         truncated_only = (self.truncated * (1 - self.terminated)).view(T, M, E // M, 1).transpose(0, 1)
+        if _none_truncated_on_cpu(tr, truncated_only):
+            return
+        by_member = self.final_obs.view(T, M, E // M, A, O).transpose(0, 1)  # [M, T, E / M, A, O]
         steps = max(1, min(tr.chunk_size[g.name] // g.n for g in tr.groups) // E)
         for part in chunks(T, steps):
             rows = by_member[:, part].reshape(-1, A, O)
