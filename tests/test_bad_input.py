@@ -85,6 +85,11 @@ CONFIG_CASES = {
                                         raises(cfg.ConfigError, "batch_size", "buffer_size=5", "raise buffer_size")),
     "from_dict unknown key": (lambda: cfg.from_dict({"learning_rate": 1.0}),
                               raises(cfg.ConfigError, "unknown key", "learning_rate", "did you mean 'lr'")),
+    "DDPGConfig(learning_rate=)": (lambda: wb.DDPGConfig(env="pendulum", learning_rate=1e-3),
+                                   raises(cfg.ConfigError, "DDPG learns at 'actor_lr' and 'critic_lr' (for "
+                                                           "'learning_rate')")),
+    "DDPGConfig(policy_delay=)": (lambda: wb.DDPGConfig(env="pendulum", policy_delay=2),
+                                  raises(cfg.ConfigError, "'policy_delay' is TD3's", "does not implement")),
     "from_dict misspelt key": (lambda: cfg.from_dict({"total_steps": 1000}),
                                raises(cfg.ConfigError, "unknown key", "did you mean 'total_env_steps' for 'total_steps'?")),
     "from_dict misspelt synonym": (lambda: cfg.from_dict({"learning_rat": 1e-3}),
@@ -613,6 +618,7 @@ def test_a_new_run_into_a_folder_holding_a_run_is_refused_and_nothing_is_overwri
     (["cartpole", "--sweep", "lr=1e-3,0.001"], ["sweep['lr'] lists 0.001 more than once", "seeds"]),
     (["cartpole", "--sweep", "learning_rate=1e-3"], ["sweep names 'learning_rate'", "did you mean 'lr'?"]),
     (["pendulum", "--lr", "1"], ["DDPGConfig.lr is not read by DDPG, which learns at actor_lr and critic_lr", "--actor-lr"]),
+    (["pendulum", "--lr=-1"], ["DDPGConfig.lr is not read by DDPG", "--actor-lr"]),
     (["pendulum", "--set", "updates_per_rollout=0"], ["DDPGConfig.updates_per_rollout must be from 1 to 1999"]),
     (["pendulum", "--set", "actor_lr=-1"], ["DDPGConfig.actor_lr must be > 0"]),
 ])
@@ -641,6 +647,7 @@ def test_numbers_yaml_reads_as_text_are_numbers(tmp_path):
     (["train", "cartpole", "--total-env-steps", "1e6x"], "argument --total-env-steps: an integer (e.g. 1000000, 1e6)"),
     (["evaluate", "run", "--steps", "-5"], "argument --steps: an integer >= 1, not '-5'"),
     (["evaluate", "run", "--num-envs", "0"], "argument --num-envs: an integer >= 1, not '0'"),
+    (["train", "pendulum", "--algorithm", "sac"], "argument --algorithm: invalid choice: 'sac'"),
 ])
 def test_cli_flag_values_are_checked_as_they_are_read(capsys, argv, words):
     with pytest.raises(SystemExit) as exited:
@@ -654,6 +661,11 @@ def test_cli_flags_take_numbers_as_written():
     assert (args.total_env_steps, args.normalize_obs, args.lr) == (1_000_000, False, 3e-4)
     bare = cli.build_parser().parse_args(["train", "pendulum", "--set", "algorithm=ppo", "--normalize-reward"])
     assert cli._overrides(bare) == {"algorithm": "ppo", "normalize_reward": True}  # (a bare boolean flag: true)
+    flagged = cli.build_parser().parse_args(["train", "pendulum", "--algorithm", "PPO"])
+    assert cli._overrides(flagged) == {"algorithm": "ppo"}  # (--algorithm: as --set algorithm=ppo)
+    with pytest.raises(cfg.ConfigError, match="algorithm is given twice"):
+        cli._overrides(cli.build_parser().parse_args(["train", "pendulum", "--algorithm", "ppo", "--set",
+                                                      "algorithm=a2c"]))
     for null in ("null", "None", "~"):  # a field whose default is None takes null back (a shipped config's value off)
         args = cli.build_parser().parse_args(["train", "cartpole", "--target-return", null])
         assert cli._overrides(args) == {"target_return": None}

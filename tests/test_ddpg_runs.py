@@ -35,8 +35,28 @@ def test_a_buffer_smaller_than_one_step_of_every_replica_is_refused_by_name():
         make_trainer(config)
 
 
+def test_a_budget_of_few_gradient_steps_warns_and_the_shipped_config_does_not(recwarn):
+    """DDPGConfig's field defaults at 1024 replicas of Pendulum give 1936 gradient steps over 1M env-steps
+    (245 iterations, 242 of them learning, 8 steps each), which learned nothing without a word."""
+    from workbench.learn.config_files import load_config
+    from workbench.learn.learners import ddpg_gradient_steps
+    config = wb.DDPGConfig(env="pendulum", target="cpu", num_envs=1024)
+    assert ddpg_gradient_steps(config, agents=1) == (245 - 3) * 8
+    with pytest.warns(UserWarning, match=r"gives policy 'shared' 1936 gradient steps in all: too few to learn most "
+                                         r"tasks .* raise total_env_steps or updates_per_rollout, or lower num_envs"):
+        make_trainer(config)
+    recwarn.clear()
+    make_trainer(cfg.replace(load_config("pendulum"), target="cpu"))
+    assert not [w for w in recwarn if "gradient steps" in str(w.message)]
+
+
 def test_a_budget_that_ends_before_learning_starts_warns():
     config = wb.DDPGConfig(**{**SMALL, "learning_starts": 1000, "total_env_steps": 400})
     with pytest.warns(UserWarning, match=r"total_env_steps=400 collects 400 transitions of policy 'shared', fewer "
                                          r"than learning_starts=1000: the run would end before it learns anything"):
         make_trainer(config)
+
+
+def test_algorithm_names_are_read_in_any_case():
+    assert type(cfg.from_dict({"algorithm": "DDPG", "env": "pendulum"})) is wb.DDPGConfig
+    assert type(cfg.from_dict({"algorithm": "Ppo", "env": "cartpole"})) is wb.PPOConfig

@@ -1,5 +1,8 @@
 """Edge cases of the learner against closed forms: Box actions of several dimensions, the observation
-normaliser on features with a large mean, and an env that would write the time limit's flag itself."""
+normaliser on features with a large mean, an env that would write the time limit's flag itself, and
+the last report with a finished episode."""
+import math
+
 import pytest
 import torch
 
@@ -147,3 +150,14 @@ def test_an_evaluation_without_a_seed_leaves_torchs_global_stream_as_it_was():
     torch.manual_seed(5)
     evaluate(tr, steps=3)
     torch.testing.assert_close(torch.rand(3), expected)
+
+
+def test_last_reported_is_the_last_report_with_a_finished_episode():
+    """Pendulum's episodes end at step 200: in rollouts of 32 steps the 7th iteration's window holds their
+    ends and the 8th's none, whose mean_return (the run's final metrics) is NaN."""
+    trainer = wb.make_trainer(wb.PPOConfig(env="pendulum", num_envs=4, rollout_length=32, num_minibatches=1,
+                                           update_epochs=1, log_every=1, total_env_steps=4 * 32 * 8, target="cpu"))
+    result = trainer.train()
+    assert math.isnan(result.metrics["mean_return"])
+    last = result.last_reported()
+    assert last["iteration"] == 7 and math.isfinite(last["mean_return"]) and last["mean_return"] < 0

@@ -354,6 +354,7 @@ def _add_config_options(parser):
                 flag = dict(nargs="?", const=True) if base is bool else {}  # (a bare --normalize-obs: true)
                 group.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, type=parse, **flag,
                                    help=(whose + doc).replace("%", "%%") + (" (null: none)" if default is None else ""))
+    group.add_argument("--algorithm", type=str.lower, choices=sorted(ALGORITHMS), help="as --set algorithm=NAME")
     parser.add_argument("--sweep", action="extend", nargs="+", dest="sweep_items", metavar="NAME=V1,V2,...",
                         help="train a population over these values of a hyperparameter (several names for a grid; "
                              "each setting times --seeds members), e.g. --sweep lr=1e-3,3e-4 ent_coef=0,0.01")

@@ -6,7 +6,6 @@ The CLI, the YAML loader and the notebook's form are all generated from these cl
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import math
 import numbers
@@ -18,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import ConfigError, WorkbenchWarning  # noqa: F401 - (ConfigError: cfg.ConfigError everywhere)
+from .config_names import SYNONYMS, unknown_keys_error  # noqa: F401 - (cfg.SYNONYMS)
 
 
 def yaml_problem(exc) -> str:
@@ -194,46 +194,6 @@ class DDPGConfig(RunConfig):
                                    "and its reference implementations do not clip).")
 
 
-def _env_parameters(env) -> dict:
-    """The PARAMS of the env named `env` ({} when it names none that is registered)."""
-    from ..runtime import registry
-    try:
-        return registry.definition(env).params if isinstance(env, str) and env else {}
-    except Exception:  # (only a hint: an env that fails to load says why where it is made)
-        return {}
-
-
-def unknown_keys_error(cls, unknown, env=None) -> ConfigError:
-    """The error for keys `cls` does not have, with "did you mean" from the env's parameters, other
-    libraries' names (SYNONYMS) or close spellings."""
-    names = [f.name for f in dataclasses.fields(cls)]
-    env_params = _env_parameters(env)
-    hints = []
-    for k in sorted(unknown):
-        misspelt = difflib.get_close_matches(k, list(SYNONYMS), n=1, cutoff=0.8)
-        ours = SYNONYMS.get(k) or (SYNONYMS[misspelt[0]] if misspelt else k)  # (another library's name for it)
-        if k in env_params:
-            hints.append(f"'{k}' is a parameter of env '{env}': pass env_params={{'{k}': ...}} (CLI: --set "
-                         f"\"env_params={{{k}: ...}}\")")
-            continue
-        owners = [other for other in ALGORITHMS.values() if other is not cls
-                  and ours in {f.name for f in dataclasses.fields(other)}]
-        close = difflib.get_close_matches(k, names, n=1, cutoff=0.6)
-        if k in ITERATION_COUNTS and "total_env_steps" in names:
-            hints.append(f"a run's length is 'total_env_steps' (an iteration is num_envs x rollout_length "
-                         f"env-steps), not '{k}'; Trainer.train(num_iterations=N) runs N iterations")
-        elif ours in names and ours != k:
-            hints.append(f"did you mean '{ours}' for '{k}'?")
-        elif owners:
-            called = f"'{k}' is" if ours == k else f"'{k}' is what we call '{ours}',"
-            hints.append(f"{called} a field of {' and '.join(o.__name__ for o in owners)}: set algorithm: "
-                         f"{' or '.join(o.algorithm for o in owners)} to use it, or drop it")
-        elif close:
-            hints.append(f"did you mean '{close[0]}' for '{k}'?")
-    hint = f"; {'; '.join(hints)}" if hints else ""
-    return ConfigError(f"unknown key(s) {sorted(unknown)} for {cls.__name__}{hint}; valid keys: {names}")
-
-
 def _refuse_unknown_keywords(cls):
     """cls(**kwargs) with a key cls lacks: unknown_keys_error (as from_dict), not a bare TypeError."""
     init, names = cls.__init__, frozenset(f.name for f in dataclasses.fields(cls))
@@ -242,7 +202,7 @@ def _refuse_unknown_keywords(cls):
     def __init__(self, *args, **kwargs):
         unknown = [k for k in kwargs if k not in names]
         if unknown:
-            raise unknown_keys_error(cls, unknown, kwargs.get("env"))
+            raise unknown_keys_error(cls, unknown, kwargs.get("env"), ALGORITHMS.values())
         init(self, *args, **kwargs)
 
     cls.__init__ = __init__
@@ -328,18 +288,14 @@ def _number_text(text: str, otherwise):
 
 
 # other libraries' names for the config's keys (Stable-Baselines3, CleanRL), for "did you mean"
-SYNONYMS = {"learning_rate": "lr", "n_envs": "num_envs", "total_timesteps": "total_env_steps",
-            "n_steps": "rollout_length", "num_steps": "rollout_length", "n_epochs": "update_epochs",
-            "clip_range": "clip_coef", "target_reward": "target_return", "gradient_steps": "updates_per_rollout",
-            "polyak": "tau", "replay_size": "buffer_size", "start_steps": "learning_starts"}
 LOGGERS = ("csv", "tensorboard", "wandb")  # (csv: metrics.csv alone)
-# keys a user may reach for to set a run's length, which the config counts in env-steps
-ITERATION_COUNTS = {"iterations", "num_iterations", "n_iterations", "max_iterations", "num_updates", "n_updates"}
 
 
 def from_dict(data: dict, cls=None):
     """Build a config from a plain dict, rejecting unknown keys and ill-typed values by name."""
     data = dict(data)
+    if isinstance(data.get("algorithm"), str):  # (DDPG, PPO: the names in any case)
+        data["algorithm"] = data["algorithm"].lower()
     if cls is None:
         algorithm = data.get("algorithm", "ppo")
         if algorithm not in ALGORITHMS:
@@ -348,7 +304,7 @@ def from_dict(data: dict, cls=None):
     hints = typing.get_type_hints(cls)
     unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
     if unknown:
-        raise unknown_keys_error(cls, unknown, data.get("env"))
+        raise unknown_keys_error(cls, unknown, data.get("env"), ALGORITHMS.values())
     values = {k: _coerce(cls, k, hints[k], v) for k, v in data.items()}
     return cls(**values)  # __post_init__ validates
 
@@ -359,7 +315,6 @@ def validate(config) -> None:
               ("total_env_steps", config.total_env_steps >= 1, "must be >= 1"),
               ("gamma", 0.0 <= config.gamma <= 1.0, "must be in [0, 1]"),
               ("rank_window", 0.0 <= config.rank_window <= 1.0, "must be in [0, 1] (a share of training)"),
-              ("lr", config.lr > 0, "must be > 0"),
               ("rollout_length", config.rollout_length >= 1, "must be >= 1"),
               ("log_every", config.log_every >= 1, "must be >= 1"),
               ("precision", config.precision in PRECISIONS, f"must be one of {PRECISIONS}"),
@@ -371,8 +326,9 @@ def validate(config) -> None:
               ("hidden_sizes", len(config.hidden_sizes) >= 1 and all(w >= 1 for w in config.hidden_sizes),
                "must be one or more layer widths, each >= 1, e.g. [64, 64]")]
     checks.append(("seeds", config.seeds >= 1, "must be >= 1 (members with seeds seed, seed + 1, ...)"))
-    if not isinstance(config, DDPGConfig):
-        checks += [("gae_lambda", 0.0 <= config.gae_lambda <= 1.0, "must be in [0, 1]"),
+    if not isinstance(config, DDPGConfig):  # (DDPG reads no lr: it refuses one below)
+        checks += [("lr", config.lr > 0, "must be > 0"),
+                   ("gae_lambda", 0.0 <= config.gae_lambda <= 1.0, "must be in [0, 1]"),
                    ("ent_coef", config.ent_coef >= 0, "must be >= 0"),
                    ("vf_coef", config.vf_coef > 0, "must be > 0 (the critic learns from it)")]
     if isinstance(config, PPOConfig):

@@ -5,8 +5,8 @@ the CPU thread counts measured on its own work.
 from __future__ import annotations
 
 import contextlib
-
 import copy
+import math
 import warnings
 
 import torch
@@ -228,6 +228,19 @@ def default_ddpg_agent(tr):
                           QCritic(tr.obs_dim, tr.head.out_dim, tr.config.hidden_sizes, act))
 
 
+FEW_DDPG_GRADIENT_STEPS = 5000  # a DDPG run planning fewer gets a warning
+
+
+def ddpg_gradient_steps(config, agents: int, ranks: int = 1) -> int:
+    """The gradient steps a DDPG run of `config` takes for a policy of `agents` agents a replica: one
+    rollout of num_envs x rollout_length replica steps an iteration, then updates_per_rollout steps
+    once its buffer (each rank's) holds learning_starts transitions."""
+    per_iteration = config.num_envs * config.rollout_length
+    iterations = math.ceil(config.total_env_steps / (per_iteration * ranks))
+    filling = math.ceil(config.learning_starts / (per_iteration * agents))
+    return max(0, iterations - filling) * config.updates_per_rollout
+
+
 def build_ddpg(tr, g, agent):
     """(actor-critic agent, (actor optimiser, critic optimiser), replay buffer) of group g for DDPG
     (a population's: stacked agents, per-member optimisers and one replay ring per member; a frozen
@@ -262,6 +275,15 @@ def build_ddpg(tr, g, agent):
         warnings.warn(f"DDPGConfig.total_env_steps={tr.config.total_env_steps} collects {collected} transitions of "
                       f"policy '{g.name}', fewer than learning_starts={tr.config.learning_starts}: the run would end "
                       f"before it learns anything; raise total_env_steps or lower learning_starts",
+                      WorkbenchWarning, stacklevel=4)
+    elif (steps := ddpg_gradient_steps(tr.config, g.n, tr.world_size)) < FEW_DDPG_GRADIENT_STEPS:
+        c = tr.config
+        warnings.warn(f"DDPGConfig: total_env_steps={c.total_env_steps} at num_envs={c.num_envs} x rollout_length="
+                      f"{c.rollout_length} env-steps an iteration, updates_per_rollout={c.updates_per_rollout} "
+                      f"gradient steps after each once learning_starts={c.learning_starts} transitions are in, gives "
+                      f"policy '{g.name}' {steps} gradient steps in all: too few to learn most tasks "
+                      f"(configs/pendulum.yaml's 16 replicas, 1 step and 16 updates reach its target after about "
+                      f"7600); raise total_env_steps or updates_per_rollout, or lower num_envs",
                       WorkbenchWarning, stacklevel=4)
     buffer = ddpg.ReplayBuffer(tr.config.buffer_size, tr.obs_dim, act_dim, tr.device, batch=n,
                                members=tr.M, masked=tr.env.definition.active is not None)

@@ -278,7 +278,7 @@ def _train_in_folder(config, resume, progress, policies, show_run_folder, callba
     for line in trainer.pretrained:
         say(line)
     updates = trainer.total_iterations()  # (the run's in all: a resume continuing a long run is no short run)
-    if updates < FEW_UPDATES:
+    if updates < FEW_UPDATES and config.algorithm != "ddpg":  # (DDPG's gradient steps: learners.build_ddpg warns)
         product = "num_envs x rollout_length" + (" x ranks" if trainer.sync is not None else "")
         say(f"note: total_env_steps={config.total_env_steps} at {trainer.steps_per_iteration} env-steps an iteration "
             f"({product}) gives {updates} update(s) in all: too few to learn much; raise "

@@ -56,6 +56,11 @@ class TrainResult:
     warmup_s: float = 0.0  # of wall_time_s: iterations that compiled (torch.compile) and captured the CUDA graph
     signal: Literal["SIGINT", "SIGTERM"] | None = None  # what interrupted the run
 
+    def last_reported(self) -> dict:
+        """The last report of `history` whose mean_return is a number, with its `iteration` ({} if no
+        episode ended): `metrics` is the final window's, NaN where no episode ended in it (long episodes)."""
+        return next((m for m in reversed(self.history) if m.get("mean_return", math.nan) == m.get("mean_return")), {})
+
 
 def resolve_precision(precision: str, device) -> str:
     """auto -> bf16 on a GPU, fp32 on the CPU (where autocast to bf16 is slower, not faster)."""
