@@ -147,6 +147,14 @@ def test_samples_are_the_trainers_from_the_same_generator_and_a_seed_repeats_the
     assert torch.equal(seeded[0](many), seeded[1](many))
 
 
+def test_a_ddpg_policy_asked_to_sample_says_it_is_deterministic(runs):
+    with pytest.warns(UserWarning, match="trained by DDPG, whose actor is deterministic: deterministic=False "
+                                         "samples nothing"):
+        sampled = wb.policy(runs["ddpg"], deterministic=False, seed=0)
+    obs = torch.randn(16, sampled.obs_dim)
+    assert torch.equal(sampled(obs), wb.policy(runs["ddpg"])(obs))
+
+
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # (torch 2.9+ deprecates torch.jit for torch.export)
 @pytest.mark.parametrize("name, policy", [("cartpole", None), ("pendulum", None), ("tag", "runners"),
                                           ("ddpg", None)])

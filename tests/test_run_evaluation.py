@@ -56,6 +56,25 @@ def test_cli_evaluates_every_member_into_a_table_a_csv_and_strict_json(populatio
     assert [m["member"] for m in saved["trained"]["members"]] == [0, 1, 2, 3]
     mean = sum(float(r["return/shared"]) for r in rows[:4]) / 4
     assert saved["trained"]["return/shared"] == pytest.approx(mean)
+    for member in saved["trained"]["members"]:  # every episode's values, each member's own
+        returns, lengths = member["per_episode"]["return/shared"], member["per_episode"]["episode_length"]
+        assert len(returns) == len(lengths) == member["episodes"] == 4
+        assert sum(returns) / 4 == pytest.approx(member["return/shared"]) and returns == lengths  # (CartPole: +1 a step)
+
+
+def test_per_episode_values_are_each_counted_episode_in_replica_order(population_run):
+    """Two episodes in each of three replicas: six values a statistic, replica 0's two first; their mean
+    is the report's; without per_episode the report is the same, without the lists."""
+    trainer = wb.load_policy(population_run, member=1, num_envs=3)
+    from workbench.learn.evaluate import evaluate
+    report = evaluate(trainer, episodes=2, seed=5, per_episode=True)
+    lengths = report["per_episode"]["episode_length"]
+    assert len(lengths) == report["episodes"] == 6 and all(v == int(v) >= 1 for v in lengths)
+    assert sum(lengths) / 6 == pytest.approx(report["episode_length"])
+    plain = evaluate(trainer, episodes=2, seed=5)
+    assert "per_episode" not in plain and plain["episode_length"] == report["episode_length"]
+    first = evaluate(trainer, episodes=1, seed=5, per_episode=True)["per_episode"]["episode_length"]
+    assert first == lengths[0::2]  # (the same starts: each replica's first episode)
 
 
 def test_a_settings_interval_is_the_t_interval_of_its_seeds_mean():

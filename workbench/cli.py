@@ -14,25 +14,6 @@ from .learn.config_files import register_env_file
 from .learn.runs import ResumeError, load_config, resolve_config, run_config, run_folder_contents, run_training
 
 
-def _sync(env):
-    if env.device.type == "cuda":
-        import torch
-        torch.cuda.synchronize()
-
-
-def rollout_throughput(env, steps: int) -> float:
-    """Env-steps/s (replica steps, random actions sampled on the device) over `steps` steps."""
-    env.reset()
-    for _ in range(3):
-        env.step(env.sample_actions())
-    _sync(env)
-    start = time.perf_counter()
-    for _ in range(steps):
-        env.step(env.sample_actions())
-    _sync(env)
-    return steps * env.num_envs / (time.perf_counter() - start)
-
-
 def _overrides(args) -> dict:
     from .learn.config import ALGORITHMS, ConfigError, describe
     values = {}
@@ -208,7 +189,8 @@ def cmd_evaluate(args) -> int:
                           member=args.member, env_params=env_param_items(args.env_param),
                           given=f"--env-param {' '.join(args.env_param or ())}")
     results = evaluate_trainer(trainer, episodes=args.episodes, steps=args.steps, deterministic=args.deterministic,
-                               seed=args.seed, random_policies=None if args.random is None else tuple(args.random))
+                               seed=args.seed, random_policies=None if args.random is None else tuple(args.random),
+                               per_episode=bool(args.json))  # (the --json file holds every episode's values)
     config, settings, every = trainer.config, next(iter(results.values()))["settings"], trainer.M > 1
     if settings["member"] and not every:
         print(settings["member"])
@@ -235,6 +217,7 @@ def cmd_export_member(args) -> int:
 
 def cmd_rollouts(args) -> int:
     import workbench as wb
+    from .runtime.random_actions import rollout_throughput
     target = args.target or wb.best_target()
     names = args.envs or wb.env_names()
     print(f"rollouts of {', '.join(args.envs) if args.envs else 'every env'} on target '{target}' "
@@ -402,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--env-param", nargs="+", default=None, metavar="NAME=VALUE",
                     help="play with these env parameters changed, e.g. max_steps=1000 (the run's agents, "
                          "observations and actions kept)")
-    ev.add_argument("--json", default=None, help="also write the results to this JSON file")
+    ev.add_argument("--json", default=None, help="also write the results and every episode's values to this JSON file")
     ev.add_argument("--csv", default=None, help="also write one row per member and report to this CSV file")
     ev.add_argument("--member", default=None, type=_member_or_all,
                     help="of a population's run: the member to evaluate (an index, or best: the default), or all: "

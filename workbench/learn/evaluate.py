@@ -48,14 +48,16 @@ def held_out_seed(config) -> int:
 
 
 def evaluate(trainer, episodes: int = 1, random_policies=(), deterministic: bool = False, steps: int | None = None,
-             seed: int | None = None) -> dict:
+             seed: int | None = None, per_episode: bool = False) -> dict:
     """Play the first `episodes` episodes of every replica; returns host floats:
     return/NAME (mean per-agent episode return of each policy, undiscounted; group_return/NAME of each of
     the env's AGENT_GROUPS whose agents are no one policy's: a team's where one policy plays several),
     episode_length, episodes (how many were counted), steps, and the env's metrics; and `stderr`, each mean's
     standard error over the counted episodes. `steps` defaults to episodes x MAX_STEPS, which every
     replica needs at most; a smaller `steps` counts only the episodes that ended within it, which
-    leans the means toward short episodes (a warning says so). `seed` resets the env's random
+    leans the means toward short episodes (a warning says so). per_episode: the report's
+    `per_episode` holds every counted episode's values too, {key: [value, ...]} (replica 0's episodes in
+    order, then replica 1's, ...), for distributions and bootstrap intervals. `seed` resets the env's random
     streams first (the same starts for every call with that seed; None: from the env's state as it
     is, the same starts at every call as the env is left as found, the samples drawn anew);
     sampled actions and random play come from one stream per member, keyed by seed + k.
@@ -88,7 +90,7 @@ def evaluate(trainer, episodes: int = 1, random_policies=(), deterministic: bool
             if seed is not None:
                 torch.manual_seed(seed)  # (a model of one's own that draws from torch's stream); restored on exit
             streams = MemberStreams([first + k for k in range(getattr(trainer, "M", 1))], env.device)
-            report = _play(trainer, episodes, steps, random_groups, deterministic, seed, streams)
+            report = _play(trainer, episodes, steps, random_groups, deterministic, seed, streams, per_episode)
     finally:
         env.store.load_snapshot(saved[0])
         env.seed = saved[1]
@@ -101,7 +103,7 @@ def evaluate(trainer, episodes: int = 1, random_policies=(), deterministic: bool
     return report
 
 
-def _play(trainer, episodes, steps, random_groups, deterministic, seed, streams) -> dict:
+def _play(trainer, episodes, steps, random_groups, deterministic, seed, streams, per_episode=False) -> dict:
     env, store, device = trainer.env, trainer.env.store, trainer.env.device
     metrics, params = checked_metrics(env)
     members = getattr(trainer, "M", 1)
@@ -116,6 +118,10 @@ def _play(trainer, episodes, steps, random_groups, deterministic, seed, streams)
     sums.update({key: torch.zeros(members, device=device) for key in metrics})
     squares = {key: torch.zeros(members, dtype=torch.float64, device=device) for key in sums}  # (standard errors)
     saved = torch.empty_like(store["action"]) if random_groups else None
+    # per_episode: each counted episode's values, [episodes, E] a key, where `ended` marks the ones played out
+    slots = {key: torch.zeros((episodes, env.num_envs), device=device) for key in sums} if per_episode else {}
+    ended = torch.zeros((episodes, env.num_envs), dtype=torch.bool, device=device)
+    replicas = torch.arange(env.num_envs, device=device)
     for _ in range(steps):
         trainer.act(deterministic=deterministic, streams=streams)
         if random_groups:
@@ -139,10 +145,20 @@ def _play(trainer, episodes, steps, random_groups, deterministic, seed, streams)
         for key, value in values.items():
             sums[key].add_((value * weight).reshape(members, -1).sum(1))
             squares[key].add_((value.double().square() * weight).reshape(members, -1).sum(1))
+        if per_episode:
+            slot, counts = (finished - 1).clamp(0, episodes - 1).long(), weight > 0
+            ended[slot, replicas] |= counts
+            for key, value in values.items():
+                slots[key][slot, replicas] = torch.where(counts, value, slots[key][slot, replicas])
     keys = list(sums)
     host = torch.stack([counted.double()] + [sums[k].double() for k in keys] + [squares[k] for k in keys]).cpu()
     reports = [_report(keys, column[0], column[1:len(keys) + 1].tolist(), column[len(keys) + 1:].tolist(), steps)
                for column in host.T]
+    if per_episode:  # (member k: replicas [k * E / M, (k + 1) * E / M), each replica's episodes in order)
+        ended_by_member = ended.t().reshape(members, -1).cpu()
+        for k, report in enumerate(reports):
+            report["per_episode"] = {key: slots[key].t().reshape(members, -1)[k].cpu()[ended_by_member[k]].tolist()
+                                     for key in keys}
     if members == 1:
         return reports[0]
     for report, member, stream_seed in zip(reports, trainer.members, streams.seeds):

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 
 import numba
 import numpy as np
 import torch
 from torch import nn
 
-from ..errors import ConfigError, TargetUnavailableError, WorkbenchError, did_you_mean
+from ..errors import ConfigError, TargetUnavailableError, WorkbenchError, WorkbenchWarning, did_you_mean
 from .members import MemberLinear
 from . import cpu_tanh
 from .normaliser import normalised
@@ -232,6 +233,10 @@ class PolicyFunction(nn.Module):
         model, head = trainer.models[name], trainer.head
         if trainer.algorithm == "ddpg":
             kind, actor, log_std = "ddpg", plain_copy(model.actor, k), None
+            if not deterministic:
+                warnings.warn(f"policy '{name}' was trained by DDPG, whose actor is deterministic: "
+                              f"deterministic=False samples nothing (its exploration noise was training's); "
+                              f"add noise to the actions yourself to explore", WorkbenchWarning, stacklevel=3)
         else:
             kind, log_std = head.kind, getattr(model, "log_std", None)
             if k is not None and log_std is not None:

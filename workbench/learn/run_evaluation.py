@@ -17,28 +17,29 @@ from .ranking import ranking_text, sweep_settings
 def evaluate_run(run_or_checkpoint, *, member=None, episodes: int = 1, steps: int | None = None,
                  deterministic: bool = False, seed: int | None = None, random_policies=None,
                  num_envs: int | None = None, target: str | None = None, env_params: dict | None = None,
-                 models=None) -> dict:
+                 models=None, per_episode: bool = False) -> dict:
     """{label: report} of a run folder's (or checkpoint's) policies (evaluate_trainer): member an index,
     "best" (the default for a population) or "all" (every member, batched: the report's `members`,
     member k playing seed + k, as k exported alone would with that seed); num_envs replicas (per
     member; None: the run's), target and env_params (changing only what keeps agents, observations
-    and actions) as wb.load_policy takes them."""
+    and actions) as wb.load_policy takes them; per_episode: every counted episode's values in each
+    report too (`evaluate`'s)."""
     from .runs import load_policy
     trainer = load_policy(run_or_checkpoint, num_envs=num_envs, target=target, member=member,
                           env_params=env_params, models=models)
     return evaluate_trainer(trainer, episodes=episodes, steps=steps, deterministic=deterministic, seed=seed,
-                            random_policies=random_policies)
+                            random_policies=random_policies, per_episode=per_episode)
 
 
 def evaluate_trainer(trainer, *, episodes: int = 1, steps: int | None = None, deterministic: bool = False,
-                     seed: int | None = None, random_policies=None) -> dict:
+                     seed: int | None = None, random_policies=None, per_episode: bool = False) -> dict:
     """{label: report} of a loaded run's trainer (wb.load_policy), each report as `evaluate` gives it
     with `settings`: what it played (seed, deterministic, episodes, steps, num_envs, env_params, the
     checkpoint's absolute path, member). random_policies None: the trained policies, then each
     replaced by random actions in turn (`compare`); a tuple: those replaced together ((): the trained
     only). seed None: the run's seed + 2**20, held out from training's starts."""
     seed = held_out_seed(trainer.config) if seed is None else seed
-    options = dict(episodes=episodes, steps=steps, deterministic=deterministic, seed=seed)
+    options = dict(episodes=episodes, steps=steps, deterministic=deterministic, seed=seed, per_episode=per_episode)
     if random_policies is None:
         results = compare(trainer, **options)
     else:

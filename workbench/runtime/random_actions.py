@@ -3,6 +3,7 @@
 one CUDA graph."""
 from __future__ import annotations
 
+import time
 import weakref
 
 import numpy as np
@@ -104,3 +105,22 @@ def finite_bounds(space: Box, device) -> tuple:
     if not (np.isfinite(low).all() and np.isfinite(high).all()):
         raise WorkbenchError("random continuous actions need finite Box bounds")
     return torch.tensor(low.copy(), device=device), torch.tensor(high.copy(), device=device)
+
+
+def rollout_throughput(env, steps: int) -> float:
+    """Env-steps/s (replica steps, random actions sampled on the device) over `steps` steps, after three
+    warm-up steps; the device synchronised before each clock reading."""
+    env.reset()
+    for _ in range(3):
+        env.step(env.sample_actions())
+    _synchronize(env)
+    start = time.perf_counter()
+    for _ in range(steps):
+        env.step(env.sample_actions())
+    _synchronize(env)
+    return steps * env.num_envs / (time.perf_counter() - start)
+
+
+def _synchronize(env) -> None:
+    if env.device.type == "cuda":
+        torch.cuda.synchronize()
