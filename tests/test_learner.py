@@ -627,6 +627,22 @@ def test_cpu_tanh_matches_torch_tanh_in_values_and_gradients():
     assert special[0].isnan() and special[1:3].tolist() == [1.0, -1.0] and special[3].item() == 0.0
 
 
+def test_cpu_tanh_compiles_where_numba_finds_no_writable_cache_folder(monkeypatch):
+    """A read-only install without a writable home: numba refuses cache=True at decoration ("no locator
+    available"), which would break `import workbench.learn.policies`; the kernel compiles uncached instead."""
+    import importlib
+    import numba.core.caching as caching
+    from workbench.learn import cpu_tanh
+    monkeypatch.setattr(caching.CacheImpl, "_locator_classes", [])
+    try:
+        importlib.reload(cpu_tanh)
+        assert type(cpu_tanh._tanh_into._cache).__name__ == "NullCache"
+        assert cpu_tanh.tanh(torch.tensor([0.5])).item() == pytest.approx(math.tanh(0.5), abs=4e-7)
+    finally:
+        monkeypatch.undo()
+        importlib.reload(cpu_tanh)
+
+
 def test_cpu_tanh_traced_computes_the_same_bits():
     """A traced or exported policy computes the CPU's tanh from torch's ops (cpu_tanh.tanh_ops): the
     values the numba kernel gives in training, bit for bit, on every float32 (NaN, +-inf included)."""

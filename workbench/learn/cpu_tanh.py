@@ -22,7 +22,15 @@ BETA = tuple(np.float32(b) for b in (4.89352518554385e-03, 2.26843463243900e-03,
                                      1.19825839466702e-06))  # Q's, x^0 .. x^6
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")  # (numpy's: no division check, so it vectorises)
+def _compiled(function):
+    """`function` compiled by numba with numpy's error model (no check of each division, which kept the
+    loop from vectorising), its machine code cached where numba finds a writable folder."""
+    try:
+        return numba.njit(cache=True, nogil=True, error_model="numpy")(function)
+    except RuntimeError:  # (no writable folder for numba's cache: compiled in every process)
+        return numba.njit(nogil=True, error_model="numpy")(function)
+
+
 def _tanh_into(x, y):  # pragma: no cover  (compiled)
     a0, a1, a2, a3, a4, a5, a6 = ALPHA
     b0, b1, b2, b3 = BETA
@@ -36,6 +44,9 @@ def _tanh_into(x, y):  # pragma: no cover  (compiled)
         p = ((((((v2 * a6 + a5) * v2 + a4) * v2 + a3) * v2 + a2) * v2 + a1) * v2 + a0) * v
         q = ((v2 * b3 + b2) * v2 + b1) * v2 + b0
         y[i] = p / q
+
+
+_tanh_into = _compiled(_tanh_into)
 
 
 class _RationalTanh(torch.autograd.Function):
