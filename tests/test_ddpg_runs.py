@@ -4,6 +4,7 @@ import pytest
 
 import workbench as wb
 from workbench.learn import config as cfg
+from workbench.errors import BudgetWarning
 from workbench.learn.runs import ResumeError
 from workbench.learn.trainer import make_trainer
 
@@ -50,6 +51,18 @@ def test_a_budget_of_few_gradient_steps_warns_and_the_shipped_config_does_not(re
     assert not [w for w in recwarn if "gradient steps" in str(w.message)]
 
 
+def test_a_run_loaded_to_act_does_not_warn_of_its_training_budget(tmp_path, recwarn):
+    """wb.policy, evaluate and replay build a trainer of the run's config: the budget warnings were the
+    training's to give (before: every load warned again, with the load's replica count)."""
+    run = tmp_path / "run"
+    with pytest.warns(UserWarning, match="gradient steps in all"):
+        wb.train(wb.DDPGConfig(**SMALL, total_env_steps=4 * 60, run_dir=str(run)), progress=False)
+    recwarn.clear()
+    wb.policy(run)
+    wb.evaluate_run(run, num_envs=2, steps=4, random_policies=())
+    assert not [w for w in recwarn if issubclass(w.category, BudgetWarning)]
+
+
 def test_a_budget_that_ends_before_learning_starts_warns():
     config = wb.DDPGConfig(**{**SMALL, "learning_starts": 1000, "total_env_steps": 400})
     with pytest.warns(UserWarning, match=r"total_env_steps=400 collects 400 transitions of policy 'shared', fewer "
@@ -58,5 +71,9 @@ def test_a_budget_that_ends_before_learning_starts_warns():
 
 
 def test_algorithm_names_are_read_in_any_case():
+    from workbench.learn.config_files import default_config, load_config
     assert type(cfg.from_dict({"algorithm": "DDPG", "env": "pendulum"})) is wb.DDPGConfig
     assert type(cfg.from_dict({"algorithm": "Ppo", "env": "cartpole"})) is wb.PPOConfig
+    assert type(cfg.replace(wb.PPOConfig(env="pendulum"), algorithm="DDPG")) is wb.DDPGConfig
+    assert type(load_config("pendulum", "PPO")) is wb.PPOConfig  # (wb.train(env, algorithm=), --set algorithm=)
+    assert type(default_config("cartpole", "A2C")) is wb.A2CConfig

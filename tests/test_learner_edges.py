@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import workbench as wb
+from workbench.learn import config as cfg
 from workbench.errors import EnvDefinitionError
 from workbench.learn.members import MemberNorm
 from workbench.learn.normaliser import RunningNorm
@@ -161,3 +162,18 @@ def test_last_reported_is_the_last_report_with_a_finished_episode():
     assert math.isnan(result.metrics["mean_return"])
     last = result.last_reported()
     assert last["iteration"] == 7 and math.isfinite(last["mean_return"]) and last["mean_return"] < 0
+
+
+@pytest.mark.parametrize("algorithm, seeds", [("ppo", 1), ("a2c", 2)])
+def test_log_std_init_sets_a_box_policys_starting_std(algorithm, seeds):
+    """SB3's log_std_init: the Gaussian's log-std at the start, each member's and every dimension."""
+    config = cfg.from_dict(dict(algorithm=algorithm, env="pendulum", num_envs=64, rollout_length=4, target="cpu",
+                                seeds=seeds, log_std_init=-1.5))
+    trainer = make_trainer(config)
+    log_std = trainer.models["shared"].log_std
+    assert log_std.shape == ((seeds, 1) if seeds > 1 else (1,)) and torch.all(log_std == -1.5)
+    from workbench import cli
+    assert cli._overrides(cli.build_parser().parse_args(["train", "pendulum", "--log-std-init", "-1"])) == \
+        {"log_std_init": -1.0}
+    with pytest.raises(cfg.ConfigError, match=r"log_std_init must be in \[-20, 5\]"):
+        cfg.replace(config, log_std_init=30.0)

@@ -272,6 +272,15 @@ def test_member_adam_equals_torch_adam_per_member():
         opt.step()
 
 
+def test_a_cpu_population_with_few_outputs_trains_in_bf16():
+    """Under the CPU's autocast the stacked heads take baddbmm (before: a bf16 gradient met the float32
+    weight in _NarrowMemberLinear's backward)."""
+    for algorithm in ("ppo", "a2c"):
+        trainer = make_trainer(cfg.from_dict(dict(algorithm=algorithm, env="cartpole", num_envs=4, rollout_length=8,
+                                                  seeds=2, precision="bf16", target="cpu", log_every=1)))
+        assert math.isfinite(trainer.train(num_iterations=2).history[-1]["members"][0]["policy_loss/shared"])
+
+
 @pytest.mark.parametrize("outputs", [1, 2, 7, 8])
 @pytest.mark.parametrize("input_grad", [True, False])
 def test_stacked_layers_of_few_outputs_compute_what_baddbmm_does(outputs, input_grad):

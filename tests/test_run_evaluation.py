@@ -59,7 +59,24 @@ def test_cli_evaluates_every_member_into_a_table_a_csv_and_strict_json(populatio
     for member in saved["trained"]["members"]:  # every episode's values, each member's own
         returns, lengths = member["per_episode"]["return/shared"], member["per_episode"]["episode_length"]
         assert len(returns) == len(lengths) == member["episodes"] == 4
-        assert sum(returns) / 4 == pytest.approx(member["return/shared"]) and returns == lengths  # (CartPole: +1 a step)
+        assert sum(returns) / 4 == pytest.approx(member["return/shared"])
+        assert returns == lengths  # (CartPole: +1 a step)
+    assert not [k for k in rows[0] if "per_episode" in k] and "per_episode" not in printed  # (a statistic's columns)
+
+
+def test_cli_evaluates_a_single_run_into_strict_json_with_every_episode(population_run, tmp_path, capsys):
+    """One member exported as a run of its own: the table as ever, the JSON with each episode's values."""
+    member = tmp_path / "member"
+    assert cli.main(["export-member", str(population_run), "--member", "1", "--out", str(member)]) == 0
+    out_json = tmp_path / "one.json"
+    assert cli.main(["evaluate", str(member), "--num-envs", "3", "--episodes", "2", "--json", str(out_json)]) == 0
+    printed = capsys.readouterr().out
+    assert "return/shared" in printed and "per_episode" not in printed
+    saved = json.loads(out_json.read_text(), parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
+    for label in ("trained", "random"):
+        lengths = saved[label]["per_episode"]["episode_length"]
+        assert len(lengths) == saved[label]["episodes"] == 6
+        assert sum(lengths) / 6 == pytest.approx(saved[label]["episode_length"])
 
 
 def test_per_episode_values_are_each_counted_episode_in_replica_order(population_run):

@@ -79,5 +79,10 @@ class WorkbenchWarning(UserWarning):
     shows them, as every rank would give the same."""
 
 
+class BudgetWarning(WorkbenchWarning):
+    """A run's budget too small for it to learn (DDPG's gradient steps, its learning_starts): given where a
+    trainer is built to train, not where a run is loaded to act or be evaluated."""
+
+
 class ConsistencyError(WorkbenchError, AssertionError):
     """Two targets disagree, or an env breaks the runner's contract."""

@@ -45,9 +45,10 @@ def refuse_observations(deterministic) -> None:
                         f"own, wb.policy(run)(obs)")
 
 
-def _none_truncated_on_cpu(tr, truncated_only) -> bool:
-    """On the CPU, where a host read costs nothing: whether no replica was truncated in the rollout (its
-    episodes ended by termination, or not at all), every final value then set to 0 without a critic pass."""
+def _zero_final_values_where_none_truncated(tr, truncated_only) -> bool:
+    """On the CPU, where a host read costs nothing: where no replica was truncated in the rollout (its
+    episodes ended by termination, or not at all), every final value set to 0 without a critic pass;
+    returns whether it was so."""
     if tr.device.type != "cpu" or bool(truncated_only.any()):
         return False
     for g in tr.groups:
@@ -287,7 +288,7 @@ class Collector:
             return
         T, E, M, A, O = tr.T, tr.E, tr.M, tr.env.num_agents, tr.obs_dim
         truncated_only = (self.truncated * (1 - self.terminated)).view(T, M, E // M, 1).transpose(0, 1)
-        if _none_truncated_on_cpu(tr, truncated_only):
+        if _zero_final_values_where_none_truncated(tr, truncated_only):
             return
         by_member = self.final_obs.view(T, M, E // M, A, O).transpose(0, 1)  # [M, T, E / M, A, O]
         steps = max(1, min(tr.chunk_size[g.name] // g.n for g in tr.groups) // E)

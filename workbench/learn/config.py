@@ -149,6 +149,8 @@ class A2CConfig(RunConfig):
     normalize_advantages: bool = _f(True, "Normalise advantages over the batch.")
     normalize_reward: bool = _f(False, "Divide rewards by the running std of the discounted return, clipped to "
                                        "+-10 (SB3's VecNormalize): rewards of any scale (Pendulum's -16 a step).")
+    log_std_init: float = _f(0.0, "A Box action's Gaussian policy: its log-std at the start, every dimension "
+                                  "(0: std 1 whatever the Box's range; SB3's log_std_init).")
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,8 @@ class PPOConfig(RunConfig):
     normalize_advantages: bool = _f(True, "Normalise advantages per minibatch.")
     normalize_reward: bool = _f(False, "Divide rewards by the running std of the discounted return, clipped to "
                                        "+-10 (SB3's VecNormalize): rewards of any scale (Pendulum's -16 a step).")
+    log_std_init: float = _f(0.0, "A Box action's Gaussian policy: its log-std at the start, every dimension "
+                                  "(0: std 1 whatever the Box's range; SB3's log_std_init).")
 
 
 @dataclass(frozen=True)
@@ -291,11 +295,16 @@ def _number_text(text: str, otherwise):
 LOGGERS = ("csv", "tensorboard", "wandb")  # (csv: metrics.csv alone)
 
 
+def _algorithm_name(name):
+    """An algorithm's name as the configs hold it: lower case ("DDPG" and "PPO" read as "ddpg" and "ppo")."""
+    return name.lower() if isinstance(name, str) else name
+
+
 def from_dict(data: dict, cls=None):
     """Build a config from a plain dict, rejecting unknown keys and ill-typed values by name."""
     data = dict(data)
-    if isinstance(data.get("algorithm"), str):  # (DDPG, PPO: the names in any case)
-        data["algorithm"] = data["algorithm"].lower()
+    if "algorithm" in data:
+        data["algorithm"] = _algorithm_name(data["algorithm"])
     if cls is None:
         algorithm = data.get("algorithm", "ppo")
         if algorithm not in ALGORITHMS:
@@ -330,7 +339,8 @@ def validate(config) -> None:
         checks += [("lr", config.lr > 0, "must be > 0"),
                    ("gae_lambda", 0.0 <= config.gae_lambda <= 1.0, "must be in [0, 1]"),
                    ("ent_coef", config.ent_coef >= 0, "must be >= 0"),
-                   ("vf_coef", config.vf_coef > 0, "must be > 0 (the critic learns from it)")]
+                   ("vf_coef", config.vf_coef > 0, "must be > 0 (the critic learns from it)"),
+                   ("log_std_init", -20.0 <= config.log_std_init <= 5.0, "must be in [-20, 5] (a std of e^x)")]
     if isinstance(config, PPOConfig):
         checks += [("num_minibatches", config.num_minibatches >= 1, "must be >= 1"),
                    ("update_epochs", 1 <= config.update_epochs < 1000, "must be from 1 to 999"),
@@ -422,7 +432,7 @@ def replace(config, **changes):
     share the field and its default; the rest take the new class's defaults (a warning names the set
     values left behind: another algorithm's fields, and tunings such as rollout_length whose
     defaults differ between the two)."""
-    algorithm = changes.pop("algorithm", config.algorithm)
+    algorithm = _algorithm_name(changes.pop("algorithm", config.algorithm))
     if algorithm != config.algorithm:
         if algorithm not in ALGORITHMS:
             raise ConfigError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")

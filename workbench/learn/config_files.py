@@ -49,7 +49,7 @@ def default_config(env: str, algorithm: str | None = None):
     the Box with them scaled)."""
     from ..compiler.envdef import Box
     from ..runtime import registry
-    algorithm = algorithm or "ppo"
+    algorithm = (algorithm or "ppo").lower()
     if algorithm not in cfg.ALGORITHMS:
         raise cfg.ConfigError(f"algorithm must be one of {sorted(cfg.ALGORITHMS)}, got {algorithm!r}")
     defn = registry.definition(env)
@@ -114,6 +114,7 @@ def load_config(name_or_path: str, algorithm: str | None = None):
     `algorithm` other than a shipped config's: the env's default config for it, with the shipped
     config's env_params and target_return (a file of the user's switches algorithm in cfg.replace)."""
     from ..runtime import registry
+    algorithm = algorithm.lower() if isinstance(algorithm, str) else algorithm  # (as configs hold the names)
     registered = register_env_file(name_or_path)
     if registered is not None:
         return default_config(registered, algorithm)

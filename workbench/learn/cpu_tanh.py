@@ -6,7 +6,8 @@ one about 0.5 ns (bench/bench_cpu_tanh.py). tanh(x) = x P(x^2) / Q(x^2) on [-c, 
 the rational function Eigen and XLA use for float32 tanh, within 4e-7 of tanh (relative): one pass
 over the activations, which LLVM vectorises. NaN stays NaN. The gradient is tanh's own, 1 - y^2
 from the output. `tanh_ops` computes the same values, bit for bit, from torch's ops (no fused
-multiply-adds on either side), for a traced or exported policy.
+multiply-adds on either side), for a traced, compiled or exported policy (whose gradient, where one
+is taken, is then the rational function's own, within 2e-6 of 1 - y^2 and 0 past the clamp).
 """
 from __future__ import annotations
 
@@ -50,6 +51,8 @@ _tanh_into = _compiled(_tanh_into)
 
 
 class _RationalTanh(torch.autograd.Function):
+    """y = tanh(x) by the numba kernel (x float32 [...] on the CPU), its gradient g (1 - y^2)."""
+
     @staticmethod
     def forward(ctx, x):
         x = x.detach().contiguous()

@@ -38,6 +38,7 @@ class EvaluationError(WorkbenchError, ValueError):
     """An evaluation asked for something the run cannot do (an unknown policy, no episodes)."""
 
 
+NOT_STATISTICS = ("stderr", "members", "settings", "per_episode")  # a report's keys that hold no one mean
 HELD_OUT_SEED = 2**20  # evaluation's default seed: the run's plus this, starts no training episode began from
 
 
@@ -234,7 +235,7 @@ def format_comparison(results: dict, side_labels: dict | None = None) -> str:
     """A table, one column per configuration (means ± their standard errors), and for Tag the two
     comparisons in words (`side_labels`, from tag_side_labels: which report plays each side at random)."""
     labels = list(results)
-    keys = list(dict.fromkeys(k for r in results.values() for k in r if k not in ("stderr", "members", "settings")))
+    keys = list(dict.fromkeys(k for r in results.values() for k in r if k not in NOT_STATISTICS))
 
     def cell(label, key):
         value, error = results[label].get(key, math.nan), results[label].get("stderr", {}).get(key, math.nan)

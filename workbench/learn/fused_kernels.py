@@ -19,7 +19,7 @@ def dot(a, b, DOT: tl.constexpr):
 @triton.jit
 def tanh(x, APPROX: tl.constexpr):
     """tanh: the hardware's tanh.approx.f32 (max relative error about 2^-11, under bf16 dots whose
-    error is larger) or 2 sigmoid(2x) - 1 (the torch path's CPU form; Triton's interpreter)."""
+    error is larger) or 2 sigmoid(2x) - 1 (fp32 and tf32; Triton's interpreter)."""
     if APPROX:
         return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x], dtype=tl.float32,
                                          is_pure=True, pack=1)

@@ -23,7 +23,7 @@ from .rollout import RolloutBuffer
 from .normaliser import RunningNorm
 from .reward_scale import RewardScale
 from .streams import MemberStreams
-from ..errors import WorkbenchWarning
+from ..errors import BudgetWarning, WorkbenchWarning
 
 
 def adam(params, lr: float, device, lr_tensors: list):
@@ -137,12 +137,18 @@ def hidden_activation(config) -> str:
 
 
 def default_model(tr, g):
-    """The default MLP policy of group g (a centralised critic's for a group named in centralised_critic)."""
+    """The default MLP policy of group g (a centralised critic's for a group named in centralised_critic),
+    a Box's log-std starting at config.log_std_init."""
     if g.name in tr.central:
-        return CentralisedActorCritic(tr.obs_dim, tr.state_dim, g.n, tr.env.action_space, tr.config.hidden_sizes,
-                                      hidden_activation(tr.config))
-    body = SharedActorCritic if tr.config.shared_body else ActorCritic
-    return body(tr.obs_dim, tr.env.action_space, tr.config.hidden_sizes, hidden_activation(tr.config))
+        model = CentralisedActorCritic(tr.obs_dim, tr.state_dim, g.n, tr.env.action_space, tr.config.hidden_sizes,
+                                       hidden_activation(tr.config))
+    else:
+        body = SharedActorCritic if tr.config.shared_body else ActorCritic
+        model = body(tr.obs_dim, tr.env.action_space, tr.config.hidden_sizes, hidden_activation(tr.config))
+    if model.log_std is not None:
+        with torch.no_grad():
+            model.log_std.fill_(tr.config.log_std_init)
+    return model
 
 
 def refuse_models(models) -> None:
@@ -275,7 +281,7 @@ def build_ddpg(tr, g, agent):
         warnings.warn(f"DDPGConfig.total_env_steps={tr.config.total_env_steps} collects {collected} transitions of "
                       f"policy '{g.name}', fewer than learning_starts={tr.config.learning_starts}: the run would end "
                       f"before it learns anything; raise total_env_steps or lower learning_starts",
-                      WorkbenchWarning, stacklevel=4)
+                      BudgetWarning, stacklevel=4)
     elif (steps := ddpg_gradient_steps(tr.config, g.n, tr.world_size)) < FEW_DDPG_GRADIENT_STEPS:
         c = tr.config
         warnings.warn(f"DDPGConfig: total_env_steps={c.total_env_steps} at num_envs={c.num_envs} x rollout_length="
@@ -284,7 +290,7 @@ def build_ddpg(tr, g, agent):
                       f"policy '{g.name}' {steps} gradient steps in all: too few to learn most tasks "
                       f"(configs/pendulum.yaml's 16 replicas, 1 step and 16 updates reach its target after about "
                       f"7600); raise total_env_steps or updates_per_rollout, or lower num_envs",
-                      WorkbenchWarning, stacklevel=4)
+                      BudgetWarning, stacklevel=4)
     buffer = ddpg.ReplayBuffer(tr.config.buffer_size, tr.obs_dim, act_dim, tr.device, batch=n,
                                members=tr.M, masked=tr.env.definition.active is not None)
     return agent, optimizers, buffer

@@ -39,7 +39,8 @@ class _NarrowMemberLinear(torch.autograd.Function):
     a value) on the CPU. MKL's batched matmul is slow where its right operand is a few row-major
     columns: at 8 members x 1024 rows x 64 inputs, one thread, a 2-output head's forward took 0.66 ms
     and its weight gradient (rows^T dy) 0.75 ms, 0.17 and 0.11 ms with the weight as [M, out, in] and
-    the gradient made as dy^T rows (bench/bench_cpu_member_heads.py)."""
+    the gradient made as dy^T rows (bench/bench_cpu_member_heads.py). float32 or float64, outside
+    autocast."""
 
     @staticmethod
     def forward(ctx, rows, weight, bias):
@@ -50,6 +51,7 @@ class _NarrowMemberLinear(torch.autograd.Function):
         return torch.baddbmm(bias, rows, weight_out_in.transpose(1, 2))
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # (weight_out_in is a copy: no gradient of the gradient)
     def backward(ctx, dy):
         rows, weight_out_in = ctx.saved_tensors
         d_rows = d_weight = d_bias = None
@@ -79,7 +81,7 @@ class MemberLinear(nn.Module):
         """x [M * n, in] (rows grouped by member) -> [M * n, out]: member k's rows through its own weights."""
         members = self.weight.shape[0]
         rows = x.reshape(members, -1, x.shape[-1])
-        if x.device.type == "cpu" and self.out_features < NARROW:
+        if x.device.type == "cpu" and self.out_features < NARROW and not torch.is_autocast_enabled("cpu"):
             out = _NarrowMemberLinear.apply(rows, self.weight, self.bias)
         else:
             out = torch.baddbmm(self.bias, rows, self.weight)

@@ -47,7 +47,14 @@ class CpuTanh(nn.Module):
         return torch.tanh(x)
 
 
-SigmoidTanh = CpuTanh  # (the name a module saved by torch.save before holds)
+class SigmoidTanh(nn.Module):
+    """CpuTanh as a module saved by torch.save before 2026-11-29 holds it: 2 sigmoid(2x) - 1 on the CPU,
+    the values training computed there then (kept so that such a module acts as it did)."""
+
+    def forward(self, x):
+        if x.device.type == "cpu":
+            return torch.sigmoid(x * 2.0) * 2.0 - 1.0
+        return torch.tanh(x)
 
 
 class ObservationNorm(nn.Module):

@@ -10,7 +10,7 @@ import csv
 import math
 from pathlib import Path
 
-from .evaluate import compare, evaluate, held_out_seed, random_label
+from .evaluate import NOT_STATISTICS, compare, evaluate, held_out_seed, random_label
 from .ranking import ranking_text, sweep_settings
 
 
@@ -88,7 +88,8 @@ def members_text(results: dict, config) -> str:
         members = report.get("members") or []
         if not members:
             continue
-        keys = [k for k in members[0] if k not in ("member", "seed", "evaluation_seed", "stderr", "steps", *swept)]
+        keys = [k for k in members[0] if k not in ("member", "seed", "evaluation_seed", "steps", *NOT_STATISTICS,
+                                                   *swept)]
         header = ["member", "seed", *swept, *keys]
         table = [[str(m["member"]), str(m["seed"]), *(f"{m[n]:g}" for n in swept),
                   *(_cell(m[k], m["stderr"].get(k)) if k != "episodes" else str(m[k]) for k in keys)]
@@ -119,8 +120,8 @@ def write_members_csv(results: dict, path, config) -> Path:
         swept = list(config.sweep or {}) if report.get("members") else list(one["values"])
         for m in report.get("members") or [dict(report, member=one["member"], seed=one["seed"], **one["values"],
                                                 evaluation_seed=report["settings"]["seed"])]:
-            stats = [k for k in m if k not in ("member", "seed", "evaluation_seed", "stderr", "steps", "settings",
-                                               "members", "episodes", *swept)]
+            stats = [k for k in m if k not in ("member", "seed", "evaluation_seed", "steps", "episodes",
+                                               *NOT_STATISTICS, *swept)]
             row = {"label": label, "member": m["member"], "seed": m["seed"], "evaluation_seed": m["evaluation_seed"],
                    **{n: m[n] for n in swept}, "episodes": m["episodes"]}
             for k in stats:

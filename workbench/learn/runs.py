@@ -18,7 +18,7 @@ from . import config as cfg, interrupts, run_lock
 from .config_files import (config_file, default_config, env_named_by_file, is_default_config,  # noqa: F401 - (API)
                            load_config, resolve_config, shipped_configs)
 from .report import reached, returns_text, run_folder_contents  # noqa: F401 - (runs' API)
-from ..errors import WorkbenchWarning
+from ..errors import BudgetWarning, WorkbenchWarning
 from .resume_rules import (ResumeError, refuse_edited_fixed_fields,  # noqa: F401 - (runs' API)
                            refuse_fixed_and_swept, refuse_fixed_changes, refuse_other_algorithms_fields)
 
@@ -398,7 +398,9 @@ def load_policy(run_or_checkpoint, *, num_envs: int | None = 1, target: str | No
                          env_params=played_env_params(config, env_params, payload["signature"],
                                                       given or f"env_params={env_params!r}",
                                                       "evaluate" if given else "load_policy"))
-    trainer = make_trainer(config, policies=payload["signature"]["policies"], models=models, pretrained=False)
+    with warnings.catch_warnings():  # (the run's training budget was the run's to warn of, not this load's)
+        warnings.simplefilter("ignore", BudgetWarning)
+        trainer = make_trainer(config, policies=payload["signature"]["policies"], models=models, pretrained=False)
     trainer_state.restore(trainer, payload, path, restore_env=False)
     trainer.member_label = (population.member_label(payload["member_of"]) if payload.get("member_of")
                             else f"every member ({trainer.M})" if trainer.M > 1 else None)

@@ -1,6 +1,6 @@
 """Uniformly random actions on the device (Env.sample_actions), and a random policy's steps
 (Env.random_steps: discrete actions drawn by the step kernel itself), on GPUs replayed in blocks from
-one CUDA graph."""
+one CUDA graph; `rollout_throughput`, a random policy's env-steps/s (the CLI's `rollouts`)."""
 from __future__ import annotations
 
 import time
