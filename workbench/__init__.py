@@ -11,8 +11,8 @@ import importlib.abc
 import importlib.util
 import sys
 
-from .errors import (ActionError, ConsistencyError, EnvCompileError, EnvDefinitionError, EnvIndexError, NonFiniteError,
-                     TargetUnavailableError, UnknownEnvError, WorkbenchError, WorkbenchWarning)
+from .errors import (ActionError, BudgetWarning, ConsistencyError, EnvCompileError, EnvDefinitionError, EnvIndexError,
+                     NonFiniteError, TargetUnavailableError, UnknownEnvError, WorkbenchError, WorkbenchWarning)
 from .learn.config import A2CConfig, DDPGConfig, PPOConfig
 
 # The flat module names of earlier releases, each now in its layer's package. Env sources keep
@@ -122,4 +122,4 @@ __all__ = ["A2CConfig", "DDPGConfig", "PPOConfig", "Trainer", "TrainResult", "ma
            "replay", "Env", "register", "env_names", "available_targets", "best_target", "Box", "Discrete",
            "MultiDiscrete", "per_env", "per_agent", "ActionError", "ConsistencyError",
            "EnvCompileError", "EnvDefinitionError", "EnvIndexError", "NonFiniteError", "TargetUnavailableError",
-           "UnknownEnvError", "WorkbenchError", "WorkbenchWarning"]
+           "UnknownEnvError", "WorkbenchError", "WorkbenchWarning", "BudgetWarning"]
