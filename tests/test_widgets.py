@@ -2,9 +2,12 @@
 Stop through an Event, throttled live curves, errors shown in the panel, rollouts alone (random or
 a checkpoint's policy) and the rollout viewer fed by recorded episodes."""
 import html
+import os
+import textwrap
 import threading
 import time
 import types
+from pathlib import Path
 
 import ipywidgets as widgets
 import pytest
@@ -667,6 +670,41 @@ def test_several_ranks_run_under_torchrun_and_stop(tmp_path):
     assert run.state == "stopped" and result["stopped_by"] == "callback"
     assert result["iterations"] >= 2 and (tmp_path / "run" / "metrics.csv").exists()
     assert "training cartpole with PPO" in run.log_path.read_text()
+
+
+def test_ranks_end_with_the_process_that_started_them(tmp_path):
+    """A script (or a notebook kernel shut down) that exits while its multi-rank run trains: the ranks
+    get SIGINT, save their checkpoint and end (before: torchrun's own session trained on to its budget)."""
+    import subprocess
+    import sys
+    script = tmp_path / "start_and_leave.py"
+    script.write_text(textwrap.dedent(f"""
+        import time
+        import workbench as wb
+        from workbench.widgets import Runner, RunSpec
+        config = wb.PPOConfig(env="cartpole", num_envs=8, target="cpu", total_env_steps=10**9,
+                              run_dir={str(tmp_path / "run")!r}, rollout_length=8, num_minibatches=1,
+                              update_epochs=1, log_every=1)
+        seen = []
+        Runner(RunSpec(config=config, world_size=2), on_metrics=seen.append).start()
+        end = time.perf_counter() + {TIMEOUT}
+        while len(seen) < 2 and time.perf_counter() < end:
+            time.sleep(0.1)
+        print("rows", len(seen))
+        """))
+    done = subprocess.run([sys.executable, str(script)], cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                          text=True, timeout=TIMEOUT + 60)
+    assert done.stdout.startswith("rows") and int(done.stdout.split()[1]) >= 2, done.stderr[-2000:]
+    left = [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmdline_holds(pid, str(tmp_path / "run"))]
+    assert not left, f"processes of the run outlived the script that started them: pids {left}"
+    assert (tmp_path / "run" / "checkpoint.pt").exists()
+
+
+def _cmdline_holds(pid: str, text: str) -> bool:
+    try:
+        return text in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
 
 
 def test_the_panel_says_when_the_first_iteration_compiles(monkeypatch):

@@ -14,6 +14,8 @@ when Stop came before the first iteration). A new run refuses a run folder that 
 """
 from __future__ import annotations
 
+import atexit
+import functools
 import math
 import os
 import signal
@@ -230,6 +232,20 @@ def _checkpoint_trainer(checkpoint: str, config):
     return trainer
 
 
+def end_ranks(proc, grace_s: float = 20.0) -> None:
+    """A torchrun still running as this process exits (a script's end, a notebook kernel's shutdown or
+    restart) gets SIGINT, its ranks saving their checkpoints, and SIGKILL `grace_s` later: its own
+    session outlives this process, and would train on to its budget (Stop's signals come from the
+    panel's thread, which ends with the process)."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
 def train_on_ranks(run) -> None:
     """Data-parallel training: torchrun with one rank per GPU in a subprocess (its output in the
     run folder's panel_log.txt); Stop sends SIGINT, and SIGKILL 20 s later."""
@@ -249,6 +265,8 @@ def train_on_ranks(run) -> None:
     with open(run.log_path, "wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
+        at_exit = functools.partial(end_ranks, proc)
+        atexit.register(at_exit)
         rows_seen = 0
         stopping_since = None
         while True:
@@ -267,6 +285,7 @@ def train_on_ranks(run) -> None:
             elif stopping_since is not None and time.perf_counter() - stopping_since > 20:
                 os.killpg(proc.pid, signal.SIGKILL)
             time.sleep(0.2)
+        atexit.unregister(at_exit)
     last = run.history[-1] if run.history else {}
     if stopping_since is not None:
         run.stopped_by = "callback"
