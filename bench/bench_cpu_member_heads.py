@@ -7,21 +7,15 @@ plain autograd through baddbmm: the shapes of a CartPole population's update (8 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import _common  # noqa: F401  (puts the checkout on sys.path)
+from _common import median_seconds
 
 
 def _time(fn, repeats: int = 40) -> float:
-    for _ in range(3):
+    for _ in range(3):  # (warm-up)
         fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return median_seconds(fn, "cpu", repeats)[0]
 
 
 def main() -> None:

@@ -5,23 +5,17 @@ until 2026-11-29) and cpu_tanh's rational function (policies.Tanh's CPU form sin
     python bench/bench_cpu_tanh.py
 """
 import json
-import statistics
-import time
 
 import torch
 
 import _common  # noqa: F401  (a checkout without `pip install -e .`)
+from _common import median_seconds
 from workbench.learn import cpu_tanh
 
 
 def per_element_ns(fn, n: int, repeats: int = 40) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return round(statistics.median(times) * 1e9 / n, 2)
+    fn()  # (warm-up)
+    return round(median_seconds(fn, "cpu", repeats)[0] * 1e9 / n, 2)
 
 
 class SigmoidForm(torch.autograd.Function):

@@ -120,9 +120,10 @@ def _play(trainer, episodes, steps, random_groups, deterministic, seed, streams,
     squares = {key: torch.zeros(members, dtype=torch.float64, device=device) for key in sums}  # (standard errors)
     saved = torch.empty_like(store["action"]) if random_groups else None
     # per_episode: each counted episode's values, [episodes, E] a key, where `ended` marks the ones played out
-    slots = {key: torch.zeros((episodes, env.num_envs), device=device) for key in sums} if per_episode else {}
-    ended = torch.zeros((episodes, env.num_envs), dtype=torch.bool, device=device)
-    replicas = torch.arange(env.num_envs, device=device)
+    if per_episode:
+        slots = {key: torch.zeros((episodes, env.num_envs), device=device) for key in sums}
+        ended = torch.zeros((episodes, env.num_envs), dtype=torch.bool, device=device)
+        replicas = torch.arange(env.num_envs, device=device)
     for _ in range(steps):
         trainer.act(deterministic=deterministic, streams=streams)
         if random_groups:
