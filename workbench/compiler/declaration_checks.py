@@ -268,3 +268,41 @@ def refuse_truncated(env_name: str, what: str, args, line=None) -> None:
         raise EnvDefinitionError(
             f"{env_name}: {what} takes 'truncated', which is the framework's: it is set when an episode reaches "
             f"MAX_STEPS (declare MAX_STEPS for a time limit); to end an episode, set terminated[env] = 1", line=line)
+
+
+# index names other codebases use, for the framework's own
+_INDEX_ALIASES = {"e": "env", "env_id": "env", "env_idx": "env", "env_index": "env", "replica": "env", "i": "env",
+                  "a": "agent", "agent_id": "agent", "agent_idx": "agent", "agent_index": "agent", "rng": "key",
+                  "rng_key": "key"}
+
+
+def check_phase_arguments(env_name: str, fn, arrays: Mapping, entities: Mapping, params: Mapping,
+                          special: Iterable) -> None:
+    """EnvDefinitionError for a phase argument the kernels cannot bind: phases take env/agent/key,
+    entities and arrays, by name, as plain arguments."""
+    line = fn.__code__.co_firstlineno
+    where = f"{env_name}: {fn.__name__}() (line {line})"
+    bindable = [*arrays, *entities, *special]
+    for arg in inspect.signature(fn).parameters.values():
+        if arg.kind in (arg.VAR_POSITIONAL, arg.VAR_KEYWORD, arg.KEYWORD_ONLY):
+            shown = {arg.VAR_POSITIONAL: "*", arg.VAR_KEYWORD: "**"}.get(arg.kind, "")
+            raise EnvDefinitionError(f"{where} takes {shown}{arg.name} as {arg.kind.description}: phases take plain "
+                                     f"arguments, each named after what it binds; write {arg.name}", line=line)
+        if arg.default is not arg.empty:
+            raise EnvDefinitionError(
+                f"{where} gives '{arg.name}' a default ({arg.name}={arg.default!r}): phase arguments bind to arrays "
+                f"by name and take no defaults; for a constant, add it to PARAMS (PARAMS = dict(..., "
+                f"{arg.name}={arg.default!r})) and read it as a global name", line=line)
+        if arg.name in bindable:
+            continue
+        if arg.name in params:
+            raise EnvDefinitionError(f"{where} takes '{arg.name}', which is a parameter (PARAMS): phases read "
+                                     f"parameters as global names; drop it from the arguments", line=line)
+        hint = did_you_mean(arg.name, bindable, repr)
+        if not hint and arg.name in _INDEX_ALIASES:
+            hint = f"; did you mean '{_INDEX_ALIASES[arg.name]}'? (the framework's name for that index)"
+        if not hint:
+            hint = f"; a new array: declare it in STATE, e.g. STATE = dict(..., {arg.name}=per_agent()) " \
+                   f"(or per_env())"
+        raise EnvDefinitionError(f"{where} takes '{arg.name}', which is neither env/agent/key, an entity of ENTITIES "
+                                 f"nor an array (arrays: {sorted(arrays)}){hint}", line=line)

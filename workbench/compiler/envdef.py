@@ -35,8 +35,8 @@ import numpy as np
 
 from ..errors import EnvDefinitionError, EnvParameterError, did_you_mean
 from .observed_state import observed_state
-from .declaration_checks import (REQUIRED, box_problem, check_active, check_host_hooks, check_reserved_names,
-                                 refuse_declaration, refuse_space, refuse_truncated,
+from .declaration_checks import (REQUIRED, box_problem, check_active, check_host_hooks, check_phase_arguments,
+                                 check_reserved_names, refuse_declaration, refuse_space, refuse_truncated,
                                  refuse_unknown_params)
 
 SPECIAL_ARGS = ("env", "agent", "key")
@@ -98,13 +98,13 @@ def _dtype_name(dtype) -> str:
 
 
 def per_env(dtype: str = "float32", shape: tuple = ()) -> ArrayDecl:
-    """State array with one entry (of `shape`) per replica: [E, *shape]."""
-    return ArrayDecl("env", _dtype_name(dtype), tuple(shape))
+    """State array with one entry (of `shape`: a tuple, or one dimension) per replica: [E, *shape]."""
+    return ArrayDecl("env", _dtype_name(dtype), _shape_tuple(shape))
 
 
 def per_agent(dtype: str = "float32", shape: tuple = ()) -> ArrayDecl:
-    """State array with one entry (of `shape`) per agent: [E, A, *shape]."""
-    return ArrayDecl("agent", _dtype_name(dtype), tuple(shape))
+    """State array with one entry (of `shape`: a tuple, or one dimension) per agent: [E, A, *shape]."""
+    return ArrayDecl("agent", _dtype_name(dtype), _shape_tuple(shape))
 
 
 def per_entity(entity: str, dtype: str = "float32", shape: tuple = ()) -> ArrayDecl:
@@ -112,7 +112,11 @@ def per_entity(entity: str, dtype: str = "float32", shape: tuple = ()) -> ArrayD
     stored as a per-replica array whose shape starts with the entity count."""
     if not isinstance(entity, str):
         raise EnvDefinitionError(f"per_entity takes the entity's name (a key of ENTITIES) first, got {entity!r}")
-    return ArrayDecl("entity", _dtype_name(dtype), tuple(shape) if not isinstance(shape, (int, str)) else (shape,), entity)
+    return ArrayDecl("entity", _dtype_name(dtype), _shape_tuple(shape), entity)
+
+
+def _shape_tuple(shape) -> tuple:  # one dimension (3, or a parameter's name) as np.zeros(3) takes it
+    return (shape,) if isinstance(shape, (int, np.integer, str)) else tuple(shape)
 
 
 @dataclass(frozen=True)
@@ -440,15 +444,15 @@ def parse(name: str, source: str, filename: str | None = None, overrides: Mappin
         fns = list(value) if isinstance(value, (list, tuple)) else [value]
         for fn in fns:
             if not inspect.isfunction(fn):
-                raise EnvDefinitionError(f"{name}: {what} must hold functions, got {fn!r}")
+                hint = ""
+                if isinstance(fn, str):
+                    defined = [k for k, v in namespace.items() if inspect.isfunction(v)]
+                    names = [f if isinstance(f, str) else getattr(f, "__name__", "?") for f in fns]
+                    hint = f"; list the functions themselves, not their names: {what} = [{', '.join(names)}]" + (
+                        "" if fn in defined else did_you_mean(fn, defined, repr))
+                raise EnvDefinitionError(f"{name}: {what} must hold functions, got {fn!r}{hint}")
             args, line = list(inspect.signature(fn).parameters), fn.__code__.co_firstlineno
-            for arg in args:
-                if arg not in arrays and arg not in SPECIAL_ARGS and arg not in entities:
-                    hint = did_you_mean(arg, [*arrays, *entities], repr) or \
-                        f"; a new array: declare it in STATE, e.g. STATE = dict(..., {arg}=per_agent()) (or per_env())"
-                    raise EnvDefinitionError(f"{name}: {fn.__name__}() (line {line}) takes '{arg}', which is neither "
-                                             f"env/agent/key, an entity of ENTITIES nor an array (arrays: "
-                                             f"{sorted(arrays)}){hint}", line=line)
+            check_phase_arguments(name, fn, arrays, entities, params, SPECIAL_ARGS)
             refuse_truncated(name, f"{fn.__name__}() (line {line})", args, line)
             phase_index(name, f"{fn.__name__}() (line {line})", args, entities, line)
         return fns

@@ -71,6 +71,9 @@ NUMPY_ALTERNATIVES = {
     "argmax": "a loop keeping the best index", "sort": "an insertion into a small local",
     "random": "a workbench.rng draw (from workbench.rng import uniform)",
     "reciprocal": "1.0 / x", "cbrt": "np.sign(x) * np.abs(x) ** (1.0 / 3.0)",
+    "heaviside": "np.where(x > 0.0, 1.0, np.where(x == 0.0, h, 0.0))",
+    "float_power": "np.power(np.float64(x), y)", "nan_to_num": "np.where(x != x, 0.0, x) (NaN is the one value "
+                                                              "not equal to itself)",
 }
 for _fn in ("zeros", "ones", "empty", "full", "array", "asarray", "zeros_like", "ones_like", "empty_like",
             "arange", "linspace"):
@@ -156,7 +159,28 @@ REFUSED_BUILTINS = {"sum": "a loop accumulating into a local", "sorted": "an ins
                     "isinstance": "a loop"}
 
 
-def _call_problem(node: ast.Call, local_functions: set, namespace: dict) -> str | None:
+def _own_call_problem(node: ast.Call, fn: ast.FunctionDef) -> str | None:
+    """Why a call of the env's own function `fn` binds no arguments, else None (numba would say so
+    only after compiling, in its words)."""
+    a = fn.args
+    if a.vararg or a.kwarg or any(isinstance(x, ast.Starred) for x in node.args) \
+            or any(k.arg is None for k in node.keywords):
+        return None
+    names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
+    unknown = [k.arg for k in node.keywords if k.arg not in names]
+    if unknown:
+        return f"{fn.name}() (line {fn.lineno}) has no argument '{unknown[0]}'" + did_you_mean(unknown[0], names, repr)
+    given = len(node.args) + len(node.keywords)
+    most = len(names)
+    required = len(a.posonlyargs + a.args) - len(a.defaults) + sum(d is None for d in a.kw_defaults)
+    if required <= given <= most:
+        return None
+    count = str(most) if required == most else f"{required} to {most}"
+    return f"{fn.name}() (line {fn.lineno}) takes {count} argument{'s' if most != 1 else ''} " \
+           f"({', '.join(names)}), given {given}"
+
+
+def _call_problem(node: ast.Call, local_functions: dict, namespace: dict) -> str | None:
     """Why a phase may not make this call on every target (the message), else None."""
     import math
     import numpy
@@ -194,7 +218,7 @@ def _call_problem(node: ast.Call, local_functions: set, namespace: dict) -> str 
         return None
     name = root
     if name in local_functions:
-        return None
+        return _own_call_problem(node, local_functions[name])
     imported = _numpy_name(value) if value is not None else None
     if imported is not None:
         return _numpy_call(node, imported, name)
@@ -220,6 +244,7 @@ UNPORTABLE_CONSTRUCTS = {
     ast.Try: ("try/except", "an if on the condition (a phase's division by zero gives numpy's inf or nan: "
                             "it does not raise)"),
     ast.With: ("a with statement", "plain statements"),
+    ast.JoinedStr: ("an f-string", "numbers only: store the value into a state array and format it on the host"),
     ast.Yield: ("yield", "stores into a state array"),
     ast.YieldFrom: ("yield from", "stores into a state array"),
 }
@@ -242,8 +267,8 @@ def _construct_problem(node: ast.AST, parent) -> str | None:
     if found is None or (isinstance(node, ast.List) and isinstance(parent, ast.For) and node is parent.iter):
         return None
     what, alternative = found
-    return f"{what} does not compile on target(s) cuda (a GPU kernel has no lists, dicts, sets, generators or " \
-           f"exceptions); use {alternative}"
+    return f"{what} does not compile on target(s) cuda (a GPU kernel has no lists, dicts, sets, formatted " \
+           f"strings, generators or exceptions); use {alternative}"
 
 
 def _ndim(spec) -> int:
@@ -298,11 +323,12 @@ def _check_subscript(name: str, node: ast.Subscript, spec, lines: list, params: 
             f"{_where(name, node, lines)}\n    '{spec.name}' takes {ndim} ind{'ex' if ndim == 1 else 'ices'} "
             f"({_shape_text(spec)}), given {len(items)}: write {hint}", line=node.lineno)
     given = f"'{spec.name}' takes {ndim} ind{'ex' if ndim == 1 else 'ices'} ({_shape_text(spec)}), given {len(items)}"
-    if per_agent_phase and spec.layout == "agent" and len(items) < 2 and isinstance(node.ctx, ast.Store):
-        # agents of a replica run concurrently: a row store is every agent writing every agent's entry
+    if per_agent_phase and spec.layout == "agent" and len(items) < ndim and isinstance(node.ctx, ast.Store):
+        # agents of a replica run concurrently: a row store is every agent writing the same entries
+        whose = "every agent's entry of the replica" if len(items) < 2 else f"the whole row {ast.unparse(node)}"
         raise EnvDefinitionError(
-            f"{_where(name, node, lines)}\n    {given}: this writes every agent's entry of the replica from each "
-            f"agent (a race on a GPU); write {_full_index(spec)} = ...", line=node.lineno)
+            f"{_where(name, node, lines)}\n    {given}: this writes {whose} from each agent (a race on a GPU); "
+            f"write {_full_index(spec)} = ...", line=node.lineno)
     if len(items) < ndim and isinstance(node.ctx, ast.Load) and _used_as_one_value(node, parent):
         raise EnvDefinitionError(
             f"{_where(name, node, lines)}\n    {given}: {ast.unparse(node)} is a whole row of the array, not one "
@@ -379,6 +405,20 @@ def _undefined_message(missing: str, fn: ast.FunctionDef, namespace: dict, param
     return text + did_you_mean(missing, candidates, lambda c: f"'{c}'" + ("" if c in namespace else _import_hint(c)))
 
 
+def _refuse_rebound_arrays(name: str, fn: ast.FunctionDef, rebound: set, arrays: dict, lines: list):
+    """An array argument assigned as a name and never indexed (`reward = -d` for `reward[env, agent] = -d`):
+    the assignment rebinds the phase's local name and stores nothing. (`u = u[env]`, which reads the
+    array first, stays allowed.)"""
+    indexed = {n.value.id for n in ast.walk(fn) if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)}
+    for array in sorted(rebound - indexed):
+        node = next(n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == array
+                    and isinstance(n.ctx, ast.Store))
+        spec = arrays[array]
+        raise EnvDefinitionError(
+            f"{_where(name, node, lines)}\n    '{array}' is an array ({_shape_text(spec)}): assigning to the name "
+            f"rebinds it inside {fn.name}() and stores nothing; write {_full_index(spec)} = ...", line=node.lineno)
+
+
 def _numpy_attribute(node: ast.Attribute, namespace: dict) -> str | None:
     """np.NAME read (not called) where numpy has no NAME."""
     import numpy
@@ -399,7 +439,6 @@ def check_source(name: str, source: str, phases: list, arrays: dict, params: dic
         return  # exec_source has reported it already
     lines = source.splitlines()
     functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
-    local_functions = set(functions)
     phase_names = {fn.__name__ for fn in phases}
     # only what runs in a kernel: the phases and the env functions they call (not host-side helpers
     # such as validate_params, reference_* or a draw(frame, ax) for the viewer)
@@ -418,6 +457,8 @@ def check_source(name: str, source: str, phases: list, arrays: dict, params: dic
         rebound = {t.id for node in ast.walk(fn) if isinstance(node, (ast.Assign, ast.AugAssign, ast.For))
                    for t in ast.walk(node.target if not isinstance(node, ast.Assign) else node)
                    if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
+        if fn_name in phase_names:
+            _refuse_rebound_arrays(name, fn, rebound & arguments & set(arrays), arrays, lines)
         missing = _undefined(fn, known) if namespace is not None else None
         if missing is not None:
             raise EnvDefinitionError(f"{_where(name, missing, lines)}\n    "
@@ -427,7 +468,7 @@ def check_source(name: str, source: str, phases: list, arrays: dict, params: dic
         for node in ast.walk(fn):
             problem = None
             if isinstance(node, ast.Call):
-                problem = _call_problem(node, local_functions, namespace or {})
+                problem = _call_problem(node, functions, namespace or {})
             elif isinstance(node, ast.Attribute):
                 problem = _numpy_attribute(node, namespace or {})
             else:

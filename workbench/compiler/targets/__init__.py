@@ -10,7 +10,7 @@ from typing import Protocol
 
 import torch
 
-from ...errors import TargetUnavailableError
+from ...errors import TargetUnavailableError, did_you_mean
 
 
 class Kernels(Protocol):
@@ -66,7 +66,8 @@ def available_targets() -> list:
 def get_target(name: str) -> Target:
     """The target called `name`, or a clear error naming the ones usable here."""
     if name not in _CLASSES:
-        raise TargetUnavailableError(f"unknown target '{name}'; targets are {list(_CLASSES)}")
+        raise TargetUnavailableError(f"unknown target '{name}'; targets are {list(_CLASSES)}"
+                                     + did_you_mean(str(name), list(_CLASSES), repr))
     reason = target_named(name).availability()
     if reason is not None:
         simulator = (" (numba's CUDA simulator runs the cuda target without a GPU, slowly, for tests and checks: "

@@ -36,8 +36,9 @@ def _helpers_for(defn: EnvDefinition) -> str:
 def _numpy_text() -> str:
     """After the jit wrap: every global naming numpy (`import numpy as np`) becomes a module whose
     functions are vocabulary.NUMPY's portable ones (other names fall through to numpy: np.float32,
-    np.pi), every global naming math one whose vocabulary.MATH_TWINS are helpers (math.fmod), and
-    every function imported from numpy or math (`from numpy import clip`) its portable twin."""
+    np.pi), every global naming math one whose vocabulary.MATH_TWINS are helpers (math.fmod),
+    every function imported from numpy or math (`from numpy import clip`) its portable twin, and
+    `float` numpy's float64 (Python's meaning of float() of a float32)."""
     lines = ["import math as _wb_math", "import types as _wb_types",
              "_wb_numpy = _wb_types.ModuleType('workbench_phase_numpy')",
              "_wb_numpy.__getattr__ = lambda _wb_attr: getattr(_wb_np, _wb_attr)",
@@ -56,7 +57,10 @@ def _numpy_text() -> str:
               "    elif _wb_value is _wb_math and not _wb_name.startswith('_wb_'):",
               "        globals()[_wb_name] = _wb_phase_math",
               "    elif id(_wb_value) in _wb_twins:",
-              "        globals()[_wb_name] = _wb_twins[id(_wb_value)]"]
+              "        globals()[_wb_name] = _wb_twins[id(_wb_value)]",
+              # numba types float() of a float32 as float32; Python (and so the CUDA simulator) gives float64
+              "if 'float' not in globals():",
+              "    float = _wb_np.float64"]
     return "\n".join(lines) + "\n"
 
 
@@ -182,9 +186,18 @@ _NOISE = ("During:", "Failed in nopython mode pipeline", "Failed in cuda mode pi
           "Current values", "Ignored during")
 
 
-def _reason(text: str) -> list:
-    """One or two lines of the compiler's text that say what is wrong."""
+def _missing_name(text: str, source: str):
+    """The name numba says is undefined, where the env's source writes it (else the name is one of the
+    compiler's own, which an unsupported construct made it look up), else None."""
     missing = re.search(r"NameError: name '(\w+)' is not defined|Untyped global name '(\w+)'", text)
+    if missing and re.search(rf"\b{missing.group(1) or missing.group(2)}\b", source):
+        return missing
+    return None
+
+
+def _reason(text: str, source: str = "") -> list:
+    """One or two lines of the compiler's text that say what is wrong."""
+    missing = _missing_name(text, source)
     if missing:
         return [f"name '{missing.group(1) or missing.group(2)}' is not defined (not a parameter, array, local or "
                 f"function of the env)"]
@@ -240,13 +253,13 @@ def compile_error(defn: EnvDefinition, target: str, exc: BaseException, module_f
         if _same_file(shown.strip(), names) and int(number) <= env_lines:  # later lines are the generated drivers'
             lines.append(int(number))
     src = defn.source.splitlines()
-    missing = re.search(r"NameError: name '(\w+)' is not defined|Untyped global name '(\w+)'", text)
+    missing = _missing_name(text, defn.source)
     if not lines and missing:
         word = re.compile(rf"\b{missing.group(1) or missing.group(2)}\b")
         lines = [k + 1 for k, ln in enumerate(src) if word.search(ln.split("#")[0])][:1]
     line = lines[0] if lines and 0 < lines[0] <= len(src) else None
     where = f" at line {line}:\n    {src[line - 1].strip()}" if line else ""
-    reason = "\n".join("  " + ln for ln in _reason(text))
+    reason = "\n".join("  " + ln for ln in _reason(text, defn.source))
     return EnvCompileError(f"env '{defn.name}' failed to compile for target '{target}'{where}\n{reason}",
                            line=line, details=text)
 
