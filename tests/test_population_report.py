@@ -61,13 +61,13 @@ def test_sweep_settings_rank_settings_by_their_seeds_mean_return_with_nan_member
     assert (second["best_member"], second["best_value"]) == (1, 120.0)
 
 
-def test_settings_with_every_member_nan_come_last_and_one_member_has_std_zero():
+def test_settings_with_every_member_nan_come_last_and_one_member_has_no_std():
     grid = [{"lr": lr, "ent_coef": e} for lr in (1e-3, 3e-4) for e in (0.0, 0.01)]
     final = population_history([[5.0, NAN, 7.0, 3.0]], grid)[-1]
     rows = ranking.sweep_settings(final)
     assert ranking.swept_names(final) == ["lr", "ent_coef"]
     assert [row["values"] for row in rows] == [grid[2], grid[0], grid[3], grid[1]]
-    assert [row["mean"] for row in rows[:3]] == [7.0, 5.0, 3.0] and [row["std"] for row in rows[:3]] == [0.0] * 3
+    assert [row["mean"] for row in rows[:3]] == [7.0, 5.0, 3.0] and all(math.isnan(row["std"]) for row in rows[:3])
     last = rows[-1]
     assert math.isnan(last["mean"]) and math.isnan(last["std"]) and last["best_member"] is None
     assert (last["members"], last["missing"]) == (1, 1)
@@ -336,3 +336,17 @@ def test_a_setting_of_one_member_shows_its_value_without_a_spread_and_says_one_s
     lines = ranking.ranking_text(ranking.sweep_settings(final)).splitlines()
     assert lines[1].split()[:4] == ["1", "0.0003", "1", "30.00"] and "±" not in lines[1] + lines[2]
     assert ranking.population_summary(final).endswith("; best setting lr=0.0003 (mean 30.00 over 1 seed)")
+
+
+def test_a_run_closing_on_members_latest_values_says_from_which_iteration(tmp_path, capsys):
+    """Before: a population whose last window held no episode end printed its members' earlier values
+    as if they were the last iteration's (a single run's line said "the last reported, at iteration N")."""
+    import workbench as wb
+    trainer, result = wb.train("cartpole", num_envs=2, seeds=2, rollout_length=4, log_every=1, total_env_steps=240,
+                               run_dir=str(tmp_path / "run"), progress=False)
+    assert all(m["mean_return"] != m["mean_return"] for m in result.history[-1]["members"])  # NaN: no end
+    from workbench.learn.population import latest_report
+    oldest = min(m["iteration"] for m in latest_report(trainer.history)["members"])
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("stopped by")][-1]
+    assert oldest < 30 and line.endswith(f"over 2 members (each member's latest value, the oldest from iteration "
+                                         f"{oldest})")

@@ -127,3 +127,16 @@ def test_one_member_evaluated_is_named_in_its_csv_and_replay_refuses_all(populat
         wb.replay(population_run, member="all")
     with pytest.raises(ConfigError, match="num_envs must be >= 1, got 0"):
         wb.load_policy(population_run, num_envs=0)
+
+
+def test_members_rank_by_a_statistic_training_renames():
+    """Before: rank_by survival (training's name for Tag's runner_survival) found no such key in the
+    evaluation's reports and ranked by return instead, silently."""
+    from types import SimpleNamespace
+    from workbench.learn.run_evaluation import learning_value, members_ranked
+    reports = [{"member": k, "seed": k, "lr": lr, "return/taggers": ret, "runner_survival": survival,
+                "stderr": {}} for k, (lr, ret, survival) in enumerate([(1e-3, 5.0, 0.2), (3e-3, 1.0, 0.9)])]
+    assert learning_value(reports[1], "-survival") == ("survival", 0.9)
+    config = SimpleNamespace(rank_by="survival", frozen=(), sweep={"lr": [1e-3, 3e-3]})
+    rows = members_ranked({"members": reports}, config)
+    assert [row["values"]["lr"] for row in rows] == [3e-3, 1e-3] and rows[0]["key"] == "survival"

@@ -127,7 +127,7 @@ def sweep_settings(report: dict, swept: list | None = None, key: str | None = No
     """One row per sweep setting of a population report's members, best first (NaN means last), by
     the statistic `key` (default: the run's rank_by, rank_key; higher is better unless the run's
     rank_by is "-NAME"): {rank, key, lower_first, values: {name: value}, members (count), missing
-    (members whose value is NaN), mean, std (sample std of the finite values; 0 for one), stderr
+    (members whose value is NaN), mean, std (sample std of the finite values; NaN below two), stderr
     (std / sqrt(n)), ci95 (the 95% t interval's half-width; NaN below two values), episodes (the
     members' episodes behind their values), oldest (the earliest iteration a value comes from: a
     member's latest value, population.latest_report), best_member (its `member` index; None when all
@@ -144,7 +144,7 @@ def sweep_settings(report: dict, swept: list | None = None, key: str | None = No
         scores = np.array([r for r, _ in finite])
         best = max(finite, key=lambda rk: sign * rk[0]) if finite else (math.nan, None)
         n = len(finite)
-        std = float(scores.std(ddof=1)) if n > 1 else (0.0 if finite else math.nan)
+        std = float(scores.std(ddof=1)) if n > 1 else math.nan  # (one value has no spread to state)
         counted = [m for m in group if _finite(m.get(key))]
         rows.append({"key": key, "lower_first": lower, "values": dict(zip(swept, values)), "members": len(group),
                      "missing": len(group) - n,

@@ -10,6 +10,7 @@ import csv
 import math
 from pathlib import Path
 
+from .episode_stats import RENAMED
 from .evaluate import NOT_STATISTICS, compare, evaluate, held_out_seed, random_label
 from .ranking import ranking_text, sweep_settings
 
@@ -62,8 +63,9 @@ def learning_value(report: dict, rank_by: str, frozen=()) -> tuple:
     policies' returns; another rank_by where the evaluation reports it (episode_length, an env metric);
     else mean_return."""
     key = rank_by.lstrip("-")
-    if key != "mean_return" and key in report:
-        return key, report[key]
+    evaluated = {v: k for k, v in RENAMED.items()}.get(key, key)  # (training's survival: runner_survival here)
+    if key != "mean_return" and evaluated in report:
+        return key, report[evaluated]
     returns = [v for k, v in report.items() if k.startswith("return/") and k[len("return/"):] not in frozen]
     return "mean_return", (sum(returns) / len(returns) if returns else math.nan)
 

@@ -8,6 +8,7 @@ name with another source, they refuse and say what differs (the run's env is nev
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 import warnings
@@ -299,6 +300,9 @@ def _train_in_folder(config, resume, progress, policies, show_run_folder, callba
     final = (latest_report(trainer.history, config.rank_window) if result.metrics.get("members") and trainer.history
              else result.metrics)
     outcome = returns_text(final, config.frozen)
+    oldest = min((m.get("iteration", math.inf) for m in final.get("members") or ()), default=math.inf)
+    if outcome and not config.rank_window and trainer.history and oldest < trainer.history[-1].get("iteration", 0):  # (a member with no episode in the last window)
+        outcome += f" (each member's latest value, the oldest from iteration {oldest})"
     if not outcome and not final.get("members"):  # (DDPG's long episodes: the last log window may hold none)
         known = next((m for m in reversed(trainer.history) if returns_text(m)), None)
         if known is not None:
