@@ -91,7 +91,8 @@ def _num_blocks(p):
 
 NUM_AGENTS = lambda p: p.num_taggers + p.num_runners  # noqa: E731
 MAX_STEPS = "episode_length"
-OBSERVATION = Box(shape=(lambda p: 5 * (p.num_taggers + p.num_runners) + 1 if p.full_observation else 6,))
+OBSERVATION = Box(low=0.0, high=1.0,  # (positions over the grid, flags, the clock over the episode)
+                  shape=(lambda p: 5 * (p.num_taggers + p.num_runners) + 1 if p.full_observation else 6,))
 ACTION = Discrete(5)
 ACTIVE = "in_game"  # runners out of the game are left out of the learner's losses and statistics
 AGENT_GROUPS = lambda p: {"taggers": range(0, p.num_taggers),  # noqa: E731

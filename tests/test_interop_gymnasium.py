@@ -157,3 +157,16 @@ def test_sb3_ppo_learns_cartpole():
 
     random_mean, _ = evaluate_policy(Random(), evaluation, n_eval_episodes=16, warn=False)
     assert random_mean < 40 and mean > 100, (mean, random_mean)
+
+
+def test_a_step_before_reset_or_a_reset_after_close_is_refused():
+    """Before: step() before reset() played from the starts drawn when the env was made (Gymnasium's
+    vector envs raise there), and reset() after close() went on."""
+    venv = wb.make("cartpole", num_envs=4, target="cpu").as_gymnasium()
+    with pytest.raises(AdapterError, match=r"step\(\) before reset\(\): call reset\(\) first"):
+        venv.step(np.zeros(4, np.int64))
+    venv.reset(seed=1)
+    venv.step(np.zeros(4, np.int64))
+    venv.close()
+    with pytest.raises(AdapterError, match=r"reset\(\) after close\(\)"):
+        venv.reset()

@@ -139,6 +139,9 @@ def test_population_summary_per_team_and_with_the_best_setting():
     swept = ranking.population_summary(population_history(TABLE, SWEEP)[-1])
     assert swept.startswith("median return 150.00 (IQR 120.00 to 190.00) over 5 of 6 members")
     assert swept.endswith("; best setting lr=0.0003 (mean 180.00 over 3 seeds)")
+    # (before: "over 3 seeds" for a setting whose mean had two behind it)
+    missing = ranking.population_summary(population_history([[100.0, 120.0, NAN, 200.0, NAN, 190.0]], SWEEP)[-1])
+    assert missing.endswith("; best setting lr=0.0003 (mean 195.00 over 2 seeds of 3)")
 
 
 def test_returns_text_of_a_population_says_the_median_and_the_member_count():

@@ -557,3 +557,17 @@ def test_agents_sharing_a_grid_cell_are_drawn_apart():
     drawn = {(round(x, 3), round(y, 3)) for x, y in zip(sx[0, :3], sy[0, :3])}
     assert len(drawn) == 3  # three markers, not one
     assert np.allclose(np.hypot(sx[0, :3] - 1.0, sy[0, :3] - 2.0), 0.25)
+
+
+@pytest.mark.parametrize("name", ["tag_grid", "cartpole"])
+def test_a_long_member_title_is_wrapped_inside_the_frame(recorded, name):
+    """Before: a population member's label ran past both edges of a square Tag frame."""
+    from workbench.notebook.frames import FrameSource
+    env, trajectories = recorded[name]
+    traj = dict(trajectories[0], member="member 4 of 8 (the best by return/taggers, in its last training report), "
+                                       "seed 4, lr=0.003, ent_coef=0")
+    source = FrameSource(traj, env)
+    title = source.fig._suptitle or source.fig.axes[0].title
+    box, frame = title.get_window_extent(source.canvas.get_renderer()), source.fig.bbox
+    assert "\n" in title.get_text() or name == "cartpole"
+    assert frame.x0 <= box.x0 and box.x1 <= frame.x1 and box.y1 <= frame.y1

@@ -5,6 +5,7 @@ import csv
 import json
 import math
 
+import numpy as np
 import pytest
 
 import workbench as wb
@@ -140,3 +141,35 @@ def test_members_rank_by_a_statistic_training_renames():
     config = SimpleNamespace(rank_by="survival", frozen=(), sweep={"lr": [1e-3, 3e-3]})
     rows = members_ranked({"members": reports}, config)
     assert [row["values"]["lr"] for row in rows] == [3e-3, 1e-3] and rows[0]["key"] == "survival"
+
+
+def test_identical_episodes_have_no_standard_error():
+    """Before: the means were summed in float32 beside float64 squares, so episodes that all return
+    5.9999976 but end at different steps reported a standard error of about 1e-4."""
+    import textwrap
+    from workbench.learn.evaluate import evaluate
+    from workbench.learn.trainer import make_trainer
+    wb.register("constant_return", textwrap.dedent('''
+        from workbench.envdef import Box, Discrete, per_env
+        from workbench.rng import uniform
+        NUM_AGENTS = 1
+        MAX_STEPS = 50
+        OBSERVATION = Box(shape=(1,))
+        ACTION = Discrete(2)
+        STATE = dict(x=per_env())
+
+        def reset(env, x):
+            x[env] = 0.0
+
+        def step(env, agent, key, x, reward, terminated):
+            end = uniform(key, 0) < 0.3
+            reward[env, agent] = 5.9999976 if end else 0.0
+            terminated[env] = 1 if end else 0
+
+        def observe(env, agent, x, obs):
+            obs[env, agent, 0] = x[env]
+    '''))
+    trainer = make_trainer(wb.PPOConfig(env="constant_return", num_envs=64, rollout_length=8, target="cpu"))
+    report = evaluate(trainer, episodes=3)
+    assert report["episodes"] == 192 and report["return/shared"] == float(np.float32(5.9999976))
+    assert report["stderr"]["return/shared"] == 0.0 and report["stderr"]["episode_length"] > 0.0

@@ -347,6 +347,21 @@ def test_the_runs_table_leaves_out_gpu_fields_between_cpu_runs():
     assert curves.config_differences()[0] == ["cuda_graph", "lr", "target"]
 
 
+def test_the_runs_table_compares_a_panel_run_as_its_trainer_resolved_it():
+    """Before: a panel run's entry held the form's config (activation None), so beside a folder's
+    config.yaml (activation tanh) the table showed a difference that was none."""
+    from types import SimpleNamespace
+    from widgets.curves import RunCurves
+    from workbench.learn import config as cfg
+    form = wb.PPOConfig(env="cartpole", target="cpu")
+    resolved = cfg.replace(form, activation="tanh")
+    curves = RunCurves()
+    curves.runs = [{"label": "a", "run_dir": "runs/a", "config": cfg.to_dict(form),
+                    "runner": SimpleNamespace(trainer=SimpleNamespace(config=resolved))},
+                   {"label": "b", "run_dir": "runs/b", "config": cfg.to_dict(resolved), "history": []}]
+    assert form.activation is None and curves.config_differences()[0] == []
+
+
 def test_a_panel_reuses_the_env_a_cell_made():
     env = wb.make("cartpole", num_envs=6, target="cpu", max_steps=50)
     panel = TrainingPanel(env, total_env_steps=6 * 8 * 2, **TINY)
@@ -371,6 +386,8 @@ def test_the_notebook_thread_stays_free_while_training():
     assert "Start refused: a run is going" in panel.notice_html.value
     panel.stop()
     panel.wait(timeout=TIMEOUT)
+    # (before: the refusal stayed on after the run it named had ended)
+    wait_for(lambda: "Start refused" not in panel.notice_html.value, what="the refusal's notice cleared")
 
 
 def test_one_run_at_a_time_and_a_second_run_of_one_seed_computes_alike(monkeypatch):
@@ -477,6 +494,20 @@ def test_the_progress_line_rate_is_over_the_last_iterations_while_running():
     _frac, text = progress_line(runner, history)
     expected = 1000 * RATE_WINDOW / (history[-1]["time_s"] - history[-RATE_WINDOW - 1]["time_s"])
     assert f"| {fmt_steps(expected)}env-steps/s |" in text and fmt_steps(expected) == "5.3 k", text
+
+
+def test_a_population_progress_line_says_a_member_steps_and_the_members_rate_from_one_snapshot():
+    """Before: a population's line showed each member's env-steps with a rate per member beside the plot's
+    rate of all members, and its iteration from the live history beside the steps of the snapshot drawn."""
+    from workbench.widgets.status import fmt_steps, progress_line
+    history = [{"iteration": i + 1, "env_steps": 1000 * (i + 1), "time_s": 0.1 * (i + 1), "num_members": 8,
+                "members": [{}] * 8} for i in range(5)]
+    runner = types.SimpleNamespace(running=True, spec=types.SimpleNamespace(config=wb.PPOConfig(total_env_steps=10**5),
+                                                                         total_iterations=100),
+                                   resumed_from=None, trainer=None, history=history + [dict(history[-1], iteration=9)])
+    _frac, text = progress_line(runner, history)
+    assert f"5.0 kenv-steps a member | {fmt_steps(8 * 10000.0)}env-steps/s (8 members) |" in text, text
+    assert text.endswith("iteration 5 / 100</span>"), text
 
 
 def test_errors_in_the_training_thread_are_shown(monkeypatch):
@@ -761,3 +792,18 @@ def test_a_long_panel_run_keeps_redrawing_and_its_final_rate_counts_from_continu
                                      trainer=None, history=run.history)
     _frac, text = progress_line(finished, run.history)
     assert f"| {fmt_steps(10000 / 1.0)}env-steps/s |" in text  # (10000 env-steps in the 1 s since Continue)
+
+
+def test_a_finished_status_says_the_last_reported_return_where_the_last_window_ended_none():
+    """Before: a run whose last report ended no episode (long Tag episodes) finished saying no return."""
+    from workbench.widgets.status import describe_state
+    nan = float("nan")
+    history = [{"iteration": 4, "env_steps": 400, "time_s": 1.0, "return/shared": 12.5, "mean_return": 12.5},
+               {"iteration": 5, "env_steps": 500, "time_s": 1.2, "return/shared": nan, "mean_return": nan}]
+    runner = types.SimpleNamespace(spec=types.SimpleNamespace(mode="train", config=wb.PPOConfig(env="cartpole"),
+                                                              world_size=1, checkpoint=None),
+                                   env=None, history=history, state="finished", stopped_by="budget",
+                                   resumed_from=None)
+    line = describe_state(runner)
+    assert line.startswith("finished (total_env_steps reached) after 5 iterations") and \
+        "mean return 12.50 (the last reported, at iteration 4)" in line, line

@@ -90,6 +90,8 @@ def test_the_panel_offers_seeds_sweep_and_rank_by_on_rows_of_their_own():
     assert panel.spec().config.rank_by == "-episode_length"
     rank_by.value = "return/shared"
     assert panel.spec().config.rank_by == "return/shared"
+    rank_by.value = "  "  # (before: "rank_by is '', which this run does not report"; the placeholder says the default)
+    assert panel.spec().config.rank_by == "mean_return"
     rank_by.value = "mean_return"
     panel.env_name.value = "tag_continuous"  # the env's teams and metrics become the choices
     assert {"return/taggers", "return/runners", "tag_rate", "survival"} <= set(rank_by.options)
@@ -180,6 +182,7 @@ def test_a_sweep_run_shows_its_ranked_settings(sweep_panel):
         assert f"best setting lr={best['values']['lr']:g}" in panel.status
     medians = {k: line for k, line in panel.plot.lines.items() if k.startswith("pop:median:")}
     assert len(medians) == 2  # one median and band per sweep setting
+    assert panel.plot.axes["return"].get_title() == "episode return: median, IQR band over each setting's 2 members"
     labels = [t.get_text() for t in panel.plot.fig.legends[0].get_texts()]
     assert [label.split(": ", 1)[1] for label in labels[:2]] == ["lr=0.001", "lr=0.003"]
 

@@ -98,7 +98,7 @@ class RunCurves:
     def config_differences(self) -> tuple:
         """(keys, rows): the config fields whose values differ between the runs, and per run
         (label, run_dir, {key: value})."""
-        configs = [dict(e.get("config") or {}) for e in self.runs]
+        configs = [_resolved_config(e) for e in self.runs]
         hidden = {"run_dir"} | (set() if any(map(_on_gpu, configs)) else set(GPU_ONLY))  # (no effect on the CPU)
         keys = sorted({k for c in configs for k in c if k not in hidden})
         differing = [k for k in keys if len({repr(c.get(k)) for c in configs}) > 1]
@@ -120,6 +120,14 @@ class RunCurves:
         self.table.value = (f"<div style='font-size:12px'><b>Runs compared</b> (curves overlaid on the return "
                             f"plot; the columns are the settings that differ)<table><tr><th>run</th>"
                             f"<th>folder</th>{head}</tr>{body}</table></div>")
+
+
+def _resolved_config(entry: dict) -> dict:
+    """A run's config as its trainer resolved it (activation None: the algorithm's), where it has one
+    (a folder's config.yaml is resolved already): the form's config beside a folder's showed a
+    difference that was none."""
+    trainer = getattr(entry.get("runner"), "trainer", None)
+    return cfg.to_dict(trainer.config) if trainer is not None else dict(entry.get("config") or {})
 
 
 def _on_gpu(config: dict) -> bool:

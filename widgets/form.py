@@ -81,6 +81,8 @@ def parse_field(owner: str, name: str, kind, default, widget):
         return parse_sweep(widget.value, owner)
     text = widget.value.strip()
     if text in ("", "None", "none", "null"):
+        if name == "rank_by":  # (the box's placeholder: the default)
+            return default
         if default == ():  # an empty list, e.g. no centralised critics
             return ()
         if default is None or base is str:

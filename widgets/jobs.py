@@ -77,8 +77,10 @@ def _train(run) -> None:
             run.trainer.metrics.rank_by = config.rank_by
             run.trainer.config = config
         else:
-            run.set_state("compiling")
-            run.trainer = make_trainer(config, policies=run.spec.policies, env=_given_env(run, config))
+            given = _given_env(run, config)
+            if given is None:
+                run.set_state("compiling")
+            run.trainer = make_trainer(config, policies=run.spec.policies, env=given)
         if config.run_dir:  # (the trainer's config, env parameters resolved, and its provenance)
             write_run_config(run.trainer, config.run_dir)
         run.env = run.trainer.env

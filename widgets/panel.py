@@ -297,6 +297,8 @@ class TrainingPanel(widgets.VBox):
             if runner.history and runner.spec.mode == "train":
                 self.ranking_html.value = ranking_html(latest_report(runner.history, runner.spec.config.rank_window))
             self._set_controls_running(False)
+            if self.notice_html.value == notice_html(refused_text(runner)):  # (a Start refused while it went)
+                self.notice_html.value = notice_html("\n".join(self._notices))
             if runner.error is not None:
                 self._show_error(runner.error, runner.traceback)
         finally:

@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from workbench.learn.ranking import rank_key, swept_names
+from workbench.learn.ranking import rank_key, settings_of, swept_names
 from workbench.learn.report import matplotlib_colours, rate_unit, team_colour  # noqa: F401 - rate_unit too
 
 LOSS_KEYS = ("policy_loss", "value_loss", "actor_loss", "critic_loss")
@@ -180,8 +180,10 @@ class LivePlot:
         if population:
             final = population[-1]
             shown = rank_key(final) if swept_names(final) and rank_key(final) != "mean_return" else "episode return"
-            self.axes["return"].set_title(f"{shown}: median, IQR band over "
-                                          f"{final.get('num_members', len(final['members']))} members", fontsize=9)
+            members = final.get("num_members", len(final["members"]))
+            settings = len(settings_of(final["members"], swept_names(final))) if final["members"] else 1
+            over = f"each setting's {members // settings}" if settings > 1 else f"{members}"
+            self.axes["return"].set_title(f"{shown}: median, IQR band over {over} members", fontsize=9)
         right = max((float(m.get("env_steps", 0)) for m in history), default=0.0)
         for i, (label, other) in enumerate(others):
             other_policies = list(dict.fromkeys(k.split("/", 1)[1] for m in other for k in m

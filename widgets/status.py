@@ -37,9 +37,10 @@ def fmt_time(s: float) -> str:
     return f"{s:.0f} s" if s >= 10 else f"{s:.1f} s"
 
 
-def iteration_text(runner) -> str:
-    """"iteration i / n" of the run's last metrics row."""
-    it = runner.history[-1]["iteration"] if runner.history else 0
+def iteration_text(runner, history: list | None = None) -> str:
+    """"iteration i / n" of the last metrics row of `history` (default: the run's, as it is now)."""
+    history = runner.history if history is None else history
+    it = history[-1]["iteration"] if history else 0
     return f"iteration {it} / {runner.spec.total_iterations}"
 
 
@@ -81,7 +82,10 @@ def describe_state(runner) -> str:
     done = (f"{last.get('iteration', 0)} iterations, {fmt_steps(float(last.get('env_steps', 0)))}env-steps"
             f" in {fmt_time(float(last.get('time_s', 0.0)))}")
     state = runner.state
-    if state in ("idle", "compiling"):
+    if state == "idle":  # (Continue, and a panel that reuses the env it was given: nothing compiles)
+        going_on = "continuing " if runner.resumed_from is not None else ""
+        return f"starting: {going_on}{what} on {c.env}, {size}, target {c.target}{ranks}..."
+    if state == "compiling":
         return (f"compiling {c.env} for target {c.target}{ranks} (the first run of these parameters in this "
                 f"kernel compiles the env; later runs reuse it)...")
     folder = f"; run folder {c.run_dir}" if c.run_dir else ""
@@ -100,6 +104,9 @@ def describe_state(runner) -> str:
         reason = {"budget": "total_env_steps reached", "target_return": "target_return reached"}.get(
             runner.stopped_by, str(runner.stopped_by))
         ret = summary or returns_text(last)
+        known = next((m for m in reversed(runner.history) if returns_text(m)), None) if not ret else None
+        if known is not None:  # (the last window ended no episode: say the last reported, as the CLI does)
+            ret = f"{returns_text(known)} (the last reported, at iteration {known.get('iteration', '?')})"
         return f"finished ({reason}) after {done}{', ' + ret if ret else ''}: {what} on {c.env}{folder}"
     return f"error: {type(runner.error).__name__}: {runner.error}"
 
@@ -130,9 +137,13 @@ def progress_line(runner, history: list) -> tuple:
         if elapsed > 0 and last.get("iteration", 0) > before.get("iteration", 0):  # (a report since Continue)
             rate = (steps - float(before.get("env_steps", 0))) / elapsed
     eta = (total - steps) / rate if rate > 0 and runner.running else 0.0
+    # a population's env_steps are each member's (its budget's), its rate the members' together (as plotted)
+    members = last.get("num_members") or len(last.get("members") or ()) or 1
+    counted = f"env-steps a member | {fmt_steps(rate * members)}env-steps/s ({members} members)" if members > 1 \
+        else f"env-steps | {fmt_steps(rate)}env-steps/s"
     text = (f"<span style='font-family:monospace;font-size:12px'>{100 * frac:5.1f}% | "
-            f"{fmt_steps(steps)}env-steps | {fmt_steps(rate)}env-steps/s | "
-            f"ETA {fmt_time(eta) if runner.running else '-'} | {iteration_text(runner)}</span>")
+            f"{fmt_steps(steps)}{counted} | "
+            f"ETA {fmt_time(eta) if runner.running else '-'} | {iteration_text(runner, history)}</span>")
     return frac, text
 
 

@@ -254,7 +254,8 @@ def _as_int(value, params, what):
         value = _of_params(value, params, what)
     if isinstance(value, str):
         if value not in params:
-            raise EnvDefinitionError(f"{what}: '{value}' is not a parameter; PARAMS has {sorted(params)}")
+            raise EnvDefinitionError(f"{what}: '{value}' is not a parameter; PARAMS has {sorted(params)}"
+                                     + did_you_mean(value, params, repr))
         value = params[value]
     if not isinstance(value, (int, np.integer)):
         raise EnvDefinitionError(f"{what} must be an int (or a function of the parameters), got {value!r}")

@@ -47,6 +47,7 @@ class GymnasiumVectorEnv(VectorEnv):
         self.metadata = dict(self.metadata)
         self.render_mode = None
         self.closed = False
+        self._reset_once = False  # (Gymnasium's vector envs refuse a step before the first reset)
         self._action_shape = tuple(env.store["action"].shape)
 
     def _flat(self, tensor: torch.Tensor) -> np.ndarray:
@@ -59,6 +60,8 @@ class GymnasiumVectorEnv(VectorEnv):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         """Reset every replica (seed: one int seeds all replicas' streams). Returns (obs [N, *O], {})."""
+        if self.closed:
+            raise AdapterError("reset() after close(): make a new adapter with env.as_gymnasium()")
         seed = checked_seed(seed, "reset(seed=...)")
         if options:
             raise AdapterError(f"reset(options=...) is not used by this env (got {sorted(options)}); its "
@@ -68,12 +71,15 @@ class GymnasiumVectorEnv(VectorEnv):
             self.single_action_space.seed(seed)
         super().reset(seed=seed)  # (np_random and np_random_seed, as Gymnasium's)
         obs = self.env.reset(seed=seed)
+        self._reset_once = True
         return self._flat(obs), {}
 
     def step(self, actions):
         """actions: [N, ...] array or tensor. Returns (obs, rewards, terminations, truncations, infos)."""
         if self.closed:
             raise AdapterError("step() after close(): make a new adapter with env.as_gymnasium()")
+        if not self._reset_once:
+            raise AdapterError("step() before reset(): call reset() first (reset(seed=...) seeds every replica)")
         actions = action_tensor(actions, self.env, self.action_space.shape,
                                 "GymnasiumVectorEnv.step").reshape(self._action_shape)
         obs, reward, done, info = self.env.step(actions)

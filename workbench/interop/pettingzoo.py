@@ -40,6 +40,15 @@ class _Agents:
         self.metadata = {"name": f"workbench_{env.name}", "render_modes": [], "is_parallelizable": True}
         self.render_mode = None
 
+    @property
+    def observation_spaces(self) -> dict:
+        """{agent: its observation space}, as PettingZoo's ParallelEnv declares it."""
+        return dict.fromkeys(self.possible_agents, self._obs_space)
+
+    @property
+    def action_spaces(self) -> dict:
+        return dict.fromkeys(self.possible_agents, self._act_space)
+
     def observation_space(self, agent):
         """The same space object for every agent (all agents of an env share their spaces)."""
         self._check_agent(agent)
@@ -161,6 +170,7 @@ class BatchedParallelEnv(_Agents):
 
     def __init__(self, env):
         self._setup(env)
+        self._staged = staged_actions(env)  # (a step's actions, committed once the env accepts them)
         self.agents = list(self.possible_agents)
         self.num_envs = env.num_envs
 
@@ -172,9 +182,13 @@ class BatchedParallelEnv(_Agents):
         return self._split(obs), {name: {} for name in self.agents}
 
     def step(self, actions: dict):
+        staged = self._staged
+        staged.copy_(self._action)
         for name, action in actions.items():
-            self._action[:, self._ids[name]] = self._actions_of(name, action, (self.num_envs,))
-        obs, reward, done, info = self.env.step(self._action)
+            staged[:, self._ids[name]] = self._actions_of(name, action, (self.num_envs,))
+        obs, reward, done, info = self.env.step(staged)
+        # a refused step (an action out of range) changes nothing: the agents left out keep their last accepted
+        self._action, self._staged = staged, self._action
         term, trunc = info["terminated"], info["truncated"]
         final = info["final_obs"]
         active = self.env.definition.active

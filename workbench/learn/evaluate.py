@@ -113,11 +113,11 @@ def _play(trainer, episodes, steps, random_groups, deterministic, seed, streams,
     counted = torch.zeros(members, device=device)  # (member k: replicas [k * E / M, (k + 1) * E / M))
     apart = agent_groups_apart(env.definition, {g.name: list(g.ids) for g in trainer.groups})
     apart_ids = {name: torch.as_tensor(ids, device=device) for name, ids in apart.items()}
-    sums = {f"return/{g.name}": torch.zeros(members, device=device) for g in trainer.groups}
-    sums.update({f"group_return/{name}": torch.zeros(members, device=device) for name in apart})
-    sums["episode_length"] = torch.zeros(members, device=device)
-    sums.update({key: torch.zeros(members, device=device) for key in metrics})
-    squares = {key: torch.zeros(members, dtype=torch.float64, device=device) for key in sums}  # (standard errors)
+    # float64 sums, as their squares': a float32 sum beside them gave identical episodes a standard error
+    keys = [f"return/{g.name}" for g in trainer.groups] + [f"group_return/{name}" for name in apart] + \
+        ["episode_length"] + list(metrics)
+    sums = {key: torch.zeros(members, dtype=torch.float64, device=device) for key in keys}
+    squares = {key: torch.zeros(members, dtype=torch.float64, device=device) for key in keys}  # (standard errors)
     saved = torch.empty_like(store["action"]) if random_groups else None
     # per_episode: each counted episode's values, [episodes, E] a key, where `ended` marks the ones played out
     if per_episode:
@@ -145,15 +145,15 @@ def _play(trainer, episodes, steps, random_groups, deterministic, seed, streams,
         values["episode_length"] = store["last_length"].float()
         values.update({key: fn(store, params).float() for key, fn in metrics.items()})
         for key, value in values.items():
+            value = value.double()
             sums[key].add_((value * weight).reshape(members, -1).sum(1))
-            squares[key].add_((value.double().square() * weight).reshape(members, -1).sum(1))
+            squares[key].add_((value.square() * weight).reshape(members, -1).sum(1))
         if per_episode:
             slot, counts = (finished - 1).clamp(0, episodes - 1).long(), weight > 0
             ended[slot, replicas] |= counts
             for key, value in values.items():
                 slots[key][slot, replicas] = torch.where(counts, value, slots[key][slot, replicas])
-    keys = list(sums)
-    host = torch.stack([counted.double()] + [sums[k].double() for k in keys] + [squares[k] for k in keys]).cpu()
+    host = torch.stack([counted.double()] + [sums[k] for k in keys] + [squares[k] for k in keys]).cpu()
     reports = [_report(keys, column[0], column[1:len(keys) + 1].tolist(), column[len(keys) + 1:].tolist(), steps)
                for column in host.T]
     if per_episode:  # (member k: replicas [k * E / M, (k + 1) * E / M), each replica's episodes in order)

@@ -272,7 +272,8 @@ def population_summary(report: dict, target: float | None = None) -> str:
         best = sweep_settings(report)[0]
         if not math.isnan(best["mean"]):
             by = "" if best["key"] == "mean_return" else f"{best['key']} "
-            seeds = f"{best['members']} seed{'s' if best['members'] > 1 else ''}"
+            n = best["members"] - best["missing"]  # (the seeds behind the mean: NaN members are left out)
+            seeds = f"{n} seed{'s' if n > 1 else ''}" + (f" of {best['members']}" if best["missing"] else "")
             line += (f"; best setting {setting_label(best['values'])} ({by}mean {_num(best['mean'])} over {seeds}"
                      f"{', the lowest ranking first' if best['lower_first'] else ''})")
     return line

@@ -4,6 +4,7 @@ arrays or PNG bytes, which render.py's players and mp4 export show."""
 from __future__ import annotations
 
 import io
+import textwrap
 
 import numpy as np
 
@@ -107,12 +108,15 @@ class FrameSource:
         ax.set_autoscale_on(False)
         self.artists = self.drawer.setup(ax)
         label = f"{self.drawer.name}  {_replica_label(trajectory, env)}" + _partial_note(trajectory)
+        size = 8 if ax.get_title() else 9
+        # wrapped to the figure's width (a population member's label runs long): about 0.55 em a character
+        label = textwrap.fill(label, width=max(20, int(self.fig.get_figwidth() * 72 / (0.55 * size))))
         if ax.get_title():
             # the drawer's own title stays, redrawn every frame (a draw() may change it per frame)
-            self.fig.suptitle(label, fontsize=8)
+            self.fig.suptitle(label, fontsize=size)
             self.artists = list(self.artists) + [ax.title]
         else:
-            ax.set_title(label, fontsize=9)
+            ax.set_title(label, fontsize=size)
         self.fig.tight_layout()
         if not caption and self.drawer.info is not None:
             self.drawer.info.set_visible(False)
