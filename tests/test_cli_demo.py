@@ -52,7 +52,7 @@ def test_envs_lists_agents_spaces_and_what_each_env_is(capsys):
     assert rows["tag_continuous"][1:3] == ["11", "Box(22,)"]
     assert main(["envs", "tag_grid"]) == 0
     out = capsys.readouterr().out
-    assert "tag_grid: Box(6,) observations, Discrete(5) actions, 11 agent(s)" in out
+    assert "tag_grid: Box(6,) in [0, 1] observations, Discrete(5) actions, 11 agent(s)" in out
     assert "  num_taggers = 1" in out and "Tag on an integer grid" in out
     assert main(["envs", "tag_gird"]) == 2
     assert "did you mean 'tag_grid'?" in capsys.readouterr().err

@@ -82,7 +82,7 @@ def test_replay_and_evaluate_name_the_member_they_play(tmp_path, capsys):
     label = f"member {best} of 4 (the best by mean_return, in its last training report), seed {trainer.config.seed + best}, lr={lr:g}"
     assert animation.trajectory["member"] == label
     title = FrameSource(animation.trajectory, animation.env).fig.axes[0].get_title()
-    assert title.startswith(f"cartpole  {label}, replica 0")
+    assert " ".join(title.split()).startswith(f"cartpole {label}, replica 0")  # (wrapped to the frame)
     capsys.readouterr()
     assert main(["evaluate", str(run), "--steps", "4", "--num-envs", "2"]) == 0
     assert capsys.readouterr().out.splitlines()[0] == label
