@@ -134,12 +134,12 @@ def test_bad_replica_and_agent_names(tag):
 
 def test_a_refused_batched_step_changes_no_action_and_the_spaces_are_dicts_too():
     """Before: an action out of range stayed in the staged actions, so every later step that left its
-    agent out was refused for a value the caller no longer gave. PettingZoo's ParallelEnv also
-    declares observation_spaces and action_spaces as dicts."""
+    agent out was refused for a value the caller no longer gave; the error named the agent by its
+    index. PettingZoo's ParallelEnv also declares observation_spaces and action_spaces as dicts."""
     env = wb.make("tag_grid", num_envs=4, target="cpu", num_taggers=2, num_runners=2)
     batched = env.as_pettingzoo()
     batched.reset(seed=0)
-    with pytest.raises(wb.ActionError, match="action 7"):
+    with pytest.raises(wb.ActionError, match="action 7 of agent 'taggers_0' in replica 2 is out of range"):
         batched.step({"taggers_0": torch.tensor([0, 0, 7, 0])})
     batched.step({"runners_0": torch.zeros(4, dtype=torch.int64)})  # (taggers_0 keeps its last accepted action)
     assert env.store["action"][:, 0].tolist() == [0, 0, 0, 0]

@@ -9,11 +9,14 @@ is terminated at that step and leaves `agents`; the others live until the replic
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import torch
 
 from ..extras import require
 from . import AdapterError
+from ..errors import ActionError
 from .spaces import action_tensor, agent_names, checked_seed, gymnasium_space, staged_actions
 
 require("pettingzoo", "pettingzoo", "env.as_pettingzoo()")
@@ -63,6 +66,15 @@ class _Agents:
         """An agent's action (one replica's, or [E, ...] with replicas=(E,)) checked as action_tensor does."""
         self._check_agent(name)
         return action_tensor(action, self.env, replicas + tuple(self._act_space.shape), f"step: agent {name!r}")
+
+    def _step_env(self, actions: torch.Tensor):
+        """env.step(actions), with a range error naming the agent as this API does ('taggers_0')."""
+        try:
+            return self.env.step(actions)
+        except ActionError as exc:
+            named = re.sub(r"of agent (\d+) in replica",
+                           lambda m: f"of agent {self.possible_agents[int(m.group(1))]!r} in replica", str(exc))
+            raise ActionError(named) from None
 
     def _check_agent(self, agent):
         if agent not in self._ids:
@@ -130,7 +142,7 @@ class ReplicaParallelEnv(_Agents, ParallelEnv):
         row = self._action[self.replica]
         for name, action in actions.items():
             row[self._ids[name]] = self._actions_of(name, action)
-        obs, reward, done, info = self.env.step(self._action)
+        obs, reward, done, info = self._step_env(self._action)
         r = self.replica
         ended = bool(done[r])
         observations = self._obs(info["final_obs"] if ended else obs)
@@ -186,7 +198,7 @@ class BatchedParallelEnv(_Agents):
         staged.copy_(self._action)
         for name, action in actions.items():
             staged[:, self._ids[name]] = self._actions_of(name, action, (self.num_envs,))
-        obs, reward, done, info = self.env.step(staged)
+        obs, reward, done, info = self._step_env(staged)
         # a refused step (an action out of range) changes nothing: the agents left out keep their last accepted
         self._action, self._staged = staged, self._action
         term, trunc = info["terminated"], info["truncated"]
