@@ -143,3 +143,10 @@ def test_a_compiler_name_error_is_not_called_the_env_own():
     assert _numba._reason(text, "def step(env, x):\n    x[env] = 1.0\n") == [text]
     assert _numba._reason("NameError: name 'sped' is not defined", "x[env] = sped")[0] == (
         "name 'sped' is not defined (not a parameter, array, local or function of the env)")
+
+
+def test_a_short_name_one_letter_off_gets_a_suggestion():
+    """Before: difflib's ratio left 'ss' for the local 's' without one (below its cutoff)."""
+    message = refused("short_name", "out[env, 1] = float(u[env]) / 3.0", "s = u[env]\n    out[env, 1] = ss")
+    assert message.endswith("name 'ss' is not defined (not a parameter, array, local or function of the env); "
+                            "did you mean 's'?")

@@ -7,10 +7,22 @@ def did_you_mean(word: str, candidates, show=str) -> str:
     candidates = sorted(set(candidates))
     same_letters = [c for c in candidates if c.lower() == word.lower() and c != word]  # np.PI, np.NaN
     close = difflib.get_close_matches(word, candidates, n=3, cutoff=0.75)
+    if not close and 2 <= len(word) <= 4:  # (short names: one letter off is below the ratio's cutoff, 'ss' for 's')
+        close = [c for c in candidates if _one_edit_apart(word, c)][:3]
     found = [show(f) for f in dict.fromkeys(same_letters + close)][:3]
     if not found:
         return ""
     return f"; did you mean {found[0] if len(found) == 1 else ', '.join(found[:-1]) + ' or ' + found[-1]}?"
+
+
+def _one_edit_apart(a: str, b: str) -> bool:
+    """One letter inserted, deleted or replaced turns `a` into `b`."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        return sum(x != y for x, y in zip(a, b)) == 1
+    short, long = sorted((a, b), key=len)
+    return any(long[:i] + long[i + 1:] == short for i in range(len(long)))
 
 
 class WorkbenchError(Exception):

@@ -298,9 +298,8 @@ def check_phase_arguments(env_name: str, fn, arrays: Mapping, entities: Mapping,
         if arg.name in params:
             raise EnvDefinitionError(f"{where} takes '{arg.name}', which is a parameter (PARAMS): phases read "
                                      f"parameters as global names; drop it from the arguments", line=line)
-        hint = did_you_mean(arg.name, bindable, repr)
-        if not hint and arg.name in _INDEX_ALIASES:
-            hint = f"; did you mean '{_INDEX_ALIASES[arg.name]}'? (the framework's name for that index)"
+        hint = f"; did you mean '{_INDEX_ALIASES[arg.name]}'? (the framework's name for that index)" \
+            if arg.name in _INDEX_ALIASES else did_you_mean(arg.name, bindable, repr)
         if not hint:
             hint = f"; a new array: declare it in STATE, e.g. STATE = dict(..., {arg.name}=per_agent()) " \
                    f"(or per_env())"
