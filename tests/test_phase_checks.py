@@ -29,7 +29,7 @@ BASE = textwrap.dedent('''
     def step(env, agent, action, u, w, out, x, reward, terminated):
         x[env, agent] = x[env, agent] + speed
         out[env, 0] = np.hypot(float(u[env]), float(w[env]))
-        out[env, 1] = float(u[env]) / 3.0
+        out[env, 1] = min(float(u[env]) / 3.0, float('inf'))
         reward[env, agent] = near(x[env, agent], 1.0)
         terminated[env] = 0
 
@@ -52,7 +52,8 @@ def refused(name, old, new) -> str:
 
 def test_float_of_float32_state_is_float64_as_in_python(target):
     """Before: numba typed float(float32) as float32 on cpu and GPUs (np.hypot gave 2.915475845 for
-    2.5 and -1.5), while the CUDA simulator, which runs the Python, gave numpy's 2.9154759474226504."""
+    2.5 and -1.5), while the CUDA simulator, which runs the Python, gave numpy's 2.9154759474226504.
+    float('inf') stays Python's float (numba builds it from a string with float alone)."""
     wb.register("float_widens", BASE)
     env = wb.make("float_widens", num_envs=3, target=target)
     u = np.array([2.5, 0.1, -7.3], dtype=np.float32)
@@ -85,7 +86,7 @@ def test_float_of_float32_state_is_float64_as_in_python(target):
     ("near(x[env, agent], 1.0)", "near(x[env, agent], 1.0, scal=2.0)",
      "line 21: reward[env, agent] = near(x[env, agent], 1.0, scal=2.0)",
      "near() (line 11) has no argument 'scal'; did you mean 'scale'?"),
-    ("out[env, 1] = float(u[env]) / 3.0", "out[env, 1] = np.heaviside(u[env], 0.5)",
+    ("out[env, 1] = min(float(u[env]) / 3.0, float('inf'))", "out[env, 1] = np.heaviside(u[env], 0.5)",
      "line 20: out[env, 1] = np.heaviside(u[env], 0.5)",
      "np.heaviside does not compile on target(s) cuda, cuda-c; use np.where(x > 0.0, 1.0, np.where(x == 0.0, h, "
      "0.0))"),
@@ -95,7 +96,7 @@ def test_a_phase_mistake_that_compiled_is_refused_at_its_line(old, new, line, te
 
 
 def test_an_array_read_into_its_own_name_still_compiles():
-    variant("rebound_read", "out[env, 1] = float(u[env]) / 3.0", "u = u[env]\n    out[env, 1] = u")
+    variant("rebound_read", "out[env, 1] = min(float(u[env]) / 3.0, float('inf'))", "u = u[env]\n    out[env, 1] = u")
     env = wb.make("rebound_read", num_envs=2, target="cpu")
     env.data["u"].fill_(1.5)
     env.step()
@@ -147,6 +148,26 @@ def test_a_compiler_name_error_is_not_called_the_env_own():
 
 def test_a_short_name_one_letter_off_gets_a_suggestion():
     """Before: difflib's ratio left 'ss' for the local 's' without one (below its cutoff)."""
-    message = refused("short_name", "out[env, 1] = float(u[env]) / 3.0", "s = u[env]\n    out[env, 1] = ss")
+    message = refused("short_name", "out[env, 1] = min(float(u[env]) / 3.0, float('inf'))",
+                      "s = u[env]\n    out[env, 1] = ss")
     assert message.endswith("name 'ss' is not defined (not a parameter, array, local or function of the env); "
                             "did you mean 's'?")
+
+
+def test_legitimate_forms_near_the_refused_ones_still_compile():
+    """A per-agent phase filling its own row (x[env, agent] = 0.0 for a vector a agent), a default on an
+    array argument (never used: the kernels pass every array), float('inf')."""
+    source = BASE.replace("x=per_agent())", "x=per_agent(), v=per_agent(\"float32\", (3,)))").replace(
+        "def reset(env, agent, x):\n    x[env, agent] = 0.0",
+        "def reset(env, agent, x, v):\n    x[env, agent] = 0.0\n    v[env, agent] = 0.5").replace(
+        "def observe(env, agent, x, obs):", "def observe(env, agent, x, obs=None):")
+    wb.register("near_refused", source)
+    env = wb.make("near_refused", num_envs=2, target="cpu")
+    env.reset()
+    assert env.data["v"].flatten().tolist() == [0.5] * 12
+
+
+def test_an_array_name_assigned_after_it_was_indexed_is_refused_too():
+    message = refused("late_rebind", "reward[env, agent] = near(x[env, agent], 1.0)",
+                      "reward[env, agent] = 0.0\n    if x[env, agent] > 1.0:\n        reward = -1.0")
+    assert message.startswith("late_rebind: line 23: reward = -1.0\n    'reward' is an array"), message

@@ -508,6 +508,11 @@ def test_a_population_progress_line_says_a_member_steps_and_the_members_rate_fro
     _frac, text = progress_line(runner, history)
     assert f"5.0 kenv-steps a member | {fmt_steps(8 * 10000.0)}env-steps/s (8 members) |" in text, text
     assert text.endswith("iteration 5 / 100</span>"), text
+    # the first report's rate is the report's own, the members' together already (not times the members again);
+    # the ETA from a member's rate against a member's remaining steps
+    first = [dict(history[0], env_steps_per_s=80000.0)]
+    _frac, text = progress_line(runner, first)
+    assert f"| {fmt_steps(80000.0)}env-steps/s (8 members) | ETA 9.9 s |" in text, text
 
 
 def test_errors_in_the_training_thread_are_shown(monkeypatch):

@@ -125,7 +125,10 @@ def progress_line(runner, history: list) -> tuple:
     total = runner.spec.config.total_env_steps
     steps = float(last.get("env_steps", 0))
     frac = min(1.0, steps / max(total, 1))
-    rate = float(last.get("env_steps_per_s", 0.0))
+    # a population's env_steps are each member's (its budget's), its env_steps_per_s the members' together:
+    # `rate` is a member's, shown times the members (as plotted)
+    members = last.get("num_members") or len(last.get("members") or ()) or 1
+    rate = float(last.get("env_steps_per_s", 0.0)) / members
     window = history[-RATE_WINDOW - 1:]  # while running: the rate over the last iterations, not one's
     elapsed = float(last.get("time_s", 0.0)) - float(window[0].get("time_s", 0.0))
     if runner.running and len(window) > 1 and elapsed > 0:
@@ -137,8 +140,6 @@ def progress_line(runner, history: list) -> tuple:
         if elapsed > 0 and last.get("iteration", 0) > before.get("iteration", 0):  # (a report since Continue)
             rate = (steps - float(before.get("env_steps", 0))) / elapsed
     eta = (total - steps) / rate if rate > 0 and runner.running else 0.0
-    # a population's env_steps are each member's (its budget's), its rate the members' together (as plotted)
-    members = last.get("num_members") or len(last.get("members") or ()) or 1
     counted = f"env-steps a member | {fmt_steps(rate * members)}env-steps/s ({members} members)" if members > 1 \
         else f"env-steps | {fmt_steps(rate)}env-steps/s"
     text = (f"<span style='font-family:monospace;font-size:12px'>{100 * frac:5.1f}% | "

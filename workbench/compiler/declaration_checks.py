@@ -288,13 +288,13 @@ def check_phase_arguments(env_name: str, fn, arrays: Mapping, entities: Mapping,
             shown = {arg.VAR_POSITIONAL: "*", arg.VAR_KEYWORD: "**"}.get(arg.kind, "")
             raise EnvDefinitionError(f"{where} takes {shown}{arg.name} as {arg.kind.description}: phases take plain "
                                      f"arguments, each named after what it binds; write {arg.name}", line=line)
+        if arg.name in bindable:  # (a default on it is never used: the kernels pass every argument)
+            continue
         if arg.default is not arg.empty:
             raise EnvDefinitionError(
                 f"{where} gives '{arg.name}' a default ({arg.name}={arg.default!r}): phase arguments bind to arrays "
                 f"by name and take no defaults; for a constant, add it to PARAMS (PARAMS = dict(..., "
                 f"{arg.name}={arg.default!r})) and read it as a global name", line=line)
-        if arg.name in bindable:
-            continue
         if arg.name in params:
             raise EnvDefinitionError(f"{where} takes '{arg.name}', which is a parameter (PARAMS): phases read "
                                      f"parameters as global names; drop it from the arguments", line=line)

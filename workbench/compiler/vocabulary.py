@@ -323,8 +323,11 @@ def _check_subscript(name: str, node: ast.Subscript, spec, lines: list, params: 
             f"{_where(name, node, lines)}\n    '{spec.name}' takes {ndim} ind{'ex' if ndim == 1 else 'ices'} "
             f"({_shape_text(spec)}), given {len(items)}: write {hint}", line=node.lineno)
     given = f"'{spec.name}' takes {ndim} ind{'ex' if ndim == 1 else 'ices'} ({_shape_text(spec)}), given {len(items)}"
-    if per_agent_phase and spec.layout == "agent" and len(items) < ndim and isinstance(node.ctx, ast.Store):
-        # agents of a replica run concurrently: a row store is every agent writing the same entries
+    own_row = len(items) >= 2 and isinstance(items[1], ast.Name) and items[1].id == "agent"
+    if per_agent_phase and spec.layout == "agent" and len(items) < ndim and not own_row \
+            and isinstance(node.ctx, ast.Store):
+        # agents of a replica run concurrently: a row store not of the agent's own row is every agent
+        # writing the same entries (x[env, agent] = 0.0 for a per-agent vector fills its own row: allowed)
         whose = "every agent's entry of the replica" if len(items) < 2 else f"the whole row {ast.unparse(node)}"
         raise EnvDefinitionError(
             f"{_where(name, node, lines)}\n    {given}: this writes {whose} from each agent (a race on a GPU); "
@@ -405,15 +408,23 @@ def _undefined_message(missing: str, fn: ast.FunctionDef, namespace: dict, param
     return text + did_you_mean(missing, candidates, lambda c: f"'{c}'" + ("" if c in namespace else _import_hint(c)))
 
 
-def _refuse_rebound_arrays(name: str, fn: ast.FunctionDef, rebound: set, arrays: dict, lines: list):
-    """An array argument assigned as a name and never indexed (`reward = -d` for `reward[env, agent] = -d`):
-    the assignment rebinds the phase's local name and stores nothing. (`u = u[env]`, which reads the
-    array first, stays allowed.)"""
-    indexed = {n.value.id for n in ast.walk(fn) if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)}
-    for array in sorted(rebound - indexed):
-        node = next(n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == array
-                    and isinstance(n.ctx, ast.Store))
-        spec = arrays[array]
+def _refuse_rebound_arrays(name: str, fn: ast.FunctionDef, arrays: dict, lines: list):
+    """An array argument assigned as a name (`reward = -d` for `reward[env, agent] = -d`): the
+    assignment rebinds the phase's local name and stores nothing. (`u = u[env]`, one value of the
+    array read into its name, stays allowed.)"""
+    arguments = {a.arg for a in fn.args.args} & set(arrays)
+    for node in sorted(ast.walk(fn), key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0))):
+        if not isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For)):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        names = [t for target in targets for t in ast.walk(target) if isinstance(t, ast.Name) and t.id in arguments
+                 and isinstance(t.ctx, ast.Store)]
+        reads_itself = isinstance(node, ast.Assign) and all(
+            any(isinstance(v, ast.Subscript) and isinstance(v.value, ast.Name) and v.value.id == t.id
+                for v in ast.walk(node.value)) for t in names)
+        if not names or reads_itself:
+            continue
+        array, spec = names[0].id, arrays[names[0].id]
         raise EnvDefinitionError(
             f"{_where(name, node, lines)}\n    '{array}' is an array ({_shape_text(spec)}): assigning to the name "
             f"rebinds it inside {fn.name}() and stores nothing; write {_full_index(spec)} = ...", line=node.lineno)
@@ -458,7 +469,7 @@ def check_source(name: str, source: str, phases: list, arrays: dict, params: dic
                    for t in ast.walk(node.target if not isinstance(node, ast.Assign) else node)
                    if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
         if fn_name in phase_names:
-            _refuse_rebound_arrays(name, fn, rebound & arguments & set(arrays), arrays, lines)
+            _refuse_rebound_arrays(name, fn, arrays, lines)
         missing = _undefined(fn, known) if namespace is not None else None
         if missing is not None:
             raise EnvDefinitionError(f"{_where(name, missing, lines)}\n    "

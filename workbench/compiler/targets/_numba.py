@@ -37,8 +37,7 @@ def _numpy_text() -> str:
     """After the jit wrap: every global naming numpy (`import numpy as np`) becomes a module whose
     functions are vocabulary.NUMPY's portable ones (other names fall through to numpy: np.float32,
     np.pi), every global naming math one whose vocabulary.MATH_TWINS are helpers (math.fmod),
-    every function imported from numpy or math (`from numpy import clip`) its portable twin, and
-    `float` numpy's float64 (Python's meaning of float() of a float32)."""
+    and every function imported from numpy or math (`from numpy import clip`) its portable twin."""
     lines = ["import math as _wb_math", "import types as _wb_types",
              "_wb_numpy = _wb_types.ModuleType('workbench_phase_numpy')",
              "_wb_numpy.__getattr__ = lambda _wb_attr: getattr(_wb_np, _wb_attr)",
@@ -58,9 +57,7 @@ def _numpy_text() -> str:
               "        globals()[_wb_name] = _wb_phase_math",
               "    elif id(_wb_value) in _wb_twins:",
               "        globals()[_wb_name] = _wb_twins[id(_wb_value)]",
-              # numba types float() of a float32 as float32; Python (and so the CUDA simulator) gives float64
-              "if 'float' not in globals():",
-              "    float = _wb_np.float64"]
+              "_wb_float64 = _wb_np.float64  # (float(x) in the env's source: kernel_source)"]
     return "\n".join(lines) + "\n"
 
 
@@ -110,6 +107,20 @@ def _literal(value):
     return None
 
 
+# float(x) is float64 in Python (and so in the CUDA simulator), while numba keeps a float32 one float32:
+# the kernels call numpy's float64 instead, but where the argument is a string (float('inf')), which
+# numba builds with float itself. (Line for line: the env's line N stays line N.)
+_FLOAT_CALL = re.compile(r"(?<![.\w])float(\s*\()(?!\s*[rbuRBU]?['\"])")
+
+
+def kernel_source(source: str) -> str:
+    """The env's source as the numba targets compile it: float(x) as numpy's float64(x), unless the
+    env defines a float of its own."""
+    if re.search(r"^(def\s+float\b|float\s*=)", source, re.M):
+        return source
+    return _FLOAT_CALL.sub(r"_wb_float64\1", source)
+
+
 def module_text(defn: EnvDefinition, *, prelude: str, imports: str, device_decorator: str,
                 layout: codegen.Layout, gpu: bool) -> str | None:
     """The kernel module of `defn` for a numba target; None when a parameter has no literal form.
@@ -128,7 +139,7 @@ def module_text(defn: EnvDefinition, *, prelude: str, imports: str, device_decor
             "        globals()[_wb_name] = _wb_device(_wb_value)\n")
     constants = (f"NUM_AGENTS = {defn.num_agents}\nMAX_STEPS = {defn.max_steps}\n"
                  f"TPE = {layout.threads_per_env}\nEPB = {layout.envs_per_block}\n")
-    source = defn.source if defn.source.endswith("\n") else defn.source + "\n"
+    source = kernel_source(defn.source if defn.source.endswith("\n") else defn.source + "\n")
     return (source + _SEPARATOR + "import inspect as _wb_inspect\nimport numpy as _wb_np\n" + imports + "\n"
             + "\n".join(params) + "\n\n" + _RNG_SOURCE + "\n" + _helpers_for(defn) + "\n" + prelude + "\n" + constants
             + "\n" + wrap + "\n" + _numpy_text() + "\n\n" + driver)
@@ -157,10 +168,11 @@ def build_namespace(defn: EnvDefinition, *, prelude: str, imports: str, device_d
             ns["_wb_cached_module"] = module
             ns["_wb_driver_source"] = codegen.numba_drivers(defn, gpu=gpu, layout=layout)
             return ns
-    ns = exec_source(defn.source, defn.filename, f"workbench_env_{defn.name}")
+    source = kernel_source(defn.source)
+    ns = exec_source(source, defn.filename, f"workbench_env_{defn.name}")
     if text is not None:
-        generated = text[len(defn.source):]
-        exec(compile("\n" * defn.source.count("\n") + generated, defn.filename, "exec"), ns)
+        head = text.index(_SEPARATOR)  # (the generated code on the lines it has in the module's text)
+        exec(compile("\n" * text[:head].count("\n") + text[head:], defn.filename, "exec"), ns)
     else:  # parameters without a literal form: bind the objects themselves
         ns.update(defn.kernel_params())
         exec(compile(_RNG_SOURCE, "<workbench.compiler.rng>", "exec"), ns)
