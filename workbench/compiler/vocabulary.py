@@ -4,9 +4,11 @@
 for a call some target cannot compile (naming the function, the env's line, the targets that lack
 it and the portable alternative), for an array indexed with more indices than its layout has
 (a per-agent index into a per-replica array) or too few where one value is meant (a per-agent phase
-storing a whole row, arithmetic on a row), for a constant index past the end of an axis, and for
-a name nothing defines (with the closest name that exists), and for a construct that runs on the cpu
-target and the CUDA simulator but not on a GPU (a list in a name, a dict, try/except, raise, ...). `NUMPY` says what `np.NAME(...)` of one
+storing a whole row, arithmetic on a row), for a constant index past the end of an axis, for an
+array's name assigned (which stores nothing), for a call of the env's own function that binds no
+arguments, for a name nothing defines (with the closest name that exists), and for a construct that
+runs on the cpu target and the CUDA simulator but not on a GPU (a list in a name, a dict, an f-string,
+try/except, raise, ...). `NUMPY` says what `np.NAME(...)` of one
 value means in a phase: the numba targets bind it to a helper or a `math` function (targets/_numba.py).
 """
 from __future__ import annotations
