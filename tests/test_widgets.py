@@ -420,6 +420,8 @@ def test_one_run_at_a_time_and_a_second_run_of_one_seed_computes_alike(monkeypat
     first.stop()
     first.wait(timeout=TIMEOUT)
     assert running_runs() == []
+    # the other panel's refusal goes with the run it named (before: it stayed until its own next Start)
+    wait_for(lambda: "Start refused" not in second.notice_html.value, what="the second panel's notice cleared")
 
     second.start()
     second.wait(timeout=TIMEOUT)

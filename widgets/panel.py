@@ -25,6 +25,7 @@ import html
 import re
 import threading
 import time
+import weakref
 
 import ipywidgets as widgets
 
@@ -44,6 +45,8 @@ from .viewer import EpisodeViewer
 # a redraw waits at least this many times the last one's duration (besides redraw_interval, however
 # fast the metrics come): a redraw holds the interpreter, and on 2 cores it slowed training by half
 REDRAW_SHARE = 5.0
+# panels showing a Start refused because of a run (any panel's): the run's end clears their notices
+_REFUSED = weakref.WeakKeyDictionary()  # {panel: the Runner that was going}
 
 
 class TrainingPanel(widgets.VBox):
@@ -180,6 +183,7 @@ class TrainingPanel(widgets.VBox):
             going = [self.runner]  # its run ended, its last redraw not yet
         if going:
             self.notice_html.value = notice_html(refused_text(going[0]))
+            _REFUSED[self] = going[0]
             raise RuntimeError(refused_text(going[0]))
         self.error_html.value = self.notice_html.value = self.ranking_html.value = ""
         self._notices = []
@@ -297,8 +301,11 @@ class TrainingPanel(widgets.VBox):
             if runner.history and runner.spec.mode == "train":
                 self.ranking_html.value = ranking_html(latest_report(runner.history, runner.spec.config.rank_window))
             self._set_controls_running(False)
-            if self.notice_html.value == notice_html(refused_text(runner)):  # (a Start refused while it went)
-                self.notice_html.value = notice_html("\n".join(self._notices))
+            for panel, going in list(_REFUSED.items()):  # (a Start refused, in any panel, while this run went)
+                if going is runner:
+                    del _REFUSED[panel]
+                    if panel.notice_html.value == notice_html(refused_text(runner)):
+                        panel.notice_html.value = notice_html("\n".join(panel._notices))
             if runner.error is not None:
                 self._show_error(runner.error, runner.traceback)
         finally:
