@@ -49,6 +49,15 @@ REDRAW_SHARE = 5.0
 _REFUSED = weakref.WeakKeyDictionary()  # {panel: the Runner that was going}
 
 
+def _clear_refusals(runner) -> None:
+    """Take down the notices of Starts refused (in any panel) while `runner`, now ended, went."""
+    for panel, going in list(_REFUSED.items()):
+        if going is runner:
+            del _REFUSED[panel]
+            if panel.notice_html.value == notice_html(refused_text(runner)):
+                panel.notice_html.value = notice_html("\n".join(panel._notices))
+
+
 class TrainingPanel(widgets.VBox):
     """Train or run rollouts from a form generated from the config dataclasses, with live progress.
 
@@ -301,11 +310,7 @@ class TrainingPanel(widgets.VBox):
             if runner.history and runner.spec.mode == "train":
                 self.ranking_html.value = ranking_html(latest_report(runner.history, runner.spec.config.rank_window))
             self._set_controls_running(False)
-            for panel, going in list(_REFUSED.items()):  # (a Start refused, in any panel, while this run went)
-                if going is runner:
-                    del _REFUSED[panel]
-                    if panel.notice_html.value == notice_html(refused_text(runner)):
-                        panel.notice_html.value = notice_html("\n".join(panel._notices))
+            _clear_refusals(runner)
             if runner.error is not None:
                 self._show_error(runner.error, runner.traceback)
         finally:
