@@ -818,3 +818,12 @@ def test_a_host_hook_the_trainer_or_viewer_cannot_use_is_refused_at_its_line(cas
     text = check(lambda: wb.register("hooked", HOOKED + hook + "\n"), raises(EnvDefinitionError, *words))
     line = len(HOOKED.splitlines()) + 1
     assert text.startswith(f"hooked: line {line}: {hook.splitlines()[0]}")
+
+
+def test_a_negative_number_in_any_form_is_an_options_value(capsys):
+    assert cli._signed_values(["--lr", "-1e-3", "--target-return", "-2.5E2", "--seed", "-3", "--log-std-init", "-inf",
+                               "--rank-by", "-episode_length", "--auto-scale", "cartpole"]) == [
+        "--lr=-1e-3", "--target-return=-2.5E2", "--seed=-3", "--log-std-init=-inf", "--rank-by=-episode_length",
+        "--auto-scale", "cartpole"]
+    assert cli.main(["train", "cartpole", "--lr", "-1e-3"]) == 2  # argparse alone would exit on "-1e-3"
+    assert "PPOConfig.lr must be > 0, got -0.001" in capsys.readouterr().err

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -445,13 +446,17 @@ def acting_text(algorithm: str, deterministic: bool) -> str:
     return "deterministic policies" if deterministic else "stochastic policies"
 
 
+_NUMBER = re.compile(r"-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$|-(inf|nan)$", re.I)
+
+
 def _signed_values(argv: list) -> list:
-    """["--rank-by", "-episode_length"] -> ["--rank-by=-episode_length"]: argparse takes a value that
-    starts with '-' for an option of its own."""
+    """["--rank-by", "-episode_length"] -> ["--rank-by=-episode_length"], and the same for a negative
+    number in any form (--lr -1e-3): argparse takes a value that starts with '-' for an option of its own."""
     out = []
     for token in argv:
-        if out and out[-1] == "--rank-by" and token.startswith("-") and not token.startswith("--"):
-            out[-1] = f"--rank-by={token}"
+        joins = out and out[-1].startswith("--") and "=" not in out[-1] and not token.startswith("--")
+        if joins and (out[-1] == "--rank-by" and token.startswith("-") or _NUMBER.match(token)):
+            out[-1] = f"{out[-1]}={token}"
         else:
             out.append(token)
     return out
