@@ -220,6 +220,12 @@ def test_errors_name_the_policies_the_member_and_the_observation_width(runs):
         function(np.zeros(5))
     with pytest.raises(PolicyFunctionError, match=r"a pair \(obs, info\), as Gymnasium's reset\(\) returns"):
         function((np.zeros(4), {}))
+    bad = np.zeros((3, 4), np.float32)
+    bad[1, 2], bad[2, 0] = np.nan, np.inf
+    for obs, rows in ((bad, r"rows \[1, 2\]"), (torch.from_numpy(bad[1]), r"row \[0\]")):
+        with pytest.raises(PolicyFunctionError, match=r"got observations that are not finite \(NaN or inf\) in "
+                                                      + rows + ": its actions would be meaningless"):
+            function(obs)
 
 
 def test_trainer_act_given_observations_points_to_wb_policy():

@@ -203,7 +203,8 @@ class PolicyFunction(nn.Module):
 
     def __call__(self, obs, generator: torch.Generator | None = None):
         """forward for any observations: a numpy array (or list) gives numpy actions back, a tensor a tensor
-        on its own device; one observation [O] (or [*obs_shape]) gives one action."""
+        on its own device; one observation [O] (or [*obs_shape]) gives one action. Observations that are
+        not finite are refused, naming their rows."""
         as_numpy = not isinstance(obs, torch.Tensor)
         if as_numpy and isinstance(obs, tuple) and len(obs) == 2 and isinstance(obs[1], dict):
             raise PolicyFunctionError(f"policy '{self.policy}' takes observations, and this is a pair (obs, info), "
@@ -216,6 +217,13 @@ class PolicyFunction(nn.Module):
                                       f"{self.obs_dim}]; got shape {tuple(tensor.shape)}")
         if single:
             tensor = tensor.reshape(1, -1)
+        tracing = torch.jit.is_tracing() or torch.compiler.is_compiling()  # (export: no data-dependent branch)
+        if not tracing and tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            rows = (~torch.isfinite(tensor.reshape(len(tensor), -1))).any(1).nonzero().flatten().tolist()
+            raise PolicyFunctionError(f"policy '{self.policy}' of env '{self.env}' got observations that are not "
+                                      f"finite (NaN or inf) in row{'s' if len(rows) > 1 else ''} {rows[:8]}"
+                                      f"{' ...' if len(rows) > 8 else ''}: its actions would be meaningless; check "
+                                      f"what produced them")
         with torch.no_grad():
             actions = super().__call__(tensor, generator)
         if single:
