@@ -173,3 +173,12 @@ def test_identical_episodes_have_no_standard_error():
     report = evaluate(trainer, episodes=3)
     assert report["episodes"] == 192 and report["return/shared"] == float(np.float32(5.9999976))
     assert report["stderr"]["return/shared"] == 0.0 and report["stderr"]["episode_length"] > 0.0
+
+
+def test_wb_evaluate_takes_a_run_folder_or_a_loaded_trainer(population_run):
+    by_run = wb.evaluate(population_run, member=1, num_envs=4, seed=5, random_policies=())
+    by_path_text = wb.evaluate(str(population_run), member=1, num_envs=4, seed=5, random_policies=())
+    by_trainer = wb.evaluate(wb.load_policy(population_run, member=1, num_envs=4), seed=5, random_policies=())
+    assert by_run["trained"]["return/shared"] == by_path_text["trained"]["return/shared"] \
+        == by_trainer["trained"]["return/shared"]
+    assert list(by_run) == ["trained"] and by_run["trained"]["settings"]["seed"] == 5

@@ -112,13 +112,22 @@ def replay(run_or_checkpoint, **kwargs):
     return _replay(run_or_checkpoint, **kwargs)
 
 
+def evaluate(run_or_trainer, **kwargs) -> dict:
+    """{label: report} of a run folder's, a checkpoint's or a loaded trainer's policies on held-out starts;
+    see workbench.learn.run_evaluation.evaluate_run (a run) and evaluate_trainer (a trainer)."""
+    from .learn import run_evaluation
+    if isinstance(run_or_trainer, (str, bytes)) or hasattr(run_or_trainer, "__fspath__"):
+        return run_evaluation.evaluate_run(run_or_trainer, **kwargs)
+    return run_evaluation.evaluate_trainer(run_or_trainer, **kwargs)
+
+
 def load_ipython_extension(ipython):
     from .notebook.magic import load_ipython_extension as _load
     _load(ipython)
 
 
-__all__ = ["A2CConfig", "DDPGConfig", "PPOConfig", "Trainer", "TrainResult", "make_trainer", "load_policy", "make",
-           "policy", "check_env",
+__all__ = ["A2CConfig", "DDPGConfig", "PPOConfig", "Trainer", "TrainResult", "make_trainer", "train", "load_policy",
+           "make", "policy", "evaluate", "evaluate_run", "check_env",
            "replay", "Env", "register", "env_names", "available_targets", "best_target", "Box", "Discrete",
            "MultiDiscrete", "per_env", "per_agent", "ActionError", "ConsistencyError",
            "EnvCompileError", "EnvDefinitionError", "EnvIndexError", "NonFiniteError", "TargetUnavailableError",
