@@ -26,16 +26,6 @@ from .streams import MemberStreams
 from ..errors import BudgetWarning, WorkbenchWarning
 
 
-def adam(params, lr: float, device, lr_tensors: list):
-    """Adam whose step can be replayed from a CUDA graph on a GPU (fused, capturable, with the learning
-    rate in a device tensor that annealing rewrites in place; (tensor, base lr) goes into lr_tensors)."""
-    if device.type == "cuda":
-        lr_tensor = torch.tensor(float(lr), device=device)
-        lr_tensors.append((lr_tensor, float(lr)))
-        return torch.optim.Adam(params, lr=lr_tensor, eps=1e-5, fused=True, capturable=True)
-    return torch.optim.Adam(params, lr=lr, eps=1e-5)
-
-
 def member_adam(tr, model, lr_name: str, members: int | None = None):
     """A population's MemberAdam with its members' learning rates (hyperparameter lr_name), or a
     single run's (members=1, an unstacked model); its steps in the fused kernels on GPUs unless
@@ -260,13 +250,10 @@ def build_ddpg(tr, g, agent):
     check_model(tr, g.name, agent.actor, act_dim)
     check_critic(tr, g.name, agent.critic, act_dim)
     nets = ((agent.actor, "actor_lr"), (agent.critic, "critic_lr"))
-    if tr.M > 1 or not all(any(True for _ in net.parameters()) for net, _ in nets):
-        # (torch Adam refuses a net without parameters: a frozen policy's scripted actor)
-        optimizers = tuple(member_adam(tr, net, lr, members=None if tr.M > 1 else 1) for net, lr in nets)
-        tr.lr_tensors.extend((opt.lr, opt.lr.clone()) for opt in optimizers)
-    else:
-        optimizers = tuple(adam(net.parameters(), getattr(tr.config, lr), tr.device, tr.lr_tensors)
-                           for net, lr in nets)
+    # (a single run's too: torch Adam's first step imports torch._dynamo, about 3.6 s of a 2-core start,
+    # and on the CPU it reads each parameter's step count back at every step)
+    optimizers = tuple(member_adam(tr, net, lr, members=None if tr.M > 1 else 1) for net, lr in nets)
+    tr.lr_tensors.extend((opt.lr, opt.lr.clone()) for opt in optimizers)
     n = tr.E * g.n
     if g.name in tr.frozen:
         return agent, optimizers, ddpg.ExplorationNoise(n, act_dim, tr.device)
