@@ -21,7 +21,8 @@ RECORD = Path(__file__).resolve().parent.parent / "docs" / "gpu-record.md"
 # Commits touching these can change what runs on the GPU.
 GPU_PATHS = ("workbench/compiler/targets", "workbench/compiler/codegen*.py", "workbench/compiler/cuda",
              "workbench/compiler/rng.py", "workbench/compiler/helpers.py", "workbench/compiler/kernel_cache.py",
-             "workbench/runtime/sampling*.py",
+             "workbench/compiler/envdef.py", "workbench/compiler/envdef_c.py", "workbench/compiler/observed_state.py",
+             "workbench/runtime/sampling*.py", "workbench/runtime/recorder.py",
              "workbench/runtime/env.py", "workbench/runtime/random_actions.py", "workbench/runtime/store.py",
              "workbench/runtime/env_metrics.py", "workbench/runtime/check.py",
              "workbench/learn/trainer.py",

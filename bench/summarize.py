@@ -1,6 +1,6 @@
 """One short table from a gpu_check.sh log folder: every env benchmark row (env-steps/s, and the
 ratio to WarpDrive's published/measured figure where one exists), then the tables that the
-sampling, training and bandwidth benchmarks printed.
+training and bandwidth benchmarks printed.
 
     python bench/summarize.py gpu_out/logs
 """
@@ -67,7 +67,7 @@ def main(folder: str) -> int:
     if scaling:
         print(C.markdown(["env", "GPUs", "replicas per GPU", "time/iteration", "env-steps/s (learning included)"], scaling))
         print()
-    print(printed_tables(folder, ["bench_sampling", "bench_training", "bench_bandwidth"]))
+    print(printed_tables(folder, ["bench_training", "bench_bandwidth"]))
     return 0
 
 

@@ -23,7 +23,7 @@ SOURCE = textwrap.dedent('''
         x[env] = 0.0
 
     def step(env, agent, action, x, reward):
-        x[env] = x[env] + 0.1 * action[env, agent]
+        atomic_add(x, env, 0.1 * action[env, agent])
         reward[env, agent] = x[env]
 
     def observe(env, agent, x, obs):

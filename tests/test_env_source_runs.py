@@ -141,7 +141,10 @@ def test_default_config_follows_the_shipped_conventions():
     pendulum = cfg.load_yaml(runs.resolve_config("pendulum"))
     for key in ("rollout_length", "updates_per_rollout", "batch_size", "learning_starts", "hidden_sizes"):
         assert getattr(ddpg, key) == getattr(pendulum, key), key
-    wb.register("keepaway_team", KEEPAWAY.replace("NUM_AGENTS = 1", "NUM_AGENTS = 3"))
+    team_source = KEEPAWAY.replace("NUM_AGENTS = 1", "NUM_AGENTS = 3").replace(  # (one agent moves the pieces)
+        "def step(env, agent, action, x, chaser, reward):\n", "def step(env, agent, action, x, chaser, reward):\n"
+        "    if agent != 0:\n        return\n")
+    wb.register("keepaway_team", team_source)
     team = runs.default_config("keepaway_team")
     tag = cfg.load_yaml(runs.resolve_config("tag_grid"))
     assert (team.num_envs, team.rollout_length) == (tag.num_envs, tag.rollout_length)

@@ -28,9 +28,10 @@ from pathlib import Path
 import torch
 
 from workbench.learn import config as cfg, run_lock
+from workbench.learn.metrics import append_csv
 from workbench.learn.config_env import check_against_env
 
-from .runfiles import append_csv, default_run_dir, read_metrics, refuse_held_run, write_config
+from .runfiles import default_run_dir, read_metrics, refuse_held_run, write_config
 
 # what a continued run takes from the form; every other field stays the trainer's
 CONTINUED = ("total_env_steps", "log_every", "checkpoint_every", "target_return", "run_dir", "logger", "rank_by")

@@ -51,17 +51,6 @@ def run_folder(path) -> Path:
     return folder
 
 
-def append_csv(path: Path, metrics: dict) -> None:
-    """Append one metrics row to a CSV file (the header comes with the first row)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    new = not path.exists()
-    with path.open("a", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(metrics))
-        if new:
-            writer.writeheader()
-        writer.writerow(metrics)
-
-
 def read_run(run_dir) -> tuple:
     """(config dict or {}, metrics rows) of a run folder written by a panel run, the CLI or a Trainer."""
     import yaml

@@ -35,7 +35,7 @@ from workbench.learn.config import ConfigError
 from workbench.learn.metrics import keep_report
 
 from . import jobs
-from .runfiles import append_csv, default_run_dir, read_run  # noqa: F401 - importable from here too
+from .runfiles import default_run_dir, read_run  # noqa: F401 - importable from here too
 from .status import refused_text
 
 STATES = ("idle", "compiling", "running", "finished", "stopped", "error")

@@ -21,7 +21,7 @@ from .learn.config import A2CConfig, DDPGConfig, PPOConfig
 MOVED = {"envdef": "compiler.envdef", "vocabulary": "compiler.vocabulary",
          "codegen": "compiler.codegen", "codegen_c": "compiler.codegen_c", "kernel_cache": "compiler.kernel_cache",
          "helpers": "compiler.helpers", "targets": "compiler.targets",
-         "env": "runtime.env", "store": "runtime.store", "sampling": "runtime.sampling", "rng": "compiler.rng",
+         "env": "runtime.env", "store": "runtime.store", "rng": "compiler.rng",
          "registry": "runtime.registry", "check": "runtime.check", "recorder": "runtime.recorder",
          "magic": "notebook.magic", "render": "notebook.render", "drawers": "notebook.drawers",
          **{name: f"learn.{name}" for name in (

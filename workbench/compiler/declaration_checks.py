@@ -250,7 +250,7 @@ def check_active(name: str, source: str, namespace: dict, arrays: dict) -> str |
     problem = None
     if spec is None or spec.owner != "env":
         problem = (f"ACTIVE = {declared!r} names no STATE array" + (did_you_mean(str(declared), ints, repr) or ".")
-                   + f" Name a per_agent(\"int32\") array that is nonzero while the agent is in the game"
+                   + " Name a per_agent(\"int32\") array that is nonzero while the agent is in the game"
                    + (f" (this env's: {', '.join(ints)})" if ints else ""))
     elif spec.layout != "agent" or spec.shape != () or spec.entity is not None \
             or not np.issubdtype(spec.dtype, np.integer):

@@ -18,7 +18,7 @@ import inspect
 import types
 import math
 
-from . import helpers, rng
+from . import helpers, rng, same_meaning
 from ..errors import EnvDefinitionError, did_you_mean
 
 MATH = frozenset("""sqrt exp expm1 log log2 log10 log1p pow sin cos tan asin acos atan atan2 sinh cosh tanh
@@ -472,6 +472,8 @@ def check_source(name: str, source: str, phases: list, arrays: dict, params: dic
                    if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
         if fn_name in phase_names:
             _refuse_rebound_arrays(name, fn, arrays, lines)
+        same_meaning.check_function(name, fn, phase=fn_name in phase_names, arrays=arrays, params=params, lines=lines,
+                                    namespace=namespace or {}, agents=(namespace or {}).get("NUM_AGENTS"))
         missing = _undefined(fn, known) if namespace is not None else None
         if missing is not None:
             raise EnvDefinitionError(f"{_where(name, missing, lines)}\n    "

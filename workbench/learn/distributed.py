@@ -62,9 +62,7 @@ def init(target: str, timeout_s: float = 120.0) -> Context:
     """Join the process group torchrun set up; pick this rank's GPU for a GPU target."""
     if not dist.is_available():
         raise DistributedError("torch.distributed is not available in this torch build")
-    rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
     gpu = target in ("cuda", "cuda-c")
     if gpu:
         check_gpu_count(local_rank, torch.cuda.device_count(), target)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..compiler.envdef import Box, Discrete, MultiDiscrete
+from ..compiler.envdef import Discrete, MultiDiscrete
 from ..errors import ConsistencyError, EnvParameterError
 from .env_metrics import checked_metrics
 

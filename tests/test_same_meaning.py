@@ -1,0 +1,121 @@
+"""Phase code that compiled on every target and meant something else on one of them (or something
+other than the Python it reads as) is refused at parse, at its line, with the fix; the forms next to
+each refused one still compile and run."""
+import textwrap
+
+import pytest
+
+import workbench as wb
+
+BASE = textwrap.dedent('''
+    import random
+    import numpy as np
+    from workbench.compiler.envdef import Box, Discrete, per_agent, per_env
+    from workbench.rng import randint, uniform
+    NUM_AGENTS = 3
+    MAX_STEPS = 20
+    PARAMS = dict(speed=0.5)
+    OBSERVATION = Box(shape=(1,))
+    ACTION = Discrete(2)
+    STATE = dict(total=per_env(), x=per_agent())
+
+    def scaled(a):
+        return speed * a
+
+    def reset(env, agent, x):
+        x[env, agent] = 0.0
+
+    def step(env, agent, key, action, total, x, reward, t, terminated):
+        x[env, agent] = x[env, agent] + scaled(float(action[env, agent])) + uniform(key, 0)
+        reward[env, agent] = x[env, agent]
+        total[env] = 1.0
+        terminated[env] = 0
+
+    def observe(env, agent, x, obs):
+        obs[env, agent, 0] = x[env, agent]
+''')
+STEP_LINE = "        terminated[env] = 0"
+
+
+def refused(name, old, new) -> str:
+    assert old in BASE, old
+    with pytest.raises(wb.EnvDefinitionError) as info:
+        wb.register(name, BASE.replace(old, new))
+    return str(info.value)
+
+
+RACE_FIX = ("on a GPU the agents run at once and updates are lost (the cpu target and the CUDA simulator run them "
+            "one after another, so check_env passes); {fix}guard it with `if agent == 0:`, or compute it in a "
+            "per-replica phase (no `agent` argument) that loops over the agents")
+
+
+@pytest.mark.parametrize("old, new, line, text", [
+    ("terminated[env] = 0", "terminated[env] = 0\n    if action[env, agent] == 1:\n        speed = 1.0",
+     "line 25: speed = 1.0",
+     "'speed' is a parameter (PARAMS): assigning it inside step() makes 'speed' a local for the whole function "
+     "(Python's rule), so the parameter is not read there (the cpu target reads 0 where the assignment has not run); "
+     "use another name (speed_now = ...)"),
+    ("total[env] = 1.0", "total[env] += x[env, agent]", "line 22: total[env] += x[env, agent]",
+     "every agent of the replica updates total[env] in step(), a per-agent phase: "
+     + RACE_FIX.format(fix="use atomic_add(total, env, value), ")),
+    ("total[env] = 1.0", "total[env] = total[env] * 0.5", "line 22: total[env] = total[env] * 0.5",
+     "every agent of the replica updates total[env] in step(), a per-agent phase: " + RACE_FIX.format(fix="")),
+    ("total[env] = 1.0", "total[env] = max(total[env], x[env, agent])",
+     "line 22: total[env] = max(total[env], x[env, agent])",
+     "every agent of the replica updates total[env] in step(), a per-agent phase: "
+     + RACE_FIX.format(fix="use atomic_max(total, env, value), ")),
+    ("total[env] = 1.0", "reward[env, 0] += 1.0", "line 22: reward[env, 0] += 1.0",
+     "every agent of the replica updates reward[env, 0] in step(), a per-agent phase: "
+     + RACE_FIX.format(fix="use atomic_add(reward, (env, 0), value), ")),
+    ("uniform(key, 0)", "uniform(key + agent, 0)",
+     "line 20: x[env, agent] = x[env, agent] + scaled(float(action[env, agent])) + uniform(key + agent, 0)",
+     "arithmetic on the random key 'key' (a 64-bit unsigned integer): numba makes uint64 + int64 a float64, so the "
+     "stream differs between targets; draw distinct numbers with distinct indices (uniform(key, i)), or make "
+     "another stream with make_key(...)"),
+    ("uniform(key, 0)", "randint(key, 0, 2.5)",
+     "line 20: x[env, agent] = x[env, agent] + scaled(float(action[env, agent])) + randint(key, 0, 2.5)",
+     "randint(): randint's bound n is an integer, given 2.5: the targets round it differently; write an int"),
+    ("uniform(key, 0)", "random.random()",
+     "line 20: x[env, agent] = x[env, agent] + scaled(float(action[env, agent])) + random.random()",
+     "random.random: Python's random module draws from one host stream no seed of the env controls (and a GPU has "
+     "none); use workbench.rng's draws, e.g. `from workbench.rng import uniform` and uniform(key, i) with `key` a "
+     "phase argument"),
+    ("terminated[env] = 0", "t[env] = 0", "line 23: t[env] = 0",
+     "'t' is the step counter of the replica's episode, which the framework advances: a phase reads it and may not "
+     "store into it; keep your own value in a STATE array"),
+    ("terminated[env] = 0", "terminated[env] = 0\n    return x[env, agent]", "line 24: return x[env, agent]",
+     "step() is a phase, and the kernels drop what a phase returns: store the value into an array (a STATE array, "
+     "reward, obs, done) and return nothing"),
+    ("    x[env, agent] = 0.0", "    global speed\n    x[env, agent] = 0.0", "line 17: global speed",
+     "`global` does not compile in a kernel: read parameters as globals without it, and keep what changes in a "
+     "STATE array"),
+])
+def test_code_that_meant_something_else_on_a_target_is_refused_at_its_line(old, new, line, text):
+    assert refused("same_meaning", old, new) == f"same_meaning: {line}\n    {text}"
+
+
+def test_a_parameter_assigned_in_a_function_the_phases_call_is_refused_too():
+    message = refused("param_in_helper", "    return speed * a", "    speed = 2.0\n    return speed * a")
+    assert message.startswith("param_in_helper: line 14: speed = 2.0\n    'speed' is a parameter (PARAMS): assigning "
+                              "it inside scaled()"), message
+
+
+def test_the_forms_beside_the_refused_ones_compile_and_mean_what_they_say():
+    """One agent's update under `if agent == 0:` (or after `if agent != 0: return`), an atomic, the same value stored by every agent, a
+    helper's return value, a parameter's value copied into another name, draws by distinct indices."""
+    source = BASE.replace("    total[env] = 1.0\n", (
+        "    speed_now = speed * 2.0\n"
+        "    if agent == 0:\n"
+        "        total[env] += speed_now\n"
+        "    atomic_add(total, env, 1.0 + uniform(key, 1) * 0.0 + randint(key, 2, 3) * 0.0)\n"
+        "    terminated[env] = 1 if total[env] > 100.0 else 0\n"))
+    wb.register("same_meaning_ok", source)
+    env = wb.make("same_meaning_ok", num_envs=2, target="cpu")
+    env.reset()
+    env.step()
+    assert env.data["total"].tolist() == [4.0, 4.0]  # agent 0's 2 x speed, then 1.0 from each of 3 agents
+    wb.register("early_return", BASE.replace("    total[env] = 1.0\n", "    if agent != 1:\n        return\n"
+                                                                        "    total[env] = total[env] + 2.0\n"))
+    env = wb.make("early_return", num_envs=2, target="cpu")
+    env.step()
+    assert env.data["total"].tolist() == [2.0, 2.0]

@@ -1,0 +1,217 @@
+"""Code that compiles on every target but means something else on one of them, or something other
+than the Python it reads as: refused when the env's source is parsed (vocabulary.check_source calls
+`check_function` for each function the kernels run).
+
+- A parameter's name assigned inside a function: Python makes the name local to the whole function,
+  so the parameter is no longer read there (the cpu target reads 0 on the other paths, the CUDA
+  simulator raises UnboundLocalError). `global` and `nonlocal` are refused with it.
+- A store into the framework's inputs (`t`, `action`, `episode`, the episode bookkeeping): the
+  kernels keep their own copies, so the store has no effect or corrupts the counts.
+- A read-modify-write (`total[env] += x`, `x[env] = f(x[env])`, `reward[env, 0] += 1.0`) from a
+  per-agent phase of an env with several agents, of an entry other agents of the replica also reach: the agents run at once on a GPU and updates are lost,
+  while the cpu target and the simulator run them one after another.
+- Python's `random` module (one host stream no seed controls; the GPUs have none) and arithmetic on
+  a random key (numba makes uint64 + int64 a float64, so the stream changes with the target); a
+  randint bound or a draw index given as a float.
+- A phase returning a value (the kernels drop it).
+"""
+from __future__ import annotations
+
+import ast
+import types
+
+from ..errors import EnvDefinitionError
+
+FRAMEWORK_INPUTS = {"t": "the step counter of the replica's episode, which the framework advances",
+                    "action": "the actions the policies chose this step",
+                    "episode": "the replica's episode counter, which the framework advances",
+                    "last_return": "the framework's running episode return",
+                    "last_length": "the framework's record of the last episode's length",
+                    "final_obs": "the observation the framework keeps where an episode ends"}
+KEY_MAKERS = ("make_key", "mix64")
+DRAWS = ("uniform", "uniform_range", "normal", "randint")  # (key, i, ...): i is the draw index
+
+
+def _where(name: str, node: ast.AST, lines: list) -> str:
+    text = lines[node.lineno - 1].strip() if 0 < node.lineno <= len(lines) else ""
+    return f"{name}: line {node.lineno}: {text}"
+
+
+def _refuse(name, node, lines, message):
+    raise EnvDefinitionError(f"{_where(name, node, lines)}\n    {message}", line=node.lineno)
+
+
+def _stores(fn: ast.FunctionDef):
+    """(statement, target) of every store in fn: assignments, augmented assignments, for targets."""
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                yield node, target
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.NamedExpr)):
+            yield node, node.target
+
+
+def _names(target):
+    return [leaf for leaf in ast.walk(target) if isinstance(leaf, ast.Name) and isinstance(leaf.ctx, ast.Store)]
+
+
+def _agent_compared(test, op) -> bool:
+    """test is `agent OP X` or `X OP agent`."""
+    return isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], op) and any(
+        isinstance(side, ast.Name) and side.id == "agent" for side in (test.left, test.comparators[0]))
+
+
+def _under_one_agent(node, parents, fn) -> bool:
+    """node inside `if agent == X:`, or after a top-level `if agent != X: return`: one agent of the
+    replica runs it."""
+    child, parent = node, parents.get(node)
+    while parent is not None:
+        if isinstance(parent, ast.If) and child in parent.body and _agent_compared(parent.test, ast.Eq):
+            return True
+        if parent is fn:
+            before = fn.body[:fn.body.index(child)]
+            return any(isinstance(s, ast.If) and _agent_compared(s.test, ast.NotEq) and not s.orelse
+                       and len(s.body) == 1 and isinstance(s.body[0], ast.Return) for s in before)
+        child, parent = parent, parents.get(parent)
+    return False
+
+
+def _shared_entry(target: ast.Subscript, spec) -> bool:
+    """Does this store reach an entry other agents of the replica reach too (not indexed by `agent`)?"""
+    if spec.layout != "agent":
+        return True
+    items = list(target.slice.elts) if isinstance(target.slice, ast.Tuple) else [target.slice]
+    return not (len(items) >= 2 and isinstance(items[1], ast.Name) and items[1].id == "agent")
+
+
+def _reads_same_entry(statement, target: ast.Subscript) -> bool:
+    if isinstance(statement, ast.AugAssign):
+        return True
+    if not isinstance(statement, ast.Assign):
+        return False
+    text = ast.unparse(target)
+    return any(isinstance(n, ast.Subscript) and ast.unparse(n) == text for n in ast.walk(statement.value))
+
+
+def _atomic_fix(statement, target, array: str, index: str) -> str:
+    """'use atomic_add(...), ' where an atomic does the update (a sum, a max, a min), else ''."""
+    value = statement.value
+    if isinstance(statement, ast.AugAssign):
+        op = statement.op
+    elif isinstance(value, ast.BinOp) and ast.unparse(target) in (ast.unparse(value.left), ast.unparse(value.right)):
+        op = value.op
+    else:
+        op = None
+    if isinstance(op, (ast.Add, ast.Sub)):
+        return f"use atomic_add({array}, {index}, value), "
+    called = value.func.attr if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) else \
+        value.func.id if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) else ""
+    for kind in ("max", "min"):
+        if called in (kind, f"{kind}imum", f"f{kind}"):
+            return f"use atomic_{kind}({array}, {index}, value), "
+    return ""
+
+
+def _check_races(name, fn, arrays, lines, parents):
+    arguments = {a.arg for a in fn.args.args}
+    for statement, target in _stores(fn):
+        if not (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)):
+            continue
+        array = target.value.id
+        if array not in arguments or array not in arrays or not _shared_entry(target, arrays[array]):
+            continue
+        if _reads_same_entry(statement, target) and not _under_one_agent(statement, parents, fn):
+            items = target.slice.elts if isinstance(target.slice, ast.Tuple) else [target.slice]
+            index = ast.unparse(items[0]) if len(items) == 1 else f"({', '.join(ast.unparse(i) for i in items)})"
+            fix = _atomic_fix(statement, target, array, index)
+            _refuse(name, statement, lines,
+                    f"every agent of the replica updates {ast.unparse(target)} in {fn.name}(), a per-agent phase: "
+                    f"on a GPU the agents run at once and updates are lost (the cpu target and the CUDA "
+                    f"simulator run them one after another, so check_env passes); {fix}guard it with "
+                    f"`if agent == 0:`, or compute it in a per-replica phase (no `agent` argument) that loops "
+                    f"over the agents")
+
+
+def _key_names(fn: ast.FunctionDef) -> set:
+    names = {"key"} & {a.arg for a in fn.args.args}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
+                isinstance(node.value.func, ast.Name) and node.value.func.id in KEY_MAKERS:
+            names |= {leaf.id for target in node.targets for leaf in _names(target)}
+    return names
+
+
+def _check_draws(name, fn, lines, namespace):
+    keys = _key_names(fn)
+    for node in ast.walk(fn):
+        if isinstance(node, (ast.BinOp, ast.AugAssign)):
+            operands = [node.left, node.right] if isinstance(node, ast.BinOp) else [node.target, node.value]
+            key = next((o.id for o in operands if isinstance(o, ast.Name) and o.id in keys), None)
+            if key is not None:
+                _refuse(name, node, lines,
+                        f"arithmetic on the random key '{key}' (a 64-bit unsigned integer): numba makes uint64 "
+                        f"+ int64 a float64, so the stream differs between targets; draw distinct numbers with "
+                        f"distinct indices (uniform({key}, i)), or make another stream with make_key(...)")
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            module = namespace.get(func.value.id)
+            if isinstance(module, types.ModuleType) and module.__name__ in ("random", "secrets"):
+                _refuse(name, node, lines,
+                        f"{ast.unparse(func)}: Python's {module.__name__} module draws from one host stream no "
+                        f"seed of the env controls (and a GPU has none); use workbench.rng's draws, e.g. "
+                        f"`from workbench.rng import uniform` and uniform(key, i) with `key` a phase argument")
+        if isinstance(func, ast.Name) and func.id in DRAWS:
+            integers = node.args[1:3] if func.id == "randint" else node.args[1:2]  # (the index; randint's n)
+            given = next((a for a in integers if isinstance(a, ast.Constant) and isinstance(a.value, float)), None)
+            if given is not None:
+                what = "the draw index" if given is node.args[1] else "randint's bound n"
+                _refuse(name, node, lines, f"{func.id}(): {what} is an integer, given {ast.unparse(given)}: the "
+                                           f"targets round it differently; write an int")
+
+
+def _c_stub(node: ast.Return) -> bool:
+    """The Python stub of a CUDA C phase (envdef_c), whose body returns this marker."""
+    return isinstance(node.value, ast.Name) and node.value.id == "THIS_ENV_IS_CUDA_C_ONLY__RUN_IT_WITH_TARGET_CUDA_C"
+
+
+def _enclosing_function(node, parents):
+    parent = parents.get(node)
+    while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.Lambda)):
+        parent = parents.get(parent)
+    return parent
+
+
+def check_function(name: str, fn: ast.FunctionDef, *, phase: bool, arrays: dict, params: dict, lines: list,
+                   namespace: dict, agents=None) -> None:
+    """Raise EnvDefinitionError for the first construct of `fn` (a phase, or a function the phases
+    call) that the targets would run with different meanings (see the module's docstring); agents: the
+    env's NUM_AGENTS as declared (an int, or a function of the parameters)."""
+    arguments = {a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs}
+    parents = {child: node for node in ast.walk(fn) for child in ast.iter_child_nodes(node)}
+    for node in ast.walk(fn):
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            kind = "global" if isinstance(node, ast.Global) else "nonlocal"
+            _refuse(name, node, lines, f"`{kind}` does not compile in a kernel: read parameters as globals without "
+                                       f"it, and keep what changes in a STATE array")
+        if phase and isinstance(node, ast.Return) and node.value is not None \
+                and _enclosing_function(node, parents) is fn and not _c_stub(node):
+            _refuse(name, node, lines, f"{fn.name}() is a phase, and the kernels drop what a phase returns: store "
+                                       f"the value into an array (a STATE array, reward, obs, done) and return nothing")
+    for statement, target in _stores(fn):
+        for leaf in _names(target):
+            if leaf.id in params and leaf.id not in arguments:
+                _refuse(name, statement, lines,
+                        f"'{leaf.id}' is a parameter (PARAMS): assigning it inside {fn.name}() makes '{leaf.id}' a "
+                        f"local for the whole function (Python's rule), so the parameter is not read there (the "
+                        f"cpu target reads 0 where the assignment has not run); use another name "
+                        f"({leaf.id}_now = ...)")
+        if phase and isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) \
+                and target.value.id in FRAMEWORK_INPUTS and target.value.id in arguments:
+            array = target.value.id
+            _refuse(name, statement, lines, f"'{array}' is {FRAMEWORK_INPUTS[array]}: a phase reads it and may not "
+                                            f"store into it; keep your own value in a STATE array")
+    if phase and "agent" in arguments and agents != 1:  # (one agent: nothing runs beside it)
+        _check_races(name, fn, arrays, lines, parents)
+    _check_draws(name, fn, lines, namespace)
