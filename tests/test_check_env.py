@@ -21,8 +21,12 @@ def test_check_env_catches_a_target_that_disagrees(monkeypatch):
         return out
 
     monkeypatch.setattr(wb.Env, "step", corrupted)
-    with pytest.raises(wb.ConsistencyError, match="'x_dot' differs between cpu and cuda after step 1"):
+    with pytest.raises(wb.ConsistencyError, match="'x_dot' differs between cpu and cuda after step 1") as info:
         wb.check_env("cartpole", targets=("cpu", "cuda"), num_envs=3, steps=3)
+    # the phases that store the array, at their lines, and what most often makes targets differ there
+    assert "\n  stored by:\n    reset() line 39: x_dot[env] = uniform_range(key, 1, -0.05, 0.05)\n    step() " \
+           "line 61: x_dot[env] = x_dot0 + tau * xacc\n  (most often: a comparison or a branch on a float32 value" \
+        in str(info.value)
 
 
 def test_check_report_keeps_the_largest_difference_per_array():

@@ -136,6 +136,20 @@ def test_out_of_bounds_write_is_named_by_array_index_and_line(target):
     assert "obs[0, 0, 6] is out of bounds: index 6 on axis 2 of shape (3, 1, 6)" in text
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CUDA simulator's behaviour (a GPU does not raise)")
+def test_a_python_error_in_the_cuda_simulator_names_the_env_line():
+    """Before: ValueError: tid=[0, 0, 0] ctaid=[0, 0, 0]: math domain error, with no env or line."""
+    source = SIX.replace("x[env] = x[env] + 1.0", "x[env] = math.sqrt(x[env] - 5.0)").replace(
+        "from workbench.compiler", "import math\nfrom workbench.compiler")
+    wb.register("domain_error", source)
+    with pytest.raises(wb.WorkbenchError) as info:
+        wb.make("domain_error", num_envs=2, target="cuda").step()
+    assert isinstance(info.value, wb.EnvRuntimeError)
+    assert str(info.value).startswith("env 'domain_error' raised in numba's CUDA simulator at line 14:\n    x[env] = "
+                                      "math.sqrt(x[env] - 5.0)\n  ValueError: math domain error (tid=")
+    assert "Keep the value in its domain (math.sqrt(max(x, 0.0))" in str(info.value)
+
+
 def test_an_index_from_small_integers_is_named_as_the_kernel_computes_it():
     source = SIX.replace("ACTION = Discrete(2)", "ACTION = Discrete(3)").replace(
         "x[env] = x[env] + 1.0", "x[env + action[env, agent] * 100] = 1.0")

@@ -69,6 +69,15 @@ class EnvIndexError(WorkbenchError, IndexError):
         self.line = line
 
 
+class EnvRuntimeError(WorkbenchError, RuntimeError):
+    """An env's phase raised a Python error where numba's CUDA simulator runs it (the compiled targets
+    do not raise there); the message names the env's line."""
+
+    def __init__(self, message, line=None):
+        super().__init__(message)
+        self.line = line
+
+
 class UnknownEnvError(WorkbenchError, KeyError):
     def __str__(self):
         return str(self.args[0])

@@ -1,6 +1,7 @@
 """`check_env`: the same env on several targets must agree, and every target must keep the runner's contract."""
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import os
@@ -159,12 +160,13 @@ def check_env(name_or_env, targets=None, *, num_envs: int = 8, steps: int = 64, 
                         where = tuple(int(i) for i in (diff > limit).nonzero()[0])
                         raise ConsistencyError(
                             f"{name}: '{arr}' differs between {targets[0]} and {env.target.name} {stage} at index "
-                            f"{where}: {a[where].item()} vs {b[where].item()}")
+                            f"{where}: {a[where].item()} vs {b[where].item()}{_writers_hint(definition, arr)}")
                     worst[arr] = max(worst[arr], float(diff.max()) if diff.numel() else 0.0)
                 elif not torch.equal(a, b):
                     where = tuple(int(i) for i in (a != b).nonzero()[0])
                     raise ConsistencyError(f"{name}: '{arr}' differs between {targets[0]} and {env.target.name} "
-                                           f"{stage} at index {where}: {a[where].item()} vs {b[where].item()}")
+                                           f"{stage} at index {where}: {a[where].item()} vs {b[where].item()}"
+                                           f"{_writers_hint(definition, arr)}")
 
     for env in envs:
         _contract(env, name)
@@ -244,6 +246,31 @@ def _remember_checked(definition) -> None:
             write_once(marker, definition.name.encode())
         except OSError:  # (a read-only cache: the check runs again in the next process)
             pass
+
+
+def _writers_hint(definition, array: str) -> str:
+    """Where the env's phases store `array` (function, line, text), and what most often makes targets
+    differ there; '' for an array no phase stores (the framework's, or a CUDA C env's)."""
+    if definition.language != "python":
+        return ""
+    try:
+        tree = ast.parse(definition.source)
+    except SyntaxError:
+        return ""
+    lines = definition.source.splitlines()
+    phases = {fn.__name__ for fn in definition.reset_phases + definition.step_phases + definition.observe_phases}
+    stores = [f"{fn.name}() line {node.lineno}: {lines[node.lineno - 1].strip()}"
+              for fn in tree.body if isinstance(fn, ast.FunctionDef) and fn.name in phases
+              for node in ast.walk(fn) if isinstance(node, (ast.Assign, ast.AugAssign))
+              for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+              if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and target.value.id == array]
+    if not stores:
+        return ""
+    shown = "\n    ".join(stores[:4]) + ("\n    ..." if len(stores) > 4 else "")
+    return (f"\n  stored by:\n    {shown}\n  (most often: a comparison or a branch on a float32 value against a "
+            f"Python float, which the compiled targets make in float64 and the CUDA simulator in float32; an entry "
+            f"two agents of a replica both store in one phase; integer arithmetic past 64 bits; see "
+            f"docs/writing-an-env.md, 'What a phase may use')")
 
 
 def check_new_env(definition, params: dict) -> None:

@@ -102,7 +102,10 @@ class CudaKernels:
             if is_compile_failure(kernel, exc):
                 raise compile_error(self.defn, "cuda", exc, self.module_file) from None
             if not isinstance(exc, IndexError):
-                raise
+                located = simulator_error(self.defn, exc, self.module_file) if simulator_enabled() else None
+                if located is None:
+                    raise
+                raise located from None
             # the simulator's arrays check their bounds
             from .cpu import _PRELUDE as host_prelude
             located = None if before is None else locate_out_of_bounds(
@@ -125,6 +128,25 @@ class CudaKernels:
         """True when both kernels came from the on-disk cache (never under the simulator)."""
         stats = [getattr(k, "stats", None) for k in (self._reset, self._step)]
         return all(s is not None and s.cache_hits and not s.cache_misses for s in stats)
+
+
+def simulator_error(defn, exc: Exception, module_file):
+    """EnvRuntimeError naming the env's line where a phase raised under the CUDA simulator (a math
+    domain error, int() of NaN, a name assigned on some paths only), else None."""
+    import traceback
+    from ...errors import EnvRuntimeError
+    env_lines = defn.source.count("\n") + 1
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == module_file and f.lineno <= env_lines]
+    if not frames or module_file is None:
+        return None
+    line = frames[-1].lineno
+    text = defn.source.splitlines()[line - 1].strip()
+    message = str(exc).split(": ", 1)[-1] if str(exc).startswith("tid=") else str(exc)
+    return EnvRuntimeError(f"env '{defn.name}' raised in numba's CUDA simulator at line {line}:\n    {text}\n  "
+                           f"{type(exc).__name__}: {message} ({str(exc).split(':', 1)[0]})\n  The compiled targets do "
+                           f"not raise there: they compute NaN or an undefined value and go on. Keep the value in its "
+                           f"domain (math.sqrt(max(x, 0.0)), a float checked with x == x before int(x)) or give the "
+                           f"name a value on every path.", line=line)
 
 
 class CudaTarget:
