@@ -86,6 +86,10 @@ RACE_FIX = ("on a GPU the agents run at once and updates are lost (the cpu targe
     ("terminated[env] = 0", "terminated[env] = 0\n    return x[env, agent]", "line 24: return x[env, agent]",
      "step() is a phase, and the kernels drop what a phase returns: store the value into an array (a STATE array, "
      "reward, obs, done) and return nothing"),
+    ("uniform(key, 0)", "round(uniform(key, 0), 2)",
+     "line 20: x[env, agent] = x[env, agent] + scaled(float(action[env, agent])) + round(uniform(key, 0), 2)",
+     "round(x, ndigits) rounds by the decimal text in Python (round(2.675, 2) is 2.67) and by scaling in the "
+     "compiled targets (2.68); scale around one argument: round(x * 100.0) / 100.0"),
     ("    x[env, agent] = 0.0", "    global speed\n    x[env, agent] = 0.0", "line 17: global speed",
      "`global` does not compile in a kernel: read parameters as globals without it, and keep what changes in a "
      "STATE array"),

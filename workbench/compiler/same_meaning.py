@@ -13,7 +13,8 @@ than the Python it reads as: refused when the env's source is parsed (vocabulary
 - Python's `random` module (one host stream no seed controls; the GPUs have none) and arithmetic on
   a random key (numba makes uint64 + int64 a float64, so the stream changes with the target); a
   randint bound or a draw index given as a float.
-- A phase returning a value (the kernels drop it).
+- A phase returning a value (the kernels drop it); round(x, ndigits) (Python rounds by the decimal
+  text, the compiled targets by scaling).
 """
 from __future__ import annotations
 
@@ -162,6 +163,11 @@ def _check_draws(name, fn, lines, namespace):
                         f"{ast.unparse(func)}: Python's {module.__name__} module draws from one host stream no "
                         f"seed of the env controls (and a GPU has none); use workbench.rng's draws, e.g. "
                         f"`from workbench.rng import uniform` and uniform(key, i) with `key` a phase argument")
+        if isinstance(func, ast.Name) and func.id == "round" and len(node.args) + len(node.keywords) > 1 \
+                and "round" not in namespace:
+            _refuse(name, node, lines, f"round(x, ndigits) rounds by the decimal text in Python (round(2.675, 2) is "
+                                       f"2.67) and by scaling in the compiled targets (2.68); scale around one "
+                                       f"argument: round(x * 100.0) / 100.0")
         if isinstance(func, ast.Name) and func.id in DRAWS:
             integers = node.args[1:3] if func.id == "randint" else node.args[1:2]  # (the index; randint's n)
             given = next((a for a in integers if isinstance(a, ast.Constant) and isinstance(a.value, float)), None)
