@@ -301,9 +301,20 @@ def test_a_config_file_names_an_env_file_beside_it(tmp_path, monkeypatch, capsys
     assert cli.main(["train", "exp/tuned.yaml", "--run-dir", "run"]) in (0, 1)  # (the path: from the config's folder)
     assert "training reach_cfg with PPO" in capsys.readouterr().out
     assert cfg.load_yaml(tmp_path / "run" / "config.yaml").env == "reach_cfg"
-    assert cli.main(["train", "cartpole", "--env", "exp/reach_cfg.py", "--target", "cpu", "--num-envs", "8",
+    assert cli.main(["train", "--env", "exp/reach_cfg.py", "--target", "cpu", "--num-envs", "8",
                      "--total-env-steps", "128", "--run-dir", "run2"]) in (0, 1)  # (from the working folder)
     assert "training reach_cfg with" in capsys.readouterr().out
+    # another env's config would train this env with the other's target_return and tuning
+    assert cli.main(["train", "cartpole", "--env", "exp/reach_cfg.py", "--run-dir", "run3"]) == 2
+    assert "config 'cartpole' is tuned for env 'cartpole' (its target_return, learning rate and the rest): --env " \
+           "exp/reach_cfg.py (env= from Python) would train 'exp/reach_cfg.py' with them" in capsys.readouterr().err
+    (tmp_path / "exp" / "no_env.yaml").write_text("num_envs: 8\nrollout_length: 8\nnum_minibatches: 2\ntarget: cpu\n"
+                                                  "total_env_steps: 128\n")
+    assert cli.main(["train", "exp/no_env.yaml", "--run-dir", "run4"]) == 2  # (before: CartPole, silently)
+    assert "'exp/no_env.yaml' names no env: add `env: NAME` to it" in capsys.readouterr().err
+    assert cli.main(["train", "exp/no_env.yaml", "--env", "exp/reach_cfg.py", "--run-dir", "run4"]) in (0, 1)
+    assert cfg.load_yaml(tmp_path / "run4" / "config.yaml").env == "reach_cfg"
+    assert not (tmp_path / "run3").exists()
     (tmp_path / "exp" / "gone.yaml").write_text("env: nowhere.py\ntarget: cpu\n")
     assert cli.main(["train", "exp/gone.yaml"]) == 2
     assert "env: 'nowhere.py' names an env source file, which is not there" in capsys.readouterr().err

@@ -73,7 +73,7 @@ def _sweep_item(item: str) -> dict:
 
 def cmd_train(args) -> int:
     changes = _overrides(args)
-    config = load_config(args.config, changes.get("algorithm")) if args.config else None  # (file, name or env source)
+    config = load_config(args.config, changes.get("algorithm"), changes.get("env")) if args.config else None  # (file, name or env source)
     if config is None and not args.resume and changes.get("env"):  # (train --env NAME: that env's config)
         config = load_config(changes["env"], changes.get("algorithm"))
         changes["env"] = config.env  # (--env my_env.py: the env registered from it)

@@ -368,7 +368,7 @@ def train(config=None, *, resume=None, progress: bool | None = None, policies=No
     MLPs (a resume of such a run takes the same classes again).
     `Trainer.train` alone writes only where run_dir says."""
     if isinstance(config, (str, Path)):
-        config = load_config(str(config), changes.get("algorithm"))
+        config = load_config(str(config), changes.get("algorithm"), changes.get("env"))
     config, checkpoint = run_config(config, resume=resume, changes=changes)
     trainer, result = run_training(config, resume=checkpoint, progress=progress, policies=policies, callback=callback,
                                    models=models)
