@@ -97,6 +97,10 @@ CONFIG_CASES = {
     "train(num_taggers=4), an env parameter": (
         lambda: wb.train("tag_grid", num_taggers=4, progress=False),
         raises(cfg.ConfigError, "'num_taggers' is a parameter of env 'tag_grid'", "env_params={'num_taggers': ...}")),
+    "train(tau=0.1): DDPG's field and CartPole's parameter": (
+        lambda: wb.train("cartpole", tau=0.1, progress=False),
+        raises(cfg.ConfigError, "'tau' is a field of DDPGConfig (set algorithm: ddpg to use it), and also a parameter "
+                                "of env 'cartpole': for the env's, pass env_params={'tau': ...}")),
     "train(iterations=1)": (lambda: wb.train("cartpole", iterations=1, progress=False),
                             raises(cfg.ConfigError, "unknown key", "a run's length is 'total_env_steps'",
                                    "num_iterations=N")),
@@ -827,3 +831,15 @@ def test_a_negative_number_in_any_form_is_an_options_value(capsys):
         "--auto-scale", "cartpole"]
     assert cli.main(["train", "cartpole", "--lr", "-1e-3"]) == 2  # argparse alone would exit on "-1e-3"
     assert "PPOConfig.lr must be > 0, got -0.001" in capsys.readouterr().err
+
+
+def test_an_option_the_command_does_not_take_is_named_with_the_one_meant(capsys):
+    for argv, hint in ((["--learning-rate", "1e-3"], "(--learning-rate: did you mean --lr?)"),
+                       (["--iterations", "5"], "(--iterations: a run's length is --total-env-steps"),
+                       (["--rollout-lenght", "8"], "(--rollout-lenght: did you mean --rollout-length?)")):
+        with pytest.raises(SystemExit) as info:
+            cli.main(["train", "cartpole", *argv])
+        assert info.value.code == 2
+        err = capsys.readouterr().err
+        assert "python -m workbench train: error: unrecognized arguments: " in err and hint in err, err
+        assert "`python -m workbench train --help` lists the options" in err

@@ -135,6 +135,9 @@ def test_an_unknown_target_suggests_the_close_one():
     with pytest.raises(wb.TargetUnavailableError, match=r"unknown target 'cdua'; targets are \['cpu', 'cuda', "
                                                         r"'cuda-c'\]; did you mean 'cuda'\?"):
         wb.make("cartpole", num_envs=2, target="cdua")
+    with pytest.raises(wb.TargetUnavailableError, match=r"unknown target 'gpu'; .* for the GPU: 'cuda' \(numba-cuda\) "
+                                                        r"or 'cuda-c'"):  # (before: did you mean 'cpu'?)
+        wb.make("cartpole", num_envs=2, target="gpu")
 
 
 def test_a_compiler_name_error_is_not_called_the_env_own():

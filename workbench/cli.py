@@ -462,8 +462,33 @@ def _signed_values(argv: list) -> list:
     return out
 
 
+def _unknown_options(parser, argv: list):
+    """argparse's error for options the command does not take, with the option meant where one is
+    close (another library's name, a spelling, a key of the config as a flag: --learning-rate)."""
+    import difflib
+    from .learn.config_names import ITERATION_COUNTS, SYNONYMS
+    args, extra = parser.parse_known_args(argv)
+    if not extra:
+        return args
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
+    options = [o for a in sub._actions for o in a.option_strings if o.startswith("--")]
+    hints = []
+    for token in (t.split("=", 1)[0] for t in extra if t.startswith("--")):
+        key = token[2:].replace("-", "_")
+        ours = SYNONYMS.get(key)
+        meant = f"--{ours.replace('_', '-')}" if ours else None
+        if key in ITERATION_COUNTS and "--total-env-steps" in options:
+            hints.append(f"{token}: a run's length is --total-env-steps (env-steps, not iterations)")
+        elif meant in options:
+            hints.append(f"{token}: did you mean {meant}?")
+        elif close := difflib.get_close_matches(token, options, n=1, cutoff=0.7):
+            hints.append(f"{token}: did you mean {close[0]}?")
+    sub.error(f"unrecognized arguments: {' '.join(extra)}" + (f" ({'; '.join(hints)})" if hints else "")
+              + f"; `python -m workbench {args.command} --help` lists the options")
+
+
 def main(argv=None) -> int:
-    args = build_parser().parse_args(_signed_values(sys.argv[1:] if argv is None else list(argv)))
+    args = _unknown_options(build_parser(), _signed_values(sys.argv[1:] if argv is None else list(argv)))
     from .errors import WorkbenchError
     try:
         return args.func(args)

@@ -35,12 +35,14 @@ def unknown_keys_error(cls, unknown, env=None, algorithms=()) -> ConfigError:
     for k in sorted(unknown):
         misspelt = difflib.get_close_matches(k, list(SYNONYMS), n=1, cutoff=0.8)
         ours = SYNONYMS.get(k) or (SYNONYMS[misspelt[0]] if misspelt else k)  # (another library's name for it)
-        if k in env_params:
-            hints.append(f"'{k}' is a parameter of env '{env}': pass env_params={{'{k}': ...}} (CLI: --set "
-                         f"\"env_params={{{k}: ...}}\")")
-            continue
         owners = [other for other in algorithms if other is not cls
                   and ours in {f.name for f in dataclasses.fields(other)}]
+        if k in env_params:
+            algorithm_field = (f"a field of {' and '.join(o.__name__ for o in owners)} (set algorithm: "
+                               f"{' or '.join(o.algorithm for o in owners)} to use it), and also " if owners else "")
+            hints.append(f"'{k}' is {algorithm_field}a parameter of env '{env}': for the env's, pass "
+                         f"env_params={{'{k}': ...}} (CLI: --set \"env_params={{{k}: ...}}\")")
+            continue
         close = difflib.get_close_matches(k, names, n=1, cutoff=0.6)
         if k in TD3_NAMES:
             hints.append(f"'{k}' is TD3's (delayed policy updates, target policy smoothing), which the workbench "

@@ -66,8 +66,10 @@ def available_targets() -> list:
 def get_target(name: str) -> Target:
     """The target called `name`, or a clear error naming the ones usable here."""
     if name not in _CLASSES:
-        raise TargetUnavailableError(f"unknown target '{name}'; targets are {list(_CLASSES)}"
-                                     + did_you_mean(str(name), list(_CLASSES), repr))
+        gpu = str(name).lower() in ("gpu", "cuda:0", "nvidia", "cuda_c", "cudac", "c")
+        raise TargetUnavailableError(f"unknown target '{name}'; targets are {list(_CLASSES)}" + (
+            "; for the GPU: 'cuda' (numba-cuda) or 'cuda-c' (CUDA C; a config's 'auto' picks the best)" if gpu
+            else did_you_mean(str(name), list(_CLASSES), repr)))
     reason = target_named(name).availability()
     if reason is not None:
         simulator = (" (numba's CUDA simulator runs the cuda target without a GPU, slowly, for tests and checks: "
