@@ -15,7 +15,7 @@ import torch
 
 import workbench as wb
 from workbench.learn import checkpoint as ckpt
-from workbench import cli
+from workbench import cli, cli_options
 from workbench.learn import config as cfg
 from workbench.learn import runs
 from workbench.learn.config_env import check_against_env
@@ -825,7 +825,7 @@ def test_a_host_hook_the_trainer_or_viewer_cannot_use_is_refused_at_its_line(cas
 
 
 def test_a_negative_number_in_any_form_is_an_options_value(capsys):
-    assert cli._signed_values(["--lr", "-1e-3", "--target-return", "-2.5E2", "--seed", "-3", "--log-std-init", "-inf",
+    assert cli_options.signed_values(["--lr", "-1e-3", "--target-return", "-2.5E2", "--seed", "-3", "--log-std-init", "-inf",
                                "--rank-by", "-episode_length", "--auto-scale", "cartpole"]) == [
         "--lr=-1e-3", "--target-return=-2.5E2", "--seed=-3", "--log-std-init=-inf", "--rank-by=-episode_length",
         "--auto-scale", "cartpole"]

@@ -263,10 +263,10 @@ class Trainer:
 
     def train(self, callback=None, num_iterations: int | None = None) -> TrainResult:
         """Run until `total_env_steps` (or `num_iterations` more iterations), the target return,
-        `callback(iteration, metrics)` returning False, or Ctrl-C / SIGTERM (which finish the
-        iteration, save a checkpoint into run_dir and return stopped_by="interrupted"). A callback with
-        a `phase(description)` method is also told when the first iteration compiles and when it is done
-        (what `progress.ProgressBar` shows)."""
+        `callback(iteration, metrics)` (at each report: every `log_every` iterations and the last)
+        returning False, or Ctrl-C / SIGTERM (which finish the iteration, save a checkpoint into
+        run_dir and return stopped_by="interrupted"). A callback with a `phase(description)` method is
+        also told when the first iteration compiles and when it is done (`progress.ProgressBar`)."""
         config = self.config
         total_iters = self.total_iterations()
         stop_at = self.iteration + num_iterations if num_iterations is not None else total_iters
