@@ -452,6 +452,11 @@ def test_cli_missing_config_and_checkpoint(tmp_path, capsys):
     _assert_one_line_error(*_cli(["train", "no_such_config"], capsys)[::2], "no config file", "shipped configs")
     _assert_one_line_error(*_cli(["evaluate", str(tmp_path)], capsys)[::2], "has no checkpoint.pt yet")
     _assert_one_line_error(*_cli(["evaluate", str(tmp_path / "gone")], capsys)[::2], "no checkpoint at")
+    for name in ("run_a", "run_b"):  # (a folder holding runs: before, "has no checkpoint.pt yet")
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        (tmp_path / "runs" / name / "checkpoint.pt").write_bytes(b"")
+    _assert_one_line_error(*_cli(["evaluate", str(tmp_path / "runs")], capsys)[::2], "is a folder of runs (run_a, "
+                           "run_b), not a run: name one")
 
 
 @pytest.mark.parametrize("fault", [OSError(errno.ENOSPC, "No space left on device", "/runs/x/metrics.csv"),

@@ -168,6 +168,10 @@ def _checkpoint_path(path: str) -> Path:
     """A checkpoint file, or a run folder holding checkpoint.pt."""
     from .learn.checkpoint import CheckpointError
     p = Path(path)
+    runs = sorted(c.name for c in p.iterdir() if (c / "checkpoint.pt").is_file()) if p.is_dir() else []
+    if runs and not (p / "config.yaml").is_file():
+        raise CheckpointError(f"{str(p)!r} is a folder of runs ({', '.join(runs[:4])}{', ...' if len(runs) > 4 else ''})"
+                              f", not a run: name one, e.g. {str(p / runs[-1])!r}")
     if p.is_dir() and not (p / "checkpoint.pt").is_file():
         raise CheckpointError(f"run folder {str(p)!r} has no checkpoint.pt yet (a run writes it when training ends, "
                               f"and every checkpoint_every iterations or 10 minutes)")
