@@ -848,3 +848,12 @@ def test_an_option_the_command_does_not_take_is_named_with_the_one_meant(capsys)
         err = capsys.readouterr().err
         assert "python -m workbench train: error: unrecognized arguments: " in err and hint in err, err
         assert "`python -m workbench train --help` lists the options" in err
+
+
+def test_the_cli_prints_the_workbenchs_warnings_on_one_line(monkeypatch):
+    import warnings
+    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)  # (put back after the test)
+    cli._one_line_warnings()
+    cli._one_line_warnings()  # (a second call keeps Python's form underneath, not a chain)
+    assert warnings.formatwarning("too few steps", wb.BudgetWarning, "trainer.py", 3) == "warning: too few steps\n"
+    assert warnings.formatwarning("other", UserWarning, "x.py", 3, "") == "x.py:3: UserWarning: other\n"

@@ -450,8 +450,23 @@ def acting_text(algorithm: str, deterministic: bool) -> str:
     return "deterministic policies" if deterministic else "stochastic policies"
 
 
+def _one_line_warnings():
+    """The workbench's warnings as `warning: MESSAGE` (Python's own form adds a file and a source line)."""
+    import warnings
+    from .errors import WorkbenchWarning
+    python_form = getattr(warnings.formatwarning, "python_form", warnings.formatwarning)  # (once, however many calls)
+
+    def one_line(message, category, *rest, **kw):
+        if issubclass(category, WorkbenchWarning):
+            return f"warning: {message}\n"
+        return python_form(message, category, *rest, **kw)
+    one_line.python_form = python_form
+    warnings.formatwarning = one_line
+
+
 def main(argv=None) -> int:
     args = parse_with_hints(build_parser(), signed_values(sys.argv[1:] if argv is None else list(argv)))
+    _one_line_warnings()
     from .errors import WorkbenchError
     try:
         return args.func(args)
