@@ -155,7 +155,7 @@ def reset(env, agent, x):
     x[env] = 0.0
 
 def step(env, agent, action, x, reward):
-    x[env] = x[env] + action[env, agent]
+    atomic_add(x, env, 1.0 * action[env, agent])
     reward[env, agent] = x[env]
 
 def observe(env, agent, x, obs):
