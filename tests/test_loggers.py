@@ -1,6 +1,7 @@
 """--logger: TensorBoard event files read back hold the metrics.csv names and values and the
 hyperparameters; wandb writes an offline run without a key; bad names and missing extras are named."""
 import csv
+import os
 import sys
 
 import pytest
@@ -102,3 +103,14 @@ def test_compose_stops_when_any_callback_says_false():
     seen = []
     both = compose(lambda i, m: seen.append(i), None, lambda i, m: i < 2)
     assert both(1, {}) is True and both(2, {}) is False and seen == [1, 2]
+
+
+def test_a_wandb_setting_it_refuses_is_one_line_naming_the_setting(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("wandb")
+    for key in [k for k in os.environ if k.startswith("WANDB_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("WANDB_MODE", "bogus")
+    assert cli.main(["train", "cartpole", "--run-dir", str(tmp_path / "run"), "--logger", "wandb", *SMALL]) == 2
+    err = capsys.readouterr().err  # (before: pydantic's traceback)
+    assert err.startswith("error: logger='wandb' could not start its run (") and err.count("\n") == 1
+    assert "{'WANDB_MODE': 'bogus'} (WANDB_MODE takes online, offline or disabled)" in err

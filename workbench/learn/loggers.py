@@ -70,9 +70,16 @@ class WandbLogger:
         self.wandb = wandb
         offline = not os.environ.get("WANDB_API_KEY") and os.environ.get("WANDB_MODE") != "online"
         Path(run_dir).mkdir(parents=True, exist_ok=True)
-        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "warp-workbench"), name=Path(run_dir).name,
-                              dir=str(run_dir), config=to_dict(config), mode="offline" if offline else None,
-                              reinit=True)
+        try:
+            self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "warp-workbench"), name=Path(run_dir).name,
+                                  dir=str(run_dir), config=to_dict(config), mode="offline" if offline else None,
+                                  reinit=True)
+        except Exception as exc:  # noqa: BLE001 - wandb's settings raise pydantic's errors, among others
+            settings = {k: v for k, v in os.environ.items() if k.startswith("WANDB_")}
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise ConfigError(f"logger='wandb' could not start its run ({type(exc).__name__}: {first}); the WANDB_* "
+                              f"settings of this process: {settings or 'none'} (WANDB_MODE takes online, offline or "
+                              f"disabled), or choose --logger csv or tensorboard") from None
         self.run.define_metric("env_steps")
         self.run.define_metric("*", step_metric="env_steps")
 
