@@ -86,6 +86,12 @@ RACE_FIX = ("on a GPU the agents run at once and updates are lost (the cpu targe
     ("terminated[env] = 0", "terminated[env] = 0\n    return x[env, agent]", "line 24: return x[env, agent]",
      "step() is a phase, and the kernels drop what a phase returns: store the value into an array (a STATE array, "
      "reward, obs, done) and return nothing"),
+    ("reward[env, agent] = x[env, agent]", "reward[env, agent] = x[env, (agent + 1) % 3]",
+     "line 21: reward[env, agent] = x[env, (agent + 1) % 3]",
+     "step() reads x[env, (agent + 1) % 3], another agent's entry, and stores its own x[env, agent] (line 20): on a "
+     "GPU the agents run at once, so the read sees the other agent's entry before or after this step's store (the "
+     "cpu target and the CUDA simulator: in agent order); store it in a later phase (STEP = [..., the phase that "
+     "stores it]) or keep this step's value in another array"),
     ("uniform(key, 0)", "round(uniform(key, 0), 2)",
      "line 20: x[env, agent] = x[env, agent] + scaled(float(action[env, agent])) + round(uniform(key, 0), 2)",
      "round(x, ndigits) rounds by the decimal text in Python (round(2.675, 2) is 2.67) and by scaling in the "

@@ -5,6 +5,8 @@ than the Python it reads as: refused when the env's source is parsed (vocabulary
 - A parameter's name assigned inside a function: Python makes the name local to the whole function,
   so the parameter is no longer read there (the cpu target reads 0 on the other paths, the CUDA
   simulator raises UnboundLocalError). `global` and `nonlocal` are refused with it.
+- A per-agent phase reading another agent's entry of an array it stores its own entries of: the
+  read sees that entry before or after the other agent's store.
 - A store into the framework's inputs (`t`, `action`, `episode`, the episode bookkeeping): the
   kernels keep their own copies, so the store has no effect or corrupts the counts.
 - A read-modify-write (`total[env] += x`, `x[env] = f(x[env])`, `reward[env, 0] += 1.0`) from a
@@ -133,6 +135,28 @@ def _check_races(name, fn, arrays, lines, parents):
                     f"over the agents")
 
 
+def _check_read_after_write(name, fn, arrays, lines):
+    """A per-agent phase that stores an array's own entries (x[env, agent]) and reads another agent's
+    (x[env, other]): on a GPU that read sees the other's entry before or after this step's store."""
+    arguments = {a.arg for a in fn.args.args}
+    own = {}
+    for statement, target in _stores(fn):
+        if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and target.value.id in arguments \
+                and target.value.id in arrays and arrays[target.value.id].layout == "agent" \
+                and not _shared_entry(target, arrays[target.value.id]):
+            own.setdefault(target.value.id, statement)
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and isinstance(node.value, ast.Name) \
+                and node.value.id in own and _shared_entry(node, arrays[node.value.id]):
+            array, store = node.value.id, own[node.value.id]
+            _refuse(name, node, lines,
+                    f"{fn.name}() reads {ast.unparse(node)}, another agent's entry, and stores its own "
+                    f"{array}[env, agent] (line {store.lineno}): on a GPU the agents run at once, so the read "
+                    f"sees the other agent's entry before or after this step's store (the cpu target and the "
+                    f"CUDA simulator: in agent order); store it in a later phase (STEP = [..., the phase "
+                    f"that stores it]) or keep this step's value in another array")
+
+
 def _key_names(fn: ast.FunctionDef) -> set:
     names = {"key"} & {a.arg for a in fn.args.args}
     for node in ast.walk(fn):
@@ -165,9 +189,9 @@ def _check_draws(name, fn, lines, namespace):
                         f"`from workbench.rng import uniform` and uniform(key, i) with `key` a phase argument")
         if isinstance(func, ast.Name) and func.id == "round" and len(node.args) + len(node.keywords) > 1 \
                 and "round" not in namespace:
-            _refuse(name, node, lines, f"round(x, ndigits) rounds by the decimal text in Python (round(2.675, 2) is "
-                                       f"2.67) and by scaling in the compiled targets (2.68); scale around one "
-                                       f"argument: round(x * 100.0) / 100.0")
+            _refuse(name, node, lines, "round(x, ndigits) rounds by the decimal text in Python (round(2.675, 2) is "
+                                       "2.67) and by scaling in the compiled targets (2.68); scale around one "
+                                       "argument: round(x * 100.0) / 100.0")
         if isinstance(func, ast.Name) and func.id in DRAWS:
             integers = node.args[1:3] if func.id == "randint" else node.args[1:2]  # (the index; randint's n)
             given = next((a for a in integers if isinstance(a, ast.Constant) and isinstance(a.value, float)), None)
@@ -220,4 +244,5 @@ def check_function(name: str, fn: ast.FunctionDef, *, phase: bool, arrays: dict,
                                             f"store into it; keep your own value in a STATE array")
     if phase and "agent" in arguments and agents != 1:  # (one agent: nothing runs beside it)
         _check_races(name, fn, arrays, lines, parents)
+        _check_read_after_write(name, fn, arrays, lines)
     _check_draws(name, fn, lines, namespace)
