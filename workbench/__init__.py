@@ -12,7 +12,8 @@ import importlib.util
 import sys
 
 from .errors import (ActionError, BudgetWarning, ConsistencyError, EnvCompileError, EnvDefinitionError, EnvIndexError,
-                     EnvRuntimeError, NonFiniteError, TargetUnavailableError, UnknownEnvError, WorkbenchError, WorkbenchWarning)
+                     EnvRuntimeError, NonFiniteError, TargetUnavailableError, UnknownEnvError, WorkbenchError,
+                     WorkbenchWarning)
 from .learn.config import A2CConfig, DDPGConfig, PPOConfig
 
 # The flat module names of earlier releases, each now in its layer's package. Env sources keep
@@ -130,5 +131,5 @@ __all__ = ["A2CConfig", "DDPGConfig", "PPOConfig", "Trainer", "TrainResult", "ma
            "make", "policy", "evaluate", "evaluate_run", "check_env",
            "replay", "Env", "register", "env_names", "available_targets", "best_target", "Box", "Discrete",
            "MultiDiscrete", "per_env", "per_agent", "ActionError", "ConsistencyError",
-           "EnvCompileError", "EnvDefinitionError", "EnvIndexError", "EnvRuntimeError", "NonFiniteError", "TargetUnavailableError",
-           "UnknownEnvError", "WorkbenchError", "WorkbenchWarning", "BudgetWarning"]
+           "EnvCompileError", "EnvDefinitionError", "EnvIndexError", "EnvRuntimeError", "NonFiniteError",
+           "TargetUnavailableError", "UnknownEnvError", "WorkbenchError", "WorkbenchWarning", "BudgetWarning"]

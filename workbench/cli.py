@@ -73,7 +73,8 @@ def _sweep_item(item: str) -> dict:
 
 def cmd_train(args) -> int:
     changes = _overrides(args)
-    config = load_config(args.config, changes.get("algorithm"), changes.get("env")) if args.config else None  # (file, name or env source)
+    # (a config file, a shipped config's name or an env's source)
+    config = load_config(args.config, changes.get("algorithm"), changes.get("env")) if args.config else None
     if config is None and not args.resume and changes.get("env"):  # (train --env NAME: that env's config)
         config = load_config(changes["env"], changes.get("algorithm"))
         changes["env"] = config.env  # (--env my_env.py: the env registered from it)
@@ -170,8 +171,9 @@ def _checkpoint_path(path: str) -> Path:
     p = Path(path)
     runs = sorted(c.name for c in p.iterdir() if (c / "checkpoint.pt").is_file()) if p.is_dir() else []
     if runs and not (p / "config.yaml").is_file():
-        raise CheckpointError(f"{str(p)!r} is a folder of runs ({', '.join(runs[:4])}{', ...' if len(runs) > 4 else ''})"
-                              f", not a run: name one, e.g. {str(p / runs[-1])!r}")
+        shown = ", ".join(runs[:4]) + (", ..." if len(runs) > 4 else "")
+        raise CheckpointError(f"{str(p)!r} is a folder of runs ({shown}), not a run: name one, e.g. "
+                              f"{str(p / runs[-1])!r}")
     if p.is_dir() and not (p / "checkpoint.pt").is_file():
         raise CheckpointError(f"run folder {str(p)!r} has no checkpoint.pt yet (a run writes it when training ends, "
                               f"and every checkpoint_every iterations or 10 minutes)")

@@ -10,7 +10,8 @@ than the Python it reads as: refused when the env's source is parsed (vocabulary
 - A store into the framework's inputs (`t`, `action`, `episode`, the episode bookkeeping): the
   kernels keep their own copies, so the store has no effect or corrupts the counts.
 - A read-modify-write (`total[env] += x`, `x[env] = f(x[env])`, `reward[env, 0] += 1.0`) from a
-  per-agent phase of an env with several agents, of an entry other agents of the replica also reach: the agents run at once on a GPU and updates are lost,
+  per-agent phase of an env with several agents, of an entry other agents of the replica also
+  reach: the agents run at once on a GPU and updates are lost,
   while the cpu target and the simulator run them one after another.
 - Python's `random` module (one host stream no seed controls; the GPUs have none) and arithmetic on
   a random key (numba makes uint64 + int64 a float64, so the stream changes with the target); a

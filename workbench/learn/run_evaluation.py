@@ -1,8 +1,8 @@
-"""A run folder's trained policies evaluated (`wb.evaluate`, `wb.evaluate_run`, `python -m workbench evaluate`): a single
-run, one member of a population (an index, or the best in its last training report), or every member
-at once ("all": the population's trainer, its members batched as in training, each member's report
-with its seed and swept values); for a sweep, its settings ranked by the evaluation, with each
-setting's mean, standard deviation and 95% interval over its seeds.
+"""A run folder's trained policies evaluated (`wb.evaluate`, `wb.evaluate_run`, `python -m workbench
+evaluate`): a single run, one member of a population (an index, or the best in its last training
+report), or every member at once ("all": the population's trainer, its members batched as in
+training, each member's report with its seed and swept values); for a sweep, its settings ranked by
+the evaluation, with each setting's mean, standard deviation and 95% interval over its seeds.
 """
 from __future__ import annotations
 

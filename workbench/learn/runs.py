@@ -362,8 +362,8 @@ def train(config=None, *, resume=None, progress: bool | None = None, policies=No
     (runs/ENV-DATE unless run_dir names one): config.yaml, metrics.csv, checkpoint.pt and
     learning_curve.png. With `resume`, run_dir names a folder to fork the run into, and a raised
     total_env_steps outruns a target_return the run had reached. `callback(iteration, metrics)`,
-    called at each report (every log_every iterations and the last), returning False stops the run (its checkpoint kept, so `resume` continues it). Ctrl-C stops it
-    after the iteration, saves the checkpoint and raises KeyboardInterrupt; SIGTERM the same, then
+    called at each report (every log_every iterations and the last), returning False stops the run
+    (its checkpoint kept, so `resume` continues it). Ctrl-C stops it after the iteration, saves the checkpoint and raises KeyboardInterrupt; SIGTERM the same, then
     ends the process. Returns (trainer, TrainResult). models: {policy: nn.Module} replacing default
     MLPs (a resume of such a run takes the same classes again).
     `Trainer.train` alone writes only where run_dir says."""
