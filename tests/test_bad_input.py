@@ -834,6 +834,7 @@ def test_a_negative_number_in_any_form_is_an_options_value(capsys):
                                "--rank-by", "-episode_length", "--auto-scale", "cartpole"]) == [
         "--lr=-1e-3", "--target-return=-2.5E2", "--seed=-3", "--log-std-init=-inf", "--rank-by=-episode_length",
         "--auto-scale", "cartpole"]
+    assert cli_options.signed_values(["rollouts", "--", "-5"]) == ["rollouts", "--", "-5"]  # ('--' ends the options)
     assert cli.main(["train", "cartpole", "--lr", "-1e-3"]) == 2  # argparse alone would exit on "-1e-3"
     assert "PPOConfig.lr must be > 0, got -0.001" in capsys.readouterr().err
 

@@ -318,3 +318,14 @@ def test_a_config_file_names_an_env_file_beside_it(tmp_path, monkeypatch, capsys
     (tmp_path / "exp" / "gone.yaml").write_text("env: nowhere.py\ntarget: cpu\n")
     assert cli.main(["train", "exp/gone.yaml"]) == 2
     assert "env: 'nowhere.py' names an env source file, which is not there" in capsys.readouterr().err
+
+
+def test_a_resume_takes_a_config_file_of_changes_naming_no_env(tmp_path, monkeypatch):
+    """A resumed run keeps its env: a file holding only the changes (log_every: 3) goes on as them (the
+    no-env refusal is for a new run's config)."""
+    monkeypatch.chdir(tmp_path)
+    wb.train("cartpole", run_dir="first", total_env_steps=512, num_envs=8, rollout_length=16, num_minibatches=2,
+             progress=False, target="cpu")
+    (tmp_path / "changes.yaml").write_text("log_every: 3\n")
+    trainer, _ = wb.train("changes.yaml", resume="first", total_env_steps=1024, run_dir="fork", progress=False)
+    assert trainer.config.env == "cartpole" and trainer.config.log_every == 3

@@ -182,3 +182,8 @@ def test_wb_evaluate_takes_a_run_folder_or_a_loaded_trainer(population_run):
     assert by_run["trained"]["return/shared"] == by_path_text["trained"]["return/shared"] \
         == by_trainer["trained"]["return/shared"]
     assert list(by_run) == ["trained"] and by_run["trained"]["settings"]["seed"] == 5
+
+
+def test_wb_evaluate_stays_the_function_after_its_module_is_imported():
+    import workbench.learn.evaluate  # noqa: F401  (the module's own name is workbench.learn.evaluate)
+    assert callable(wb.evaluate) and wb.evaluate.__module__ == "workbench"

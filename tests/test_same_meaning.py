@@ -50,7 +50,8 @@ RACE_FIX = ("on a GPU the agents run at once and updates are lost (the cpu targe
 
 
 @pytest.mark.parametrize("old, new, line, text", [
-    ("terminated[env] = 0", "terminated[env] = 0\n    if action[env, agent] == 1:\n        speed = 1.0",
+    ("terminated[env] = 0", "terminated[env] = 0\n    if action[env, agent] == 1:\n        speed = 1.0\n"
+                            "    reward[env, agent] = speed",
      "line 25: speed = 1.0",
      "'speed' is a parameter (PARAMS): assigning it inside step() makes 'speed' a local for the whole function "
      "(Python's rule), so the parameter is not read there (the cpu target reads 0 where the assignment has not run); "
@@ -105,8 +106,9 @@ def test_code_that_meant_something_else_on_a_target_is_refused_at_its_line(old, 
 
 
 def test_a_parameter_assigned_in_a_function_the_phases_call_is_refused_too():
-    message = refused("param_in_helper", "    return speed * a", "    speed = 2.0\n    return speed * a")
-    assert message.startswith("param_in_helper: line 14: speed = 2.0\n    'speed' is a parameter (PARAMS): assigning "
+    message = refused("param_in_helper", "    return speed * a",
+                      "    if a > 0.0:\n        speed = 2.0\n    return speed * a")
+    assert message.startswith("param_in_helper: line 15: speed = 2.0\n    'speed' is a parameter (PARAMS): assigning "
                               "it inside scaled()"), message
 
 
@@ -129,3 +131,37 @@ def test_the_forms_beside_the_refused_ones_compile_and_mean_what_they_say():
     env = wb.make("early_return", num_envs=2, target="cpu")
     env.step()
     assert env.data["total"].tolist() == [2.0, 2.0]
+
+
+@pytest.mark.parametrize("body", [
+    "    if agent == 0 and t[env] >= 0:\n        total[env] += 1.0\n",
+    "    if agent > 0:\n        return\n    total[env] += 1.0\n",
+    "    if agent != 0:\n        x[env, agent] = x[env, agent] * 1.0\n        return\n    total[env] += 1.0\n",
+    "    if agent != 0:\n        pass\n    else:\n        total[env] += 1.0\n",
+    "    me = agent\n    x[env, me] += 0.0\n    if me == 0:\n        total[env] += 1.0\n",
+    "    for speed in range(1):\n        x[env, agent] += speed * 0.0\n    if agent == 0:\n        total[env] += 1.0\n",
+    "    if agent == 0:\n        total[env] += 1.0\n    return None\n",
+])
+def test_one_agents_update_in_the_forms_people_write_it_compiles(body):
+    """An `and` with the agent test, an early return for all but one agent, the else of `agent != 0`, a
+    name bound to the agent, a loop variable named like a parameter (assigned before every read), an
+    explicit `return None`: each compiles, and agent 0 alone adds 1.0."""
+    wb.register("one_agent_forms", BASE.replace("    total[env] = 1.0\n", body))
+    env = wb.make("one_agent_forms", num_envs=2, target="cpu")
+    before = env.data["total"].clone()
+    env.step()
+    assert (env.data["total"] - before).tolist() == [1.0, 1.0]
+
+
+def test_a_helpers_argument_named_key_is_not_taken_for_a_random_key():
+    source = BASE.replace("def scaled(a):\n    return speed * a", "def scaled(a):\n    return speed * pick(a)\n\n"
+                          "def pick(key):\n    return key + 1.0")
+    wb.register("helper_key", source)
+    wb.make("helper_key", num_envs=2, target="cpu").step()
+
+
+def test_pythons_random_imported_by_name_is_refused_too():
+    source = BASE.replace("import random\n", "from random import random\n").replace("uniform(key, 0)", "random()")
+    with pytest.raises(wb.EnvDefinitionError, match=r"random\(\) is Python's random module's: it draws from one "
+                                                    r"host stream"):
+        wb.register("random_by_name", source)

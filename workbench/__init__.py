@@ -26,7 +26,7 @@ MOVED = {"envdef": "compiler.envdef", "vocabulary": "compiler.vocabulary",
          "registry": "runtime.registry", "check": "runtime.check", "recorder": "runtime.recorder",
          "magic": "notebook.magic", "render": "notebook.render", "drawers": "notebook.drawers",
          **{name: f"learn.{name}" for name in (
-             "trainer", "rollout", "algorithms", "policies", "config", "checkpoint", "distributed", "evaluate",
+             "trainer", "rollout", "algorithms", "policies", "config", "checkpoint", "distributed",
              "loggers", "progress", "threads", "report", "runs", "episode_stats", "compiled", "autoscale")}}
 
 

@@ -74,7 +74,8 @@ def _sweep_item(item: str) -> dict:
 def cmd_train(args) -> int:
     changes = _overrides(args)
     # (a config file, a shipped config's name or an env's source)
-    config = load_config(args.config, changes.get("algorithm"), changes.get("env")) if args.config else None
+    config = (load_config(args.config, changes.get("algorithm"), changes.get("env"), resume=bool(args.resume))
+              if args.config else None)
     if config is None and not args.resume and changes.get("env"):  # (train --env NAME: that env's config)
         config = load_config(changes["env"], changes.get("algorithm"))
         changes["env"] = config.env  # (--env my_env.py: the env registered from it)

@@ -13,7 +13,8 @@ def signed_values(argv: list) -> list:
     number in any form (--lr -1e-3): argparse takes a value that starts with '-' for an option of its own."""
     out = []
     for token in argv:
-        joins = out and out[-1].startswith("--") and "=" not in out[-1] and not token.startswith("--")
+        previous = out[-1] if out else ""
+        joins = previous.startswith("--") and previous != "--" and "=" not in previous and not token.startswith("--")
         if joins and (out[-1] == "--rank-by" and token.startswith("-") or _NUMBER.match(token)):
             out[-1] = f"{out[-1]}={token}"
         else:

@@ -59,33 +59,71 @@ def _names(target):
     return [leaf for leaf in ast.walk(target) if isinstance(leaf, ast.Name) and isinstance(leaf.ctx, ast.Store)]
 
 
-def _agent_compared(test, op) -> bool:
-    """test is `agent OP X` or `X OP agent`."""
-    return isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], op) and any(
-        isinstance(side, ast.Name) and side.id == "agent" for side in (test.left, test.comparators[0]))
+def _agent_names(fn: ast.FunctionDef) -> set:
+    """`agent` and the names the function binds to it alone (me = agent)."""
+    names = {"agent"}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id == "agent":
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return names
 
 
-def _under_one_agent(node, parents, fn) -> bool:
-    """node inside `if agent == X:`, or after a top-level `if agent != X: return`: one agent of the
-    replica runs it."""
+def _is_agent(node, agents: set) -> bool:
+    return isinstance(node, ast.Name) and node.id in agents
+
+
+def _one_agent_test(test, agents: set) -> bool:
+    """test holds for one agent at most: `agent == X` (or X == agent), alone or in an `and`."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return any(_one_agent_test(v, agents) for v in test.values)
+    return isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq) and any(
+        _is_agent(side, agents) for side in (test.left, test.comparators[0]))
+
+
+def _all_but_one_agent_test(test, agents: set) -> bool:
+    """test fails for one agent at most: `agent != X`, `agent > 0`, `agent >= 1` (or mirrored)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return False
+    left, op, right = test.left, test.ops[0], test.comparators[0]
+    if isinstance(op, ast.NotEq):
+        return _is_agent(left, agents) or _is_agent(right, agents)
+    constant = right if _is_agent(left, agents) else left if _is_agent(right, agents) else None
+    if not isinstance(constant, ast.Constant):
+        return False
+    mirrored = constant is left
+    return (isinstance(op, ast.Lt if mirrored else ast.Gt) and constant.value == 0) or \
+        (isinstance(op, ast.LtE if mirrored else ast.GtE) and constant.value == 1)
+
+
+def _returns(body: list) -> bool:
+    return bool(body) and isinstance(body[-1], ast.Return)
+
+
+def _under_one_agent(node, parents, fn, agents: set) -> bool:
+    """node runs for one agent of the replica at most: inside `if agent == X:` (an `and` of it too),
+    in the else of `if agent != X:`, or after `if agent != X: ... return` in the same block."""
     child, parent = node, parents.get(node)
     while parent is not None:
-        if isinstance(parent, ast.If) and child in parent.body and _agent_compared(parent.test, ast.Eq):
+        if isinstance(parent, ast.If) and ((child in parent.body and _one_agent_test(parent.test, agents))
+                                           or (child in parent.orelse and _all_but_one_agent_test(parent.test,
+                                                                                                   agents))):
+            return True
+        block = next((b for b in (getattr(parent, "body", None), getattr(parent, "orelse", None))
+                      if isinstance(b, list) and child in b), None)
+        if block is not None and any(isinstance(s, ast.If) and _all_but_one_agent_test(s.test, agents)
+                                     and _returns(s.body) for s in block[:block.index(child)]):
             return True
         if parent is fn:
-            before = fn.body[:fn.body.index(child)]
-            return any(isinstance(s, ast.If) and _agent_compared(s.test, ast.NotEq) and not s.orelse
-                       and len(s.body) == 1 and isinstance(s.body[0], ast.Return) for s in before)
+            return False
         child, parent = parent, parents.get(parent)
     return False
 
 
-def _shared_entry(target: ast.Subscript, spec) -> bool:
-    """Does this store reach an entry other agents of the replica reach too (not indexed by `agent`)?"""
-    if spec.layout != "agent":
-        return True
+def _shared_entry(target: ast.Subscript, agents: set = frozenset({"agent"})) -> bool:
+    """Does this access reach an entry other agents of the replica reach too (its second index not the
+    agent: x[env], x[env, 0], row[env, i])?"""
     items = list(target.slice.elts) if isinstance(target.slice, ast.Tuple) else [target.slice]
-    return not (len(items) >= 2 and isinstance(items[1], ast.Name) and items[1].id == "agent")
+    return not (len(items) >= 2 and _is_agent(items[1], agents))
 
 
 def _reads_same_entry(statement, target: ast.Subscript) -> bool:
@@ -118,13 +156,15 @@ def _atomic_fix(statement, target, array: str, index: str) -> str:
 
 def _check_races(name, fn, arrays, lines, parents):
     arguments = {a.arg for a in fn.args.args}
-    for statement, target in _stores(fn):
+    agents = _agent_names(fn)
+    stores = [(s, leaf) for s, t in _stores(fn) for leaf in (t.elts if isinstance(t, ast.Tuple) else [t])]
+    for statement, target in stores:
         if not (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)):
             continue
         array = target.value.id
-        if array not in arguments or array not in arrays or not _shared_entry(target, arrays[array]):
+        if array not in arguments or array not in arrays or not _shared_entry(target, agents):
             continue
-        if _reads_same_entry(statement, target) and not _under_one_agent(statement, parents, fn):
+        if _reads_same_entry(statement, target) and not _under_one_agent(statement, parents, fn, agents):
             items = target.slice.elts if isinstance(target.slice, ast.Tuple) else [target.slice]
             index = ast.unparse(items[0]) if len(items) == 1 else f"({', '.join(ast.unparse(i) for i in items)})"
             fix = _atomic_fix(statement, target, array, index)
@@ -140,15 +180,16 @@ def _check_read_after_write(name, fn, arrays, lines):
     """A per-agent phase that stores an array's own entries (x[env, agent]) and reads another agent's
     (x[env, other]): on a GPU that read sees the other's entry before or after this step's store."""
     arguments = {a.arg for a in fn.args.args}
+    agents = _agent_names(fn)
     own = {}
     for statement, target in _stores(fn):
         if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and target.value.id in arguments \
                 and target.value.id in arrays and arrays[target.value.id].layout == "agent" \
-                and not _shared_entry(target, arrays[target.value.id]):
+                and not _shared_entry(target, agents):
             own.setdefault(target.value.id, statement)
     for node in ast.walk(fn):
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and isinstance(node.value, ast.Name) \
-                and node.value.id in own and _shared_entry(node, arrays[node.value.id]):
+                and node.value.id in own and _shared_entry(node, agents):
             array, store = node.value.id, own[node.value.id]
             _refuse(name, node, lines,
                     f"{fn.name}() reads {ast.unparse(node)}, another agent's entry, and stores its own "
@@ -158,8 +199,8 @@ def _check_read_after_write(name, fn, arrays, lines):
                     f"that stores it]) or keep this step's value in another array")
 
 
-def _key_names(fn: ast.FunctionDef) -> set:
-    names = {"key"} & {a.arg for a in fn.args.args}
+def _key_names(fn: ast.FunctionDef, phase: bool) -> set:
+    names = {"key"} & {a.arg for a in fn.args.args} if phase else set()  # (a helper's `key` may be anything)
     for node in ast.walk(fn):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
                 isinstance(node.value.func, ast.Name) and node.value.func.id in KEY_MAKERS:
@@ -167,8 +208,8 @@ def _key_names(fn: ast.FunctionDef) -> set:
     return names
 
 
-def _check_draws(name, fn, lines, namespace):
-    keys = _key_names(fn)
+def _check_draws(name, fn, lines, namespace, phase: bool):
+    keys = _key_names(fn, phase)
     for node in ast.walk(fn):
         if isinstance(node, (ast.BinOp, ast.AugAssign)):
             operands = [node.left, node.right] if isinstance(node, ast.BinOp) else [node.target, node.value]
@@ -181,6 +222,12 @@ def _check_draws(name, fn, lines, namespace):
         if not isinstance(node, ast.Call):
             continue
         func = node.func
+        value = namespace.get(func.id) if isinstance(func, ast.Name) else None
+        if getattr(value, "__module__", None) == "random" or type(getattr(value, "__self__", None)).__module__ \
+                == "random":  # (from random import random)
+            _refuse(name, node, lines, f"{func.id}() is Python's random module's: it draws from one host stream no "
+                                       f"seed of the env controls (and a GPU has none); use workbench.rng's draws, "
+                                       f"e.g. uniform(key, i) with `key` a phase argument")
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
             module = namespace.get(func.value.id)
             if isinstance(module, types.ModuleType) and module.__name__ in ("random", "secrets"):
@@ -214,6 +261,23 @@ def _enclosing_function(node, parents):
     return parent
 
 
+def _read_where_unassigned(fn: ast.FunctionDef, local: str) -> bool:
+    """Whether `local`, a parameter's name the function assigns (so a local of all of it), may be read
+    where no assignment has run: unless its first assignment is a statement of the function's own body
+    (or a `for` over it, read only inside the loop) before every read."""
+    stores = [s for s, t in _stores(fn) if any(leaf.id == local for leaf in _names(t))]
+    loads = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == local and isinstance(n.ctx, ast.Load)]
+    if not loads:
+        return False
+    first = min(stores, key=lambda s: (s.lineno, s.col_offset))
+    if first not in fn.body:
+        return True
+    if isinstance(first, ast.For):
+        inside = {id(n) for statement in first.body for n in ast.walk(statement)}
+        return any(id(n) not in inside for n in loads)
+    return any((n.lineno, n.col_offset) <= (first.end_lineno, first.end_col_offset) for n in loads)
+
+
 def check_function(name: str, fn: ast.FunctionDef, *, phase: bool, arrays: dict, params: dict, lines: list,
                    namespace: dict, agents=None) -> None:
     """Raise EnvDefinitionError for the first construct of `fn` (a phase, or a function the phases
@@ -227,12 +291,13 @@ def check_function(name: str, fn: ast.FunctionDef, *, phase: bool, arrays: dict,
             _refuse(name, node, lines, f"`{kind}` does not compile in a kernel: read parameters as globals without "
                                        f"it, and keep what changes in a STATE array")
         if phase and isinstance(node, ast.Return) and node.value is not None \
+                and not (isinstance(node.value, ast.Constant) and node.value.value is None) \
                 and _enclosing_function(node, parents) is fn and not _c_stub(node):
             _refuse(name, node, lines, f"{fn.name}() is a phase, and the kernels drop what a phase returns: store "
                                        f"the value into an array (a STATE array, reward, obs, done) and return nothing")
     for statement, target in _stores(fn):
         for leaf in _names(target):
-            if leaf.id in params and leaf.id not in arguments:
+            if leaf.id in params and leaf.id not in arguments and _read_where_unassigned(fn, leaf.id):
                 _refuse(name, statement, lines,
                         f"'{leaf.id}' is a parameter (PARAMS): assigning it inside {fn.name}() makes '{leaf.id}' a "
                         f"local for the whole function (Python's rule), so the parameter is not read there (the "
@@ -246,4 +311,4 @@ def check_function(name: str, fn: ast.FunctionDef, *, phase: bool, arrays: dict,
     if phase and "agent" in arguments and agents != 1:  # (one agent: nothing runs beside it)
         _check_races(name, fn, arrays, lines, parents)
         _check_read_after_write(name, fn, arrays, lines)
-    _check_draws(name, fn, lines, namespace)
+    _check_draws(name, fn, lines, namespace, phase)

@@ -109,23 +109,27 @@ def env_named_by_file(env, base: Path | None = None):
     return register_env_file(str(path))
 
 
-def load_config(name_or_path: str, algorithm: str | None = None, env: str | None = None):
+def load_config(name_or_path: str, algorithm: str | None = None, env: str | None = None, resume: bool = False):
     """A config file, a shipped config's name, an env's source file (register_env_file: trained with
     its default config), or (with neither of that name, or where a registered source replaced the
     shipped env of that name) the default config of the env registered under it (default_config).
     `algorithm` other than a shipped config's: the env's default config for it, with the shipped
     config's env_params and target_return (a file of the user's switches algorithm in cfg.replace).
     `env` (--env, env=): the env a file with no `env:` key trains; a config naming another env is
-    refused (its target_return and tuning are that env's)."""
+    refused (its target_return and tuning are that env's). resume: the file's values go on as changes
+    of a resumed run (run_config), which keeps its own env."""
     config = _load_config(name_or_path, algorithm)
+    if resume:
+        return config
     source = f"{name_or_path!r}" if Path(name_or_path).is_file() else f"config {name_or_path!r}"
     if Path(name_or_path).is_file() and Path(name_or_path).suffix not in ENV_SOURCE_LANGUAGES \
             and "env" not in (yaml.safe_load(Path(name_or_path).read_text()) or {}):
         if env is None:
             raise cfg.ConfigError(f"{source} names no env: add `env: NAME` to it (`python -m workbench envs` lists "
                                   f"them), or pass --env NAME (env= from Python)")
-        return cfg.replace(config, env=env_named_by_file(env))
-    if env is not None and env_named_by_file(env) != config.env:
+        return cfg.replace(config, env=env_named_by_file(env, Path(name_or_path).parent))
+    if env is not None and env_named_by_file(env, Path(name_or_path).parent if Path(name_or_path).is_file() else None) \
+            != config.env:
         raise cfg.ConfigError(f"{source} is tuned for env '{config.env}' (its target_return, learning rate and the "
                               f"rest): --env {env} (env= from Python) would train '{env}' with them. Train "
                               f"'{env}' with its own config (`python -m workbench train {env}`, wb.train({env!r})), "

@@ -301,7 +301,8 @@ def _train_in_folder(config, resume, progress, policies, show_run_folder, callba
              else result.metrics)
     outcome = returns_text(final, config.frozen)
     oldest = min((m.get("iteration", math.inf) for m in final.get("members") or ()), default=math.inf)
-    if outcome and not config.rank_window and trainer.history and oldest < trainer.history[-1].get("iteration", 0):  # (a member with no episode in the last window)
+    last = trainer.history[-1].get("iteration", 0) if trainer.history else 0
+    if outcome and not config.rank_window and oldest < last:  # (a member with no episode in the last window)
         outcome += f" (each member's latest value, the oldest from iteration {oldest})"
     if not outcome and not final.get("members"):  # (DDPG's long episodes: the last log window may hold none)
         known = next((m for m in reversed(trainer.history) if returns_text(m)), None)
@@ -363,12 +364,13 @@ def train(config=None, *, resume=None, progress: bool | None = None, policies=No
     learning_curve.png. With `resume`, run_dir names a folder to fork the run into, and a raised
     total_env_steps outruns a target_return the run had reached. `callback(iteration, metrics)`,
     called at each report (every log_every iterations and the last), returning False stops the run
-    (its checkpoint kept, so `resume` continues it). Ctrl-C stops it after the iteration, saves the checkpoint and raises KeyboardInterrupt; SIGTERM the same, then
-    ends the process. Returns (trainer, TrainResult). models: {policy: nn.Module} replacing default
+    (its checkpoint kept, so `resume` continues it). Ctrl-C stops it after the iteration, saves the
+    checkpoint and raises KeyboardInterrupt; SIGTERM the same, then ends the process. Returns (trainer, TrainResult). models: {policy: nn.Module} replacing default
     MLPs (a resume of such a run takes the same classes again).
     `Trainer.train` alone writes only where run_dir says."""
     if isinstance(config, (str, Path)):
-        config = load_config(str(config), changes.get("algorithm"), changes.get("env"))
+        config = load_config(str(config), changes.get("algorithm"), changes.get("env"),
+                             resume=resume is not None)
     config, checkpoint = run_config(config, resume=resume, changes=changes)
     trainer, result = run_training(config, resume=checkpoint, progress=progress, policies=policies, callback=callback,
                                    models=models)

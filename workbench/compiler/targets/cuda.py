@@ -141,9 +141,10 @@ def simulator_error(defn, exc: Exception, module_file):
         return None
     line = frames[-1].lineno
     text = defn.source.splitlines()[line - 1].strip()
-    message = str(exc).split(": ", 1)[-1] if str(exc).startswith("tid=") else str(exc)
+    threads, _, message = str(exc).partition(": ") if str(exc).startswith("tid=") else ("", "", str(exc))
     return EnvRuntimeError(f"env '{defn.name}' raised in numba's CUDA simulator at line {line}:\n    {text}\n  "
-                           f"{type(exc).__name__}: {message} ({str(exc).split(':', 1)[0]})\n  The compiled targets do "
+                           f"{type(exc).__name__}: {message}{f' ({threads})' if threads else ''}\n  The compiled "
+                           f"targets do "
                            f"not raise there: they compute NaN or an undefined value and go on. Keep the value in its "
                            f"domain (math.sqrt(max(x, 0.0)), a float checked with x == x before int(x)) or give the "
                            f"name a value on every path.", line=line)
