@@ -44,9 +44,9 @@ def refused(name, old, new) -> str:
     return str(info.value)
 
 
-RACE_FIX = ("on a GPU the agents run at once and updates are lost (the cpu target and the CUDA simulator run them "
+RACE_FIX = ("on a GPU every agent runs at once and updates are lost (the cpu target and the CUDA simulator run them "
             "one after another, so check_env passes); {fix}guard it with `if agent == 0:`, or compute it in a "
-            "per-replica phase (no `agent` argument) that loops over the agents")
+            "per-replica phase (no `agent` argument) that loops over them")
 
 
 @pytest.mark.parametrize("old, new, line, text", [
@@ -165,3 +165,19 @@ def test_pythons_random_imported_by_name_is_refused_too():
     with pytest.raises(wb.EnvDefinitionError, match=r"random\(\) is Python's random module's: it draws from one "
                                                     r"host stream"):
         wb.register("random_by_name", source)
+
+
+def test_a_per_entity_phase_updating_a_shared_entry_and_key_arithmetic_through_a_name_are_refused():
+    from test_entities import PATCHES
+    clear = "def clear(env, patch, eaten):\n    eaten[env, patch] = 0\n"
+    assert clear in PATCHES
+    with pytest.raises(wb.EnvDefinitionError, match=r"every patch of the replica updates total\[env\] in clear\(\), "
+                                                    r"a per-patch phase: on a GPU every patch runs at once"):
+        wb.register("entity_race", PATCHES.replace(clear, clear.replace("eaten)", "eaten, total)")
+                                                   + "    total[env] += 1\n"))
+    wb.register("entity_guarded", PATCHES.replace(clear, clear.replace("eaten)", "eaten, total)")
+                                                  + "    if patch == 0:\n        total[env] += 1\n"))
+    aliased = BASE.replace("    x[env, agent] = x[env, agent] + scaled", "    k = key\n    x[env, agent] = x[env, agent] "
+                           "+ scaled").replace("uniform(key, 0)", "uniform(k + agent, 0)")
+    with pytest.raises(wb.EnvDefinitionError, match=r"arithmetic on the random key 'k'"):
+        wb.register("key_alias", aliased)

@@ -10,8 +10,8 @@ than the Python it reads as: refused when the env's source is parsed (vocabulary
 - A store into the framework's inputs (`t`, `action`, `episode`, the episode bookkeeping): the
   kernels keep their own copies, so the store has no effect or corrupts the counts.
 - A read-modify-write (`total[env] += x`, `x[env] = f(x[env])`, `reward[env, 0] += 1.0`) from a
-  per-agent phase of an env with several agents, of an entry other agents of the replica also
-  reach: the agents run at once on a GPU and updates are lost,
+  per-agent phase of an env with several agents (or a per-entity phase), of an entry other agents
+  (entities) of the replica also reach: the agents run at once on a GPU and updates are lost,
   while the cpu target and the simulator run them one after another.
 - Python's `random` module (one host stream no seed controls; the GPUs have none) and arithmetic on
   a random key (numba makes uint64 + int64 a float64, so the stream changes with the target); a
@@ -59,11 +59,11 @@ def _names(target):
     return [leaf for leaf in ast.walk(target) if isinstance(leaf, ast.Name) and isinstance(leaf.ctx, ast.Store)]
 
 
-def _agent_names(fn: ast.FunctionDef) -> set:
-    """`agent` and the names the function binds to it alone (me = agent)."""
-    names = {"agent"}
+def _agent_names(fn: ast.FunctionDef, scope: str = "agent") -> set:
+    """`agent` (or the entity a phase runs for) and the names the function binds to it alone (me = agent)."""
+    names = {scope}
     for node in ast.walk(fn):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id == "agent":
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id == scope:
             names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
     return names
 
@@ -154,9 +154,9 @@ def _atomic_fix(statement, target, array: str, index: str) -> str:
     return ""
 
 
-def _check_races(name, fn, arrays, lines, parents):
+def _check_races(name, fn, arrays, lines, parents, scope: str):
     arguments = {a.arg for a in fn.args.args}
-    agents = _agent_names(fn)
+    agents = _agent_names(fn, scope)
     stores = [(s, leaf) for s, t in _stores(fn) for leaf in (t.elts if isinstance(t, ast.Tuple) else [t])]
     for statement, target in stores:
         if not (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)):
@@ -169,11 +169,11 @@ def _check_races(name, fn, arrays, lines, parents):
             index = ast.unparse(items[0]) if len(items) == 1 else f"({', '.join(ast.unparse(i) for i in items)})"
             fix = _atomic_fix(statement, target, array, index)
             _refuse(name, statement, lines,
-                    f"every agent of the replica updates {ast.unparse(target)} in {fn.name}(), a per-agent phase: "
-                    f"on a GPU the agents run at once and updates are lost (the cpu target and the CUDA "
+                    f"every {scope} of the replica updates {ast.unparse(target)} in {fn.name}(), a per-{scope} "
+                    f"phase: on a GPU every {scope} runs at once and updates are lost (the cpu target and the CUDA "
                     f"simulator run them one after another, so check_env passes); {fix}guard it with "
-                    f"`if agent == 0:`, or compute it in a per-replica phase (no `agent` argument) that loops "
-                    f"over the agents")
+                    f"`if {scope} == 0:`, or compute it in a per-replica phase (no `{scope}` argument) that loops "
+                    f"over them")
 
 
 def _check_read_after_write(name, fn, arrays, lines):
@@ -201,10 +201,13 @@ def _check_read_after_write(name, fn, arrays, lines):
 
 def _key_names(fn: ast.FunctionDef, phase: bool) -> set:
     names = {"key"} & {a.arg for a in fn.args.args} if phase else set()  # (a helper's `key` may be anything)
-    for node in ast.walk(fn):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
-                isinstance(node.value.func, ast.Name) and node.value.func.id in KEY_MAKERS:
-            names |= {leaf.id for target in node.targets for leaf in _names(target)}
+    for _ in range(3):  # (k = make_key(...); k2 = k: keys through a few names)
+        for node in ast.walk(fn):
+            made = isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
+                isinstance(node.value.func, ast.Name) and node.value.func.id in KEY_MAKERS
+            aliased = isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in names
+            if made or aliased:
+                names |= {leaf.id for target in node.targets for leaf in _names(target)}
     return names
 
 
@@ -309,6 +312,9 @@ def check_function(name: str, fn: ast.FunctionDef, *, phase: bool, arrays: dict,
             _refuse(name, statement, lines, f"'{array}' is {FRAMEWORK_INPUTS[array]}: a phase reads it and may not "
                                             f"store into it; keep your own value in a STATE array")
     if phase and "agent" in arguments and agents != 1:  # (one agent: nothing runs beside it)
-        _check_races(name, fn, arrays, lines, parents)
+        _check_races(name, fn, arrays, lines, parents, "agent")
         _check_read_after_write(name, fn, arrays, lines)
+    entity = next((a for a in fn.args.args if a.arg in {spec.entity for spec in arrays.values()} - {None}), None)
+    if phase and entity is not None and "agent" not in arguments:  # (a per-entity phase: its entities at once)
+        _check_races(name, fn, arrays, lines, parents, entity.arg)
     _check_draws(name, fn, lines, namespace, phase)
