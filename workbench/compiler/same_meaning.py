@@ -36,13 +36,14 @@ KEY_MAKERS = ("make_key", "mix64")
 DRAWS = ("uniform", "uniform_range", "normal", "randint")  # (key, i, ...): i is the draw index
 
 
-def _where(name: str, node: ast.AST, lines: list) -> str:
+def where(name: str, node: ast.AST, lines: list) -> str:
+    """'ENV: line N: the line's text', the head of a parse-time refusal."""
     text = lines[node.lineno - 1].strip() if 0 < node.lineno <= len(lines) else ""
     return f"{name}: line {node.lineno}: {text}"
 
 
 def _refuse(name, node, lines, message):
-    raise EnvDefinitionError(f"{_where(name, node, lines)}\n    {message}", line=node.lineno)
+    raise EnvDefinitionError(f"{where(name, node, lines)}\n    {message}", line=node.lineno)
 
 
 def _stores(fn: ast.FunctionDef):
@@ -211,6 +212,20 @@ def _key_names(fn: ast.FunctionDef, phase: bool) -> set:
     return names
 
 
+def _host_random(func, namespace: dict) -> str | None:
+    """'random' or 'secrets' where the call draws from that module (random.random(), or a function
+    imported from it: `from random import random`), else None."""
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        module = namespace.get(func.value.id)
+        owners = {module.__name__} if isinstance(module, types.ModuleType) else set()
+    elif isinstance(func, ast.Name):  # (a function's module, or a bound method's: random.Random's)
+        value = namespace.get(func.id)
+        owners = {getattr(value, "__module__", None), type(getattr(value, "__self__", None)).__module__}
+    else:
+        owners = set()
+    return next((o for o in ("random", "secrets") if o in owners), None)
+
+
 def _check_draws(name, fn, lines, namespace, phase: bool):
     keys = _key_names(fn, phase)
     for node in ast.walk(fn):
@@ -225,19 +240,12 @@ def _check_draws(name, fn, lines, namespace, phase: bool):
         if not isinstance(node, ast.Call):
             continue
         func = node.func
-        value = namespace.get(func.id) if isinstance(func, ast.Name) else None
-        if getattr(value, "__module__", None) == "random" or type(getattr(value, "__self__", None)).__module__ \
-                == "random":  # (from random import random)
-            _refuse(name, node, lines, f"{func.id}() is Python's random module's: it draws from one host stream no "
-                                       f"seed of the env controls (and a GPU has none); use workbench.rng's draws, "
-                                       f"e.g. uniform(key, i) with `key` a phase argument")
-        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
-            module = namespace.get(func.value.id)
-            if isinstance(module, types.ModuleType) and module.__name__ in ("random", "secrets"):
-                _refuse(name, node, lines,
-                        f"{ast.unparse(func)}: Python's {module.__name__} module draws from one host stream no "
-                        f"seed of the env controls (and a GPU has none); use workbench.rng's draws, e.g. "
-                        f"`from workbench.rng import uniform` and uniform(key, i) with `key` a phase argument")
+        host = _host_random(func, namespace)
+        if host is not None:
+            _refuse(name, node, lines,
+                    f"{ast.unparse(func)}: Python's {host} module draws from one host stream no seed of the env "
+                    f"controls (and a GPU has none); use workbench.rng's draws, e.g. `from workbench.rng import "
+                    f"uniform` and uniform(key, i) with `key` a phase argument")
         if isinstance(func, ast.Name) and func.id == "round" and len(node.args) + len(node.keywords) > 1 \
                 and "round" not in namespace:
             _refuse(name, node, lines, "round(x, ndigits) rounds by the decimal text in Python (round(2.675, 2) is "

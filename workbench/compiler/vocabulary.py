@@ -19,6 +19,7 @@ import types
 import math
 
 from . import helpers, rng, same_meaning
+from .same_meaning import where as _where
 from ..errors import EnvDefinitionError, did_you_mean
 
 MATH = frozenset("""sqrt exp expm1 log log2 log10 log1p pow sin cos tan asin acos atan atan2 sinh cosh tanh
@@ -91,11 +92,6 @@ def _arguments(module, names) -> dict:
 
 SIGNATURES = {**_arguments(helpers, HELPERS), **_arguments(rng, RANDOM),
               **{name: "array, index, value" for name in ATOMICS}}
-
-
-def _where(name: str, node: ast.AST, lines: list) -> str:
-    text = lines[node.lineno - 1].strip() if 0 < node.lineno <= len(lines) else ""
-    return f"{name}: line {node.lineno}: {text}"
 
 
 MODULE_IMPORTS = {"np": "import numpy as np", "numpy": "import numpy", "math": "import math"}
